@@ -1,0 +1,385 @@
+//! Proxy configuration: the mode and its settings, and which `ProxyConfig` applies to a node.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::net::IpNet;
+
+/// The dataplane backend a node programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub enum ProxyMode {
+    /// nftables (the default).
+    #[default]
+    Nftables,
+    /// iptables, with kube-proxy's chain layout.
+    Iptables,
+    /// IPVS virtual servers plus a few iptables rules.
+    Ipvs,
+}
+
+impl ProxyMode {
+    /// Every mode.
+    pub const ALL: [ProxyMode; 3] = [ProxyMode::Nftables, ProxyMode::Iptables, ProxyMode::Ipvs];
+
+    /// Lower-case name (`nftables`, `iptables`, `ipvs`), as served on `/proxyMode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Nftables => "nftables",
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Ipvs => "ipvs",
+        }
+    }
+}
+
+impl fmt::Display for ProxyMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error for an unknown proxy mode or scheduler name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?} (expected one of: {expected})")]
+pub struct UnknownName {
+    /// What was being parsed.
+    pub what: &'static str,
+    /// The rejected value.
+    pub value: String,
+    /// The accepted values.
+    pub expected: &'static str,
+}
+
+impl FromStr for ProxyMode {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "nftables" => Ok(ProxyMode::Nftables),
+            "iptables" => Ok(ProxyMode::Iptables),
+            "ipvs" => Ok(ProxyMode::Ipvs),
+            _ => Err(UnknownName {
+                what: "proxy mode",
+                value: s.into(),
+                expected: "nftables, iptables, ipvs",
+            }),
+        }
+    }
+}
+
+/// IPVS schedulers kube-proxy accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum Scheduler {
+    #[default]
+    Rr,
+    Wrr,
+    Lc,
+    Wlc,
+    Lblc,
+    Lblcr,
+    Sh,
+    Dh,
+    Sed,
+    Nq,
+    Mh,
+}
+
+impl Scheduler {
+    /// The kernel's scheduler name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheduler::Rr => "rr",
+            Scheduler::Wrr => "wrr",
+            Scheduler::Lc => "lc",
+            Scheduler::Wlc => "wlc",
+            Scheduler::Lblc => "lblc",
+            Scheduler::Lblcr => "lblcr",
+            Scheduler::Sh => "sh",
+            Scheduler::Dh => "dh",
+            Scheduler::Sed => "sed",
+            Scheduler::Nq => "nq",
+            Scheduler::Mh => "mh",
+        }
+    }
+}
+
+impl FromStr for Scheduler {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "" | "rr" => Scheduler::Rr,
+            "wrr" => Scheduler::Wrr,
+            "lc" => Scheduler::Lc,
+            "wlc" => Scheduler::Wlc,
+            "lblc" => Scheduler::Lblc,
+            "lblcr" => Scheduler::Lblcr,
+            "sh" => Scheduler::Sh,
+            "dh" => Scheduler::Dh,
+            "sed" => Scheduler::Sed,
+            "nq" => Scheduler::Nq,
+            "mh" => Scheduler::Mh,
+            _ => {
+                return Err(UnknownName {
+                    what: "IPVS scheduler",
+                    value: s.into(),
+                    expected: "rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq, mh",
+                });
+            }
+        })
+    }
+}
+
+/// IPVS-specific settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IpvsSettings {
+    /// Scheduler for every virtual server.
+    pub scheduler: Scheduler,
+    /// Set `arp_ignore=1`/`arp_announce=2` so nodes do not answer ARP for service IPs.
+    pub strict_arp: bool,
+    /// TCP timeout (0 = keep the kernel's).
+    pub tcp_timeout: Duration,
+    /// TCP FIN timeout (0 = keep the kernel's).
+    pub tcp_fin_timeout: Duration,
+    /// UDP timeout (0 = keep the kernel's).
+    pub udp_timeout: Duration,
+}
+
+/// Which node addresses accept NodePort traffic (`nodePortAddresses`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum NodePortAddresses {
+    /// The node's primary IP of each family (kube-proxy nftables default).
+    #[default]
+    Primary,
+    /// Every local address (kube-proxy iptables default), loopback excluded.
+    All,
+    /// Node addresses inside these CIDRs.
+    Cidrs(Vec<IpNet>),
+}
+
+/// How to tell pod-originated traffic from off-cluster traffic (`detectLocalMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DetectLocal {
+    /// Sources inside the cluster CIDRs are local.
+    #[default]
+    ClusterCidr,
+    /// Sources inside this node's pod CIDRs are local.
+    NodeCidr,
+}
+
+/// Every setting that shapes the rules a node programs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxySettings {
+    /// Dataplane backend.
+    pub mode: ProxyMode,
+    /// Pod network CIDRs of the cluster (one per family at most, usually).
+    pub cluster_cidrs: Vec<IpNet>,
+    /// Local-traffic detection.
+    pub detect_local: DetectLocal,
+    /// Masquerade all traffic to ClusterIPs.
+    pub masquerade_all: bool,
+    /// The packet-mark bit used to request masquerade (default 14, mark 0x4000).
+    pub masquerade_bit: u8,
+    /// Where NodePorts are served.
+    pub node_port_addresses: NodePortAddresses,
+    /// Only program Services whose `service-proxy-name` label equals this.
+    pub service_proxy_name: Option<String>,
+    /// Full resync interval.
+    pub sync_period: Duration,
+    /// Minimum time between syncs.
+    pub min_sync_period: Duration,
+    /// IPVS settings.
+    pub ipvs: IpvsSettings,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        ProxySettings {
+            mode: ProxyMode::default(),
+            cluster_cidrs: Vec::new(),
+            detect_local: DetectLocal::default(),
+            masquerade_all: false,
+            masquerade_bit: 14,
+            node_port_addresses: NodePortAddresses::default(),
+            service_proxy_name: None,
+            sync_period: Duration::from_secs(30),
+            min_sync_period: Duration::from_secs(1),
+            ipvs: IpvsSettings::default(),
+        }
+    }
+}
+
+impl ProxySettings {
+    /// The masquerade mark value (`1 << masquerade_bit`).
+    pub fn masquerade_mark(&self) -> u32 {
+        1u32 << u32::from(self.masquerade_bit.min(31))
+    }
+}
+
+/// A label-selector requirement operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectorOp {
+    /// Value in the set.
+    In,
+    /// Value not in the set (or key absent).
+    NotIn,
+    /// Key present.
+    Exists,
+    /// Key absent.
+    DoesNotExist,
+}
+
+/// One `matchExpressions[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// Operator.
+    pub op: SelectorOp,
+    /// Values (In/NotIn).
+    pub values: Vec<String>,
+}
+
+/// A Kubernetes label selector; the empty selector matches everything.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LabelSelector {
+    /// `matchLabels`.
+    pub match_labels: BTreeMap<String, String>,
+    /// `matchExpressions`.
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+impl LabelSelector {
+    /// True when `labels` satisfy every term.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.op {
+                    SelectorOp::In => value.is_some_and(|v| r.values.contains(v)),
+                    SelectorOp::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    SelectorOp::Exists => value.is_some(),
+                    SelectorOp::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+
+    /// Number of terms, used to prefer more specific selectors.
+    pub fn specificity(&self) -> usize {
+        self.match_labels.len() + self.match_expressions.len()
+    }
+}
+
+/// A `ProxyConfig`: settings for the nodes its selector matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyConfig {
+    /// Object name.
+    pub name: String,
+    /// Nodes this config applies to.
+    pub node_selector: LabelSelector,
+    /// Higher wins when several configs match a node.
+    pub priority: i32,
+    /// The settings.
+    pub settings: ProxySettings,
+}
+
+/// Picks the config a node must run: among configs whose selector matches the node's labels,
+/// the highest priority, then the most specific selector, then the smallest name.
+pub fn resolve_proxy_config<'a>(
+    configs: impl IntoIterator<Item = &'a ProxyConfig>,
+    node_labels: &BTreeMap<String, String>,
+) -> Option<&'a ProxyConfig> {
+    configs
+        .into_iter()
+        .filter(|c| c.node_selector.matches(node_labels))
+        .min_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(b.node_selector.specificity().cmp(&a.node_selector.specificity()))
+                .then(a.name.cmp(&b.name))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn cfg(name: &str, priority: i32, sel: &[(&str, &str)], mode: ProxyMode) -> ProxyConfig {
+        ProxyConfig {
+            name: name.into(),
+            node_selector: LabelSelector {
+                match_labels: labels(sel),
+                match_expressions: vec![],
+            },
+            priority,
+            settings: ProxySettings {
+                mode,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn most_specific_then_priority_wins() {
+        let configs = [
+            cfg("default", 0, &[], ProxyMode::Nftables),
+            cfg("legacy", 0, &[("pool", "legacy")], ProxyMode::Iptables),
+            cfg(
+                "urgent",
+                10,
+                &[("pool", "legacy"), ("rack", "r1")],
+                ProxyMode::Ipvs,
+            ),
+        ];
+        let pick = |l: &[(&str, &str)]| resolve_proxy_config(&configs, &labels(l)).map(|c| c.name.as_str());
+        assert_eq!(pick(&[]), Some("default"));
+        assert_eq!(pick(&[("pool", "legacy")]), Some("legacy"));
+        assert_eq!(pick(&[("pool", "legacy"), ("rack", "r1")]), Some("urgent"));
+        assert_eq!(resolve_proxy_config(&configs[1..2], &labels(&[])), None);
+    }
+
+    #[test]
+    fn expressions_follow_kubernetes_semantics() {
+        let sel = LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![
+                SelectorRequirement {
+                    key: "zone".into(),
+                    op: SelectorOp::In,
+                    values: vec!["a".into()],
+                },
+                SelectorRequirement {
+                    key: "gpu".into(),
+                    op: SelectorOp::DoesNotExist,
+                    values: vec![],
+                },
+                SelectorRequirement {
+                    key: "tier".into(),
+                    op: SelectorOp::NotIn,
+                    values: vec!["db".into()],
+                },
+            ],
+        };
+        assert!(sel.matches(&labels(&[("zone", "a")])));
+        assert!(!sel.matches(&labels(&[("zone", "b")])));
+        assert!(!sel.matches(&labels(&[("zone", "a"), ("gpu", "1")])));
+        assert!(!sel.matches(&labels(&[("zone", "a"), ("tier", "db")])));
+    }
+
+    #[test]
+    fn modes_parse_and_reject_unknown() {
+        assert_eq!("IPVS".parse::<ProxyMode>().unwrap(), ProxyMode::Ipvs);
+        let err = "userspace".parse::<ProxyMode>().unwrap_err();
+        assert!(err.to_string().contains("userspace"));
+        assert_eq!(ProxySettings::default().masquerade_mark(), 0x4000);
+    }
+}

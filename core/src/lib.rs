@@ -1,0 +1,35 @@
+//! Tideway's pure core: the domain model, the planner, the renderers and the packet tracer.
+//!
+//! ```text
+//!  sources (YAML file, Kubernetes watchers, lab)
+//!        | apply/delete/reset (event-shaped, no-op changes dropped)
+//!        v
+//!  cluster::ClusterState --take_changes--> changed Services
+//!        |
+//!        v   plan::compile / Ruleset::update          (every kube-proxy decision)
+//!  plan::Ruleset  (backend-neutral: frontends, endpoint sets, reject/drop, masquerade)
+//!        |
+//!        v   render::{nftables, iptables, ipvs}::lower
+//!  program::Program  (tables, chains, rules, sets/maps, IPVS services; per-Service fragments)
+//!        |-- render::*::text  -> `nft -f` script / iptables-restore input / IPVS operations
+//!        |-- program::diff     -> minimal change between two programs
+//!        `-- trace::trace      -> path + verdict of a packet through the program
+//! ```
+//!
+//! Nothing here performs I/O, spawns tasks or talks to a kernel or an API server: edges do
+//! that behind narrow traits, and feed this crate plain values.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cluster;
+pub mod config;
+pub mod model;
+pub mod net;
+pub mod plan;
+pub mod program;
+pub mod render;
+pub mod trace;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

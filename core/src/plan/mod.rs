@@ -1,0 +1,21 @@
+//! The planner: every kube-proxy decision, made once, deterministically, per node.
+//!
+//! ```text
+//! ClusterState + NodeContext --compile--> Ruleset (one ServicePortPlan per family x port)
+//!                                             \--> render::{nftables, iptables, ipvs}
+//! ```
+//! A [`Ruleset`] is backend-neutral: it says which frontends exist (ClusterIP, externalIPs,
+//! LB IPs, NodePort), which endpoints serve internal and external traffic, and whether traffic
+//! is rejected or dropped. Renderers only translate these decisions.
+
+mod categorize;
+mod compile;
+mod node;
+mod ruleset;
+
+pub use categorize::{Categorized, categorize_endpoints};
+pub use compile::{compile, plan_service};
+pub use node::{NodeContext, NodePortDestinations};
+pub use ruleset::{
+    Backend, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Ruleset, ServicePortPlan, Target,
+};

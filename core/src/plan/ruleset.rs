@@ -1,0 +1,454 @@
+//! The backend-neutral plan: one [`ServicePortPlan`] per (family, service port).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::compile::plan_service;
+use super::node::{NodeContext, NodePortDestinations};
+use crate::cluster::ClusterState;
+use crate::model::{ServiceName, ServicePortName};
+use crate::net::{IpFamily, IpNet, Protocol, join_host_port};
+
+/// Identifies a plan: the family first, so one family's plans form a contiguous range.
+pub type PlanKey = (IpFamily, ServicePortName);
+
+/// One endpoint as the dataplane sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Backend {
+    /// Endpoint address.
+    pub ip: IpAddr,
+    /// Endpoint port.
+    pub port: u16,
+    /// On this node.
+    pub local: bool,
+    /// `conditions.ready`.
+    pub ready: bool,
+    /// `conditions.serving`.
+    pub serving: bool,
+    /// `conditions.terminating`.
+    pub terminating: bool,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&join_host_port(&self.ip, self.port))
+    }
+}
+
+/// Where a class of traffic goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Target {
+    /// Spread over the cluster-wide endpoint set.
+    Cluster,
+    /// Spread over this node's endpoints.
+    Local,
+    /// No endpoints anywhere: reject (ICMP unreachable / TCP reset) so clients fail fast.
+    Reject,
+    /// Local policy without local endpoints: drop, so clients retry elsewhere.
+    Drop,
+}
+
+/// An address a Service captures traffic on; at most one service port may own each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Frontend {
+    /// A ClusterIP, externalIP or LB IP with protocol and port.
+    Ip {
+        /// Address.
+        ip: IpAddr,
+        /// Protocol.
+        protocol: Protocol,
+        /// Port.
+        port: u16,
+    },
+    /// A NodePort of one family.
+    NodePort {
+        /// Family.
+        family: IpFamily,
+        /// Protocol.
+        protocol: Protocol,
+        /// Port.
+        port: u16,
+    },
+}
+
+/// The frontends a plan asked for, before conflicts between Services are resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Requested {
+    pub(crate) cluster_ip: Option<IpAddr>,
+    pub(crate) external_ips: Vec<IpAddr>,
+    pub(crate) load_balancer_ips: Vec<IpAddr>,
+    pub(crate) node_port: Option<u16>,
+}
+
+/// Every decision for one service port in one family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServicePortPlan {
+    /// `ns/svc:port` + protocol.
+    pub name: ServicePortName,
+    /// Address family.
+    pub family: IpFamily,
+    /// Service port.
+    pub port: u16,
+    /// ClusterIP frontend (None only when another Service owns the same IP and port).
+    pub cluster_ip: Option<IpAddr>,
+    /// NodePort frontend.
+    pub node_port: Option<u16>,
+    /// externalIP frontends.
+    pub external_ips: Vec<IpAddr>,
+    /// LoadBalancer ingress IPs (ipMode VIP) of this family.
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `loadBalancerSourceRanges` of this family.
+    pub source_ranges: Vec<IpNet>,
+    /// A node IP lies inside the source ranges: LB IPs are also allowed as sources.
+    pub allow_from_node: bool,
+    /// ClientIP affinity timeout.
+    pub affinity_timeout: Option<u32>,
+    /// `internalTrafficPolicy: Local`.
+    pub internal_local: bool,
+    /// `externalTrafficPolicy: Local` on an externally reachable Service.
+    pub external_local: bool,
+    /// Some usable endpoint exists anywhere in the cluster.
+    pub has_endpoints: bool,
+    /// Endpoints for Cluster policy (ready, topology-filtered; else serving+terminating).
+    pub cluster_endpoints: Vec<Backend>,
+    /// Endpoints for Local policy (local ready; else local serving+terminating).
+    pub local_endpoints: Vec<Backend>,
+    /// `healthCheckNodePort`.
+    pub health_check_node_port: Option<u16>,
+    /// Frontends lost to another service port that claimed them first.
+    pub shadowed: Vec<Frontend>,
+    pub(crate) requested: Requested,
+}
+
+impl ServicePortPlan {
+    /// Reachable from outside via NodePort, externalIPs or LB IPs.
+    pub fn externally_accessible(&self) -> bool {
+        self.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
+    }
+
+    /// Traffic to the ClusterIP.
+    pub fn internal_target(&self) -> Target {
+        match (self.has_endpoints, self.internal_local) {
+            (false, _) => Target::Reject,
+            (true, true) if self.local_endpoints.is_empty() => Target::Drop,
+            (true, true) => Target::Local,
+            (true, false) => Target::Cluster,
+        }
+    }
+
+    /// Traffic to NodePort, externalIPs and LB IPs arriving from outside the cluster. Pod- and
+    /// node-originated traffic short-circuits to the cluster set under Local policy.
+    pub fn external_target(&self) -> Target {
+        match (self.has_endpoints, self.external_local) {
+            (false, _) => Target::Reject,
+            (true, true) if self.local_endpoints.is_empty() => Target::Drop,
+            (true, true) => Target::Local,
+            (true, false) => Target::Cluster,
+        }
+    }
+
+    /// True when LB source ranges apply (`KUBE-FW-*` in kube-proxy).
+    pub fn uses_firewall(&self) -> bool {
+        self.has_endpoints && !self.load_balancer_ips.is_empty() && !self.source_ranges.is_empty()
+    }
+
+    /// Every endpoint this node may DNAT to (cluster set plus local set, deduplicated, sorted).
+    pub fn reachable_endpoints(&self) -> Vec<Backend> {
+        let mut all: Vec<Backend> = self
+            .cluster_endpoints
+            .iter()
+            .chain(&self.local_endpoints)
+            .copied()
+            .collect();
+        all.sort();
+        all.dedup_by_key(|b| (b.ip, b.port));
+        all
+    }
+
+    /// Every frontend this plan owns.
+    pub fn frontends(&self) -> Vec<Frontend> {
+        frontends_of(
+            &self.name,
+            self.family,
+            self.port,
+            self.cluster_ip,
+            &self.external_ips,
+            &self.load_balancer_ips,
+            self.node_port,
+        )
+    }
+
+    fn requested_frontends(&self) -> Vec<Frontend> {
+        let r = &self.requested;
+        frontends_of(
+            &self.name,
+            self.family,
+            self.port,
+            r.cluster_ip,
+            &r.external_ips,
+            &r.load_balancer_ips,
+            r.node_port,
+        )
+    }
+
+    fn restrict_to(&mut self, owns: impl Fn(&Frontend) -> bool) {
+        let (p, proto, family) = (self.port, self.name.protocol, self.family);
+        let ip_owned = |ip: &IpAddr| {
+            owns(&Frontend::Ip {
+                ip: *ip,
+                protocol: proto,
+                port: p,
+            })
+        };
+        let r = &self.requested;
+        self.cluster_ip = r.cluster_ip.filter(ip_owned);
+        self.external_ips = r.external_ips.iter().copied().filter(ip_owned).collect();
+        self.load_balancer_ips = r.load_balancer_ips.iter().copied().filter(ip_owned).collect();
+        self.node_port = r.node_port.filter(|np| {
+            owns(&Frontend::NodePort {
+                family,
+                protocol: proto,
+                port: *np,
+            })
+        });
+        self.shadowed = self
+            .requested_frontends()
+            .into_iter()
+            .filter(|f| !owns(f))
+            .collect();
+    }
+}
+
+fn frontends_of(
+    name: &ServicePortName,
+    family: IpFamily,
+    port: u16,
+    cluster_ip: Option<IpAddr>,
+    external_ips: &[IpAddr],
+    lb_ips: &[IpAddr],
+    node_port: Option<u16>,
+) -> Vec<Frontend> {
+    let protocol = name.protocol;
+    let mut out: Vec<Frontend> = cluster_ip
+        .iter()
+        .chain(external_ips)
+        .chain(lb_ips)
+        .map(|ip| Frontend::Ip {
+            ip: *ip,
+            protocol,
+            port,
+        })
+        .collect();
+    out.extend(node_port.map(|port| Frontend::NodePort {
+        family,
+        protocol,
+        port,
+    }));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Node-level facts per family that every renderer needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePlan {
+    /// Family.
+    pub family: IpFamily,
+    /// Node addresses of this family.
+    pub node_ips: Vec<IpAddr>,
+    /// Sources that count as pod traffic (empty: no local-traffic detection).
+    pub local_cidrs: Vec<IpNet>,
+    /// Where NodePorts are captured.
+    pub node_ports: NodePortDestinations,
+    /// Masquerade every ClusterIP connection.
+    pub masquerade_all: bool,
+    /// The masquerade mark bit.
+    pub masquerade_mark: u32,
+}
+
+/// The health-check NodePort server a Service needs (`externalTrafficPolicy: Local`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    /// The Service.
+    pub service: ServiceName,
+    /// `healthCheckNodePort`.
+    pub port: u16,
+    /// Local ready endpoints (distinct addresses); serving-but-terminating ones do not count.
+    pub local_endpoints: usize,
+}
+
+/// A planning problem worth reporting (the rest of the ruleset is still planned).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanWarning {
+    /// The affected service port.
+    pub service_port: ServicePortName,
+    /// What happened.
+    pub message: String,
+}
+
+/// The compiled plan for one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ruleset {
+    /// The node planned for.
+    pub node: NodeContext,
+    /// Node facts per family.
+    pub families: BTreeMap<IpFamily, NodePlan>,
+    /// Service port plans.
+    pub services: BTreeMap<PlanKey, ServicePortPlan>,
+    /// Health-check servers.
+    pub health_checks: BTreeMap<ServiceName, HealthCheck>,
+    claims: BTreeMap<Frontend, BTreeSet<PlanKey>>,
+    by_service: BTreeMap<ServiceName, BTreeSet<PlanKey>>,
+}
+
+impl Ruleset {
+    /// A ruleset with no Services.
+    pub fn empty(node: &NodeContext) -> Self {
+        let families = IpFamily::ALL
+            .into_iter()
+            .map(|family| {
+                let plan = NodePlan {
+                    family,
+                    node_ips: node.ips_of(family),
+                    local_cidrs: node.local_cidrs(family),
+                    node_ports: node.node_port_destinations(family),
+                    masquerade_all: node.settings.masquerade_all,
+                    masquerade_mark: node.settings.masquerade_mark(),
+                };
+                (family, plan)
+            })
+            .collect();
+        Ruleset {
+            node: node.clone(),
+            families,
+            services: BTreeMap::new(),
+            health_checks: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            by_service: BTreeMap::new(),
+        }
+    }
+
+    /// Node facts for `family`.
+    pub fn family(&self, family: IpFamily) -> &NodePlan {
+        &self.families[&family]
+    }
+
+    /// Plans of one family, in key order.
+    pub fn plans(&self, family: IpFamily) -> impl Iterator<Item = &ServicePortPlan> {
+        self.services.values().filter(move |p| p.family == family)
+    }
+
+    /// Re-plans `services` from `cluster` and returns the keys whose plans changed, including
+    /// plans of other Services whose frontends changed owner as a consequence.
+    pub fn update<'a>(
+        &mut self,
+        cluster: &ClusterState,
+        services: impl IntoIterator<Item = &'a ServiceName>,
+    ) -> BTreeSet<PlanKey> {
+        let mut old: BTreeMap<PlanKey, ServicePortPlan> = BTreeMap::new();
+        let mut touched: BTreeSet<Frontend> = BTreeSet::new();
+        let mut replanned: BTreeSet<PlanKey> = BTreeSet::new();
+        for name in services {
+            for key in self.by_service.remove(name).unwrap_or_default() {
+                if let Some(plan) = self.services.remove(&key) {
+                    for f in plan.requested_frontends() {
+                        self.unclaim(f, &key);
+                        touched.insert(f);
+                    }
+                    old.insert(key, plan);
+                }
+            }
+            self.health_checks.remove(name);
+            let Some(svc) = cluster.service(name) else {
+                continue;
+            };
+            let (plans, health) = plan_service(svc, cluster.endpoint_slices_for(name), &self.node);
+            if let Some(h) = health {
+                self.health_checks.insert(name.clone(), h);
+            }
+            for plan in plans {
+                let key = (plan.family, plan.name.clone());
+                for f in plan.requested_frontends() {
+                    self.claims.entry(f).or_default().insert(key.clone());
+                    touched.insert(f);
+                }
+                self.by_service
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(key.clone());
+                replanned.insert(key.clone());
+                self.services.insert(key, plan);
+            }
+        }
+        // Ownership of touched frontends may have moved: restrict every claimant again.
+        let mut affected: BTreeSet<PlanKey> = replanned.clone();
+        for f in &touched {
+            affected.extend(self.claims.get(f).into_iter().flatten().cloned());
+        }
+        let mut changed: BTreeSet<PlanKey> = BTreeSet::new();
+        for key in affected {
+            let claims = &self.claims;
+            let Some(plan) = self.services.get_mut(&key) else {
+                continue;
+            };
+            let baseline = if replanned.contains(&key) {
+                old.get(&key).cloned()
+            } else {
+                Some(plan.clone())
+            };
+            plan.restrict_to(|f| claims.get(f).and_then(|s| s.first()) == Some(&key));
+            if baseline.as_ref() != Some(&*plan) {
+                changed.insert(key);
+            }
+        }
+        changed.extend(old.into_keys().filter(|k| !self.services.contains_key(k)));
+        changed
+    }
+
+    fn unclaim(&mut self, f: Frontend, key: &PlanKey) {
+        if let Some(set) = self.claims.get_mut(&f) {
+            set.remove(key);
+            if set.is_empty() {
+                self.claims.remove(&f);
+            }
+        }
+    }
+
+    /// Frontend conflicts and other problems, for status reporting.
+    pub fn warnings(&self) -> Vec<PlanWarning> {
+        self.services
+            .values()
+            .flat_map(|p| {
+                p.shadowed.iter().map(move |f| {
+                    let owner = self
+                        .claims
+                        .get(f)
+                        .and_then(|s| s.first())
+                        .map(|k| k.1.to_string());
+                    PlanWarning {
+                        service_port: p.name.clone(),
+                        message: format!(
+                            "frontend {} is already used by {}; not programmed for this Service",
+                            describe(f),
+                            owner.unwrap_or_else(|| "another Service".into())
+                        ),
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+fn describe(f: &Frontend) -> String {
+    match f {
+        Frontend::Ip { ip, protocol, port } => format!("{}/{protocol}", join_host_port(ip, *port)),
+        Frontend::NodePort {
+            family,
+            protocol,
+            port,
+        } => format!("NodePort {port}/{protocol} ({family})"),
+    }
+}

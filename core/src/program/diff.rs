@@ -1,0 +1,284 @@
+//! Minimal changes between programs.
+//!
+//! Fragments are compared as wholes; inside a changed fragment, chains are added, flushed and
+//! refilled, or deleted, and rules/elements contributed to base chains and sets are added or
+//! deleted one by one. Things several fragments can share (per-count dispatch chains, hairpin
+//! elements, IPVS addresses) are reference counted, so they appear with their first user and
+//! disappear with their last.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::{Chain, ChainRef, Element, Fragment, Program, Rule, Set, SetRef, VirtualServer};
+use crate::model::ServicePortName;
+use crate::net::Protocol;
+
+/// Kernel-facing changes, in no particular order (printers order them safely).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChangeSet {
+    /// The base changed: replace everything with the new program.
+    pub full: bool,
+    /// Chains to create, with their rules.
+    pub add_chains: Vec<Chain>,
+    /// Existing chains whose rules changed: flush and refill.
+    pub flush_chains: Vec<Chain>,
+    /// Chains to delete.
+    pub delete_chains: Vec<ChainRef>,
+    /// Sets to create, with their elements.
+    pub add_sets: Vec<Set>,
+    /// Sets to delete.
+    pub delete_sets: Vec<SetRef>,
+    /// Elements to add to existing sets.
+    pub add_elements: Vec<(SetRef, Element)>,
+    /// Elements to remove from existing sets.
+    pub delete_elements: Vec<(SetRef, Element)>,
+    /// Rules to add to base chains.
+    pub add_rules: Vec<(ChainRef, Rule)>,
+    /// Rules to remove from base chains.
+    pub delete_rules: Vec<(ChainRef, Rule)>,
+    /// IPVS virtual servers to create.
+    pub add_virtual_servers: Vec<VirtualServer>,
+    /// IPVS virtual servers to change (old, new).
+    pub update_virtual_servers: Vec<(VirtualServer, VirtualServer)>,
+    /// IPVS virtual servers to delete.
+    pub delete_virtual_servers: Vec<VirtualServer>,
+}
+
+impl ChangeSet {
+    /// True when nothing needs to change.
+    pub fn is_empty(&self) -> bool {
+        !self.full && self.operations() == 0
+    }
+
+    /// Number of kernel objects touched (chains, sets, elements, rules, virtual servers).
+    pub fn operations(&self) -> usize {
+        self.add_chains.len()
+            + self.flush_chains.len()
+            + self.delete_chains.len()
+            + self.add_sets.len()
+            + self.delete_sets.len()
+            + self.add_elements.len()
+            + self.delete_elements.len()
+            + self.add_rules.len()
+            + self.delete_rules.len()
+            + self.add_virtual_servers.len()
+            + self.update_virtual_servers.len()
+            + self.delete_virtual_servers.len()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum RefKey {
+    Chain(ChainRef),
+    Elem(SetRef, Element),
+}
+
+/// A program plus the reference counts needed to update it one fragment at a time.
+#[derive(Debug, Clone)]
+pub struct ProgramState {
+    program: Program,
+    refs: HashMap<RefKey, u32>,
+    shared_sets: HashSet<SetRef>,
+}
+
+type VsKey = (std::net::IpAddr, Protocol, u16);
+
+impl ProgramState {
+    /// Starts from `program` (what is, or is about to be, programmed).
+    pub fn new(program: Program) -> ProgramState {
+        let shared_sets = program
+            .base
+            .sets
+            .iter()
+            .filter(|s| s.shared)
+            .map(Set::id)
+            .collect();
+        let mut state = ProgramState {
+            program,
+            refs: HashMap::new(),
+            shared_sets,
+        };
+        let keys: Vec<RefKey> = state
+            .program
+            .services
+            .values()
+            .flat_map(|f| state.ref_keys(f))
+            .collect();
+        for k in keys {
+            *state.refs.entry(k).or_default() += 1;
+        }
+        state
+    }
+
+    /// The current program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Gives the program back.
+    pub fn into_program(self) -> Program {
+        self.program
+    }
+
+    fn ref_keys(&self, frag: &Fragment) -> Vec<RefKey> {
+        let mut keys: Vec<RefKey> = frag.shared_chains.iter().map(|c| RefKey::Chain(c.id())).collect();
+        keys.extend(
+            frag.elements
+                .iter()
+                .filter(|(s, _)| self.shared_sets.contains(s))
+                .map(|(s, e)| RefKey::Elem(s.clone(), e.clone())),
+        );
+        keys
+    }
+
+    fn inc(&mut self, k: RefKey) -> bool {
+        let n = self.refs.entry(k).or_default();
+        *n += 1;
+        *n == 1
+    }
+
+    fn dec(&mut self, k: RefKey) -> bool {
+        match self.refs.get_mut(&k) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.refs.remove(&k);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Replaces (or with `None`, removes) one service port's fragment, appending the kernel
+    /// changes this needs to `out`.
+    pub fn replace(&mut self, key: &ServicePortName, new: Option<Fragment>, out: &mut ChangeSet) {
+        let old = self.program.services.remove(key).unwrap_or_default();
+        let new_frag = new.unwrap_or_default();
+        if old != new_frag {
+            self.diff_fragment(&old, &new_frag, out);
+        }
+        if new_frag != Fragment::default() {
+            self.program.services.insert(key.clone(), new_frag);
+        }
+    }
+
+    fn diff_fragment(&mut self, old: &Fragment, new: &Fragment, out: &mut ChangeSet) {
+        // Owned chains.
+        let old_chains: BTreeMap<ChainRef, &Chain> = old.chains.iter().map(|c| (c.id(), c)).collect();
+        let new_chains: BTreeMap<ChainRef, &Chain> = new.chains.iter().map(|c| (c.id(), c)).collect();
+        for (id, c) in &new_chains {
+            match old_chains.get(id) {
+                Some(prev) if prev == c => {}
+                Some(_) => out.flush_chains.push((*c).clone()),
+                None => out.add_chains.push((*c).clone()),
+            }
+        }
+        out.delete_chains.extend(
+            old_chains
+                .keys()
+                .filter(|id| !new_chains.contains_key(*id))
+                .cloned(),
+        );
+
+        // Owned sets: recreate when the definition changed.
+        let old_sets: BTreeMap<SetRef, &Set> = old.sets.iter().map(|s| (s.id(), s)).collect();
+        let new_sets: BTreeMap<SetRef, &Set> = new.sets.iter().map(|s| (s.id(), s)).collect();
+        for (id, s) in &new_sets {
+            match old_sets.get(id) {
+                Some(prev) if prev == s => {}
+                Some(_) => {
+                    out.delete_sets.push(id.clone());
+                    out.add_sets.push((*s).clone());
+                }
+                None => out.add_sets.push((*s).clone()),
+            }
+        }
+        out.delete_sets
+            .extend(old_sets.keys().filter(|id| !new_sets.contains_key(*id)).cloned());
+
+        // Shared chains: created by their first user, deleted with their last.
+        let old_shared: BTreeSet<ChainRef> = old.shared_chains.iter().map(Chain::id).collect();
+        let new_shared: BTreeSet<ChainRef> = new.shared_chains.iter().map(Chain::id).collect();
+        for c in new.shared_chains.iter().filter(|c| !old_shared.contains(&c.id())) {
+            if self.inc(RefKey::Chain(c.id())) {
+                out.add_chains.push(c.clone());
+            }
+        }
+        for id in old_shared.difference(&new_shared) {
+            if self.dec(RefKey::Chain(id.clone())) {
+                out.delete_chains.push(id.clone());
+            }
+        }
+
+        // Rules contributed to base chains.
+        let old_rules: HashSet<&(ChainRef, Rule)> = old.rules.iter().collect();
+        let new_rules: HashSet<&(ChainRef, Rule)> = new.rules.iter().collect();
+        out.delete_rules
+            .extend(old.rules.iter().filter(|r| !new_rules.contains(r)).cloned());
+        out.add_rules
+            .extend(new.rules.iter().filter(|r| !old_rules.contains(r)).cloned());
+
+        // Elements contributed to base sets.
+        let old_elems: HashSet<&(SetRef, Element)> = old.elements.iter().collect();
+        let new_elems: HashSet<&(SetRef, Element)> = new.elements.iter().collect();
+        for (s, e) in old.elements.iter().filter(|x| !new_elems.contains(x)) {
+            let gone = !self.shared_sets.contains(s) || self.dec(RefKey::Elem(s.clone(), e.clone()));
+            if gone {
+                out.delete_elements.push((s.clone(), e.clone()));
+            }
+        }
+        for (s, e) in new.elements.iter().filter(|x| !old_elems.contains(x)) {
+            let fresh = !self.shared_sets.contains(s) || self.inc(RefKey::Elem(s.clone(), e.clone()));
+            if fresh {
+                out.add_elements.push((s.clone(), e.clone()));
+            }
+        }
+
+        // IPVS virtual servers, keyed by address, protocol and port.
+        let key = |v: &VirtualServer| -> VsKey { (v.ip, v.protocol, v.port) };
+        let old_vs: BTreeMap<VsKey, &VirtualServer> =
+            old.virtual_servers.iter().map(|v| (key(v), v)).collect();
+        let new_vs: BTreeMap<VsKey, &VirtualServer> =
+            new.virtual_servers.iter().map(|v| (key(v), v)).collect();
+        for (k, v) in &new_vs {
+            match old_vs.get(k) {
+                Some(prev) if prev == v => {}
+                Some(prev) => out.update_virtual_servers.push(((*prev).clone(), (*v).clone())),
+                None => out.add_virtual_servers.push((*v).clone()),
+            }
+        }
+        out.delete_virtual_servers.extend(
+            old_vs
+                .iter()
+                .filter(|(k, _)| !new_vs.contains_key(k))
+                .map(|(_, v)| (*v).clone()),
+        );
+    }
+}
+
+/// The minimal change from `old` to `new`. When the base differs (node addresses, settings,
+/// mode), the result is a full replacement.
+pub fn diff(old: &Program, new: &Program) -> ChangeSet {
+    if old.dialect != new.dialect
+        || old.family != new.family
+        || old.base != new.base
+        || old.large_cluster != new.large_cluster
+    {
+        return ChangeSet {
+            full: true,
+            ..ChangeSet::default()
+        };
+    }
+    let mut state = ProgramState::new(old.clone());
+    let mut out = ChangeSet::default();
+    let keys: BTreeSet<&ServicePortName> = old.services.keys().chain(new.services.keys()).collect();
+    for key in keys {
+        if old.services.get(key) != new.services.get(key) {
+            state.replace(key, new.services.get(key).cloned(), &mut out);
+        }
+    }
+    out
+}

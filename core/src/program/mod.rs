@@ -1,0 +1,144 @@
+//! Programs: what a renderer produces from a [`Ruleset`](crate::plan::Ruleset) for one family.
+//!
+//! A [`Program`] is a base [`Fragment`] (constant chains, hooks, shared sets) plus one fragment
+//! per service port. Fragments are what incremental syncs replace; [`diff`] turns a set of
+//! replaced fragments into the minimal [`ChangeSet`].
+
+mod diff;
+mod ir;
+
+use std::collections::BTreeMap;
+
+pub use diff::{ChangeSet, ProgramState, diff};
+pub use ir::*;
+
+use crate::model::ServicePortName;
+use crate::net::IpFamily;
+
+/// A complete program for one family and one dialect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Program {
+    /// Printer/kernel interface.
+    pub dialect: Dialect,
+    /// Family.
+    pub family: IpFamily,
+    /// Chains, sets and rules that exist regardless of Services.
+    pub base: Fragment,
+    /// One fragment per service port.
+    pub services: BTreeMap<ServicePortName, Fragment>,
+    /// kube-proxy's large-cluster mode (iptables): per-endpoint comments are omitted.
+    pub large_cluster: bool,
+}
+
+use serde::Serialize;
+
+/// A chain with every contribution in place, in evaluation order.
+#[derive(Debug, Clone)]
+pub struct AssembledChain<'a> {
+    /// The definition (hook, table, name).
+    pub def: &'a Chain,
+    /// Rules: head, per-Service contributions (in key order), tail.
+    pub rules: Vec<&'a Rule>,
+}
+
+/// A set with every element in place.
+#[derive(Debug, Clone)]
+pub struct AssembledSet<'a> {
+    /// The definition.
+    pub def: &'a Set,
+    /// Elements (definer's first, then contributions in key order; shared ones deduplicated).
+    pub elements: Vec<&'a Element>,
+}
+
+/// A whole program flattened for printing and tracing.
+#[derive(Debug, Clone, Default)]
+pub struct Assembled<'a> {
+    /// Chains in definition order: base first, then per-Service chains in key order.
+    pub chains: Vec<AssembledChain<'a>>,
+    /// Sets in definition order.
+    pub sets: Vec<AssembledSet<'a>>,
+    /// IPVS virtual servers.
+    pub virtual_servers: Vec<&'a VirtualServer>,
+}
+
+impl<'a> Assembled<'a> {
+    /// Finds a chain.
+    pub fn chain(&self, table: &str, name: &str) -> Option<&AssembledChain<'a>> {
+        self.chains
+            .iter()
+            .find(|c| c.def.table == table && &*c.def.name == name)
+    }
+
+    /// Finds a set.
+    pub fn set(&self, table: &str, name: &str) -> Option<&AssembledSet<'a>> {
+        self.sets
+            .iter()
+            .find(|s| s.def.table == table && &*s.def.name == name)
+    }
+}
+
+impl Program {
+    /// An empty program.
+    pub fn new(dialect: Dialect, family: IpFamily, base: Fragment) -> Program {
+        Program {
+            dialect,
+            family,
+            base,
+            services: BTreeMap::new(),
+            large_cluster: false,
+        }
+    }
+
+    /// Every fragment, base first.
+    pub fn fragments(&self) -> impl Iterator<Item = &Fragment> {
+        std::iter::once(&self.base).chain(self.services.values())
+    }
+
+    /// Flattens the program: contributions placed into their chains and sets.
+    pub fn assemble(&self) -> Assembled<'_> {
+        let mut out = Assembled::default();
+        let mut chain_index: BTreeMap<ChainRef, usize> = BTreeMap::new();
+        let mut set_index: BTreeMap<SetRef, usize> = BTreeMap::new();
+        for frag in self.fragments() {
+            for chain in frag.chains.iter().chain(&frag.shared_chains) {
+                if chain_index.contains_key(&chain.id()) {
+                    continue;
+                }
+                chain_index.insert(chain.id(), out.chains.len());
+                out.chains.push(AssembledChain {
+                    def: chain,
+                    rules: chain.rules.iter().collect(),
+                });
+            }
+            for set in &frag.sets {
+                set_index.insert(set.id(), out.sets.len());
+                out.sets.push(AssembledSet {
+                    def: set,
+                    elements: set.elements.iter().collect(),
+                });
+            }
+        }
+        for frag in self.services.values() {
+            for (chain, rule) in &frag.rules {
+                if let Some(i) = chain_index.get(chain) {
+                    out.chains[*i].rules.push(rule);
+                }
+            }
+            for (set, elem) in &frag.elements {
+                if let Some(i) = set_index.get(set) {
+                    out.sets[*i].elements.push(elem);
+                }
+            }
+            out.virtual_servers.extend(&frag.virtual_servers);
+        }
+        for c in &mut out.chains {
+            c.rules.extend(&c.def.tail);
+        }
+        for s in out.sets.iter_mut().filter(|s| s.def.shared) {
+            let mut seen = std::collections::HashSet::new();
+            s.elements.retain(|e| seen.insert(*e));
+        }
+        out.virtual_servers.extend(&self.base.virtual_servers);
+        out
+    }
+}

@@ -1,0 +1,532 @@
+//! iptables layout: kube-proxy's chains, names and rule shapes (pkg/proxy/iptables/proxier.go).
+
+use std::net::IpAddr;
+
+use crate::net::{IpFamily, IpNet};
+use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
+use crate::program::{
+    Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Dialect, Fragment, Hook, Match, Name, Program,
+    Rule, Verdict,
+};
+use crate::render::names;
+
+/// The filter table.
+pub const FILTER: &str = "filter";
+/// The nat table.
+pub const NAT: &str = "nat";
+
+/// kube-proxy drops per-endpoint comments above this many endpoints ("large cluster mode").
+pub const LARGE_CLUSTER_ENDPOINTS: usize = 1000;
+
+const KUBE_SERVICES: &str = "KUBE-SERVICES";
+const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
+const KUBE_NODEPORTS: &str = "KUBE-NODEPORTS";
+const KUBE_FORWARD: &str = "KUBE-FORWARD";
+const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
+const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
+const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
+
+fn cref(table: &'static str, name: &str) -> ChainRef {
+    ChainRef {
+        table,
+        name: name.into(),
+    }
+}
+
+fn jump(c: &str) -> Action {
+    Action::Verdict(Verdict::Jump(c.into()))
+}
+
+fn comment(s: impl Into<Name>) -> Match {
+    Match::Comment(s.into())
+}
+
+fn host(ip: IpAddr) -> Match {
+    Match::Dst(IpNet::from(ip), false)
+}
+
+/// True when the ruleset is big enough for kube-proxy's large-cluster mode.
+pub fn is_large(ruleset: &Ruleset, family: IpFamily) -> bool {
+    ruleset
+        .plans(family)
+        .map(|p| p.reachable_endpoints().len())
+        .sum::<usize>()
+        > LARGE_CLUSTER_ENDPOINTS
+}
+
+/// Lowers the whole ruleset for one family.
+pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
+    let np = ruleset.family(family);
+    let compact = is_large(ruleset, family);
+    let mut program = Program::new(Dialect::Iptables, family, base(np));
+    // Large-cluster mode changes every endpoint rule: crossing the threshold is a full resync.
+    program.large_cluster = compact;
+    for plan in ruleset.plans(family) {
+        program
+            .services
+            .insert(plan.name.clone(), lower_plan(np, plan, compact));
+    }
+    program
+}
+
+fn builtin(
+    table: &'static str,
+    name: &str,
+    hook: Hook,
+    kind: ChainKind,
+    priority: i32,
+    rules: Vec<Rule>,
+) -> Chain {
+    Chain {
+        hook: Some(BaseHook { hook, kind, priority }),
+        builtin: true,
+        ..Chain::new(table, name, rules)
+    }
+}
+
+fn new_conn() -> Match {
+    Match::Ct(CtState::New)
+}
+
+/// Constant chains, the jumps from built-in chains, masquerade and forwarding rules.
+pub fn base(np: &NodePlan) -> Fragment {
+    let mark = np.masquerade_mark;
+    let portals = || comment("kubernetes service portals");
+    let external = || comment("kubernetes externally-visible service portals");
+    let firewall = || comment("kubernetes load balancer firewall");
+    let r = |m: Vec<Match>, c: &str| Rule::new(m, jump(c));
+    // Built-in chains in the order kube-proxy's prepends leave them.
+    let mut chains = vec![
+        builtin(
+            FILTER,
+            "INPUT",
+            Hook::Input,
+            ChainKind::Filter,
+            0,
+            vec![
+                r(vec![new_conn(), firewall()], KUBE_PROXY_FIREWALL),
+                r(
+                    vec![comment("kubernetes health check service ports")],
+                    KUBE_NODEPORTS,
+                ),
+                r(vec![new_conn(), external()], KUBE_EXTERNAL_SERVICES),
+            ],
+        ),
+        builtin(
+            FILTER,
+            "FORWARD",
+            Hook::Forward,
+            ChainKind::Filter,
+            0,
+            vec![
+                r(vec![new_conn(), firewall()], KUBE_PROXY_FIREWALL),
+                r(vec![comment("kubernetes forwarding rules")], KUBE_FORWARD),
+                r(vec![new_conn(), portals()], KUBE_SERVICES),
+                r(vec![new_conn(), external()], KUBE_EXTERNAL_SERVICES),
+            ],
+        ),
+        builtin(
+            FILTER,
+            "OUTPUT",
+            Hook::Output,
+            ChainKind::Filter,
+            0,
+            vec![
+                r(vec![new_conn(), firewall()], KUBE_PROXY_FIREWALL),
+                r(vec![new_conn(), portals()], KUBE_SERVICES),
+            ],
+        ),
+        builtin(
+            NAT,
+            "PREROUTING",
+            Hook::Prerouting,
+            ChainKind::Nat,
+            -100,
+            vec![r(vec![portals()], KUBE_SERVICES)],
+        ),
+        builtin(
+            NAT,
+            "OUTPUT",
+            Hook::Output,
+            ChainKind::Nat,
+            -100,
+            vec![r(vec![portals()], KUBE_SERVICES)],
+        ),
+        builtin(
+            NAT,
+            "POSTROUTING",
+            Hook::Postrouting,
+            ChainKind::Nat,
+            100,
+            vec![r(vec![comment("kubernetes postrouting rules")], KUBE_POSTROUTING)],
+        ),
+    ];
+    for name in [
+        KUBE_SERVICES,
+        KUBE_EXTERNAL_SERVICES,
+        KUBE_NODEPORTS,
+        KUBE_PROXY_FIREWALL,
+    ] {
+        chains.push(Chain::new(FILTER, name, vec![]));
+    }
+    chains.push(Chain::new(
+        FILTER,
+        KUBE_FORWARD,
+        vec![
+            Rule::new(vec![Match::Ct(CtState::Invalid)], Action::Verdict(Verdict::Drop)),
+            Rule::new(
+                vec![comment("kubernetes forwarding rules"), Match::Mark(mark, false)],
+                Action::Verdict(Verdict::Accept),
+            ),
+            Rule::new(
+                vec![
+                    comment("kubernetes forwarding conntrack rule"),
+                    Match::Ct(CtState::RelatedEstablished),
+                ],
+                Action::Verdict(Verdict::Accept),
+            ),
+        ],
+    ));
+    // NodePorts: "this must be the last rule in this chain".
+    let np_comment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
+    let tail = match &np.node_ports {
+        NodePortDestinations::AllLocal => vec![r(
+            vec![
+                comment(np_comment),
+                Match::DstLocal(true),
+                Match::Dst(np.family.loopback_net(), true),
+            ],
+            KUBE_NODEPORTS,
+        )],
+        NodePortDestinations::Ips(ips) => ips
+            .iter()
+            .map(|ip| r(vec![comment(np_comment), host(*ip)], KUBE_NODEPORTS))
+            .collect(),
+    };
+    chains.push(Chain {
+        tail,
+        ..Chain::new(NAT, KUBE_SERVICES, vec![])
+    });
+    chains.push(Chain::new(NAT, KUBE_NODEPORTS, vec![]));
+    chains.push(Chain::new(
+        NAT,
+        KUBE_POSTROUTING,
+        vec![
+            Rule::new(vec![Match::Mark(mark, true)], Action::Verdict(Verdict::Return)),
+            Rule::new(vec![], Action::MarkXor(mark)),
+            Rule::new(
+                vec![comment("kubernetes service traffic requiring SNAT")],
+                Action::Masquerade { fully_random: true },
+            ),
+        ],
+    ));
+    chains.push(Chain::new(
+        NAT,
+        KUBE_MARK_MASQ,
+        vec![Rule::new(vec![], Action::MarkOr(mark))],
+    ));
+    Fragment {
+        chains,
+        ..Fragment::default()
+    }
+}
+
+/// Lowers one service port exactly as kube-proxy writes it.
+pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragment {
+    let spn = plan.name.to_string();
+    let proto = plan.name.protocol;
+    let port = plan.port;
+    let svc_chain = names::service_chain("KUBE-SVC-", &plan.name);
+    let svl_chain = names::service_chain("KUBE-SVL-", &plan.name);
+    let ext_chain = names::service_chain("KUBE-EXT-", &plan.name);
+    let fw_chain = names::service_chain("KUBE-FW-", &plan.name);
+    let mut frag = Fragment::default();
+    let mut nat = |chain: &str, rule: Rule| frag.rules.push((cref(NAT, chain), rule));
+    let mut filter_rules: Vec<(ChainRef, Rule)> = Vec::new();
+    let mut filter = |chain: &str, rule: Rule| filter_rules.push((cref(FILTER, chain), rule));
+
+    let internal = plan.internal_target();
+    let external = plan.external_target();
+    let has_internal = matches!(internal, Target::Cluster | Target::Local);
+    let has_external = matches!(external, Target::Cluster | Target::Local);
+    let internal_chain = if plan.internal_local {
+        &svl_chain
+    } else {
+        &svc_chain
+    };
+    let external_policy_chain = if plan.external_local {
+        &svl_chain
+    } else {
+        &svc_chain
+    };
+    let filter_for = |t: Target| -> (Verdict, String) {
+        match t {
+            Target::Reject => (Verdict::Reject, format!("{spn} has no endpoints")),
+            _ => (Verdict::Drop, format!("{spn} has no local endpoints")),
+        }
+    };
+    let uses_external_chain = plan.has_endpoints && plan.externally_accessible();
+    let uses_fw = plan.uses_firewall();
+    let lb_chain = if uses_fw { &fw_chain } else { &ext_chain };
+    let dport = |m: &mut Vec<Match>, p: u16| {
+        m.push(Match::Proto(proto));
+        m.push(Match::DstPort(p));
+    };
+    let capture = |c: String, ip: IpAddr| {
+        let mut m = vec![comment(c)];
+        m.push(Match::Proto(proto));
+        m.push(host(ip));
+        m.push(Match::DstPort(port));
+        m
+    };
+
+    // Capture the ClusterIP.
+    if let Some(cip) = plan.cluster_ip {
+        if has_internal {
+            nat(
+                KUBE_SERVICES,
+                Rule::new(capture(format!("{spn} cluster IP"), cip), jump(internal_chain)),
+            );
+        } else {
+            let (v, c) = filter_for(internal);
+            filter(KUBE_SERVICES, Rule::new(capture(c, cip), Action::Verdict(v)));
+        }
+    }
+    // Capture externalIPs.
+    for ip in &plan.external_ips {
+        if plan.has_endpoints {
+            nat(
+                KUBE_SERVICES,
+                Rule::new(capture(format!("{spn} external IP"), *ip), jump(&ext_chain)),
+            );
+        }
+        if !has_external {
+            let (v, c) = filter_for(external);
+            filter(
+                KUBE_EXTERNAL_SERVICES,
+                Rule::new(capture(c, *ip), Action::Verdict(v)),
+            );
+        }
+    }
+    // Capture load-balancer ingress.
+    for ip in &plan.load_balancer_ips {
+        if plan.has_endpoints {
+            nat(
+                KUBE_SERVICES,
+                Rule::new(capture(format!("{spn} loadbalancer IP"), *ip), jump(lb_chain)),
+            );
+        }
+        if uses_fw {
+            filter(
+                KUBE_PROXY_FIREWALL,
+                Rule::new(
+                    capture(format!("{spn} traffic not accepted by {fw_chain}"), *ip),
+                    Action::Verdict(Verdict::Drop),
+                ),
+            );
+        }
+    }
+    if !has_external {
+        for ip in &plan.load_balancer_ips {
+            let (v, c) = filter_for(external);
+            filter(
+                KUBE_EXTERNAL_SERVICES,
+                Rule::new(capture(c, *ip), Action::Verdict(v)),
+            );
+        }
+    }
+    // Capture NodePorts.
+    if let Some(node_port) = plan.node_port {
+        if plan.has_endpoints {
+            let mut m = vec![comment(spn.clone())];
+            dport(&mut m, node_port);
+            nat(KUBE_NODEPORTS, Rule::new(m, jump(&ext_chain)));
+        }
+        if !has_external {
+            let (v, c) = filter_for(external);
+            let mut m = vec![comment(c), Match::DstLocal(true)];
+            dport(&mut m, node_port);
+            filter(KUBE_EXTERNAL_SERVICES, Rule::new(m, Action::Verdict(v)));
+        }
+    }
+    // Health-check NodePort: accepted regardless of local endpoints.
+    if let Some(hc) = plan.health_check_node_port {
+        let mut m = vec![comment(format!("{spn} health check node port"))];
+        m.push(Match::Proto(crate::net::Protocol::Tcp));
+        m.push(Match::DstPort(hc));
+        filter(KUBE_NODEPORTS, Rule::new(m, Action::Verdict(Verdict::Accept)));
+    }
+    frag.rules.extend(filter_rules);
+
+    let mut chains: Vec<Chain> = Vec::new();
+    let chain_rules = |name: &str, rules: &mut Vec<(String, Vec<Rule>)>| -> usize {
+        match rules.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                rules.push((name.to_string(), Vec::new()));
+                rules.len() - 1
+            }
+        }
+    };
+    let mut per_chain: Vec<(String, Vec<Rule>)> = Vec::new();
+
+    // Internal traffic: masquerade off-cluster (or all) traffic to the ClusterIP.
+    if let (true, Some(cip)) = (has_internal, plan.cluster_ip) {
+        let base = capture(format!("{spn} cluster IP"), cip);
+        let i = chain_rules(internal_chain, &mut per_chain);
+        if np.masquerade_all {
+            per_chain[i].1.push(Rule::new(base, jump(KUBE_MARK_MASQ)));
+        } else if let Some(cidr) = np.local_cidrs.first() {
+            let mut m = base;
+            m.push(Match::Src(*cidr, true));
+            per_chain[i].1.push(Rule::new(m, jump(KUBE_MARK_MASQ)));
+        }
+    }
+    // External traffic.
+    if uses_external_chain {
+        let i = chain_rules(&ext_chain, &mut per_chain);
+        let rules = &mut per_chain[i].1;
+        if !plan.external_local {
+            rules.push(Rule::new(
+                vec![comment(format!(
+                    "masquerade traffic for {spn} external destinations"
+                ))],
+                jump(KUBE_MARK_MASQ),
+            ));
+        } else {
+            if let Some(cidr) = np.local_cidrs.first() {
+                rules.push(Rule::new(
+                    vec![
+                        comment(format!("pod traffic for {spn} external destinations")),
+                        Match::Src(*cidr, false),
+                    ],
+                    jump(&svc_chain),
+                ));
+            }
+            rules.push(Rule::new(
+                vec![
+                    comment(format!(
+                        "masquerade LOCAL traffic for {spn} external destinations"
+                    )),
+                    Match::SrcLocal(true),
+                ],
+                jump(KUBE_MARK_MASQ),
+            ));
+            rules.push(Rule::new(
+                vec![
+                    comment(format!("route LOCAL traffic for {spn} external destinations")),
+                    Match::SrcLocal(true),
+                ],
+                jump(&svc_chain),
+            ));
+        }
+        if has_external {
+            rules.push(Rule::new(vec![], jump(external_policy_chain)));
+        }
+    }
+    // Firewall chain.
+    if uses_fw {
+        let i = chain_rules(&fw_chain, &mut per_chain);
+        let rules = &mut per_chain[i].1;
+        let c = format!("{spn} loadbalancer IP");
+        for range in &plan.source_ranges {
+            rules.push(Rule::new(
+                vec![comment(c.clone()), Match::Src(*range, false)],
+                jump(&ext_chain),
+            ));
+        }
+        if plan.allow_from_node {
+            for ip in &plan.load_balancer_ips {
+                rules.push(Rule::new(
+                    vec![comment(c.clone()), Match::Src(IpNet::from(*ip), false)],
+                    jump(&ext_chain),
+                ));
+            }
+        }
+        rules.push(Rule::new(
+            vec![comment(format!(
+                "other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"
+            ))],
+            Action::Nothing,
+        ));
+    }
+    // Endpoint dispatch chains.
+    let uses_cluster_chain =
+        !plan.cluster_endpoints.is_empty() && (!plan.internal_local || plan.externally_accessible());
+    let uses_local_chain = !plan.local_endpoints.is_empty() && (plan.internal_local || plan.external_local);
+    for (chain, eps, used) in [
+        (&svc_chain, &plan.cluster_endpoints, uses_cluster_chain),
+        (&svl_chain, &plan.local_endpoints, uses_local_chain),
+    ] {
+        if !used {
+            continue;
+        }
+        let i = chain_rules(chain, &mut per_chain);
+        service_to_endpoint_rules(&mut per_chain[i].1, plan, eps, compact);
+    }
+    // Endpoint chains.
+    for ep in plan
+        .reachable_endpoints()
+        .iter()
+        .filter(|_| uses_cluster_chain || uses_local_chain)
+    {
+        let sep = names::endpoint_chain(&plan.name, ep);
+        let head: Vec<Match> = if compact {
+            vec![]
+        } else {
+            vec![comment(spn.clone())]
+        };
+        let mut masq = head.clone();
+        masq.push(Match::Src(IpNet::from(ep.ip), false));
+        let mut dnat = head;
+        if plan.affinity_timeout.is_some() {
+            dnat.push(Match::RecentSet(sep.clone().into()));
+        }
+        dnat.push(Match::Proto(proto));
+        chains.push(Chain::new(
+            NAT,
+            sep,
+            vec![
+                Rule::new(masq, jump(KUBE_MARK_MASQ)),
+                Rule::new(dnat, Action::Dnat(ep.ip, ep.port)),
+            ],
+        ));
+    }
+    let mut owned: Vec<Chain> = per_chain
+        .into_iter()
+        .map(|(n, rules)| Chain::new(NAT, n, rules))
+        .collect();
+    owned.extend(chains);
+    frag.chains = owned;
+    frag
+}
+
+fn service_to_endpoint_rules(rules: &mut Vec<Rule>, plan: &ServicePortPlan, eps: &[Backend], compact: bool) {
+    let spn = plan.name.to_string();
+    let head = |ep: &Backend| -> Vec<Match> {
+        if compact {
+            vec![]
+        } else {
+            vec![comment(format!("{spn} -> {ep}"))]
+        }
+    };
+    if let Some(seconds) = plan.affinity_timeout {
+        for ep in eps {
+            let sep = names::endpoint_chain(&plan.name, ep);
+            let mut m = head(ep);
+            m.push(Match::Recent {
+                name: sep.clone().into(),
+                seconds,
+            });
+            rules.push(Rule::new(m, jump(&sep)));
+        }
+    }
+    let n = eps.len();
+    for (i, ep) in eps.iter().enumerate() {
+        let mut m = head(ep);
+        if i < n - 1 {
+            m.push(Match::Probability((n - i) as u32));
+        }
+        rules.push(Rule::new(m, jump(&names::endpoint_chain(&plan.name, ep))));
+    }
+}

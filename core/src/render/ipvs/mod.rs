@@ -1,0 +1,7 @@
+//! IPVS backend: virtual servers, ipsets and kube-proxy's IPVS-mode rules ([`lower`]), printed
+//! as ipset/iptables-restore/ipvsadm text ([`text`]).
+
+mod lower;
+pub mod text;
+
+pub use lower::{DUMMY_INTERFACE, IPVS_IPS, base, lower, lower_plan, set_name};

@@ -1,0 +1,642 @@
+//! nftables layout: verdict maps and DNAT maps, chains O(distinct behaviours).
+//!
+//! ```text
+//! nat-prerouting/nat-output -> services:  daddr.proto.dport vmap @service-ips      -> behaviour chain
+//!                                         fib daddr local: proto.dport vmap @service-nodeports
+//! behaviour chains (cluster-ip, cluster-ip-local, external, external-local, nodeport, nodeport-local):
+//!     masquerade decision, then  key vmap @<set>-lb        -> goto <set>-lb-N (one chain per N)
+//! <set>-lb-N:  dnat to key . numgen random mod N map @<set>-endpoints
+//! filter hooks: firewall-check (source ranges, pre-DNAT), service-endpoints-check and
+//!               nodeport-endpoints-check (reject/drop via @no-endpoint-* maps)
+//! nat-postrouting -> masquerading: hairpin (ct dnat, saddr.daddr @hairpin), mark 0x4000
+//! ```
+//! Only Services with ClientIP affinity get their own chains (per-endpoint affinity sets, as
+//! kube-proxy), because affinity state must die with the endpoint.
+
+use std::net::IpAddr;
+
+use crate::net::{IpFamily, IpNet};
+use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
+use crate::program::{
+    Action, BaseHook, Chain, ChainKind, CtState, DataType, Dialect, ElemData, Element, Field, Fragment, Hook,
+    KeyType, Match, Name, Program, Rule, Set, SetFlags, SetRef, Value, Verdict,
+};
+use crate::render::names;
+
+/// The table every object lives in (`table ip tideway` / `table ip6 tideway`).
+pub const TABLE: &str = "tideway";
+
+const FRONTEND: [Field; 3] = [Field::DstIp, Field::Proto, Field::DstPort];
+const NODEPORT: [Field; 2] = [Field::Proto, Field::DstPort];
+
+fn set_ref(name: &str) -> SetRef {
+    SetRef {
+        table: TABLE,
+        name: name.into(),
+    }
+}
+
+fn jump(c: &str) -> Action {
+    Action::Verdict(Verdict::Jump(c.into()))
+}
+
+fn goto(c: &str) -> Verdict {
+    Verdict::Goto(c.into())
+}
+
+/// Lowers the whole ruleset for one family.
+pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
+    let np = ruleset.family(family);
+    let mut program = Program::new(Dialect::Nftables, family, base(np));
+    for plan in ruleset.plans(family) {
+        let frag = lower_plan(np, plan);
+        if frag != Fragment::default() {
+            program.services.insert(plan.name.clone(), frag);
+        }
+    }
+    program
+}
+
+fn set(name: &str, key: Vec<KeyType>, data: Option<DataType>) -> Set {
+    Set {
+        table: TABLE,
+        name: name.into(),
+        key,
+        data,
+        flags: SetFlags::default(),
+        ipset_type: None,
+        shared: false,
+        elements: Vec::new(),
+        comment: None,
+    }
+}
+
+fn base_chain(name: &str, hook: Hook, kind: ChainKind, priority: i32, rules: Vec<Rule>) -> Chain {
+    Chain {
+        hook: Some(BaseHook { hook, kind, priority }),
+        ..Chain::new(TABLE, name, rules)
+    }
+}
+
+/// The constant part: hooks, behaviour chains, and the maps services fill in.
+pub fn base(np: &NodePlan) -> Fragment {
+    let f = np.family;
+    let addr = KeyType::Addr(f);
+    let fe = || vec![addr, KeyType::Proto, KeyType::Port];
+    let npk = || vec![KeyType::Proto, KeyType::Port];
+    let mut sets = vec![
+        set("service-ips", fe(), Some(DataType::Verdict)),
+        set("service-nodeports", npk(), Some(DataType::Verdict)),
+        set("no-endpoint-services", fe(), Some(DataType::Verdict)),
+        set("no-endpoint-nodeports", npk(), Some(DataType::Verdict)),
+        set("firewall-ips", fe(), None),
+        Set {
+            flags: SetFlags {
+                interval: true,
+                dynamic_timeout: None,
+            },
+            ..set(
+                "firewall-allow",
+                vec![addr, KeyType::Proto, KeyType::Port, KeyType::Net(f)],
+                None,
+            )
+        },
+        Set {
+            shared: true,
+            ..set("hairpin", vec![addr, addr], None)
+        },
+    ];
+    for pool in ["cluster", "local"] {
+        sets.push(set(&format!("{pool}-lb"), fe(), Some(DataType::Verdict)));
+        sets.push(set(
+            &format!("nodeport-{pool}-lb"),
+            npk(),
+            Some(DataType::Verdict),
+        ));
+        let mut key = fe();
+        key.push(KeyType::Slot);
+        sets.push(set(
+            &format!("{pool}-endpoints"),
+            key,
+            Some(DataType::AddrPort(f)),
+        ));
+        sets.push(set(
+            &format!("nodeport-{pool}-endpoints"),
+            vec![KeyType::Proto, KeyType::Port, KeyType::Slot],
+            Some(DataType::AddrPort(f)),
+        ));
+    }
+    if !np.local_cidrs.is_empty() {
+        sets.push(Set {
+            flags: SetFlags {
+                interval: true,
+                dynamic_timeout: None,
+            },
+            elements: np
+                .local_cidrs
+                .iter()
+                .map(|n| Element {
+                    key: vec![Value::Net(*n)],
+                    data: None,
+                })
+                .collect(),
+            ..set("local-cidrs", vec![KeyType::Net(f)], None)
+        });
+    }
+    let nodeport_dst: Vec<Match> = match &np.node_ports {
+        NodePortDestinations::AllLocal => vec![Match::DstLocal(true), Match::Dst(f.loopback_net(), true)],
+        NodePortDestinations::Ips(ips) => {
+            sets.push(Set {
+                elements: ips
+                    .iter()
+                    .map(|ip| Element {
+                        key: vec![Value::Ip(*ip)],
+                        data: None,
+                    })
+                    .collect(),
+                ..set("nodeport-ips", vec![addr], None)
+            });
+            vec![Match::InSet {
+                set: "nodeport-ips".into(),
+                key: vec![Field::DstIp],
+                neg: false,
+            }]
+        }
+    };
+    let mark = np.masquerade_mark;
+    let new = || Match::Ct(CtState::New);
+    let vmap = |map: &str, key: &[Field]| Action::VerdictMap {
+        map: map.into(),
+        key: key.to_vec(),
+    };
+    let mut chains = vec![
+        base_chain(
+            "filter-prerouting",
+            Hook::Prerouting,
+            ChainKind::Filter,
+            -110,
+            vec![Rule::new(vec![new()], jump("firewall-check"))],
+        ),
+        base_chain(
+            "filter-input",
+            Hook::Input,
+            ChainKind::Filter,
+            -110,
+            vec![
+                Rule::new(vec![new()], jump("nodeport-endpoints-check")),
+                Rule::new(vec![new()], jump("service-endpoints-check")),
+            ],
+        ),
+        base_chain(
+            "filter-forward",
+            Hook::Forward,
+            ChainKind::Filter,
+            -110,
+            vec![Rule::new(vec![new()], jump("service-endpoints-check"))],
+        ),
+        base_chain(
+            "filter-output",
+            Hook::Output,
+            ChainKind::Filter,
+            -110,
+            vec![Rule::new(vec![new()], jump("firewall-check"))],
+        ),
+        // After nat-output: locally generated traffic that was not DNATed is checked here,
+        // so short-circuited node traffic to Local-policy frontends is not dropped.
+        base_chain(
+            "filter-output-post-dnat",
+            Hook::Output,
+            ChainKind::Filter,
+            -90,
+            vec![Rule::new(vec![new()], jump("service-endpoints-check"))],
+        ),
+        base_chain(
+            "nat-prerouting",
+            Hook::Prerouting,
+            ChainKind::Nat,
+            -100,
+            vec![Rule::new(vec![], jump("services"))],
+        ),
+        base_chain(
+            "nat-output",
+            Hook::Output,
+            ChainKind::Nat,
+            -100,
+            vec![Rule::new(vec![], jump("services"))],
+        ),
+        base_chain(
+            "nat-postrouting",
+            Hook::Postrouting,
+            ChainKind::Nat,
+            100,
+            vec![Rule::new(vec![], jump("masquerading"))],
+        ),
+        Chain::new(
+            TABLE,
+            "mark-for-masquerade",
+            vec![Rule::new(vec![], Action::MarkOr(mark))],
+        ),
+        Chain::new(
+            TABLE,
+            "masquerading",
+            vec![
+                Rule::new(
+                    vec![
+                        Match::CtDnat,
+                        Match::InSet {
+                            set: "hairpin".into(),
+                            key: vec![Field::SrcIp, Field::DstIp],
+                            neg: false,
+                        },
+                    ],
+                    Action::Masquerade { fully_random: true },
+                ),
+                Rule::new(vec![Match::Mark(mark, true)], Action::Verdict(Verdict::Return)),
+                Rule::new(vec![], Action::MarkXor(mark)),
+                Rule::new(vec![], Action::Masquerade { fully_random: true }),
+            ],
+        ),
+        Chain::new(
+            TABLE,
+            "reject-chain",
+            vec![Rule::new(vec![], Action::Verdict(Verdict::Reject))],
+        ),
+        Chain::new(
+            TABLE,
+            "firewall-check",
+            vec![Rule::new(
+                vec![
+                    Match::InSet {
+                        set: "firewall-ips".into(),
+                        key: FRONTEND.to_vec(),
+                        neg: false,
+                    },
+                    Match::InSet {
+                        set: "firewall-allow".into(),
+                        key: vec![Field::DstIp, Field::Proto, Field::DstPort, Field::SrcIp],
+                        neg: true,
+                    },
+                ],
+                Action::Verdict(Verdict::Drop),
+            )],
+        ),
+        Chain::new(
+            TABLE,
+            "service-endpoints-check",
+            vec![Rule::new(vec![], vmap("no-endpoint-services", &FRONTEND))],
+        ),
+        Chain::new(
+            TABLE,
+            "nodeport-endpoints-check",
+            vec![Rule::new(
+                nodeport_dst.clone(),
+                vmap("no-endpoint-nodeports", &NODEPORT),
+            )],
+        ),
+        Chain::new(
+            TABLE,
+            "services",
+            vec![
+                Rule::new(vec![], vmap("service-ips", &FRONTEND)),
+                Rule::new(nodeport_dst, vmap("service-nodeports", &NODEPORT)),
+            ],
+        ),
+    ];
+    let masq_internal: Vec<Rule> = if np.masquerade_all {
+        vec![Rule::new(vec![], jump("mark-for-masquerade"))]
+    } else if !np.local_cidrs.is_empty() {
+        vec![Rule::new(vec![not_local()], jump("mark-for-masquerade"))]
+    } else {
+        vec![]
+    };
+    let with = |mut head: Vec<Rule>, tail: Rule| {
+        head.push(tail);
+        head
+    };
+    chains.push(Chain::new(
+        TABLE,
+        "cluster-ip",
+        with(
+            masq_internal.clone(),
+            Rule::new(vec![], vmap("cluster-lb", &FRONTEND)),
+        ),
+    ));
+    chains.push(Chain::new(
+        TABLE,
+        "cluster-ip-local",
+        with(masq_internal, Rule::new(vec![], vmap("local-lb", &FRONTEND))),
+    ));
+    for (chain, pool, key) in [
+        ("external", "cluster-lb", &FRONTEND[..]),
+        ("nodeport", "nodeport-cluster-lb", &NODEPORT[..]),
+    ] {
+        chains.push(Chain::new(
+            TABLE,
+            chain,
+            vec![
+                Rule::new(vec![], jump("mark-for-masquerade")),
+                Rule::new(vec![], vmap(pool, key)),
+            ],
+        ));
+    }
+    for (chain, cluster, local_pool, key) in [
+        ("external-local", "cluster-lb", "local-lb", &FRONTEND[..]),
+        (
+            "nodeport-local",
+            "nodeport-cluster-lb",
+            "nodeport-local-lb",
+            &NODEPORT[..],
+        ),
+    ] {
+        let mut rules = Vec::new();
+        if !np.local_cidrs.is_empty() {
+            // Pod traffic to an external destination is short-circuited to every endpoint.
+            rules.push(Rule::new(vec![local()], vmap(cluster, key)));
+        }
+        // Node traffic keeps working too, but its source (a node or LB IP) must be rewritten.
+        rules.push(Rule::new(
+            vec![Match::SrcLocal(true)],
+            jump("mark-for-masquerade"),
+        ));
+        rules.push(Rule::new(vec![Match::SrcLocal(true)], vmap(cluster, key)));
+        rules.push(Rule::new(vec![], vmap(local_pool, key)));
+        chains.push(Chain::new(TABLE, chain, rules));
+    }
+    Fragment {
+        chains,
+        sets,
+        ..Fragment::default()
+    }
+}
+
+fn local() -> Match {
+    Match::InSet {
+        set: "local-cidrs".into(),
+        key: vec![Field::SrcIp],
+        neg: false,
+    }
+}
+
+fn not_local() -> Match {
+    Match::InSet {
+        set: "local-cidrs".into(),
+        key: vec![Field::SrcIp],
+        neg: true,
+    }
+}
+
+struct Out<'a> {
+    frag: Fragment,
+    plan: &'a ServicePortPlan,
+}
+
+impl Out<'_> {
+    fn elem(&mut self, set: &str, key: Vec<Value>, data: Option<ElemData>) {
+        self.frag.elements.push((set_ref(set), Element { key, data }));
+    }
+
+    fn fe(&self, ip: IpAddr) -> Vec<Value> {
+        vec![
+            Value::Ip(ip),
+            Value::Proto(self.plan.name.protocol),
+            Value::Port(self.plan.port),
+        ]
+    }
+
+    fn np(&self, port: u16) -> Vec<Value> {
+        vec![Value::Proto(self.plan.name.protocol), Value::Port(port)]
+    }
+}
+
+fn verdict(v: Verdict) -> Option<ElemData> {
+    Some(ElemData::Verdict(v))
+}
+
+fn filter_verdict(t: Target) -> Verdict {
+    match t {
+        Target::Reject => goto("reject-chain"),
+        _ => Verdict::Drop,
+    }
+}
+
+/// Lowers one service port.
+pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
+    let mut out = Out {
+        frag: Fragment::default(),
+        plan,
+    };
+    let internal = plan.internal_target();
+    let external = plan.external_target();
+    let affinity = plan
+        .affinity_timeout
+        .map(|t| affinity_chains(&mut out.frag, np.family, plan, t));
+
+    // Endpoint pools keyed by frontend: (pool, endpoints, chain used with affinity).
+    let pools = [
+        (
+            "cluster",
+            &plan.cluster_endpoints,
+            affinity.as_ref().and_then(|a| a.0.clone()),
+        ),
+        (
+            "local",
+            &plan.local_endpoints,
+            affinity.as_ref().and_then(|a| a.1.clone()),
+        ),
+    ];
+    let add_pool = |out: &mut Out<'_>, pool: &str, key: Vec<Value>, nodeport: bool| {
+        let (_, eps, aff) = pools.iter().find(|p| p.0 == pool).expect("known pool");
+        if eps.is_empty() {
+            return;
+        }
+        let prefix = if nodeport {
+            format!("nodeport-{pool}")
+        } else {
+            pool.to_string()
+        };
+        let target = match aff {
+            Some(chain) => chain.clone(),
+            None => {
+                let chain = format!("{prefix}-lb-{}", eps.len());
+                out.frag
+                    .shared_chains
+                    .push(count_chain(&chain, &prefix, eps.len(), nodeport));
+                chain
+            }
+        };
+        out.elem(&format!("{prefix}-lb"), key.clone(), verdict(goto(&target)));
+        if aff.is_none() {
+            for (slot, ep) in eps.iter().enumerate() {
+                let mut k = key.clone();
+                k.push(Value::Int(slot as u32));
+                out.elem(
+                    &format!("{prefix}-endpoints"),
+                    k,
+                    Some(ElemData::AddrPort(ep.ip, ep.port)),
+                );
+            }
+        }
+    };
+
+    if let Some(cip) = plan.cluster_ip {
+        let key = out.fe(cip);
+        match internal {
+            Target::Cluster | Target::Local => {
+                let (behaviour, pool) = if internal == Target::Local {
+                    ("cluster-ip-local", "local")
+                } else {
+                    ("cluster-ip", "cluster")
+                };
+                out.elem("service-ips", key.clone(), verdict(goto(behaviour)));
+                add_pool(&mut out, pool, key, false);
+            }
+            t => out.elem("no-endpoint-services", key, verdict(filter_verdict(t))),
+        }
+    }
+
+    let behaviour = if plan.external_local {
+        "external-local"
+    } else {
+        "external"
+    };
+    for ip in plan
+        .external_ips
+        .iter()
+        .chain(&plan.load_balancer_ips)
+        .copied()
+        .collect::<Vec<_>>()
+    {
+        let key = out.fe(ip);
+        if plan.has_endpoints {
+            out.elem("service-ips", key.clone(), verdict(goto(behaviour)));
+            add_pool(&mut out, "cluster", key.clone(), false);
+            if plan.external_local {
+                add_pool(&mut out, "local", key.clone(), false);
+            }
+        }
+        if !matches!(external, Target::Cluster | Target::Local) {
+            out.elem("no-endpoint-services", key, verdict(filter_verdict(external)));
+        }
+    }
+
+    if plan.uses_firewall() {
+        for lb in plan.load_balancer_ips.clone() {
+            let key = out.fe(lb);
+            out.elem("firewall-ips", key.clone(), None);
+            let mut allowed: Vec<IpNet> = plan.source_ranges.clone();
+            if plan.allow_from_node {
+                allowed.extend(plan.load_balancer_ips.iter().map(|ip| IpNet::from(*ip)));
+            }
+            for net in allowed {
+                let mut k = key.clone();
+                k.push(Value::Net(net));
+                out.elem("firewall-allow", k, None);
+            }
+        }
+    }
+
+    if let Some(port) = plan.node_port {
+        let key = out.np(port);
+        if plan.has_endpoints {
+            let behaviour = if plan.external_local {
+                "nodeport-local"
+            } else {
+                "nodeport"
+            };
+            out.elem("service-nodeports", key.clone(), verdict(goto(behaviour)));
+            add_pool(&mut out, "cluster", key.clone(), true);
+            if plan.external_local {
+                add_pool(&mut out, "local", key.clone(), true);
+            }
+        }
+        if !matches!(external, Target::Cluster | Target::Local) {
+            out.elem("no-endpoint-nodeports", key, verdict(filter_verdict(external)));
+        }
+    }
+
+    if plan.has_endpoints {
+        for ep in plan.reachable_endpoints() {
+            out.elem("hairpin", vec![Value::Ip(ep.ip), Value::Ip(ep.ip)], None);
+        }
+    }
+    out.frag
+}
+
+/// `<prefix>-lb-N`: picks one of N endpoints of the frontend being dispatched.
+fn count_chain(chain: &str, prefix: &str, n: usize, nodeport: bool) -> Chain {
+    let mut key: Vec<Field> = if nodeport {
+        NODEPORT.to_vec()
+    } else {
+        FRONTEND.to_vec()
+    };
+    key.push(Field::Random(n as u32));
+    Chain::new(
+        TABLE,
+        chain,
+        vec![Rule::new(
+            vec![],
+            Action::DnatMap {
+                map: format!("{prefix}-endpoints").into(),
+                key,
+            },
+        )],
+    )
+}
+
+/// Per-Service chains for ClientIP affinity: returns the cluster chain and the local chain.
+fn affinity_chains(
+    frag: &mut Fragment,
+    family: IpFamily,
+    plan: &ServicePortPlan,
+    timeout: u32,
+) -> (Option<String>, Option<String>) {
+    let base = names::nft_service_base(&plan.name);
+    let endpoint_chain = |frag: &mut Fragment, ep: &Backend| -> (Name, Name) {
+        let ep_base = names::nft_endpoint_base(&plan.name, ep);
+        let chain: Name = names::nft_name("endpoint", &ep_base).into();
+        let aff: Name = names::nft_name("affinity", &ep_base).into();
+        if !frag.chains.iter().any(|c| c.name == chain) {
+            frag.sets.push(Set {
+                flags: SetFlags {
+                    interval: false,
+                    dynamic_timeout: Some(timeout),
+                },
+                ..set(&aff, vec![KeyType::Addr(family)], None)
+            });
+            // Record (or refresh) the client, then DNAT: kube-proxy's endpoint chain.
+            let rule = Rule {
+                matches: vec![],
+                actions: vec![Action::UpdateSet(aff.clone()), Action::Dnat(ep.ip, ep.port)],
+                comment: None,
+            };
+            frag.chains.push(Chain::new(TABLE, chain.clone(), vec![rule]));
+        }
+        (chain, aff)
+    };
+    let dispatch = |frag: &mut Fragment, prefix: &str, eps: &[Backend]| -> Option<String> {
+        if eps.is_empty() {
+            return None;
+        }
+        let name = names::nft_name(prefix, &base);
+        let mut rules = Vec::new();
+        let mut targets = Vec::new();
+        for ep in eps {
+            let (chain, aff) = endpoint_chain(frag, ep);
+            rules.push(Rule::new(
+                vec![Match::InSet {
+                    set: aff,
+                    key: vec![Field::SrcIp],
+                    neg: false,
+                }],
+                Action::Verdict(Verdict::Goto(chain.clone())),
+            ));
+            targets.push(Verdict::Goto(chain));
+        }
+        rules.push(Rule::new(vec![], Action::RandomVerdict(targets)));
+        frag.chains.push(Chain::new(TABLE, name.clone(), rules));
+        Some(name)
+    };
+    let cluster = dispatch(frag, "service", &plan.cluster_endpoints);
+    let local = dispatch(frag, "local", &plan.local_endpoints);
+    (cluster, local)
+}

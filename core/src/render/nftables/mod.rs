@@ -1,0 +1,6 @@
+//! nftables backend: map-based layout ([`lower`]) and `nft -f` text ([`text`]).
+
+mod lower;
+pub mod text;
+
+pub use lower::{TABLE, base, lower, lower_plan};

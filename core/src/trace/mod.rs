@@ -1,0 +1,229 @@
+//! The packet tracer: walks a [`Program`] with one new connection and reports every path it can
+//! take (random endpoint choices are all explored) and where it ends up.
+//!
+//! Hooks are visited as the kernel does for a first packet: prerouting, then input (local
+//! destination) or forward, then postrouting; node-originated packets start at output. Rules
+//! that depend on history (affinity lists, conntrack other than NEW) do not match.
+
+mod interp;
+mod report;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+pub use interp::trace;
+pub use report::render_trace;
+
+use crate::net::{IpFamily, IpNet, Protocol};
+use crate::plan::NodePlan;
+use crate::program::Hook;
+
+/// Where a packet comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Origin {
+    /// A pod on this node (arrives on a pod interface).
+    Pod,
+    /// The node itself (a host-network process).
+    Node,
+    /// Outside the node (arrives on the node's network interface).
+    External,
+}
+
+impl std::str::FromStr for Origin {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pod" => Ok(Origin::Pod),
+            "node" => Ok(Origin::Node),
+            "external" => Ok(Origin::External),
+            other => Err(format!(
+                "unknown origin {other:?} (expected pod, node or external)"
+            )),
+        }
+    }
+}
+
+/// The first packet of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Packet {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Destination port.
+    pub dport: u16,
+    /// Where it comes from.
+    pub origin: Origin,
+}
+
+/// Facts about the node the program runs on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceEnv {
+    /// Addresses that are local to the node (node IPs, loopback).
+    pub local: Vec<IpNet>,
+}
+
+impl TraceEnv {
+    /// The node's addresses of the plan's family plus loopback.
+    pub fn for_node(np: &NodePlan) -> TraceEnv {
+        let mut local: Vec<IpNet> = np.node_ips.iter().map(|ip| IpNet::from(*ip)).collect();
+        local.push(np.family.loopback_net());
+        TraceEnv { local }
+    }
+
+    fn is_local(&self, ip: &IpAddr) -> bool {
+        self.local.iter().any(|n| n.contains(ip))
+    }
+}
+
+/// One rule that matched on the way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// The hook being traversed.
+    pub hook: Hook,
+    /// `table/chain`.
+    pub chain: String,
+    /// The rule, in the backend's own syntax.
+    pub rule: String,
+    /// What the rule did (map element found, endpoint chosen, ...).
+    pub note: Option<String>,
+}
+
+/// How one path ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Outcome {
+    /// Destination rewritten to an endpoint.
+    Dnat {
+        /// Endpoint address.
+        ip: IpAddr,
+        /// Endpoint port.
+        port: u16,
+        /// Source rewritten to the node's address.
+        masquerade: bool,
+    },
+    /// Delivered to a local socket unchanged.
+    Local,
+    /// Routed on unchanged.
+    Forward {
+        /// Source rewritten.
+        masquerade: bool,
+    },
+    /// Dropped.
+    Drop,
+    /// Rejected (ICMP error / reset).
+    Reject,
+}
+
+/// One possible path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TracePath {
+    /// Matched rules in order.
+    pub steps: Vec<Step>,
+    /// The end.
+    pub outcome: Outcome,
+}
+
+/// Every path a packet can take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Trace {
+    /// The packet.
+    pub packet: Packet,
+    /// Paths, one per random choice.
+    pub paths: Vec<TracePath>,
+}
+
+/// The verdict summarised over all paths, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    /// DNAT to one of these endpoints.
+    Dnat {
+        /// `ip:port` of every reachable endpoint, sorted.
+        endpoints: Vec<String>,
+        /// Whether the source is masqueraded (same on every path).
+        masquerade: bool,
+    },
+    /// Delivered locally.
+    Local,
+    /// Forwarded unchanged.
+    Forward {
+        /// Source rewritten.
+        masquerade: bool,
+    },
+    /// Dropped.
+    Drop,
+    /// Rejected.
+    Reject,
+    /// Paths disagree.
+    Mixed(Vec<Outcome>),
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Dnat {
+                endpoints,
+                masquerade,
+            } => {
+                write!(f, "DNAT to {}", endpoints.join(" | "))?;
+                f.write_str(if *masquerade {
+                    " (masqueraded)"
+                } else {
+                    " (source kept)"
+                })
+            }
+            Verdict::Local => f.write_str("delivered to the node"),
+            Verdict::Forward { masquerade: false } => f.write_str("forwarded unchanged"),
+            Verdict::Forward { masquerade: true } => f.write_str("forwarded (masqueraded)"),
+            Verdict::Drop => f.write_str("DROP"),
+            Verdict::Reject => f.write_str("REJECT"),
+            Verdict::Mixed(o) => write!(f, "mixed: {o:?}"),
+        }
+    }
+}
+
+impl Trace {
+    /// Summarises the outcomes.
+    pub fn verdict(&self) -> Verdict {
+        let outcomes: BTreeSet<Outcome> = self.paths.iter().map(|p| p.outcome).collect();
+        if outcomes.iter().all(|o| matches!(o, Outcome::Dnat { .. })) && !outcomes.is_empty() {
+            let masq: BTreeSet<bool> = outcomes
+                .iter()
+                .map(|o| matches!(o, Outcome::Dnat { masquerade: true, .. }))
+                .collect();
+            if masq.len() == 1 {
+                let mut endpoints: Vec<String> = outcomes
+                    .iter()
+                    .filter_map(|o| match o {
+                        Outcome::Dnat { ip, port, .. } => Some(crate::net::join_host_port(ip, *port)),
+                        _ => None,
+                    })
+                    .collect();
+                endpoints.sort();
+                endpoints.dedup();
+                return Verdict::Dnat {
+                    endpoints,
+                    masquerade: masq.contains(&true),
+                };
+            }
+        }
+        match outcomes.iter().collect::<Vec<_>>().as_slice() {
+            [Outcome::Local] => Verdict::Local,
+            [Outcome::Forward { masquerade }] => Verdict::Forward {
+                masquerade: *masquerade,
+            },
+            [Outcome::Drop] => Verdict::Drop,
+            [Outcome::Reject] => Verdict::Reject,
+            _ => Verdict::Mixed(outcomes.into_iter().collect()),
+        }
+    }
+}
+
+/// The family of a packet (of its destination).
+pub fn packet_family(p: &Packet) -> IpFamily {
+    IpFamily::of(&p.dst)
+}

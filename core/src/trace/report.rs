@@ -1,0 +1,58 @@
+//! Human-readable trace reports (`tideway trace`).
+
+use std::fmt::Write as _;
+
+use super::{Origin, Trace};
+use crate::net::join_host_port;
+
+/// Renders a trace: the packet, the rules common to every path, each path's own rules and
+/// outcome, then the summarised verdict.
+pub fn render_trace(t: &Trace) -> String {
+    let p = &t.packet;
+    let origin = match p.origin {
+        Origin::Pod => "a pod",
+        Origin::Node => "the node",
+        Origin::External => "outside the node",
+    };
+    let mut out = format!(
+        "packet {} -> {}/{} from {origin}\n",
+        p.src,
+        join_host_port(&p.dst, p.dport),
+        p.protocol
+    );
+    let common = t
+        .paths
+        .first()
+        .map(|first| {
+            (0..first.steps.len())
+                .take_while(|i| {
+                    t.paths
+                        .iter()
+                        .all(|path| path.steps.get(*i) == first.steps.get(*i))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let step_line = |out: &mut String, s: &super::Step, indent: &str| {
+        let _ = write!(out, "{indent}{:<11} {:<40} {}", s.hook.as_str(), s.chain, s.rule);
+        if let Some(n) = &s.note {
+            let _ = write!(out, "   [{n}]");
+        }
+        out.push('\n');
+    };
+    if let Some(first) = t.paths.first() {
+        for s in &first.steps[..common] {
+            step_line(&mut out, s, "  ");
+        }
+    }
+    if t.paths.len() > 1 {
+        for (i, path) in t.paths.iter().enumerate() {
+            let _ = writeln!(out, "  path {}/{} -> {:?}", i + 1, t.paths.len(), path.outcome);
+            for s in &path.steps[common..] {
+                step_line(&mut out, s, "    ");
+            }
+        }
+    }
+    let _ = writeln!(out, "verdict: {}", t.verdict());
+    out
+}
