@@ -19,3 +19,23 @@ pub fn lower(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
         ProxyMode::Ipvs => ipvs::lower(ruleset, family),
     }
 }
+
+use crate::program::{ChangeSet, Dialect};
+
+/// The full kernel input for a program, in its backend's syntax.
+pub fn program_text(p: &Program) -> String {
+    match p.dialect {
+        Dialect::Nftables => nftables::text::program(p),
+        Dialect::Iptables => iptables::text::program(p, &[]),
+        Dialect::Ipvs => ipvs::text::program(p),
+    }
+}
+
+/// The kernel input applying `cs`, in `p`'s backend syntax (`p` is the new program).
+pub fn changes_text(p: &Program, cs: &ChangeSet) -> String {
+    match p.dialect {
+        Dialect::Nftables => nftables::text::changes(p, cs),
+        Dialect::Iptables => iptables::text::changes(p, cs),
+        Dialect::Ipvs => ipvs::text::changes(p, cs),
+    }
+}

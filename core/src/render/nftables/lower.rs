@@ -132,11 +132,11 @@ pub fn base(np: &NodePlan) -> Fragment {
                 interval: true,
                 dynamic_timeout: None,
             },
-            elements: np
-                .local_cidrs
-                .iter()
+            // Interval sets refuse overlapping elements: keep the minimal cover.
+            elements: IpNet::aggregate(&np.local_cidrs)
+                .into_iter()
                 .map(|n| Element {
-                    key: vec![Value::Net(*n)],
+                    key: vec![Value::Net(n)],
                     data: None,
                 })
                 .collect(),
@@ -527,7 +527,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
             if plan.allow_from_node {
                 allowed.extend(plan.load_balancer_ips.iter().map(|ip| IpNet::from(*ip)));
             }
-            for net in allowed {
+            for net in IpNet::aggregate(&allowed) {
                 let mut k = key.clone();
                 k.push(Value::Net(net));
                 out.elem("firewall-allow", k, None);
@@ -605,7 +605,7 @@ fn affinity_chains(
             });
             // Record (or refresh) the client, then DNAT: kube-proxy's endpoint chain.
             let rule = Rule {
-                matches: vec![],
+                matches: vec![Match::Proto(plan.name.protocol)],
                 actions: vec![Action::UpdateSet(aff.clone()), Action::Dnat(ep.ip, ep.port)],
                 comment: None,
             };

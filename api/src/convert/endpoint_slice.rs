@@ -1,0 +1,86 @@
+//! `discovery.k8s.io/v1/EndpointSlice` -> [`EndpointSlice`].
+
+use k8s_openapi::api::discovery::v1 as k8s;
+use tideway_core::model::{Endpoint, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
+use tideway_core::net::IpFamily;
+
+use crate::error::{ConvertError, Ctx};
+
+/// Converts an EndpointSlice. `Ok(None)` for slices proxies ignore: FQDN slices and slices
+/// that belong to no Service.
+pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice>, ConvertError> {
+    let meta = &slice.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    let cx = Ctx::new("EndpointSlice", Some(&namespace), &name);
+    if name.is_empty() {
+        return Err(cx.err("metadata.name", "is required"));
+    }
+    let family = match slice.address_type.as_str() {
+        "IPv4" => IpFamily::V4,
+        "IPv6" => IpFamily::V6,
+        "FQDN" => return Ok(None),
+        other => return Err(cx.err("addressType", format!("unknown address type {other:?}"))),
+    };
+    let labels = meta.labels.clone().unwrap_or_default();
+    let Some(service) = labels.get(LABEL_SERVICE_NAME).cloned() else {
+        return Ok(None);
+    };
+    let mut ports = Vec::new();
+    for (i, p) in slice.ports.iter().flatten().enumerate() {
+        // A port without a number carries no traffic (kube-proxy skips it).
+        let Some(n) = p.port else { continue };
+        ports.push(EndpointPort {
+            name: p.name.clone().unwrap_or_default(),
+            protocol: cx.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref())?,
+            port: cx.port(format!("ports[{i}].port"), n)?,
+        });
+    }
+    let mut endpoints = Vec::new();
+    for (i, ep) in slice.endpoints.iter().enumerate() {
+        let mut addresses = Vec::new();
+        for (j, a) in ep.addresses.iter().enumerate() {
+            let f = format!("endpoints[{i}].addresses[{j}]");
+            let ip = cx.ip(&f, a)?;
+            if IpFamily::of(&ip) != family {
+                return Err(cx.err(
+                    f,
+                    format!(
+                        "{a} is not an {family} address (addressType {})",
+                        slice.address_type
+                    ),
+                ));
+            }
+            addresses.push(ip);
+        }
+        let cond = ep.conditions.clone().unwrap_or_default();
+        // discovery/v1: nil ready means ready; nil serving means "same as ready".
+        let ready = cond.ready.unwrap_or(true);
+        let hints = ep.hints.clone().unwrap_or_default();
+        endpoints.push(Endpoint {
+            addresses,
+            ready,
+            serving: cond.serving.unwrap_or(ready),
+            terminating: cond.terminating.unwrap_or(false),
+            hostname: ep.hostname.clone(),
+            node_name: ep.node_name.clone(),
+            zone: ep.zone.clone(),
+            zone_hints: hints.for_zones.into_iter().flatten().map(|z| z.name).collect(),
+            node_hints: hints.for_nodes.into_iter().flatten().map(|n| n.name).collect(),
+            pod_name: ep
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"))
+                .and_then(|r| r.name.clone()),
+        });
+    }
+    Ok(Some(EndpointSlice {
+        namespace,
+        name,
+        service,
+        family,
+        ports,
+        endpoints,
+        labels,
+    }))
+}

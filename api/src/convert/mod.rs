@@ -1,0 +1,9 @@
+//! One conversion per Kubernetes kind into the core model, done once at the edge.
+
+mod endpoint_slice;
+mod node;
+mod service;
+
+pub use endpoint_slice::endpoint_slice;
+pub use node::{node, pod};
+pub use service::service;

@@ -1,0 +1,183 @@
+//! `v1/Service` -> [`Service`].
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use tideway_core::model::{
+    DEFAULT_AFFINITY_TIMEOUT, IpMode, LoadBalancerIngress, Service, ServiceName, ServicePort, ServiceType,
+    SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
+};
+use tideway_core::net::IpFamily;
+
+use crate::error::{ConvertError, Ctx};
+
+/// Converts a Service, validating every field the planner and DNS rely on.
+pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
+    let meta = &svc.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    let cx = Ctx::new("Service", Some(&namespace), &name);
+    if name.is_empty() {
+        return Err(cx.err("metadata.name", "is required"));
+    }
+    let spec = svc.spec.clone().unwrap_or_default();
+    let service_type = match spec.type_.as_deref() {
+        None | Some("ClusterIP") => ServiceType::ClusterIp,
+        Some("NodePort") => ServiceType::NodePort,
+        Some("LoadBalancer") => ServiceType::LoadBalancer,
+        Some("ExternalName") => ServiceType::ExternalName,
+        Some(other) => {
+            return Err(cx.err(
+                "spec.type",
+                format!(
+                    "unknown type {other:?} (expected ClusterIP, NodePort, LoadBalancer or ExternalName)"
+                ),
+            ));
+        }
+    };
+    let mut out = Service::new(ServiceName::new(namespace, name));
+    out.service_type = service_type;
+    out.labels = meta.labels.clone().unwrap_or_default();
+
+    // ClusterIPs: `clusterIPs` wins, `clusterIP` is its first entry.
+    let (field, raw): (&str, Vec<String>) = match (&spec.cluster_ips, &spec.cluster_ip) {
+        (Some(ips), _) if !ips.is_empty() => ("spec.clusterIPs", ips.clone()),
+        (_, Some(ip)) if !ip.is_empty() => ("spec.clusterIP", vec![ip.clone()]),
+        _ => ("spec.clusterIP", vec![]),
+    };
+    if raw.first().is_some_and(|ip| ip == "None") {
+        out.headless = true;
+    } else if service_type != ServiceType::ExternalName {
+        let mut families = BTreeSet::new();
+        for (i, ip) in raw.iter().enumerate() {
+            let f = if raw.len() > 1 {
+                format!("{field}[{i}]")
+            } else {
+                field.to_string()
+            };
+            let addr = cx.ip(&f, ip)?;
+            if !families.insert(IpFamily::of(&addr)) {
+                return Err(cx.err(f, "more than one ClusterIP of the same family"));
+            }
+            out.cluster_ips.push(addr);
+        }
+    }
+
+    for (i, p) in spec.ports.iter().flatten().enumerate() {
+        let f = |x: &str| format!("spec.ports[{i}].{x}");
+        let port = cx.port(f("port"), p.port)?;
+        let node_port = p.node_port.map(|np| cx.port(f("nodePort"), np)).transpose()?;
+        let target_port = match &p.target_port {
+            None => None,
+            Some(IntOrString::Int(n)) => Some(TargetPort::Number(cx.port(f("targetPort"), *n)?)),
+            Some(IntOrString::String(s)) => Some(TargetPort::Name(s.clone())),
+        };
+        out.ports.push(ServicePort {
+            name: p.name.clone().unwrap_or_default(),
+            protocol: cx.protocol(f("protocol"), p.protocol.as_deref())?,
+            port,
+            target_port,
+            node_port,
+        });
+    }
+    for (i, ip) in spec.external_ips.iter().flatten().enumerate() {
+        out.external_ips
+            .push(cx.ip(format!("spec.externalIPs[{i}]"), ip)?);
+    }
+    for (i, range) in spec.load_balancer_source_ranges.iter().flatten().enumerate() {
+        out.load_balancer_source_ranges
+            .push(cx.cidr(format!("spec.loadBalancerSourceRanges[{i}]"), range)?);
+    }
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref());
+    for (i, ing) in ingress.into_iter().flatten().enumerate() {
+        let ip = ing
+            .ip
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|ip| cx.ip(format!("status.loadBalancer.ingress[{i}].ip"), ip))
+            .transpose()?;
+        let ip_mode = match ing.ip_mode.as_deref() {
+            None | Some("VIP") => IpMode::Vip,
+            Some("Proxy") => IpMode::Proxy,
+            Some(other) => {
+                return Err(cx.err(
+                    format!("status.loadBalancer.ingress[{i}].ipMode"),
+                    format!("unknown ipMode {other:?} (expected VIP or Proxy)"),
+                ));
+            }
+        };
+        out.load_balancer_ingress.push(LoadBalancerIngress {
+            ip,
+            hostname: ing.hostname.clone(),
+            ip_mode,
+        });
+    }
+    out.session_affinity = match spec.session_affinity.as_deref() {
+        None | Some("None") => SessionAffinity::None,
+        Some("ClientIP") => {
+            let timeout = spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds)
+                .unwrap_or(DEFAULT_AFFINITY_TIMEOUT as i32);
+            if !(1..=86_400).contains(&timeout) {
+                return Err(cx.err(
+                    "spec.sessionAffinityConfig.clientIP.timeoutSeconds",
+                    format!("{timeout} is out of range 1-86400"),
+                ));
+            }
+            SessionAffinity::ClientIp {
+                timeout_seconds: timeout as u32,
+            }
+        }
+        Some(other) => {
+            return Err(cx.err(
+                "spec.sessionAffinity",
+                format!("unknown value {other:?} (expected None or ClientIP)"),
+            ));
+        }
+    };
+    out.external_traffic_policy = policy(
+        &cx,
+        "spec.externalTrafficPolicy",
+        spec.external_traffic_policy.as_deref(),
+    )?;
+    out.internal_traffic_policy = policy(
+        &cx,
+        "spec.internalTrafficPolicy",
+        spec.internal_traffic_policy.as_deref(),
+    )?;
+    out.health_check_node_port = spec
+        .health_check_node_port
+        .map(|p| cx.port("spec.healthCheckNodePort", p))
+        .transpose()?;
+    out.traffic_distribution = spec.traffic_distribution.as_deref().map(|t| match t {
+        "PreferClose" => TrafficDistribution::PreferClose,
+        "PreferSameZone" => TrafficDistribution::PreferSameZone,
+        "PreferSameNode" => TrafficDistribution::PreferSameNode,
+        other => TrafficDistribution::Other(other.to_string()),
+    });
+    out.external_name = spec.external_name.clone().filter(|s| !s.is_empty());
+    if service_type == ServiceType::ExternalName && out.external_name.is_none() {
+        return Err(cx.err("spec.externalName", "is required for type ExternalName"));
+    }
+    out.publish_not_ready_addresses = spec.publish_not_ready_addresses.unwrap_or(false);
+    Ok(out)
+}
+
+fn policy(cx: &Ctx, field: &str, value: Option<&str>) -> Result<TrafficPolicy, ConvertError> {
+    match value {
+        None | Some("Cluster") => Ok(TrafficPolicy::Cluster),
+        Some("Local") => Ok(TrafficPolicy::Local),
+        Some(other) => Err(cx.err(
+            field,
+            format!("unknown policy {other:?} (expected Cluster or Local)"),
+        )),
+    }
+}

@@ -1,0 +1,211 @@
+//! The `ProxyConfig` CRD: proxy mode and settings per node selector.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tideway_core::config::{
+    DetectLocal, IpvsSettings, LabelSelector as CoreSelector, NodePortAddresses, ProxyConfig as CoreConfig,
+    ProxyMode, ProxySettings, SelectorOp, SelectorRequirement,
+};
+
+use crate::duration::parse_duration;
+use crate::error::{ConvertError, Ctx};
+
+/// Proxy mode and settings for the nodes matched by `nodeSelector`. When several configs match a
+/// node, the highest `priority` wins, then the most specific selector, then the name.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "tideway.io",
+    version = "v1alpha1",
+    kind = "ProxyConfig",
+    status = "ProxyConfigStatus",
+    shortname = "pxc",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyConfigSpec {
+    /// `nftables` (default), `iptables` or `ipvs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Nodes this config applies to (empty: every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// Precedence when several configs match a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Pod network CIDRs (local-traffic detection and masquerade decisions).
+    #[serde(default, rename = "clusterCIDRs", skip_serializing_if = "Vec::is_empty")]
+    pub cluster_cidrs: Vec<String>,
+    /// `ClusterCIDR` (default) or `NodeCIDR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detect_local_mode: Option<String>,
+    /// Masquerade every connection to a ClusterIP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masquerade_all: Option<bool>,
+    /// Packet-mark bit requesting masquerade (default 14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masquerade_bit: Option<i32>,
+    /// `["primary"]` (default), `["all"]`, or CIDRs selecting node addresses for NodePorts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_port_addresses: Vec<String>,
+    /// Full resync interval (default `30s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_period: Option<String>,
+    /// Minimum interval between syncs (default `1s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_sync_period: Option<String>,
+    /// Only program Services labelled `service.kubernetes.io/service-proxy-name` with this value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_proxy_name: Option<String>,
+    /// IPVS settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipvs: Option<IpvsSpec>,
+}
+
+/// IPVS settings.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IpvsSpec {
+    /// rr (default), wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq or mh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<String>,
+    /// Stop nodes answering ARP for service addresses.
+    #[serde(default, rename = "strictARP", skip_serializing_if = "Option::is_none")]
+    pub strict_arp: Option<bool>,
+    /// IPVS TCP session timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_timeout: Option<String>,
+    /// IPVS TCP FIN timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_fin_timeout: Option<String>,
+    /// IPVS UDP timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_timeout: Option<String>,
+}
+
+/// Observed state, rolled up from nodes.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyConfigStatus {
+    /// Generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Valid`, `Applied`, ...
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Nodes currently running this config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<i32>,
+}
+
+/// Converts a `ProxyConfig` into core settings; an invalid field names itself.
+pub fn proxy_config(pc: &ProxyConfig) -> Result<CoreConfig, ConvertError> {
+    let name = pc.metadata.name.clone().unwrap_or_default();
+    let cx = Ctx::new("ProxyConfig", None, &name);
+    if name.is_empty() {
+        return Err(cx.err("metadata.name", "is required"));
+    }
+    Ok(CoreConfig {
+        name,
+        node_selector: selector(&cx, pc.spec.node_selector.as_ref())?,
+        priority: pc.spec.priority.unwrap_or(0),
+        settings: settings_from_spec(&cx, &pc.spec)?,
+    })
+}
+
+/// Converts a spec into settings (also used for `--mode` style overrides).
+fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings, ConvertError> {
+    let mut s = ProxySettings::default();
+    if let Some(mode) = &spec.mode {
+        s.mode = mode
+            .parse::<ProxyMode>()
+            .map_err(|e| cx.err("spec.mode", e.to_string()))?;
+    }
+    for (i, c) in spec.cluster_cidrs.iter().enumerate() {
+        s.cluster_cidrs
+            .push(cx.cidr(format!("spec.clusterCIDRs[{i}]"), c)?);
+    }
+    s.detect_local = match spec.detect_local_mode.as_deref() {
+        None | Some("ClusterCIDR") => DetectLocal::ClusterCidr,
+        Some("NodeCIDR") => DetectLocal::NodeCidr,
+        Some(other) => {
+            return Err(cx.err(
+                "spec.detectLocalMode",
+                format!("unknown mode {other:?} (expected ClusterCIDR or NodeCIDR)"),
+            ));
+        }
+    };
+    s.masquerade_all = spec.masquerade_all.unwrap_or(false);
+    if let Some(bit) = spec.masquerade_bit {
+        s.masquerade_bit = u8::try_from(bit)
+            .ok()
+            .filter(|b| *b <= 31)
+            .ok_or_else(|| cx.err("spec.masqueradeBit", format!("{bit} is out of range 0-31")))?;
+    }
+    s.node_port_addresses = match spec.node_port_addresses.as_slice() {
+        [] => NodePortAddresses::Primary,
+        [one] if one == "primary" => NodePortAddresses::Primary,
+        [one] if one == "all" => NodePortAddresses::All,
+        list => {
+            let mut cidrs = Vec::new();
+            for (i, c) in list.iter().enumerate() {
+                cidrs.push(cx.cidr(format!("spec.nodePortAddresses[{i}]"), c)?);
+            }
+            NodePortAddresses::Cidrs(cidrs)
+        }
+    };
+    let dur = |field: &str, v: &Option<String>, default| -> Result<_, ConvertError> {
+        v.as_deref()
+            .map(|d| parse_duration(d).map_err(|e| cx.err(field, e)))
+            .transpose()
+            .map(|d| d.unwrap_or(default))
+    };
+    s.sync_period = dur("spec.syncPeriod", &spec.sync_period, s.sync_period)?;
+    s.min_sync_period = dur("spec.minSyncPeriod", &spec.min_sync_period, s.min_sync_period)?;
+    s.service_proxy_name = spec.service_proxy_name.clone().filter(|n| !n.is_empty());
+    if let Some(ipvs) = &spec.ipvs {
+        let zero = std::time::Duration::ZERO;
+        s.ipvs = IpvsSettings {
+            scheduler: ipvs.scheduler.as_deref().unwrap_or("rr").parse().map_err(
+                |e: tideway_core::config::UnknownName| cx.err("spec.ipvs.scheduler", e.to_string()),
+            )?,
+            strict_arp: ipvs.strict_arp.unwrap_or(false),
+            tcp_timeout: dur("spec.ipvs.tcpTimeout", &ipvs.tcp_timeout, zero)?,
+            tcp_fin_timeout: dur("spec.ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout, zero)?,
+            udp_timeout: dur("spec.ipvs.udpTimeout", &ipvs.udp_timeout, zero)?,
+        };
+    }
+    Ok(s)
+}
+
+fn selector(cx: &Ctx, sel: Option<&LabelSelector>) -> Result<CoreSelector, ConvertError> {
+    let Some(sel) = sel else {
+        return Ok(CoreSelector::default());
+    };
+    let mut out = CoreSelector {
+        match_labels: sel.match_labels.clone().unwrap_or_default(),
+        match_expressions: vec![],
+    };
+    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+        let op = match e.operator.as_str() {
+            "In" => SelectorOp::In,
+            "NotIn" => SelectorOp::NotIn,
+            "Exists" => SelectorOp::Exists,
+            "DoesNotExist" => SelectorOp::DoesNotExist,
+            other => {
+                return Err(cx.err(
+                    format!("spec.nodeSelector.matchExpressions[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ));
+            }
+        };
+        out.match_expressions.push(SelectorRequirement {
+            key: e.key.clone(),
+            op,
+            values: e.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}

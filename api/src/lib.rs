@@ -1,0 +1,20 @@
+//! Tideway's public contract and Kubernetes edge.
+//!
+//! ```text
+//!  YAML file / kube watcher --> k8s-openapi objects --convert--> tideway_core::model
+//!                                       ProxyConfig CRD --crd::proxy_config--> core settings
+//! ```
+//! * [`crd`]: custom resource types; their OpenAPI schemas are generated from these structs.
+//! * [`convert`]: one conversion per kind, returning a [`ConvertError`] naming object and field.
+//! * [`manifest`]: multi-document YAML into a [`tideway_core::cluster::Snapshot`].
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod convert;
+pub mod crd;
+pub mod duration;
+mod error;
+pub mod manifest;
+
+pub use error::ConvertError;

@@ -1,0 +1,274 @@
+//! Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, Pods, ProxyConfigs) into a
+//! [`Snapshot`]. Objects that fail to decode or convert are reported with file, document,
+//! object and field, and skipped; everything else is kept.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tideway_core::cluster::Snapshot;
+
+use crate::convert;
+use crate::crd;
+use crate::error::ConvertError;
+
+/// A problem with one document (or the whole file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct LoadError {
+    /// File name as given.
+    pub file: String,
+    /// 1-based document number (0 for the whole file).
+    pub document: usize,
+    /// 1-based line where the document starts.
+    pub line: usize,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.document == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(
+                f,
+                "{}: document {} (line {}): {}",
+                self.file, self.document, self.line, self.message
+            )
+        }
+    }
+}
+
+/// What a manifest file holds.
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    /// The objects that converted cleanly.
+    pub snapshot: Snapshot,
+    /// Objects skipped because they are invalid.
+    pub errors: Vec<LoadError>,
+    /// Kinds present in the file that Tideway does not read (`apps/v1 Deployment web`, ...).
+    pub ignored: Vec<String>,
+}
+
+/// Reads and parses a manifest file.
+pub fn load_file(path: &Path) -> Result<Manifest, LoadError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError {
+        file: file.clone(),
+        document: 0,
+        line: 0,
+        message: format!("cannot read: {e}"),
+    })?;
+    Ok(load_str(&file, &text))
+}
+
+/// Splits YAML text into documents at `---` lines, keeping each one's starting line.
+fn documents(text: &str) -> Vec<(usize, String)> {
+    let mut docs = vec![(1usize, String::new())];
+    for (i, line) in text.lines().enumerate() {
+        if line == "---" || line.starts_with("--- ") {
+            docs.push((i + 2, String::new()));
+        } else if let Some((_, cur)) = docs.last_mut() {
+            cur.push_str(line);
+            cur.push('\n');
+        }
+    }
+    docs
+}
+
+/// Parses manifest text; `file` names it in errors.
+pub fn load_str(file: &str, text: &str) -> Manifest {
+    let mut out = Manifest::default();
+    for (n, (line, doc)) in documents(text).into_iter().enumerate() {
+        let err = |message: String| LoadError {
+            file: file.to_string(),
+            document: n + 1,
+            line,
+            message,
+        };
+        if doc
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            continue;
+        }
+        let value: Value = match serde_saphyr::from_str(&doc) {
+            Ok(v) => v,
+            Err(e) => {
+                out.errors.push(err(format!("invalid YAML: {e}")));
+                continue;
+            }
+        };
+        if let Err(message) = add_object(&mut out, value) {
+            out.errors.push(err(message));
+        }
+    }
+    out
+}
+
+fn decode<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, String> {
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>")
+        .to_string();
+    let ns = value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(|n| format!("{n}/"))
+        .unwrap_or_default();
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("{kind} {ns}{name}: {}: {}", e.path(), e.inner()))
+}
+
+fn converted<T>(r: Result<T, ConvertError>) -> Result<T, String> {
+    r.map_err(|e| e.to_string())
+}
+
+fn add_object(out: &mut Manifest, value: Value) -> Result<(), String> {
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if kind.is_empty() {
+        return Err("object has no kind".into());
+    }
+    let s = &mut out.snapshot;
+    match (api_version.as_str(), kind.as_str()) {
+        ("v1", "List") => {
+            let items = value
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let mut errors = Vec::new();
+            for item in items {
+                if let Err(e) = add_object(out, item) {
+                    errors.push(e);
+                }
+            }
+            return if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors.join("; "))
+            };
+        }
+        ("v1", "Service") => s
+            .services
+            .push(converted(convert::service(&decode(&kind, value)?))?),
+        ("discovery.k8s.io/v1", "EndpointSlice") => {
+            if let Some(slice) = converted(convert::endpoint_slice(&decode(&kind, value)?))? {
+                s.endpoint_slices.push(slice);
+            }
+        }
+        ("v1", "Node") => s.nodes.push(converted(convert::node(&decode(&kind, value)?))?),
+        ("v1", "Pod") => s.pods.push(converted(convert::pod(&decode(&kind, value)?))?),
+        ("tideway.io/v1alpha1", "ProxyConfig") => {
+            let pc: crd::ProxyConfig = decode(&kind, value)?;
+            s.proxy_configs.push(converted(crd::proxy_config(&pc))?);
+        }
+        _ => {
+            let name = value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("<unnamed>");
+            out.ignored.push(format!("{api_version} {kind} {name}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ns1}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: ns1
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.1.5]
+  nodeName: node-a
+  conditions: {ready: true}
+- addresses: [10.244.2.5]
+  conditions: {ready: false, serving: true, terminating: true}
+"#;
+
+    #[test]
+    fn loads_services_and_slices() {
+        let m = load_str("c.yaml", GOOD);
+        assert!(m.errors.is_empty(), "{:?}", m.errors);
+        assert_eq!(m.snapshot.services.len(), 1);
+        let slice = &m.snapshot.endpoint_slices[0];
+        assert_eq!(slice.service, "web");
+        assert!(slice.endpoints[0].ready && !slice.endpoints[1].ready && slice.endpoints[1].serving);
+    }
+
+    #[test]
+    fn invalid_objects_are_named_and_skipped() {
+        let text = format!(
+            "{GOOD}---\napiVersion: v1\nkind: Service\nmetadata: {{name: bad, namespace: ns1}}\nspec:\n  clusterIP: 10.96.0.300\n  ports: [{{port: 80}}]\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: range, namespace: ns1}}\nspec:\n  ports: [{{port: 70000}}]\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\n"
+        );
+        let m = load_str("c.yaml", &text);
+        assert_eq!(m.snapshot.services.len(), 1, "the valid Service is kept");
+        let errs: Vec<String> = m.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs[0].contains("document 3")
+                && errs[0].contains("Service ns1/bad")
+                && errs[0].contains("spec.clusterIP"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains("Service ns1/range: spec.ports[0].port: 70000 is out of range"),
+            "{}",
+            errs[1]
+        );
+        assert_eq!(m.ignored, vec!["apps/v1 Deployment web".to_string()]);
+    }
+
+    #[test]
+    fn type_errors_carry_the_field_path() {
+        let m = load_str(
+            "c.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  ports: [{port: eighty}]\n",
+        );
+        let e = m.errors[0].to_string();
+        assert!(e.contains("Service x: spec.ports[0].port"), "{e}");
+    }
+
+    #[test]
+    fn unknown_proxy_mode_is_rejected_with_its_field() {
+        let m = load_str(
+            "c.yaml",
+            "apiVersion: tideway.io/v1alpha1\nkind: ProxyConfig\nmetadata: {name: p}\nspec: {mode: userspace}\n",
+        );
+        assert!(
+            m.errors[0]
+                .to_string()
+                .contains("ProxyConfig p: spec.mode: unknown proxy mode \"userspace\""),
+            "{}",
+            m.errors[0]
+        );
+    }
+}

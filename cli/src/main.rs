@@ -1,0 +1,55 @@
+//! `tideway`: one binary for every component.
+//!
+//! * `plan` / `trace`: compile a cluster manifest for a node; print its rules or follow a packet.
+//! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
+
+#![forbid(unsafe_code)]
+
+mod cluster_file;
+mod plan;
+mod trace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kube::CustomResourceExt;
+
+/// Tideway: cluster networking for Kubernetes (service proxy, cluster DNS, LB IPs).
+#[derive(Debug, Parser)]
+#[command(name = "tideway", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the rules a node would program (exit 1 if some objects were skipped as invalid).
+    Plan(plan::PlanArgs),
+    /// Follow one new connection through a node's rules (exit 1 if some objects were skipped).
+    Trace(trace::TraceArgs),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crdgen,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Plan(a) => plan::run(a),
+        Command::Trace(a) => trace::run(a),
+        Command::Crdgen => crdgen(),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn crdgen() -> anyhow::Result<i32> {
+    let crd = tideway_api::crd::ProxyConfig::crd();
+    print!("{}", serde_saphyr::to_string(&crd)?);
+    Ok(0)
+}
