@@ -7,6 +7,7 @@
 //! * [`crd`]: custom resource types; their OpenAPI schemas are generated from these structs.
 //! * [`convert`]: one conversion per kind, returning a [`ConvertError`] naming object and field.
 //! * [`manifest`]: multi-document YAML into a [`tideway_core::cluster::Snapshot`].
+//! * [`http`]: the `/metrics` route and server helper every component mounts.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -14,7 +15,9 @@
 pub mod convert;
 pub mod crd;
 pub mod duration;
+pub mod http;
 mod error;
 pub mod manifest;
+pub mod source;
 
 pub use error::ConvertError;

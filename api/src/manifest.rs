@@ -24,6 +24,30 @@ pub struct LoadError {
     pub line: usize,
     /// What went wrong.
     pub message: String,
+    /// The object at fault, when it could be identified.
+    pub object: Option<Box<ObjectRef>>,
+}
+
+/// Identifies an object in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+    /// `metadata.namespace` (None for cluster-scoped kinds or when absent).
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+fn object_ref(value: &Value) -> Option<ObjectRef> {
+    Some(ObjectRef {
+        api_version: value.get("apiVersion")?.as_str()?.to_string(),
+        kind: value.get("kind")?.as_str()?.to_string(),
+        namespace: value.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
+        name: value.pointer("/metadata/name")?.as_str()?.to_string(),
+    })
 }
 
 impl fmt::Display for LoadError {
@@ -59,6 +83,7 @@ pub fn load_file(path: &Path) -> Result<Manifest, LoadError> {
         document: 0,
         line: 0,
         message: format!("cannot read: {e}"),
+        object: None,
     })?;
     Ok(load_str(&file, &text))
 }
@@ -81,11 +106,12 @@ fn documents(text: &str) -> Vec<(usize, String)> {
 pub fn load_str(file: &str, text: &str) -> Manifest {
     let mut out = Manifest::default();
     for (n, (line, doc)) in documents(text).into_iter().enumerate() {
-        let err = |message: String| LoadError {
+        let err = |message: String, object: Option<Box<ObjectRef>>| LoadError {
             file: file.to_string(),
             document: n + 1,
             line,
             message,
+            object,
         };
         if doc
             .lines()
@@ -96,12 +122,13 @@ pub fn load_str(file: &str, text: &str) -> Manifest {
         let value: Value = match serde_saphyr::from_str(&doc) {
             Ok(v) => v,
             Err(e) => {
-                out.errors.push(err(format!("invalid YAML: {e}")));
+                out.errors.push(err(format!("invalid YAML: {e}"), None));
                 continue;
             }
         };
+        let object = object_ref(&value).map(Box::new);
         if let Err(message) = add_object(&mut out, value) {
-            out.errors.push(err(message));
+            out.errors.push(err(message, object));
         }
     }
     out

@@ -1,9 +1,13 @@
 //! `tideway`: one binary for every component.
 //!
 //! * `plan` / `trace`: compile a cluster manifest for a node; print its rules or follow a packet.
+//! * `agent`: the node agent (see `tideway_node_agent`).
+//! * `dns`: the cluster DNS server (see `tideway_dns`).
 //! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
 
 #![forbid(unsafe_code)]
+// A command-line tool: printing its results to stdout is the point.
+#![allow(clippy::print_stdout)]
 
 mod cluster_file;
 mod plan;
@@ -28,6 +32,10 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Follow one new connection through a node's rules (exit 1 if some objects were skipped).
     Trace(trace::TraceArgs),
+    /// Run the node agent: program this node's dataplane.
+    Agent(tideway_node_agent::cli::AgentArgs),
+    /// Run the cluster DNS server.
+    Dns(tideway_dns::cli::DnsArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crdgen,
 }
@@ -37,6 +45,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Trace(a) => trace::run(a),
+        Command::Agent(a) => tideway_node_agent::cli::run(a),
+        Command::Dns(a) => tideway_dns::cli::run(a),
         Command::Crdgen => crdgen(),
     };
     match result {

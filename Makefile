@@ -1,0 +1,41 @@
+# Tideway developer entry points. The two a newcomer needs:
+#   make demo   run the demo
+#   make test   install what the tests need, then run every check and test
+SHELL := /bin/bash
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: demo test deps lint purity generated check-generated unit build release
+
+demo: build
+	./scripts/demo.sh
+
+build:
+	$(CARGO) build -p tideway
+
+deps:
+	./scripts/install-deps.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+purity:
+	./scripts/check-purity.sh
+
+# Regenerate committed artifacts (CRDs, golden rulesets).
+generated: build
+	./target/debug/tideway crdgen > helm/crds/proxyconfigs.tideway.io.yaml
+	UPDATE_GOLDEN=1 $(CARGO) test -p tideway-tests --test golden
+
+check-generated: build
+	diff -u helm/crds/proxyconfigs.tideway.io.yaml <(./target/debug/tideway crdgen)
+
+unit:
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --workspace --locked --no-fail-fast; \
+	else \
+		$(CARGO) test --workspace --locked --no-fail-fast; \
+	fi
+
+test: deps lint purity check-generated unit

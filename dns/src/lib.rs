@@ -1,0 +1,5 @@
+//! Tideway cluster DNS (in progress).
+
+#![forbid(unsafe_code)]
+
+pub mod cli;

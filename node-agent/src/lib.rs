@@ -1,0 +1,5 @@
+//! Tideway node agent (in progress).
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
