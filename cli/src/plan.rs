@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use tideway_core::config::ProxyMode;
-use tideway_core::net::IpFamily;
 use tideway_core::plan::compile;
 use tideway_core::render;
 
@@ -32,19 +31,7 @@ pub(crate) fn run(args: &PlanArgs) -> Result<i32> {
     for w in ruleset.warnings() {
         eprintln!("warning: {}: {}", w.service_port, w.message);
     }
-    let mode = loaded.node.settings.mode;
-    let mut out = String::new();
-    for family in IpFamily::ALL {
-        let has_v6 = ruleset.plans(family).next().is_some() || !ruleset.family(family).node_ips.is_empty();
-        if family == IpFamily::V6 && !has_v6 {
-            continue;
-        }
-        let program = render::lower(mode, &ruleset, family);
-        if mode != ProxyMode::Nftables {
-            out.push_str(&format!("# {family} ({mode})\n"));
-        }
-        out.push_str(&render::program_text(&program));
-    }
+    let out = render::node_text(loaded.node.settings.mode, &ruleset);
     print!("{out}");
     Ok(if loaded.skipped > 0 { 1 } else { 0 })
 }

@@ -39,3 +39,21 @@ pub fn changes_text(p: &Program, cs: &ChangeSet) -> String {
         Dialect::Ipvs => ipvs::text::changes(p, cs),
     }
 }
+
+/// Everything a node programs in `mode`, as text: both families (IPv6 only when the node or a
+/// Service has IPv6), each in its backend's syntax.
+pub fn node_text(mode: ProxyMode, ruleset: &Ruleset) -> String {
+    let mut out = String::new();
+    for family in IpFamily::ALL {
+        let used = ruleset.plans(family).next().is_some() || !ruleset.family(family).node_ips.is_empty();
+        if family == IpFamily::V6 && !used {
+            continue;
+        }
+        let program = lower(mode, ruleset, family);
+        if mode != ProxyMode::Nftables {
+            out.push_str(&format!("# {family} ({mode})\n"));
+        }
+        out.push_str(&program_text(&program));
+    }
+    out
+}
