@@ -15,8 +15,8 @@
 pub mod convert;
 pub mod crd;
 pub mod duration;
-pub mod http;
 mod error;
+pub mod http;
 pub mod manifest;
 pub mod source;
 

@@ -45,7 +45,10 @@ fn object_ref(value: &Value) -> Option<ObjectRef> {
     Some(ObjectRef {
         api_version: value.get("apiVersion")?.as_str()?.to_string(),
         kind: value.get("kind")?.as_str()?.to_string(),
-        namespace: value.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
+        namespace: value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         name: value.pointer("/metadata/name")?.as_str()?.to_string(),
     })
 }

@@ -46,6 +46,29 @@ pub struct ChangeSet {
 }
 
 impl ChangeSet {
+    /// Cancels operations that undo each other within one change set: a chain deleted by one
+    /// fragment and created by another (a shared chain changing hands) becomes a refill, and a
+    /// set deleted and created again keeps the creation only. Call after the last `replace`.
+    pub fn normalize(&mut self) {
+        let added: BTreeSet<ChainRef> = self.add_chains.iter().map(Chain::id).collect();
+        let readded: BTreeSet<ChainRef> = self
+            .delete_chains
+            .iter()
+            .filter(|c| added.contains(*c))
+            .cloned()
+            .collect();
+        if !readded.is_empty() {
+            self.delete_chains.retain(|c| !readded.contains(c));
+            let (refill, keep): (Vec<Chain>, Vec<Chain>) = std::mem::take(&mut self.add_chains)
+                .into_iter()
+                .partition(|c| readded.contains(&c.id()));
+            self.add_chains = keep;
+            self.flush_chains.extend(refill);
+        }
+        let added: BTreeSet<SetRef> = self.add_sets.iter().map(Set::id).collect();
+        self.delete_sets.retain(|s| !added.contains(s));
+    }
+
     /// True when nothing needs to change.
     pub fn is_empty(&self) -> bool {
         !self.full && self.operations() == 0
@@ -122,7 +145,9 @@ impl ProgramState {
     }
 
     fn ref_keys(&self, frag: &Fragment) -> Vec<RefKey> {
-        let mut keys: Vec<RefKey> = frag.shared_chains.iter().map(|c| RefKey::Chain(c.id())).collect();
+        // A fragment holds a shared chain once, however many of its frontends use it.
+        let chains: BTreeSet<ChainRef> = frag.shared_chains.iter().map(Chain::id).collect();
+        let mut keys: Vec<RefKey> = chains.into_iter().map(RefKey::Chain).collect();
         keys.extend(
             frag.elements
                 .iter()
@@ -153,7 +178,7 @@ impl ProgramState {
     }
 
     /// Replaces (or with `None`, removes) one service port's fragment, appending the kernel
-    /// changes this needs to `out`.
+    /// changes this needs to `out` (normalize `out` after the last call, or use `replace_all`).
     pub fn replace(&mut self, key: &ServicePortName, new: Option<Fragment>, out: &mut ChangeSet) {
         let old = self.program.services.remove(key).unwrap_or_default();
         let new_frag = new.unwrap_or_default();
@@ -259,6 +284,21 @@ impl ProgramState {
     }
 }
 
+impl ProgramState {
+    /// Replaces several fragments and returns the normalized change set.
+    pub fn replace_all(
+        &mut self,
+        fragments: impl IntoIterator<Item = (ServicePortName, Option<Fragment>)>,
+    ) -> ChangeSet {
+        let mut out = ChangeSet::default();
+        for (key, frag) in fragments {
+            self.replace(&key, frag, &mut out);
+        }
+        out.normalize();
+        out
+    }
+}
+
 /// The minimal change from `old` to `new`. When the base differs (node addresses, settings,
 /// mode), the result is a full replacement.
 pub fn diff(old: &Program, new: &Program) -> ChangeSet {
@@ -273,12 +313,10 @@ pub fn diff(old: &Program, new: &Program) -> ChangeSet {
         };
     }
     let mut state = ProgramState::new(old.clone());
-    let mut out = ChangeSet::default();
     let keys: BTreeSet<&ServicePortName> = old.services.keys().chain(new.services.keys()).collect();
-    for key in keys {
-        if old.services.get(key) != new.services.get(key) {
-            state.replace(key, new.services.get(key).cloned(), &mut out);
-        }
-    }
-    out
+    let changed = keys
+        .into_iter()
+        .filter(|k| old.services.get(*k) != new.services.get(*k))
+        .map(|k| (k.clone(), new.services.get(k).cloned()));
+    state.replace_all(changed)
 }

@@ -6,11 +6,13 @@
 
 mod diff;
 mod ir;
+mod state;
 
 use std::collections::BTreeMap;
 
 pub use diff::{ChangeSet, ProgramState, diff};
 pub use ir::*;
+pub use state::KernelState;
 
 use crate::model::ServicePortName;
 use crate::net::IpFamily;

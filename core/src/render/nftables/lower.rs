@@ -458,9 +458,11 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
             Some(chain) => chain.clone(),
             None => {
                 let chain = format!("{prefix}-lb-{}", eps.len());
-                out.frag
-                    .shared_chains
-                    .push(count_chain(&chain, &prefix, eps.len(), nodeport));
+                if !out.frag.shared_chains.iter().any(|c| *c.name == *chain) {
+                    out.frag
+                        .shared_chains
+                        .push(count_chain(&chain, &prefix, eps.len(), nodeport));
+                }
                 chain
             }
         };
@@ -594,7 +596,8 @@ fn affinity_chains(
     let endpoint_chain = |frag: &mut Fragment, ep: &Backend| -> (Name, Name) {
         let ep_base = names::nft_endpoint_base(&plan.name, ep);
         let chain: Name = names::nft_name("endpoint", &ep_base).into();
-        let aff: Name = names::nft_name("affinity", &ep_base).into();
+        // The timeout is part of the set's identity (a set is never redefined in place).
+        let aff: Name = names::nft_name("affinity", &format!("{ep_base}/{timeout}s")).into();
         if !frag.chains.iter().any(|c| c.name == chain) {
             frag.sets.push(Set {
                 flags: SetFlags {
