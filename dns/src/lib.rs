@@ -1,5 +1,7 @@
-//! Tideway cluster DNS (in progress).
+//! Tideway cluster DNS.
 
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod cli;
+pub mod records;

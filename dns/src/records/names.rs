@@ -1,0 +1,143 @@
+//! Name helpers: endpoint host labels, pod-name addresses and reverse (`.arpa`) names.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::rr::Name;
+
+/// The label CoreDNS gives an endpoint without a hostname: its address with `.`/`:` replaced
+/// by `-`, and a `0` appended when that leaves a trailing `-` (`5678:abcd::` -> `5678-abcd--0`).
+pub fn dashed_ip(ip: IpAddr) -> String {
+    let mut s: String = ip
+        .to_string()
+        .chars()
+        .map(|c| if c == '.' || c == ':' { '-' } else { c })
+        .collect();
+    if s.ends_with('-') {
+        s.push('0');
+    }
+    s
+}
+
+/// The address a pod-record label stands for (`10-1-2-3` or `fd00-244--5`), as CoreDNS reads
+/// it: exactly three dashes and no `--` means IPv4, anything else is tried as IPv6.
+pub fn pod_label_ip(label: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(label).ok()?;
+    let dashes = text.bytes().filter(|b| *b == b'-').count();
+    if dashes == 3 && !text.contains("--") {
+        text.replace('-', ".").parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+    } else {
+        text.replace('-', ":").parse::<Ipv6Addr>().ok().map(IpAddr::V6)
+    }
+}
+
+/// True for a label usable as an endpoint or pod host name (RFC 1123 label, any case).
+pub fn is_host_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !s.starts_with('-')
+}
+
+/// Which reverse tree a name is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReverseTree {
+    /// `in-addr.arpa.`
+    V4,
+    /// `ip6.arpa.`
+    V6,
+}
+
+/// The reverse tree `labels` (lower-case, leaf first) belong to, if any.
+pub fn reverse_tree(labels: &[&[u8]]) -> Option<ReverseTree> {
+    match labels {
+        [.., a, b] if *b == b"arpa" && *a == b"in-addr" => Some(ReverseTree::V4),
+        [.., a, b] if *b == b"arpa" && *a == b"ip6" => Some(ReverseTree::V6),
+        _ => None,
+    }
+}
+
+/// The address a complete reverse name stands for (`4.3.2.1.in-addr.arpa.` or the 32-nibble
+/// `ip6.arpa.` form); `None` for partial or malformed names.
+pub fn reverse_ip(labels: &[&[u8]]) -> Option<IpAddr> {
+    match reverse_tree(labels)? {
+        ReverseTree::V4 => {
+            let octets = &labels[..labels.len() - 2];
+            if octets.len() != 4 {
+                return None;
+            }
+            let mut out = [0u8; 4];
+            for (i, label) in octets.iter().enumerate() {
+                let s = std::str::from_utf8(label).ok()?;
+                if s.len() > 1 && s.starts_with('0') {
+                    return None;
+                }
+                out[3 - i] = s.parse().ok()?;
+            }
+            Some(IpAddr::V4(Ipv4Addr::from(out)))
+        }
+        ReverseTree::V6 => {
+            let nibbles = &labels[..labels.len() - 2];
+            if nibbles.len() != 32 {
+                return None;
+            }
+            let mut value: u128 = 0;
+            for label in nibbles.iter().rev() {
+                let [c] = label else { return None };
+                let digit = (*c as char).to_digit(16)?;
+                value = (value << 4) | u128::from(digit);
+            }
+            Some(IpAddr::V6(Ipv6Addr::from(value)))
+        }
+    }
+}
+
+/// `Name::from_labels` for labels known to be short ASCII.
+pub fn name_from(labels: &[&str]) -> Option<Name> {
+    Name::from_labels(labels.iter().map(|l| l.as_bytes())).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(s: &str) -> Vec<&[u8]> {
+        s.trim_end_matches('.').split('.').map(str::as_bytes).collect()
+    }
+
+    #[test]
+    fn dashed_ips_follow_coredns() {
+        assert_eq!(dashed_ip("10.1.2.3".parse().unwrap()), "10-1-2-3");
+        assert_eq!(dashed_ip("5678:abcd::1".parse().unwrap()), "5678-abcd--1");
+        assert_eq!(dashed_ip("5678:abcd::".parse().unwrap()), "5678-abcd--0");
+    }
+
+    #[test]
+    fn pod_labels_parse_both_families() {
+        assert_eq!(pod_label_ip(b"10-244-1-5"), Some("10.244.1.5".parse().unwrap()));
+        assert_eq!(pod_label_ip(b"fd00-244--5"), Some("fd00:244::5".parse().unwrap()));
+        assert_eq!(pod_label_ip(b"10-244-1"), None);
+        assert_eq!(pod_label_ip(b"10-244-1-500"), None);
+        assert_eq!(pod_label_ip(b"web"), None);
+    }
+
+    #[test]
+    fn reverse_names_parse_only_when_complete() {
+        assert_eq!(
+            reverse_ip(&labels("1.0.96.10.in-addr.arpa")),
+            Some("10.96.0.1".parse().unwrap())
+        );
+        assert_eq!(reverse_ip(&labels("0.96.10.in-addr.arpa")), None);
+        assert_eq!(reverse_ip(&labels("01.0.96.10.in-addr.arpa")), None);
+        let ip: Ipv6Addr = "fd00:96::1".parse().unwrap();
+        let nibbles: String = format!("{:032x}", u128::from(ip))
+            .chars()
+            .rev()
+            .map(|c| format!("{c}."))
+            .collect();
+        let v6 = format!("{nibbles}ip6.arpa");
+        assert_eq!(reverse_ip(&labels(&v6)), Some(IpAddr::V6(ip)));
+        assert_eq!(reverse_ip(&labels(&v6[2..])), None);
+        assert_eq!(reverse_ip(&labels("d.f.ip6.arpa")), None);
+        assert_eq!(reverse_tree(&labels("example.com")), None);
+    }
+}
