@@ -2,13 +2,20 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use anyhow::{Context, bail};
 use clap::Args;
+use tideway_api::source::{FileSource, SharedCluster};
+
+use crate::config::{Settings, SettingsSource, check_ttl, parse_service_name, parse_upstream};
+use crate::records::PodsMode;
+use crate::server::{Server, ServerConfig, UdpEngine};
 
 /// Serve cluster DNS for the objects of a source.
 #[derive(Debug, Args)]
 pub struct DnsArgs {
-    /// Where Services, EndpointSlices and Pods come from: `file:CLUSTER.yaml`.
+    /// Where Services, EndpointSlices and Pods come from: `file:CLUSTER.yaml` (re-read on change).
     #[arg(long)]
     pub source: String,
     /// UDP and TCP listen address.
@@ -20,12 +27,165 @@ pub struct DnsArgs {
     /// resolv.conf listing the upstream servers for other names.
     #[arg(long, default_value = "/etc/resolv.conf")]
     pub upstream_resolv_conf: PathBuf,
+    /// Upstream server (ADDR or ADDR:PORT), instead of the resolv.conf; repeatable.
+    #[arg(long = "upstream")]
+    pub upstreams: Vec<String>,
     /// Pod records: disabled, insecure or verified.
     #[arg(long, default_value = "disabled")]
     pub pods: String,
+    /// TTL of cluster records (0..=3600).
+    #[arg(long, default_value_t = 5)]
+    pub ttl: u32,
+    /// The Service `ns.dns.<zone>` and the apex NS stand for.
+    #[arg(long, default_value = "kube-system/kube-dns")]
+    pub dns_service: String,
+    /// `/health` listen address (`none` to disable).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub health_listen: String,
+    /// `/ready` listen address (`none` to disable).
+    #[arg(long, default_value = "0.0.0.0:8181")]
+    pub ready_listen: String,
+    /// `/metrics` listen address (`none` to disable).
+    #[arg(long, default_value = "0.0.0.0:9153")]
+    pub metrics_listen: String,
+    /// Keep serving this long after SIGTERM, with `/ready` failing.
+    #[arg(long, default_value = "5s")]
+    pub lameduck: String,
+    /// Settings file (YAML), re-read when it changes or on SIGHUP.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// How often the settings file and the resolv.conf are checked for changes.
+    #[arg(long, default_value = "30s")]
+    pub reload_interval: String,
+    /// Worker threads and UDP sockets (default: one per CPU).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// UDP receive path: `native` or `hickory` (hickory-server's per-datagram tasks).
+    #[arg(long, default_value = "native")]
+    pub udp_engine: String,
+    /// Skip the start-up forwarding-loop probe.
+    #[arg(long)]
+    pub no_loop_probe: bool,
 }
 
-/// Runs the DNS server until interrupted.
-pub fn run(_args: &DnsArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("the DNS server is not built yet")
+fn optional_addr(flag: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if value == "none" || value.is_empty() {
+        return Ok(None);
+    }
+    value.parse().map(Some).with_context(|| format!("--{flag}: invalid address {value:?}"))
+}
+
+fn duration(flag: &str, value: &str) -> anyhow::Result<Duration> {
+    tideway_api::duration::parse_duration(value).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+}
+
+/// Initializes logging once (`RUST_LOG` overrides; hickory-server's per-query logs are off).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,hickory_server=warn,hickory_proto=warn")
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The settings source described by `args`.
+fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
+    let mut base = Settings::new(&args.zone)?;
+    base.index.ttl = check_ttl(args.ttl)?;
+    base.index.pods = args.pods.parse::<PodsMode>().map_err(anyhow::Error::msg)?;
+    base.index.dns_service = Some(parse_service_name(&args.dns_service)?);
+    if !args.listen.ip().is_unspecified() {
+        base.index.fallback_ns_addrs = vec![args.listen.ip()];
+    }
+    base.resolv_conf = Some(args.upstream_resolv_conf.clone());
+    base.lameduck = duration("lameduck", &args.lameduck)?;
+    let upstreams = args.upstreams.iter().map(|u| parse_upstream(u)).collect::<Result<_, _>>()?;
+    Ok(SettingsSource { base, file: args.config.clone(), upstreams })
+}
+
+/// Runs the DNS server until interrupted. Exit code 0 after a clean shutdown, 1 when a
+/// forwarding loop was detected.
+pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
+    init_logging();
+    let Some(path) = args.source.strip_prefix("file:") else {
+        bail!("--source must be file:CLUSTER.yaml (got {:?})", args.source);
+    };
+    let source = settings_source(args)?;
+    let settings = source.load()?;
+    let udp_engine = match args.udp_engine.as_str() {
+        "native" => UdpEngine::Native,
+        "hickory" => UdpEngine::Hickory,
+        other => bail!("--udp-engine: unknown engine {other:?} (native or hickory)"),
+    };
+    let workers =
+        args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let config = ServerConfig {
+        health: optional_addr("health-listen", &args.health_listen)?,
+        ready: optional_addr("ready-listen", &args.ready_listen)?,
+        metrics: optional_addr("metrics-listen", &args.metrics_listen)?,
+        udp_sockets: workers,
+        udp_engine,
+        loop_probe: !args.no_loop_probe,
+        ..ServerConfig::new(args.listen, settings)
+    };
+    let reload_interval = duration("reload-interval", &args.reload_interval)?.max(Duration::from_millis(100));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let path = PathBuf::from(path);
+    runtime.block_on(async move {
+        let cluster = SharedCluster::new();
+        tokio::spawn(FileSource::new(path, Duration::from_secs(1)).run(cluster.clone()));
+        let server = Server::start(config, cluster).await?;
+        let code = serve_until_stopped(&server, &source, reload_interval).await?;
+        server.shutdown().await;
+        Ok(code)
+    })
+}
+
+/// Reloads settings on change or SIGHUP until SIGTERM/SIGINT (0) or a fatal error (1).
+async fn serve_until_stopped(
+    server: &Server,
+    source: &SettingsSource,
+    interval: Duration,
+) -> anyhow::Result<i32> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let mut seen = source.fingerprint(&server.settings());
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let forced = tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+            _ = term.recv() => return Ok(0),
+            msg = server.failed() => {
+                tracing::error!("stopping: {msg}");
+                return Ok(1);
+            }
+            _ = hup.recv() => true,
+            _ = tick.tick() => false,
+        };
+        let now = source.fingerprint(&server.settings());
+        if !forced && now == seen {
+            continue;
+        }
+        seen = now;
+        match source.load() {
+            Ok(settings) if settings == server.settings() => {}
+            Ok(settings) => match server.apply(settings) {
+                Ok(()) => tracing::info!("settings reloaded"),
+                Err(e) => tracing::error!(error = %e, "reload refused; keeping the previous settings"),
+            },
+            Err(e) => {
+                server.core().metrics().reload_failed.inc();
+                tracing::error!(error = %e, "reload failed; keeping the previous settings");
+            }
+        }
+    }
 }

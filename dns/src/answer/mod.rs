@@ -30,7 +30,7 @@ use crate::records::names::{pod_label_ip, reverse_ip, reverse_tree};
 use crate::records::{EndpointRecord, Kind, PodsMode, Port, RecordIndex, ServiceRecords};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// The `dns-version` TXT value (schema version of the specification implemented).
 pub const SCHEMA_VERSION: &str = "1.1.0";
@@ -71,13 +71,7 @@ pub enum Outcome {
 
 /// Answers `query` from `index`.
 pub fn answer(index: &RecordIndex, query: &LowerQuery) -> Outcome {
-    resolve(
-        index,
-        query.original().name(),
-        query.name(),
-        query.query_type(),
-        0,
-    )
+    resolve(index, query.original().name(), query.name(), query.query_type(), 0)
 }
 
 fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, depth: usize) -> Outcome {
@@ -100,10 +94,7 @@ fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, dept
         [] => cx.apex(),
         [b"dns-version"] if qtype == RecordType::TXT => {
             let txt = RData::TXT(TXT::new(vec![SCHEMA_VERSION.to_string()]));
-            cx.answer(
-                vec![Record::from_rdata(qname.clone(), VERSION_TTL, txt)],
-                Vec::new(),
-            )
+            cx.answer(vec![Record::from_rdata(qname.clone(), VERSION_TTL, txt)], Vec::new())
         }
         [b"dns-version" | b"svc" | b"pod" | b"dns"] => cx.nodata(),
         [b"ns", b"dns"] => cx.answer(cx.addresses(qname, ix.ns_addrs.iter().copied()), Vec::new()),
@@ -145,10 +136,7 @@ fn reverse(cx: &Cx<'_>, lower: &Name) -> Outcome {
     }
     match reverse_ip(labels).and_then(|ip| cx.ix.reverse.get(&ip)) {
         Some(names) => {
-            let answers = names
-                .iter()
-                .map(|n| cx.record(cx.qname, RData::PTR(PTR(n.clone()))))
-                .collect();
+            let answers = names.iter().map(|n| cx.record(cx.qname, RData::PTR(PTR(n.clone())))).collect();
             cx.answer(answers, Vec::new())
         }
         None => Outcome::Forward,
@@ -177,12 +165,7 @@ impl Cx<'_> {
         if answers.is_empty() {
             return self.nodata();
         }
-        Outcome::Answer(Answer {
-            rcode: ResponseCode::NoError,
-            answers,
-            authority: Vec::new(),
-            additionals,
-        })
+        Outcome::Answer(Answer { rcode: ResponseCode::NoError, answers, authority: Vec::new(), additionals })
     }
 
     fn nodata(&self) -> Outcome {
@@ -196,16 +179,8 @@ impl Cx<'_> {
     /// NXDOMAIN, or SERVFAIL while the index has not seen a full sync: a denial would be
     /// cached downstream for a name that may well exist (kubernetes/dns#186).
     fn nxdomain(&self) -> Outcome {
-        let rcode = if self.ix.synced {
-            ResponseCode::NXDomain
-        } else {
-            ResponseCode::ServFail
-        };
-        Outcome::Answer(Answer {
-            rcode,
-            authority: vec![self.ix.soa.clone()],
-            ..Answer::default()
-        })
+        let rcode = if self.ix.synced { ResponseCode::NXDomain } else { ResponseCode::ServFail };
+        Outcome::Answer(Answer { rcode, authority: vec![self.ix.soa.clone()], ..Answer::default() })
     }
 
     /// A/AAAA records (per the query type) of `ips`, owned by `owner`.
@@ -390,10 +365,7 @@ impl Cx<'_> {
         let lower = target.to_lowercase();
         if !self.ix.zone.zone_of(&lower) {
             return Outcome::Chase {
-                answer: Answer {
-                    answers: vec![cname],
-                    ..Answer::default()
-                },
+                answer: Answer { answers: vec![cname], ..Answer::default() },
                 target: target.clone(),
             };
         }

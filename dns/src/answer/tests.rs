@@ -41,31 +41,16 @@ fn external(name: &str, target: &str) -> tideway_core::model::Service {
 
 /// The fixture, after CoreDNS's `APIConnServeTest`.
 pub(crate) fn fixture() -> ClusterState {
-    let mut sts = mk_slice("testns", "sts")
-        .port("web", Tcp, 8080)
-        .ready("172.0.1.1", "node-a")
-        .build();
+    let mut sts = mk_slice("testns", "sts").port("web", Tcp, 8080).ready("172.0.1.1", "node-a").build();
     sts.endpoints[0].pod_name = Some("web-0".into());
     let mut pnra = mk_service("testns", "hdls-pnra").headless().build();
     pnra.publish_not_ready_addresses = true;
     let snapshot = Snapshot {
         services: vec![
-            mk_service("kube-system", "kube-dns")
-                .cluster_ip("10.0.0.10")
-                .port("dns", Udp, 53)
-                .build(),
-            mk_service("testns", "svc1")
-                .cluster_ip("10.0.0.1")
-                .port("http", Tcp, 80)
-                .build(),
-            mk_service("testns", "svcempty")
-                .cluster_ip("10.0.0.2")
-                .port("http", Tcp, 80)
-                .build(),
-            mk_service("testns", "svc6")
-                .cluster_ip("1234:abcd::1")
-                .port("http", Tcp, 80)
-                .build(),
+            mk_service("kube-system", "kube-dns").cluster_ip("10.0.0.10").port("dns", Udp, 53).build(),
+            mk_service("testns", "svc1").cluster_ip("10.0.0.1").port("http", Tcp, 80).build(),
+            mk_service("testns", "svcempty").cluster_ip("10.0.0.2").port("http", Tcp, 80).build(),
+            mk_service("testns", "svc6").cluster_ip("1234:abcd::1").port("http", Tcp, 80).build(),
             mk_service("testns", "svc-dual-stack")
                 .cluster_ip("10.0.0.3")
                 .cluster_ip("10::3")
@@ -106,9 +91,7 @@ pub(crate) fn fixture() -> ClusterState {
                 .ready("5678:abcd::1", "node-a")
                 .ready("5678:abcd::2", "node-b")
                 .build(),
-            mk_slice("testns", "hdlsprtls")
-                .ready("172.0.0.20", "node-a")
-                .build(),
+            mk_slice("testns", "hdlsprtls").ready("172.0.0.20", "node-a").build(),
             mk_slice("testns", "hdls-notready")
                 .port("http", Tcp, 80)
                 .endpoint("172.0.0.30", "node-a", false, false, false)
@@ -155,36 +138,15 @@ const fn ok(
     answer: &'static [&'static str],
     extra: &'static [&'static str],
 ) -> Case {
-    Case {
-        name,
-        qtype,
-        rcode: ResponseCode::NoError,
-        answer,
-        authority: &[],
-        extra,
-    }
+    Case { name, qtype, rcode: ResponseCode::NoError, answer, authority: &[], extra }
 }
 
 const fn nodata(name: &'static str, qtype: RecordType) -> Case {
-    Case {
-        name,
-        qtype,
-        rcode: ResponseCode::NoError,
-        answer: &[],
-        authority: &[SOA_LINE],
-        extra: &[],
-    }
+    Case { name, qtype, rcode: ResponseCode::NoError, answer: &[], authority: &[SOA_LINE], extra: &[] }
 }
 
 const fn nxdomain(name: &'static str, qtype: RecordType) -> Case {
-    Case {
-        name,
-        qtype,
-        rcode: ResponseCode::NXDomain,
-        answer: &[],
-        authority: &[SOA_LINE],
-        extra: &[],
-    }
+    Case { name, qtype, rcode: ResponseCode::NXDomain, answer: &[], authority: &[SOA_LINE], extra: &[] }
 }
 
 fn sorted(records: &[hickory_proto::rr::Record]) -> Vec<String> {
@@ -205,10 +167,7 @@ fn run(index: &RecordIndex, cases: &[Case]) {
         let got = match answer(index, &query(c.name, c.qtype)) {
             Outcome::Answer(a) => a,
             other => {
-                failures.push(format!(
-                    "{} {}: expected an answer, got {other:?}",
-                    c.name, c.qtype
-                ));
+                failures.push(format!("{} {}: expected an answer, got {other:?}", c.name, c.qtype));
                 continue;
             }
         };
@@ -219,17 +178,9 @@ fn run(index: &RecordIndex, cases: &[Case]) {
             failures.push(format!("{} {}: CNAME after its target", c.name, c.qtype));
         }
         let want = (c.rcode, expect(c.answer), expect(c.authority), expect(c.extra));
-        let have = (
-            got.rcode,
-            sorted(&got.answers),
-            sorted(&got.authority),
-            sorted(&got.additionals),
-        );
+        let have = (got.rcode, sorted(&got.answers), sorted(&got.authority), sorted(&got.additionals));
         if want != have {
-            failures.push(format!(
-                "{} {}:\n  want {want:?}\n  have {have:?}",
-                c.name, c.qtype
-            ));
+            failures.push(format!("{} {}:\n  want {want:?}\n  have {have:?}", c.name, c.qtype));
         }
     }
     assert!(
@@ -247,12 +198,7 @@ fn services_endpoints_and_srv() {
         &index_with(PodsMode::Disabled),
         &[
             // ClusterIP A/AAAA, also with no endpoints.
-            ok(
-                "svc1.testns.svc.cluster.local.",
-                A,
-                &["svc1.testns.svc.cluster.local. 5 IN A 10.0.0.1"],
-                &[],
-            ),
+            ok("svc1.testns.svc.cluster.local.", A, &["svc1.testns.svc.cluster.local. 5 IN A 10.0.0.1"], &[]),
             ok(
                 "svcempty.testns.svc.cluster.local.",
                 A,
@@ -438,12 +384,7 @@ fn services_endpoints_and_srv() {
             // A headless Service without ports has no SRV rows.
             nodata("hdlsprtls.testns.svc.cluster.local.", SRV),
             // dns-version, apex and ns.dns.
-            ok(
-                "dns-version.cluster.local.",
-                TXT,
-                &["dns-version.cluster.local. 28800 IN TXT 1.1.0"],
-                &[],
-            ),
+            ok("dns-version.cluster.local.", TXT, &["dns-version.cluster.local. 28800 IN TXT 1.1.0"], &[]),
             ok("cluster.local.", SOA, &[SOA_LINE], &[]),
             ok(
                 "cluster.local.",
@@ -451,12 +392,7 @@ fn services_endpoints_and_srv() {
                 &["cluster.local. 5 IN NS ns.dns.cluster.local."],
                 &["ns.dns.cluster.local. 5 IN A 10.0.0.10"],
             ),
-            ok(
-                "ns.dns.cluster.local.",
-                A,
-                &["ns.dns.cluster.local. 5 IN A 10.0.0.10"],
-                &[],
-            ),
+            ok("ns.dns.cluster.local.", A, &["ns.dns.cluster.local. 5 IN A 10.0.0.10"], &[]),
         ],
     );
 }
@@ -573,12 +509,7 @@ fn query_case_is_kept_and_matching_ignores_it() {
     run(
         &index_with(PodsMode::Insecure),
         &[
-            ok(
-                "SVC1.TestNS.svc.Cluster.Local.",
-                A,
-                &["SVC1.TestNS.svc.Cluster.Local. 5 IN A 10.0.0.1"],
-                &[],
-            ),
+            ok("SVC1.TestNS.svc.Cluster.Local.", A, &["SVC1.TestNS.svc.Cluster.Local. 5 IN A 10.0.0.1"], &[]),
             ok(
                 "_HTTP._Tcp.svc1.testns.SVC.cluster.local.",
                 SRV,
@@ -715,11 +646,7 @@ fn reverse_records() {
         ("1.0.0.10.in-addr.arpa.", A),
         ("example.com.", A),
     ] {
-        assert_eq!(
-            answer(&index, &query(name, qtype)),
-            Outcome::Forward,
-            "{name} {qtype}"
-        );
+        assert_eq!(answer(&index, &query(name, qtype)), Outcome::Forward, "{name} {qtype}");
     }
 }
 
@@ -727,21 +654,13 @@ fn reverse_records() {
 fn before_the_first_sync_denials_are_servfail() {
     let index = RecordIndex::unsynced(&IndexSettings::new("cluster.local").unwrap());
     let soa = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 5";
-    for name in [
-        "svc0.testns.svc.cluster.local.",
-        "foo.cluster.local.",
-        "testns.svc.cluster.local.",
-    ] {
-        let Outcome::Answer(a) = answer(&index, &query(name, A)) else {
-            panic!("{name}")
-        };
+    for name in ["svc0.testns.svc.cluster.local.", "foo.cluster.local.", "testns.svc.cluster.local."] {
+        let Outcome::Answer(a) = answer(&index, &query(name, A)) else { panic!("{name}") };
         assert_eq!(a.rcode, ResponseCode::ServFail, "{name}");
         assert_eq!(sorted(&a.authority), [soa], "{name}");
     }
     // What exists regardless of the cluster still answers.
-    let Outcome::Answer(a) = answer(&index, &query("dns-version.cluster.local.", TXT)) else {
-        panic!()
-    };
+    let Outcome::Answer(a) = answer(&index, &query("dns-version.cluster.local.", TXT)) else { panic!() };
     assert_eq!(a.rcode, ResponseCode::NoError);
     assert_eq!(a.answers.len(), 1);
 }
@@ -754,12 +673,7 @@ fn ttl_and_zone_are_configurable() {
     run(
         &index,
         &[
-            ok(
-                "svc1.testns.svc.example.org.",
-                A,
-                &["svc1.testns.svc.example.org. 30 IN A 10.0.0.1"],
-                &[],
-            ),
+            ok("svc1.testns.svc.example.org.", A, &["svc1.testns.svc.example.org. 30 IN A 10.0.0.1"], &[]),
             Case {
                 name: "svc0.testns.svc.example.org.",
                 qtype: A,

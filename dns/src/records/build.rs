@@ -17,9 +17,8 @@ impl RecordIndex {
     pub fn build(state: &ClusterState, settings: &IndexSettings, serial: u32) -> Self {
         let zone = settings.zone.clone();
         let zone_labels = zone.num_labels() as usize;
-        let ns_name = Name::from_ascii("ns.dns")
-            .and_then(|n| n.append_domain(&zone))
-            .unwrap_or_else(|_| zone.clone());
+        let ns_name =
+            Name::from_ascii("ns.dns").and_then(|n| n.append_domain(&zone)).unwrap_or_else(|_| zone.clone());
         let soa = soa_record(&zone, &ns_name, settings.ttl, serial);
         let mut index = RecordIndex {
             soa,
@@ -38,10 +37,8 @@ impl RecordIndex {
         };
 
         // Pods by namespace/name, for `hostname` + `subdomain` endpoint names.
-        let pods: HashMap<(&str, &str), &Pod> = state
-            .pods()
-            .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
-            .collect();
+        let pods: HashMap<(&str, &str), &Pod> =
+            state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect();
         for pod in state.pods() {
             let ns = index.namespaces.entry(lower(&pod.namespace)).or_default();
             if settings.pods == PodsMode::Verified {
@@ -80,12 +77,10 @@ impl RecordIndex {
         }
 
         // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
-        index
-            .reverse
-            .extend(endpoint_ptrs.into_iter().map(|(ip, mut names)| {
-                names.dedup();
-                (ip, names)
-            }));
+        index.reverse.extend(endpoint_ptrs.into_iter().map(|(ip, mut names)| {
+            names.dedup();
+            (ip, names)
+        }));
         for ns in index.namespaces.values() {
             for svc in ns.services.values() {
                 if let Kind::ClusterIp(ips) = &svc.kind {
@@ -102,9 +97,8 @@ impl RecordIndex {
 /// `<zone>. SOA ns.dns.<zone>. hostmaster.<zone>. <serial> 7200 1800 86400 <ttl>`, with TTL
 /// `min(ttl, 300)` as CoreDNS sets it; the minimum field makes negative caching follow `ttl`.
 fn soa_record(zone: &Name, ns_name: &Name, ttl: u32, serial: u32) -> Record {
-    let rname = Name::from_ascii("hostmaster")
-        .and_then(|n| n.append_domain(zone))
-        .unwrap_or_else(|_| zone.clone());
+    let rname =
+        Name::from_ascii("hostmaster").and_then(|n| n.append_domain(zone)).unwrap_or_else(|_| zone.clone());
     let soa = SOA::new(ns_name.clone(), rname, serial, 7200, 1800, 86400, ttl);
     Record::from_rdata(zone.clone(), ttl.min(300), RData::SOA(soa))
 }
@@ -114,11 +108,7 @@ fn lower(s: &str) -> Box<[u8]> {
 }
 
 fn port(name: &str, protocol: tideway_core::net::Protocol, number: u16) -> Port {
-    Port {
-        name: lower(name),
-        protocol,
-        port: number,
-    }
+    Port { name: lower(name), protocol, port: number }
 }
 
 /// The records of one Service; `None` when its names cannot form DNS names.
@@ -132,16 +122,10 @@ fn service_records(
     if !is_host_label(ns) || !is_host_label(name) {
         return None;
     }
-    let fqdn = name_from(&[name, ns, "svc"])?
-        .append_domain(zone)
-        .ok()?
-        .to_lowercase();
+    let fqdn = name_from(&[name, ns, "svc"])?.append_domain(zone).ok()?.to_lowercase();
     let kind = if svc.service_type == ServiceType::ExternalName {
         // CoreDNS publishes ExternalName only when it is a host name, not an address.
-        let target = svc
-            .external_name
-            .as_deref()
-            .filter(|t| t.parse::<IpAddr>().is_err())?;
+        let target = svc.external_name.as_deref().filter(|t| t.parse::<IpAddr>().is_err())?;
         let mut target = Name::from_ascii(target).ok()?;
         target.set_fqdn(true);
         Kind::ExternalName(target)
@@ -150,11 +134,7 @@ fn service_records(
     } else {
         Kind::ClusterIp(svc.cluster_ips.clone().into_boxed_slice())
     };
-    let ports = svc
-        .ports
-        .iter()
-        .map(|p| port(&p.name, p.protocol, p.port))
-        .collect();
+    let ports = svc.ports.iter().map(|p| port(&p.name, p.protocol, p.port)).collect();
 
     let mut port_sets: Vec<Vec<EndpointPort>> = Vec::new();
     let mut endpoints = Vec::new();
@@ -176,9 +156,7 @@ fn service_records(
                 let host = endpoint_host(ep, ns, name, pods);
                 for ip in &ep.addresses {
                     let host = host.clone().unwrap_or_else(|| dashed_ip(*ip));
-                    let Some(fqdn) = Name::from_ascii(&host)
-                        .ok()
-                        .and_then(|h| h.append_domain(&fqdn).ok())
+                    let Some(fqdn) = Name::from_ascii(&host).ok().and_then(|h| h.append_domain(&fqdn).ok())
                     else {
                         continue;
                     };
@@ -198,13 +176,7 @@ fn service_records(
         .into_iter()
         .map(|set| set.iter().map(|p| port(&p.name, p.protocol, p.port)).collect())
         .collect();
-    Some(ServiceRecords {
-        fqdn,
-        kind,
-        ports,
-        endpoints: endpoints.into_boxed_slice(),
-        port_sets,
-    })
+    Some(ServiceRecords { fqdn, kind, ports, endpoints: endpoints.into_boxed_slice(), port_sets })
 }
 
 /// The endpoint's host label: its `hostname`, else the hostname of the pod it points to when
@@ -222,8 +194,5 @@ fn endpoint_host(
     if pod.subdomain.as_deref() != Some(svc) {
         return None;
     }
-    pod.hostname
-        .as_deref()
-        .filter(|h| is_host_label(h))
-        .map(str::to_string)
+    pod.hostname.as_deref().filter(|h| is_host_label(h)).map(str::to_string)
 }

@@ -38,9 +38,7 @@ impl FromStr for PodsMode {
             "disabled" => Ok(PodsMode::Disabled),
             "insecure" => Ok(PodsMode::Insecure),
             "verified" => Ok(PodsMode::Verified),
-            other => Err(format!(
-                "unknown pods mode {other:?} (disabled, insecure or verified)"
-            )),
+            other => Err(format!("unknown pods mode {other:?} (disabled, insecure or verified)")),
         }
     }
 }
@@ -140,10 +138,7 @@ impl ServiceRecords {
     /// The endpoint addresses published under `host`.
     pub(crate) fn endpoints_named(&self, host: &[u8]) -> &[EndpointRecord] {
         let start = self.endpoints.partition_point(|e| &*e.host < host);
-        let len = self.endpoints[start..]
-            .iter()
-            .take_while(|e| &*e.host == host)
-            .count();
+        let len = self.endpoints[start..].iter().take_while(|e| &*e.host == host).count();
         &self.endpoints[start..start + len]
     }
 

@@ -7,11 +7,7 @@ use hickory_proto::rr::Name;
 /// The label CoreDNS gives an endpoint without a hostname: its address with `.`/`:` replaced
 /// by `-`, and a `0` appended when that leaves a trailing `-` (`5678:abcd::` -> `5678-abcd--0`).
 pub fn dashed_ip(ip: IpAddr) -> String {
-    let mut s: String = ip
-        .to_string()
-        .chars()
-        .map(|c| if c == '.' || c == ':' { '-' } else { c })
-        .collect();
+    let mut s: String = ip.to_string().chars().map(|c| if c == '.' || c == ':' { '-' } else { c }).collect();
     if s.ends_with('-') {
         s.push('0');
     }
@@ -122,18 +118,12 @@ mod tests {
 
     #[test]
     fn reverse_names_parse_only_when_complete() {
-        assert_eq!(
-            reverse_ip(&labels("1.0.96.10.in-addr.arpa")),
-            Some("10.96.0.1".parse().unwrap())
-        );
+        assert_eq!(reverse_ip(&labels("1.0.96.10.in-addr.arpa")), Some("10.96.0.1".parse().unwrap()));
         assert_eq!(reverse_ip(&labels("0.96.10.in-addr.arpa")), None);
         assert_eq!(reverse_ip(&labels("01.0.96.10.in-addr.arpa")), None);
         let ip: Ipv6Addr = "fd00:96::1".parse().unwrap();
-        let nibbles: String = format!("{:032x}", u128::from(ip))
-            .chars()
-            .rev()
-            .map(|c| format!("{c}."))
-            .collect();
+        let nibbles: String =
+            format!("{:032x}", u128::from(ip)).chars().rev().map(|c| format!("{c}.")).collect();
         let v6 = format!("{nibbles}ip6.arpa");
         assert_eq!(reverse_ip(&labels(&v6)), Some(IpAddr::V6(ip)));
         assert_eq!(reverse_ip(&labels(&v6[2..])), None);

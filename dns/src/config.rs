@@ -1,0 +1,330 @@
+//! Settings: what the command line gives, optionally overridden by a settings file that is
+//! re-read when it changes (CoreDNS's `reload`): a bad file keeps the previous settings.
+//!
+//! The settings file is YAML; every field is optional:
+//!
+//! ```yaml
+//! ttl: 30                      # record TTL, 0..=3600 (CoreDNS `ttl`)
+//! pods: insecure               # disabled | insecure | verified
+//! dnsService: kube-system/kube-dns
+//! upstreams: [10.0.0.2, "10.0.0.3:5353"]   # instead of the resolv.conf
+//! resolvConf: /etc/resolv.conf
+//! forward: {timeout: 2s, maxConcurrent: 1000}
+//! cache: {success: 9984, denial: 9984, successMaxTtl: 3600, denialMaxTtl: 1800,
+//!         minTtl: 5, servfailTtl: 5, prefetch: 0, prefetchPercentage: 10}
+//! shuffle: true                # loadbalance round_robin
+//! refuseAny: true
+//! lameduck: 5s
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tideway_api::duration::parse_duration;
+use tideway_core::model::ServiceName;
+
+use crate::forward::cache::CacheSettings;
+use crate::forward::{ForwardSettings, parse_resolv_conf};
+use crate::handler::Options;
+use crate::records::{IndexSettings, PodsMode};
+
+/// Everything about serving that can change without restarting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The cluster zone's index.
+    pub index: IndexSettings,
+    /// Forwarding.
+    pub forward: ForwardSettings,
+    /// Where upstreams come from when not listed explicitly.
+    pub resolv_conf: Option<PathBuf>,
+    /// The cache.
+    pub cache: CacheSettings,
+    /// Query-path options.
+    pub options: Options,
+    /// How long to keep serving after a shutdown request (with `/ready` failing).
+    pub lameduck: Duration,
+}
+
+impl Settings {
+    /// Defaults for `zone`.
+    pub fn new(zone: &str) -> Result<Self, ConfigError> {
+        Ok(Settings {
+            index: IndexSettings::new(zone).map_err(ConfigError::Invalid)?,
+            forward: ForwardSettings::default(),
+            resolv_conf: None,
+            cache: CacheSettings::default(),
+            options: Options::default(),
+            lameduck: Duration::from_secs(5),
+        })
+    }
+
+    /// Reads the upstreams from the resolv.conf when none are listed explicitly.
+    pub fn resolve_upstreams(&mut self, explicit: &[SocketAddr]) -> Result<(), ConfigError> {
+        if !explicit.is_empty() {
+            self.forward.upstreams = explicit.to_vec();
+            return Ok(());
+        }
+        if let Some(path) = &self.resolv_conf {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.clone(), e.to_string()))?;
+            self.forward.upstreams = parse_resolv_conf(&text);
+            if self.forward.upstreams.is_empty() {
+                tracing::warn!(file = %path.display(), "no nameserver in the resolv.conf; names outside the cluster will fail");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A settings problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {1}", path = .0.display())]
+    Read(PathBuf, String),
+    /// A file is not valid YAML for the settings.
+    #[error("{path}: {1}", path = .0.display())]
+    Parse(PathBuf, String),
+    /// A value is out of range or malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileSettings {
+    ttl: Option<u32>,
+    pods: Option<String>,
+    dns_service: Option<String>,
+    upstreams: Option<Vec<String>>,
+    resolv_conf: Option<PathBuf>,
+    forward: Option<FileForward>,
+    cache: Option<FileCache>,
+    shuffle: Option<bool>,
+    refuse_any: Option<bool>,
+    lameduck: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileForward {
+    timeout: Option<String>,
+    max_concurrent: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileCache {
+    success: Option<usize>,
+    denial: Option<usize>,
+    success_max_ttl: Option<u32>,
+    denial_max_ttl: Option<u32>,
+    min_ttl: Option<u32>,
+    servfail_ttl: Option<u32>,
+    prefetch: Option<u32>,
+    prefetch_percentage: Option<u8>,
+}
+
+/// Parses an upstream: an address, with an optional port (`10.0.0.2`, `10.0.0.2:5353`, `[::1]:53`).
+pub fn parse_upstream(s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+        .map_err(|_| ConfigError::Invalid(format!("invalid upstream {s:?} (ADDR or ADDR:PORT)")))
+}
+
+/// Parses `namespace/name`.
+pub fn parse_service_name(s: &str) -> Result<ServiceName, ConfigError> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Ok(ServiceName::new(ns, name)),
+        _ => Err(ConfigError::Invalid(format!("invalid Service {s:?} (namespace/name)"))),
+    }
+}
+
+/// Checks the TTL range CoreDNS allows.
+pub fn check_ttl(ttl: u32) -> Result<u32, ConfigError> {
+    if ttl > 3600 {
+        return Err(ConfigError::Invalid(format!("ttl {ttl} is out of range 0..=3600")));
+    }
+    Ok(ttl)
+}
+
+fn duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
+    parse_duration(s).map_err(|e| ConfigError::Invalid(format!("{field}: {e}")))
+}
+
+/// `base` with the fields set in the settings file `path` applied, upstreams resolved.
+pub fn load_file(
+    base: &Settings,
+    path: &Path,
+    explicit_upstreams: &[SocketAddr],
+) -> Result<Settings, ConfigError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_path_buf(), e.to_string()))?;
+    let file: FileSettings = if text.trim().is_empty() {
+        FileSettings::default()
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse(path.to_path_buf(), e.to_string()))?
+    };
+    apply(base, file, explicit_upstreams)
+}
+
+fn apply(
+    base: &Settings,
+    f: FileSettings,
+    explicit_upstreams: &[SocketAddr],
+) -> Result<Settings, ConfigError> {
+    let mut s = base.clone();
+    if let Some(ttl) = f.ttl {
+        s.index.ttl = check_ttl(ttl)?;
+    }
+    if let Some(p) = f.pods {
+        s.index.pods = p.parse::<PodsMode>().map_err(ConfigError::Invalid)?;
+    }
+    if let Some(d) = f.dns_service {
+        s.index.dns_service = Some(parse_service_name(&d)?);
+    }
+    if let Some(r) = f.resolv_conf {
+        s.resolv_conf = Some(r);
+    }
+    if let Some(fw) = f.forward {
+        if let Some(t) = fw.timeout {
+            s.forward.timeout = duration("forward.timeout", &t)?;
+        }
+        if let Some(m) = fw.max_concurrent {
+            s.forward.max_concurrent = m;
+        }
+    }
+    if let Some(c) = f.cache {
+        let cs = &mut s.cache;
+        cs.success_capacity = c.success.unwrap_or(cs.success_capacity);
+        cs.denial_capacity = c.denial.unwrap_or(cs.denial_capacity);
+        cs.success_max_ttl = c.success_max_ttl.unwrap_or(cs.success_max_ttl);
+        cs.denial_max_ttl = c.denial_max_ttl.unwrap_or(cs.denial_max_ttl);
+        cs.min_ttl = c.min_ttl.unwrap_or(cs.min_ttl);
+        cs.servfail_ttl = c.servfail_ttl.unwrap_or(cs.servfail_ttl);
+        cs.prefetch_hits = c.prefetch.unwrap_or(cs.prefetch_hits);
+        cs.prefetch_percentage = c.prefetch_percentage.unwrap_or(cs.prefetch_percentage).min(100);
+    }
+    if let Some(v) = f.shuffle {
+        s.options.shuffle = v;
+    }
+    if let Some(v) = f.refuse_any {
+        s.options.refuse_any = v;
+    }
+    if let Some(l) = f.lameduck {
+        s.lameduck = duration("lameduck", &l)?;
+    }
+    let listed: Vec<SocketAddr> = match f.upstreams {
+        Some(list) => list.iter().map(|u| parse_upstream(u)).collect::<Result<_, _>>()?,
+        None => explicit_upstreams.to_vec(),
+    };
+    s.resolve_upstreams(&listed)?;
+    Ok(s)
+}
+
+/// Where settings come from: a base (the command line), an optional settings file, and the
+/// resolv.conf. [`SettingsSource::load`] combines them; [`SettingsSource::fingerprint`]
+/// tells when either file changed.
+#[derive(Debug, Clone)]
+pub struct SettingsSource {
+    /// Settings from the command line.
+    pub base: Settings,
+    /// The settings file, if any.
+    pub file: Option<PathBuf>,
+    /// Upstreams given on the command line (they win over the resolv.conf).
+    pub upstreams: Vec<SocketAddr>,
+}
+
+/// Modification time and length of the files settings are read from.
+pub type Fingerprint = Vec<Option<(std::time::SystemTime, u64)>>;
+
+impl SettingsSource {
+    /// The effective settings.
+    pub fn load(&self) -> Result<Settings, ConfigError> {
+        match &self.file {
+            Some(path) => load_file(&self.base, path, &self.upstreams),
+            None => {
+                let mut s = self.base.clone();
+                s.resolve_upstreams(&self.upstreams)?;
+                Ok(s)
+            }
+        }
+    }
+
+    /// Changes whenever the settings file or the resolv.conf in use changes.
+    pub fn fingerprint(&self, current: &Settings) -> Fingerprint {
+        let stat = |p: &Path| {
+            let md = std::fs::metadata(p).ok()?;
+            Some((md.modified().ok()?, md.len()))
+        };
+        [self.file.as_deref(), current.resolv_conf.as_deref()].into_iter().flatten().map(stat).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Settings, ConfigError> {
+        let base = Settings::new("cluster.local").unwrap();
+        let file: FileSettings =
+            serde_saphyr::from_str(yaml).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        apply(&base, file, &[])
+    }
+
+    #[test]
+    fn file_fields_override_the_base() {
+        let s = parse(
+            "ttl: 30\npods: insecure\nupstreams: [10.0.0.2, '10.0.0.3:5353']\ncache: {success: 100, prefetch: 3}\n\
+             lameduck: 10s\nrefuseAny: false\ndnsService: dns/coredns\nforward: {timeout: 500ms}\n",
+        )
+        .unwrap();
+        assert_eq!(s.index.ttl, 30);
+        assert_eq!(s.index.pods, PodsMode::Insecure);
+        assert_eq!(s.index.dns_service, Some(ServiceName::new("dns", "coredns")));
+        let ups: Vec<String> = s.forward.upstreams.iter().map(ToString::to_string).collect();
+        assert_eq!(ups, ["10.0.0.2:53", "10.0.0.3:5353"]);
+        assert_eq!(
+            (s.cache.success_capacity, s.cache.denial_capacity, s.cache.prefetch_hits),
+            (100, 9984, 3)
+        );
+        assert_eq!(s.lameduck, Duration::from_secs(10));
+        assert_eq!(s.forward.timeout, Duration::from_millis(500));
+        assert!(!s.options.refuse_any && s.options.shuffle);
+    }
+
+    #[test]
+    fn the_source_combines_base_file_and_resolv_conf() {
+        let dir = std::env::temp_dir().join(format!("tideway-dns-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let resolv = dir.join("resolv.conf");
+        std::fs::write(&resolv, "nameserver 192.0.2.53\n").unwrap();
+        let mut base = Settings::new("cluster.local").unwrap();
+        base.resolv_conf = Some(resolv.clone());
+        let mut source = SettingsSource { base, file: None, upstreams: Vec::new() };
+        let s = source.load().unwrap();
+        assert_eq!(s.forward.upstreams, vec!["192.0.2.53:53".parse().unwrap()]);
+        let before = source.fingerprint(&s);
+        std::fs::write(&resolv, "nameserver 192.0.2.54\nnameserver 192.0.2.55\n").unwrap();
+        assert_ne!(source.fingerprint(&s), before, "a resolv.conf edit is noticed");
+        let file = dir.join("dns.yaml");
+        std::fs::write(&file, "ttl: 30\n").unwrap();
+        source.file = Some(file.clone());
+        let s = source.load().unwrap();
+        assert_eq!((s.index.ttl, s.forward.upstreams.len()), (30, 2));
+        std::fs::write(&file, "ttl: [oops\n").unwrap();
+        assert!(matches!(source.load(), Err(ConfigError::Parse(..))));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_their_field() {
+        assert!(parse("ttl: 4000\n").unwrap_err().to_string().contains("out of range"));
+        assert!(parse("pods: maybe\n").unwrap_err().to_string().contains("unknown pods mode"));
+        assert!(parse("upstreams: [nope]\n").unwrap_err().to_string().contains("invalid upstream"));
+        assert!(parse("lameduck: soon\n").unwrap_err().to_string().contains("lameduck"));
+        assert!(parse("ttl: 5\nunknown: 1\n").is_err(), "unknown fields are errors");
+    }
+}

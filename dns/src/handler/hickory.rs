@@ -1,0 +1,92 @@
+//! The hickory-server adapter: [`DnsHandler`] implements `RequestHandler` over [`Core`].
+//!
+//! hickory-server parses the request and owns the connection; this converts the request into
+//! a [`Step`], completes it, and hands the reply back as a hickory `MessageResponse`. The reply
+//! is also encoded once with [`wire::encode`] to apply the same UDP truncation as the native
+//! path and to measure the response size for the metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use hickory_proto::op::{Header, HeaderCounts, ResponseCode};
+use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+
+use super::wire::{self, response_edns, response_metadata, udp_limit};
+use super::{Core, Reply};
+use crate::metrics::Proto;
+
+/// hickory-server's view of the DNS server.
+#[derive(Clone)]
+pub struct DnsHandler {
+    core: Arc<Core>,
+}
+
+impl DnsHandler {
+    /// A handler over `core`.
+    pub fn new(core: Arc<Core>) -> Self {
+        DnsHandler { core }
+    }
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for DnsHandler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
+        let started = Instant::now();
+        let proto = match request.protocol() {
+            Protocol::Udp => Proto::Udp,
+            _ => Proto::Tcp,
+        };
+        wire::record_request(&self.core, request, proto, request.as_slice().len());
+        let step = self.core.decide(request);
+        let reply = self.core.complete(step).await;
+        let limit = match proto {
+            Proto::Udp => udp_limit(request),
+            Proto::Tcp => u16::MAX,
+        };
+        let (size, truncated) = match wire::encode(request, &reply, limit) {
+            Ok((bytes, truncated)) => (bytes.len(), truncated),
+            Err(_) => (0, false),
+        };
+        self.core.metrics.response(
+            proto,
+            request.queries.queries().first().map_or(hickory_proto::rr::RecordType::NULL, |q| q.query_type()),
+            reply.rcode,
+            reply.source,
+            size,
+            started.elapsed().as_secs_f64(),
+        );
+        let edns = request.edns.as_ref().map(response_edns);
+        let mut meta = response_metadata(request, &reply);
+        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
+        let empty = Reply::error(reply.rcode);
+        let body = if truncated {
+            meta.truncation = true;
+            &empty
+        } else {
+            &reply
+        };
+        let response = builder.build(
+            meta,
+            body.answers.iter(),
+            body.authorities.iter(),
+            std::iter::empty(),
+            body.additionals.iter(),
+        );
+        match response_handle.send_response(response).await {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot send a response");
+                let mut meta = response_metadata(request, &Reply::error(ResponseCode::ServFail));
+                meta.response_code = ResponseCode::ServFail;
+                ResponseInfo::from(Header { metadata: meta, counts: HeaderCounts::default() })
+            }
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The request path: a hickory [`Request`] in, a reply out.
+//!
+//! [`Core::decide`] is synchronous and makes every decision that needs no network: message
+//! checks (opcode, question count, class, EDNS version, ANY and zone transfers), the loop
+//! probe, and the cluster zone through [`crate::answer`]. What needs the network — forwarding
+//! through the cache, chasing an ExternalName upstream — comes back as a step that
+//! [`Core::complete`] finishes asynchronously. [`wire`] turns a reply into bytes (truncating
+//! for UDP) and [`hickory`] plugs the same path into hickory-server's `RequestHandler`.
+
+mod hickory;
+#[cfg(test)]
+mod tests;
+pub mod wire;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use hickory_proto::op::{LowerQuery, OpCode, ResponseCode};
+use hickory_proto::rr::{DNSClass, LowerName, Name, Record, RecordType};
+use hickory_server::server::Request;
+use tokio::sync::Notify;
+
+pub use self::hickory::DnsHandler;
+use crate::answer::{self, Answer, Outcome};
+use crate::forward::cache::{Cache, CacheKey};
+use crate::forward::{ForwardError, Forwarder};
+use crate::metrics::{Metrics, Source};
+use crate::records::RecordIndex;
+
+/// Query-path options that can change on reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Randomize the order of A/AAAA/MX answers (CoreDNS's `loadbalance`).
+    pub shuffle: bool,
+    /// Answer ANY queries with REFUSED (no amplification).
+    pub refuse_any: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { shuffle: true, refuse_any: true }
+    }
+}
+
+/// A reply ready to be encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// Response code.
+    pub rcode: ResponseCode,
+    /// AA bit.
+    pub authoritative: bool,
+    /// Answer section.
+    pub answers: Vec<Record>,
+    /// Authority section.
+    pub authorities: Vec<Record>,
+    /// Additional section.
+    pub additionals: Vec<Record>,
+    /// Who wrote it (the `plugin` metrics label).
+    pub source: Source,
+}
+
+impl Reply {
+    /// An empty reply with `rcode`, written by the server itself.
+    pub fn error(rcode: ResponseCode) -> Self {
+        Reply {
+            rcode,
+            authoritative: false,
+            answers: Vec::new(),
+            authorities: Vec::new(),
+            additionals: Vec::new(),
+            source: Source::Server,
+        }
+    }
+
+    fn authoritative(a: Answer) -> Self {
+        Reply {
+            rcode: a.rcode,
+            authoritative: true,
+            answers: a.answers,
+            authorities: a.authority,
+            additionals: a.additionals,
+            source: Source::Kubernetes,
+        }
+    }
+}
+
+/// The next step for a request.
+#[derive(Debug)]
+pub enum Step {
+    /// Reply now.
+    Reply(Reply),
+    /// Not the cluster's: answer from the cache or upstream.
+    Forward(Upstream),
+    /// An ExternalName: `answer` holds the CNAME, the target's records come from upstream.
+    Chase {
+        /// The CNAME chain.
+        answer: Answer,
+        /// What to look up upstream.
+        target: Upstream,
+    },
+}
+
+/// A name to look up upstream.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Query name (case kept).
+    pub name: Name,
+    /// Query type.
+    pub qtype: RecordType,
+    /// Query class.
+    pub qclass: DNSClass,
+    /// DNSSEC OK bit of the client's query.
+    pub dnssec_ok: bool,
+}
+
+impl Upstream {
+    fn key(&self) -> CacheKey {
+        CacheKey {
+            name: LowerName::new(&self.name),
+            qtype: self.qtype,
+            qclass: self.qclass,
+            dnssec_ok: self.dnssec_ok,
+        }
+    }
+}
+
+/// Start-up loop detection (CoreDNS's `loop` plugin): a random name is sent upstream; if it
+/// comes back to us more than twice, the upstreams forward to us.
+pub struct LoopProbe {
+    name: LowerName,
+    hits: AtomicU32,
+    detected: AtomicBool,
+    /// Woken when a loop is detected.
+    pub notify: Notify,
+}
+
+impl LoopProbe {
+    fn new() -> Self {
+        let name = format!("{}.{}.", rand::random::<u32>(), rand::random::<u32>());
+        LoopProbe {
+            name: LowerName::from(Name::from_ascii(&name).unwrap_or_else(|_| Name::root())),
+            hits: AtomicU32::new(0),
+            detected: AtomicBool::new(false),
+            notify: Notify::new(),
+        }
+    }
+
+    /// The probe name.
+    pub fn name(&self) -> Name {
+        Name::from(self.name.clone())
+    }
+
+    /// True once a loop was seen.
+    pub fn detected(&self) -> bool {
+        self.detected.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything the request path reads; swapped pieces (index, cache, options) change on
+/// cluster changes and reloads without stopping the server.
+pub struct Core {
+    index: ArcSwap<RecordIndex>,
+    forwarder: Forwarder,
+    cache: ArcSwap<Cache>,
+    options: ArcSwap<Options>,
+    metrics: Arc<Metrics>,
+    probe: LoopProbe,
+}
+
+impl Core {
+    /// A core answering from `index`, forwarding through `forwarder` and `cache`.
+    pub fn new(
+        index: RecordIndex,
+        forwarder: Forwarder,
+        cache: Cache,
+        options: Options,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Core {
+            index: ArcSwap::from_pointee(index),
+            forwarder,
+            cache: ArcSwap::from_pointee(cache),
+            options: ArcSwap::from_pointee(options),
+            metrics,
+            probe: LoopProbe::new(),
+        }
+    }
+
+    /// The index in use.
+    pub fn index(&self) -> Arc<RecordIndex> {
+        self.index.load_full()
+    }
+
+    /// Swaps in a new index; queries in flight finish with the old one.
+    pub fn set_index(&self, index: RecordIndex) {
+        self.index.store(Arc::new(index));
+    }
+
+    /// The forwarder.
+    pub fn forwarder(&self) -> &Forwarder {
+        &self.forwarder
+    }
+
+    /// Replaces the cache (its settings changed).
+    pub fn set_cache(&self, cache: Cache) {
+        self.cache.store(Arc::new(cache));
+    }
+
+    /// The cache in use.
+    pub fn cache(&self) -> Arc<Cache> {
+        self.cache.load_full()
+    }
+
+    /// Replaces the options.
+    pub fn set_options(&self, options: Options) {
+        self.options.store(Arc::new(options));
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The loop probe.
+    pub fn probe(&self) -> &LoopProbe {
+        &self.probe
+    }
+
+    /// Decides what to do with `request` without touching the network.
+    pub fn decide(&self, request: &Request) -> Step {
+        let meta = &request.metadata;
+        if meta.op_code != OpCode::Query {
+            return Step::Reply(Reply::error(ResponseCode::NotImp));
+        }
+        if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
+            return Step::Reply(Reply::error(ResponseCode::BADVERS));
+        }
+        let [query] = request.queries.queries() else {
+            return Step::Reply(Reply::error(ResponseCode::FormErr));
+        };
+        match query.query_class() {
+            DNSClass::IN => {}
+            DNSClass::NONE | DNSClass::ANY | DNSClass::OPT(_) => {
+                return Step::Reply(Reply::error(ResponseCode::FormErr));
+            }
+            _ => return Step::Reply(Reply::error(ResponseCode::Refused)),
+        }
+        let qtype = query.query_type();
+        match qtype {
+            RecordType::AXFR | RecordType::IXFR => return Step::Reply(Reply::error(ResponseCode::Refused)),
+            RecordType::ANY if self.options.load().refuse_any => {
+                return Step::Reply(Reply::error(ResponseCode::Refused));
+            }
+            RecordType::OPT => return Step::Reply(Reply::error(ResponseCode::FormErr)),
+            RecordType::Unknown(t) if (128..=255).contains(&t) => {
+                // Meta-types (MAILA, MAILB, ...) are not implemented.
+                return Step::Reply(Reply::error(ResponseCode::NotImp));
+            }
+            _ => {}
+        }
+        if *query.name() == self.probe.name {
+            let hits = self.probe.hits.fetch_add(1, Ordering::Relaxed) + 1;
+            if hits > 2 {
+                if !self.probe.detected.swap(true, Ordering::Relaxed) {
+                    self.probe.notify.notify_waiters();
+                }
+                return Step::Reply(Reply::error(ResponseCode::ServFail));
+            }
+        }
+        let dnssec_ok = request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
+        let upstream = |name: Name| Upstream { name, qtype, qclass: query.query_class(), dnssec_ok };
+        match answer::answer(&self.index.load(), query) {
+            Outcome::Answer(a) => Step::Reply(self.finish(Reply::authoritative(a))),
+            Outcome::Chase { answer, target } => Step::Chase { answer, target: upstream(target) },
+            Outcome::Forward => Step::Forward(upstream(original_name(query))),
+        }
+    }
+
+    /// Finishes a step that needs the network.
+    pub async fn complete(self: &Arc<Self>, step: Step) -> Reply {
+        let reply = match step {
+            Step::Reply(reply) => return reply,
+            Step::Forward(up) => match self.lookup(&up).await {
+                Ok(reply) => reply,
+                Err(ForwardError::Overloaded) => Reply::error(ResponseCode::Refused),
+                Err(e) => {
+                    tracing::debug!(name = %up.name, error = %e, "forwarding failed");
+                    Reply::error(ResponseCode::ServFail)
+                }
+            },
+            Step::Chase { answer, target } => {
+                let mut reply = Reply::authoritative(answer);
+                match self.lookup(&target).await {
+                    Ok(up) => {
+                        reply.answers.extend(up.answers);
+                        // The code is the last name's (RFC 6604): NXDOMAIN if the target is.
+                        if up.rcode == ResponseCode::NXDomain {
+                            reply.rcode = ResponseCode::NXDomain;
+                            reply.authorities = up.authorities;
+                        }
+                    }
+                    // The CNAME alone still lets the client chase the target itself.
+                    Err(e) => tracing::debug!(target = %target.name, error = %e, "ExternalName chase failed"),
+                }
+                reply
+            }
+        };
+        self.finish(reply)
+    }
+
+    /// The cache, then upstream.
+    async fn lookup(self: &Arc<Self>, up: &Upstream) -> Result<Reply, ForwardError> {
+        let key = up.key();
+        let cache = self.cache.load_full();
+        if let Some(hit) = cache.get(&key, Instant::now()) {
+            if hit.prefetch {
+                let core = Arc::clone(self);
+                let up = up.clone();
+                tokio::spawn(async move {
+                    if let Ok(response) =
+                        core.forwarder.resolve(&up.name, up.qtype, up.qclass, up.dnssec_ok).await
+                    {
+                        core.cache.load().insert(up.key(), &response, Instant::now());
+                    }
+                });
+            }
+            return Ok(Reply {
+                rcode: hit.rcode,
+                authoritative: false,
+                answers: hit.answers,
+                authorities: hit.authorities,
+                additionals: hit.additionals,
+                source: Source::Cache,
+            });
+        }
+        let response = self.forwarder.resolve(&up.name, up.qtype, up.qclass, up.dnssec_ok).await?;
+        cache.insert(key, &response, Instant::now());
+        Ok(Reply {
+            rcode: response.metadata.response_code,
+            authoritative: response.metadata.authoritative,
+            answers: response.answers,
+            authorities: response.authorities,
+            additionals: response.additionals,
+            source: Source::Forward,
+        })
+    }
+
+    /// Last touches on every reply: address shuffling.
+    fn finish(&self, mut reply: Reply) -> Reply {
+        if reply.answers.len() > 1 && self.options.load().shuffle {
+            shuffle_addresses(&mut reply.answers);
+        }
+        reply
+    }
+}
+
+fn original_name(query: &LowerQuery) -> Name {
+    query.original().name().clone()
+}
+
+/// Randomizes the order of the address records after any leading CNAMEs (CoreDNS's
+/// `loadbalance round_robin`: CNAMEs stay first, glibc depends on it).
+pub fn shuffle_addresses(answers: &mut [Record]) {
+    let start = answers.iter().position(|r| r.record_type() != RecordType::CNAME).unwrap_or(answers.len());
+    let tail = &mut answers[start..];
+    if tail.len() > 1
+        && tail.iter().all(|r| matches!(r.record_type(), RecordType::A | RecordType::AAAA | RecordType::MX))
+    {
+        rand::seq::SliceRandom::shuffle(tail, &mut rand::rng());
+    }
+}

@@ -1,0 +1,438 @@
+//! Running the DNS server: sockets, the hickory-server instance, the index updater, the
+//! operations listeners, the loop probe, reload and lameduck shutdown.
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use prometheus_client::registry::Registry;
+use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
+use tideway_api::source::SharedCluster;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+use crate::config::Settings;
+use crate::forward::Forwarder;
+use crate::forward::cache::Cache;
+use crate::handler::{Core, DnsHandler};
+use crate::metrics::Metrics;
+use crate::ops::{self, Readiness};
+use crate::records::RecordIndex;
+
+/// Which code receives UDP queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpEngine {
+    /// [`crate::udp`]: answer in place, a task only for forwarded queries (default).
+    #[default]
+    Native,
+    /// hickory-server's `register_socket` (a task per datagram); kept for comparison.
+    Hickory,
+}
+
+/// How to run the server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// DNS address (UDP and TCP).
+    pub listen: SocketAddr,
+    /// `/health` listener.
+    pub health: Option<SocketAddr>,
+    /// `/ready` listener.
+    pub ready: Option<SocketAddr>,
+    /// `/metrics` listener.
+    pub metrics: Option<SocketAddr>,
+    /// UDP sockets sharing the port (one per worker).
+    pub udp_sockets: usize,
+    /// UDP receive path.
+    pub udp_engine: UdpEngine,
+    /// Idle timeout of TCP connections.
+    pub tcp_timeout: Duration,
+    /// Probe the upstreams for forwarding loops at start.
+    pub loop_probe: bool,
+    /// Serving settings.
+    pub settings: Settings,
+}
+
+impl ServerConfig {
+    /// A config listening on `listen` with no operations listeners.
+    pub fn new(listen: SocketAddr, settings: Settings) -> Self {
+        ServerConfig {
+            listen,
+            health: None,
+            ready: None,
+            metrics: None,
+            udp_sockets: 1,
+            udp_engine: UdpEngine::Native,
+            tcp_timeout: Duration::from_secs(10),
+            loop_probe: false,
+            settings,
+        }
+    }
+}
+
+/// Why the server could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, io::Error),
+    /// The upstreams forward back to this server.
+    #[error("forwarding loop: {0}")]
+    Loop(String),
+}
+
+/// Pre-bound DNS sockets (tests bind them inside a network namespace).
+#[derive(Debug)]
+pub struct Sockets {
+    /// UDP sockets, all on the same address.
+    pub udp: Vec<std::net::UdpSocket>,
+    /// The TCP listener.
+    pub tcp: std::net::TcpListener,
+}
+
+impl Sockets {
+    /// Binds `count` UDP sockets (`SO_REUSEPORT`) and a TCP listener on `addr`; port 0 picks
+    /// one free port for both.
+    pub fn bind(addr: SocketAddr, count: usize) -> Result<Sockets, ServeError> {
+        let err = |e| ServeError::Bind(addr, e);
+        let domain = Domain::for_address(addr);
+        let tcp = Socket::new(domain, Type::STREAM, Some(SockProtocol::TCP)).map_err(err)?;
+        tcp.set_reuse_address(true).map_err(err)?;
+        tcp.bind(&addr.into()).map_err(err)?;
+        tcp.listen(1024).map_err(err)?;
+        let tcp: std::net::TcpListener = tcp.into();
+        let bound = tcp.local_addr().map_err(err)?;
+        let mut udp = Vec::new();
+        for _ in 0..count.max(1) {
+            let s = Socket::new(domain, Type::DGRAM, Some(SockProtocol::UDP)).map_err(err)?;
+            s.set_reuse_port(true).map_err(err)?;
+            // Room for bursts: dnsperf-style clients keep hundreds of queries in flight.
+            let _ = s.set_recv_buffer_size(4 << 20);
+            s.bind(&bound.into()).map_err(err)?;
+            udp.push(s.into());
+        }
+        Ok(Sockets { udp, tcp })
+    }
+}
+
+/// True when `upstream` is this server itself.
+fn is_self(upstream: SocketAddr, listen: SocketAddr) -> bool {
+    upstream == listen
+        || (listen.ip().is_unspecified() && upstream.port() == listen.port() && upstream.ip().is_loopback())
+}
+
+/// A running server.
+pub struct Server {
+    /// The bound DNS address.
+    pub dns_addr: SocketAddr,
+    /// The bound `/health` address.
+    pub health_addr: Option<SocketAddr>,
+    /// The bound `/ready` address.
+    pub ready_addr: Option<SocketAddr>,
+    /// The bound `/metrics` address.
+    pub metrics_addr: Option<SocketAddr>,
+    core: Arc<Core>,
+    readiness: Arc<Readiness>,
+    settings: Arc<Mutex<Settings>>,
+    rebuild: Arc<Notify>,
+    shutdown: watch::Sender<bool>,
+    failure: watch::Receiver<Option<String>>,
+    tasks: JoinSet<()>,
+}
+
+async fn http_listener(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, ServeError> {
+    match addr {
+        Some(a) => TcpListener::bind(a).await.map(Some).map_err(|e| ServeError::Bind(a, e)),
+        None => Ok(None),
+    }
+}
+
+impl Server {
+    /// Binds the configured addresses and starts serving `cluster`.
+    pub async fn start(config: ServerConfig, cluster: SharedCluster) -> Result<Server, ServeError> {
+        let sockets = Sockets::bind(config.listen, config.udp_sockets)?;
+        Self::start_with(config, cluster, sockets).await
+    }
+
+    /// Starts serving `cluster` on pre-bound DNS sockets.
+    pub async fn start_with(
+        config: ServerConfig,
+        cluster: SharedCluster,
+        sockets: Sockets,
+    ) -> Result<Server, ServeError> {
+        let err = |e| ServeError::Bind(config.listen, e);
+        let tcp = TcpListener::from_std({
+            sockets.tcp.set_nonblocking(true).map_err(err)?;
+            sockets.tcp
+        })
+        .map_err(err)?;
+        let dns_addr = tcp.local_addr().map_err(err)?;
+        let settings = config.settings.clone();
+        if let Some(up) = settings.forward.upstreams.iter().find(|u| is_self(**u, dns_addr)) {
+            return Err(ServeError::Loop(format!("upstream {up} is this server ({dns_addr})")));
+        }
+
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::new(dns_addr, &mut registry));
+        let core = Arc::new(Core::new(
+            RecordIndex::unsynced(&settings.index),
+            Forwarder::new(settings.forward.clone(), Arc::clone(&metrics)),
+            Cache::new(settings.cache.clone(), Arc::clone(&metrics)),
+            settings.options.clone(),
+            Arc::clone(&metrics),
+        ));
+        let readiness = Arc::new(Readiness::default());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (failure_tx, failure) = watch::channel(None);
+        let mut tasks = JoinSet::new();
+
+        let mut hickory = hickory_server::Server::new(DnsHandler::new(Arc::clone(&core)));
+        hickory.register_listener(tcp, config.tcp_timeout, 64);
+        for udp in sockets.udp {
+            udp.set_nonblocking(true).map_err(err)?;
+            let udp = UdpSocket::from_std(udp).map_err(err)?;
+            match config.udp_engine {
+                UdpEngine::Hickory => hickory.register_socket(udp),
+                UdpEngine::Native => {
+                    tasks.spawn(crate::udp::serve(Arc::new(udp), Arc::clone(&core), shutdown_rx.clone()));
+                }
+            }
+        }
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let _ = rx.wait_for(|s| *s).await;
+            if let Err(e) = hickory.shutdown_gracefully().await {
+                tracing::warn!(error = %e, "DNS server stopped with an error");
+            }
+        });
+
+        let registry = Arc::new(registry);
+        let mut bound = [None, None, None];
+        let routers = [
+            (config.health, ops::health_router()),
+            (config.ready, ops::ready_router(Arc::clone(&readiness))),
+            (config.metrics, tideway_api::http::metrics_router(registry)),
+        ];
+        for (slot, (addr, router)) in bound.iter_mut().zip(routers) {
+            if let Some(listener) = http_listener(addr).await? {
+                *slot = listener.local_addr().ok();
+                let mut rx = shutdown_rx.clone();
+                tasks.spawn(async move {
+                    let stop = async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    };
+                    if let Err(e) = tideway_api::http::serve(listener, router, stop).await {
+                        tracing::error!(error = %e, "HTTP listener failed");
+                    }
+                });
+            }
+        }
+
+        let settings = Arc::new(Mutex::new(settings));
+        let rebuild = Arc::new(Notify::new());
+        tasks.spawn(index_task(
+            Arc::clone(&core),
+            cluster,
+            Arc::clone(&settings),
+            Arc::clone(&rebuild),
+            Arc::clone(&readiness),
+            shutdown_rx.clone(),
+        ));
+        if config.loop_probe {
+            tasks.spawn(loop_probe(Arc::clone(&core), dns_addr, failure_tx, shutdown_rx));
+        }
+        tracing::info!(%dns_addr, "cluster DNS listening");
+        Ok(Server {
+            dns_addr,
+            health_addr: bound[0],
+            ready_addr: bound[1],
+            metrics_addr: bound[2],
+            core,
+            readiness,
+            settings,
+            rebuild,
+            shutdown,
+            failure,
+            tasks,
+        })
+    }
+
+    /// The request path's shared state.
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Readiness as `/ready` reports it.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> Settings {
+        self.settings.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Applies new settings without dropping a query (reload). Upstreams that point back at
+    /// this server are refused and the previous settings stay.
+    pub fn apply(&self, new: Settings) -> Result<(), ServeError> {
+        if let Some(up) = new.forward.upstreams.iter().find(|u| is_self(**u, self.dns_addr)) {
+            self.core.metrics().reload_failed.inc();
+            return Err(ServeError::Loop(format!("upstream {up} is this server ({})", self.dns_addr)));
+        }
+        let mut cur = self.settings.lock().unwrap_or_else(|e| e.into_inner());
+        if cur.forward != new.forward {
+            self.core.forwarder().set_settings(new.forward.clone());
+        }
+        if cur.cache != new.cache {
+            self.core.set_cache(Cache::new(new.cache.clone(), Arc::clone(self.core.metrics())));
+        }
+        if cur.options != new.options {
+            self.core.set_options(new.options.clone());
+        }
+        let rebuild = cur.index != new.index;
+        *cur = new;
+        drop(cur);
+        if rebuild {
+            self.rebuild.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Resolves when the server must stop because of an error (a forwarding loop).
+    pub async fn failed(&self) -> String {
+        let mut rx = self.failure.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Stops: `/ready` fails at once, DNS and `/health` keep serving for the lameduck
+    /// duration, then every listener closes.
+    pub async fn shutdown(mut self) {
+        let lameduck = self.settings().lameduck;
+        self.readiness.set_lameduck();
+        if !lameduck.is_zero() {
+            tracing::info!(?lameduck, "lameduck: still serving before shutdown");
+            tokio::time::sleep(lameduck).await;
+        }
+        self.shutdown.send_replace(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+fn unix_now() -> u32 {
+    let secs = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
+/// Keeps the index in step with the cluster and the settings: a full rebuild on every
+/// relevant change, swapped in atomically.
+async fn index_task(
+    core: Arc<Core>,
+    cluster: SharedCluster,
+    settings: Arc<Mutex<Settings>>,
+    rebuild: Arc<Notify>,
+    readiness: Arc<Readiness>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut built: Option<crate::records::IndexSettings> = None;
+    loop {
+        let wanted = settings.lock().unwrap_or_else(|e| e.into_inner()).index.clone();
+        if cluster.is_synced() {
+            let mut state = cluster.lock();
+            let changes = state.take_changes();
+            if built.as_ref() != Some(&wanted) || !changes.services.is_empty() || changes.pods {
+                let started = Instant::now();
+                let index = RecordIndex::build(&state, &wanted, unix_now());
+                drop(state);
+                let took = started.elapsed();
+                let m = core.metrics();
+                m.index_build_seconds.observe(took.as_secs_f64());
+                m.index_services.set(i64::try_from(index.service_count()).unwrap_or(i64::MAX));
+                m.index_endpoints.set(i64::try_from(index.endpoint_count()).unwrap_or(i64::MAX));
+                tracing::info!(
+                    services = index.service_count(),
+                    endpoints = index.endpoint_count(),
+                    changed = changes.services.len(),
+                    millis = took.as_secs_f64() * 1e3,
+                    "cluster zone rebuilt"
+                );
+                core.set_index(index);
+                readiness.set_synced();
+                built = Some(wanted);
+            }
+        } else if core.index().ttl() != wanted.ttl || core.index().zone() != &wanted.zone {
+            core.set_index(RecordIndex::unsynced(&wanted));
+        }
+        tokio::select! {
+            _ = cluster.changed() => {}
+            _ = rebuild.notified() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// CoreDNS's `loop` plugin: query a random name through ourselves; if it comes back more than
+/// twice, the upstreams forward to us and every forwarded query would circle until timeout.
+async fn loop_probe(
+    core: Arc<Core>,
+    dns_addr: SocketAddr,
+    failure: watch::Sender<Option<String>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if core.forwarder().upstreams().is_empty() {
+        return;
+    }
+    let target = if dns_addr.ip().is_unspecified() {
+        match dns_addr {
+            SocketAddr::V4(_) => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), dns_addr.port()),
+            SocketAddr::V6(_) => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), dns_addr.port()),
+        }
+    } else {
+        dns_addr
+    };
+    let name = core.probe().name();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let probe = async {
+            let mut msg = hickory_proto::op::Message::query();
+            msg.metadata.id = rand::random();
+            msg.metadata.recursion_desired = true;
+            msg.add_query(hickory_proto::op::Query::query(
+                name.clone(),
+                hickory_proto::rr::RecordType::HINFO,
+            ));
+            let bytes = msg.to_vec().map_err(io::Error::other)?;
+            let local: SocketAddr = match target {
+                SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+                SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+            };
+            let socket = UdpSocket::bind(local).await?;
+            socket.send_to(&bytes, target).await?;
+            let mut buf = [0u8; 512];
+            tokio::time::timeout(Duration::from_secs(5), socket.recv(&mut buf))
+                .await
+                .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
+            io::Result::Ok(())
+        };
+        let answered = tokio::select! {
+            r = probe => r.is_ok(),
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        if core.probe().detected() {
+            let msg = format!(
+                "Loop ({target} -> {dns_addr}) detected for zone \".\": query \"HINFO {name}\" came back; \
+                 the upstream servers forward to this server"
+            );
+            tracing::error!("{msg}");
+            failure.send_replace(Some(msg));
+            return;
+        }
+        if answered {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

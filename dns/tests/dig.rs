@@ -1,0 +1,237 @@
+//! `dig` against the running server: UDP and TCP, truncation, forwarding and the cache,
+//! ExternalName chasing through a local upstream, sync/readiness, reload, lameduck, loops.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Upstream, cluster, dig, have_dig, http_get, runtime, settings, start};
+use tideway_api::source::SharedCluster;
+use tideway_core::testing::mk_service;
+use tideway_dns::server::{ServerConfig, Sockets};
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+#[test]
+fn answers_over_udp_and_tcp() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let server = start(&rt, cluster(), settings(&[]));
+    let at = server.dns_addr;
+    for transport in ["+notcp", "+tcp"] {
+        assert_eq!(lines(&dig(at, &[transport, "+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"]);
+        let out = dig(at, &[transport, "+short", "hl.ns1.svc.cluster.local"]);
+        let mut hl = lines(&out);
+        hl.sort();
+        assert_eq!(hl, ["10.244.1.5", "10.244.2.5"], "ready endpoints only ({transport})");
+    }
+    // Query case is kept; the AA bit is set; SRV carries the targets' addresses.
+    let out = dig(
+        at,
+        &["+noall", "+answer", "+additional", "+comments", "_HTTP._tcp.Web.NS1.svc.cluster.local", "SRV"],
+    );
+    assert!(out.contains("flags: qr aa rd ra"), "{out}");
+    assert!(
+        out.contains("_HTTP._tcp.Web.NS1.svc.cluster.local. 5 IN SRV 0 100 80 web.ns1.svc.cluster.local."),
+        "{out}"
+    );
+    assert!(out.contains("web.ns1.svc.cluster.local. 5 IN A 10.96.0.10"), "{out}");
+    // NXDOMAIN and NODATA carry the SOA; dns-version answers.
+    let out = dig(at, &["+noall", "+comments", "+authority", "nope.ns1.svc.cluster.local"]);
+    assert!(out.contains("status: NXDOMAIN") && out.contains("flags: qr aa"), "{out}");
+    assert!(out.contains("cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local."), "{out}");
+    let out = dig(at, &["+noall", "+comments", "+authority", "web.ns1.svc.cluster.local", "AAAA"]);
+    assert!(out.contains("status: NOERROR") && out.contains("ANSWER: 0") && out.contains("SOA"), "{out}");
+    assert_eq!(lines(&dig(at, &["+short", "dns-version.cluster.local", "TXT"])), ["\"1.1.0\""]);
+    assert_eq!(lines(&dig(at, &["+short", "-x", "10.96.0.10"])), ["web.ns1.svc.cluster.local."]);
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn oversized_udp_answers_are_truncated_and_complete_over_tcp() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let server = start(&rt, cluster(), settings(&[]));
+    let at = server.dns_addr;
+    for edns in ["+noedns", "+bufsize=4096"] {
+        let out = dig(at, &["+ignore", edns, "+noall", "+comments", "big.ns1.svc.cluster.local"]);
+        assert!(out.contains(" tc") && out.contains("ANSWER: 0"), "{edns}: {out}");
+    }
+    // dig retries over TCP on TC and gets every record.
+    assert_eq!(lines(&dig(at, &["+short", "big.ns1.svc.cluster.local"])).len(), 120);
+    // A small answer fits without TC.
+    let out = dig(at, &["+ignore", "+noedns", "+noall", "+comments", "web.ns1.svc.cluster.local"]);
+    assert!(!out.contains(" tc"), "{out}");
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn forwarding_cache_and_external_names() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let upstream = Upstream::start(&rt);
+    let server = start(&rt, cluster(), settings(&[upstream.addr]));
+    let at = server.dns_addr;
+    // ExternalName: the CNAME first, then the target chased upstream.
+    let out = dig(at, &["+noall", "+answer", "ext.ns1.svc.cluster.local"]);
+    let ans = lines(&out);
+    assert_eq!(ans.len(), 2, "{out}");
+    assert!(ans[0].ends_with("IN CNAME ext.upstream.test.") && ans[1].ends_with("IN A 192.0.2.10"), "{out}");
+    assert_eq!(lines(&dig(at, &["+short", "ext.ns1.svc.cluster.local", "CNAME"])), ["ext.upstream.test."]);
+    // Other names are forwarded, then served from the cache.
+    let before = upstream.count();
+    assert_eq!(lines(&dig(at, &["+short", "www.example.test"])), ["192.0.2.80"]);
+    assert_eq!(upstream.count(), before + 1);
+    let out = dig(at, &["+noall", "+answer", "www.example.test"]);
+    assert!(out.contains("192.0.2.80"), "{out}");
+    assert_eq!(upstream.count(), before + 1, "second answer from the cache");
+    let out = dig(at, &["+noall", "+comments", "+authority", "nosuch.example.test"]);
+    assert!(out.contains("status: NXDOMAIN") && out.contains("test. 30 IN SOA"), "{out}");
+    // An upstream answer too large for UDP: the forwarder retries over TCP, dig too.
+    assert_eq!(lines(&dig(at, &["+short", "many.example.test"])).len(), 100);
+    let (status, metrics) = http_get(server.metrics_addr.unwrap(), "/metrics");
+    assert_eq!(status, 200);
+    for want in [
+        "coredns_dns_requests_total{server=\"dns://127.0.0.1:",
+        "coredns_dns_responses_total{",
+        "rcode=\"NXDOMAIN\",plugin=\"forward\"",
+        "coredns_dns_request_duration_seconds_bucket{",
+        "coredns_cache_hits_total{",
+        "type=\"success\"",
+        "coredns_cache_misses_total{",
+        "coredns_cache_entries{",
+        "coredns_forward_requests_total{to=\"127.0.0.1:",
+        "coredns_forward_responses_total{",
+        "coredns_build_info{",
+        "coredns_plugin_enabled{",
+    ] {
+        assert!(metrics.contains(want), "missing {want} in\n{metrics}");
+    }
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn refuses_any_and_zone_transfers() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let server = start(&rt, cluster(), settings(&[]));
+    let at = server.dns_addr;
+    assert!(dig(at, &["+noall", "+comments", "cluster.local", "ANY"]).contains("status: REFUSED"));
+    assert!(dig(at, &["+noall", "+comments", "+tcp", "cluster.local", "ANY"]).contains("status: REFUSED"));
+    let out = dig(at, &["cluster.local", "AXFR"]);
+    assert!(out.contains("Transfer failed") || out.contains("REFUSED"), "{out}");
+    assert!(dig(at, &["+noall", "+comments", "-c", "CH", "version.bind", "TXT"]).contains("status: REFUSED"));
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn servfail_before_sync_then_changes_apply_at_once() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let cluster = SharedCluster::new();
+    let server = start(&rt, cluster.clone(), settings(&[]));
+    let at = server.dns_addr;
+    let ready = server.ready_addr.unwrap();
+    assert_eq!(http_get(ready, "/ready").0, 503);
+    assert_eq!(http_get(server.health_addr.unwrap(), "/health"), (200, "OK".to_string()));
+    let out = dig(at, &["+noall", "+comments", "web.ns1.svc.cluster.local"]);
+    assert!(out.contains("status: SERVFAIL"), "never NXDOMAIN before the first sync: {out}");
+
+    cluster.update(|s| s.reset(common::snapshot()));
+    cluster.mark_synced();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while http_get(ready, "/ready").0 != 200 {
+        assert!(Instant::now() < deadline, "ready after sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lines(&dig(at, &["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"]);
+    assert!(dig(at, &["+noall", "+comments", "new.ns1.svc.cluster.local"]).contains("status: NXDOMAIN"));
+
+    // A new Service is answered as soon as the index is rebuilt.
+    cluster.update(|s| s.apply_service(mk_service("ns1", "new").cluster_ip("10.96.0.99").build()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if lines(&dig(at, &["+short", "new.ns1.svc.cluster.local"])) == ["10.96.0.99"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "new Service served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn reload_and_lameduck() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let server = start(&rt, cluster(), settings(&[]));
+    let at = server.dns_addr;
+    let mut new = server.settings();
+    new.index.ttl = 30;
+    new.lameduck = Duration::from_millis(800);
+    server.apply(new).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !dig(at, &["+noall", "+answer", "web.ns1.svc.cluster.local"]).contains(" 30 IN A") {
+        assert!(Instant::now() < deadline, "new TTL served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Upstreams pointing at ourselves are refused; the old settings stay.
+    let mut looping = server.settings();
+    looping.forward.upstreams = vec![at];
+    assert!(server.apply(looping).is_err());
+
+    let (ready, health) = (server.ready_addr.unwrap(), server.health_addr.unwrap());
+    let stopping = rt.spawn(server.shutdown());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(http_get(ready, "/ready").0, 503, "not ready during lameduck");
+    assert_eq!(http_get(health, "/health").0, 200, "still healthy during lameduck");
+    assert_eq!(lines(&dig(at, &["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"], "still serving");
+    rt.block_on(stopping).unwrap();
+    assert!(
+        std::net::TcpStream::connect_timeout(&at, Duration::from_millis(500)).is_err(),
+        "closed after lameduck"
+    );
+}
+
+#[test]
+fn forwarding_loops_are_detected() {
+    let rt = runtime();
+    // Two servers forwarding to each other: the probe comes back more than twice.
+    let (a, b) = (
+        Sockets::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap(),
+        Sockets::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap(),
+    );
+    let (a_addr, b_addr) = (a.tcp.local_addr().unwrap(), b.tcp.local_addr().unwrap());
+    let mut config = ServerConfig::new(a_addr, settings(&[b_addr]));
+    config.loop_probe = true;
+    let server_a = rt.block_on(tideway_dns::server::Server::start_with(config, cluster(), a)).unwrap();
+    let server_b = common::start_with(&rt, cluster(), settings(&[a_addr]), b);
+    let found = rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), server_a.failed()).await });
+    let msg = found.expect("loop detected within 20 s");
+    assert!(msg.contains("Loop") && msg.contains("HINFO"), "{msg}");
+    // Forwarding to itself directly is refused at start.
+    let own = Sockets::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+    let own_addr = own.tcp.local_addr().unwrap();
+    let r = rt.block_on(tideway_dns::server::Server::start_with(
+        ServerConfig::new(own_addr, settings(&[own_addr])),
+        cluster(),
+        own,
+    ));
+    assert!(matches!(r, Err(tideway_dns::server::ServeError::Loop(_))));
+    rt.block_on(server_a.shutdown());
+    rt.block_on(server_b.shutdown());
+}
