@@ -1,0 +1,138 @@
+//! The glibc resolver as a pod sees it: a network namespace whose resolv.conf is what kubelet
+//! writes for `dnsPolicy: ClusterFirst` (search list + `ndots:5`), the server on the
+//! namespace's 127.0.0.1:53, a tiny upstream on its 127.0.0.1:5300, and `getent`.
+//!
+//! Needs root (`ip netns`); skipped with a message otherwise. Nothing leaves the namespace.
+
+mod common;
+
+use std::fs::File;
+use std::net::{TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Upstream, cluster, settings, start_with};
+use nix::sched::{CloneFlags, setns};
+use tideway_dns::server::Sockets;
+
+/// A network namespace with `lo` up and its own resolv.conf, removed on drop.
+struct Netns {
+    name: String,
+    etc: PathBuf,
+}
+
+impl Netns {
+    fn create(resolv_conf: &str) -> Option<Netns> {
+        let name = format!("tw-dns-{}", std::process::id());
+        let ok = |args: &[&str]| Command::new("ip").args(args).status().is_ok_and(|s| s.success());
+        if !ok(&["netns", "add", &name]) {
+            return None;
+        }
+        let etc = PathBuf::from("/etc/netns").join(&name);
+        let ns = Netns { name, etc };
+        assert!(ok(&["-n", &ns.name, "link", "set", "lo", "up"]), "lo up");
+        std::fs::create_dir_all(&ns.etc).unwrap();
+        // `ip netns exec` bind-mounts this file over /etc/resolv.conf.
+        std::fs::write(ns.etc.join("resolv.conf"), resolv_conf).unwrap();
+        Some(ns)
+    }
+
+    /// A runtime whose threads all live in the namespace: sockets the server opens later
+    /// (the forwarder's) are created there too.
+    fn runtime(&self) -> tokio::runtime::Runtime {
+        let path = format!("/run/netns/{}", self.name);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_start(move || {
+                let fd = File::open(&path).expect("netns handle");
+                setns(&fd, CloneFlags::CLONE_NEWNET).expect("setns");
+            })
+            .build()
+            .unwrap()
+    }
+
+    /// Runs `f` on a thread that entered the namespace (sockets it opens live there).
+    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let fd = File::open(&path).expect("netns handle");
+            setns(&fd, CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .expect("netns thread")
+    }
+
+    /// `ip netns exec <ns> getent <args>`, bounded by `timeout`.
+    fn getent(&self, args: &[&str]) -> String {
+        let out = Command::new("timeout")
+            .args(["20", "ip", "netns", "exec", &self.name, "getent"])
+            .args(args)
+            .output()
+            .expect("getent runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            eprintln!("getent {args:?}: {stderr}({})", out.status);
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = std::fs::remove_dir_all(&self.etc);
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[test]
+fn glibc_resolver_with_search_path_and_ndots() {
+    if !is_root() {
+        eprintln!("SKIP: needs root for network namespaces");
+        return;
+    }
+    let resolv = "nameserver 127.0.0.1\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local\n\
+                  options ndots:5 timeout:2 attempts:2\n";
+    let ns = Netns::create(resolv).expect("ip netns add (iproute2 installed, root)");
+    let (sockets, up_udp, up_tcp) = ns.enter(|| {
+        let sockets = Sockets::bind("127.0.0.1:53".parse().unwrap(), 2).expect("bind :53 in the namespace");
+        let up_udp = UdpSocket::bind("127.0.0.1:5300").unwrap();
+        let up_tcp = TcpListener::bind("127.0.0.1:5300").unwrap();
+        (sockets, up_udp, up_tcp)
+    });
+    let rt = ns.runtime();
+    let upstream = Upstream::start_with(&rt, up_udp, up_tcp);
+    let server = start_with(&rt, cluster(), settings(&[upstream.addr]), sockets);
+
+    // `web` is found on the first search domain.
+    let out = ns.getent(&["hosts", "web"]);
+    assert!(out.starts_with("10.96.0.10") && out.contains("web.ns1.svc.cluster.local"), "{out:?}");
+    // `web.ns1` costs one NXDOMAIN (web.ns1.ns1.svc...) then matches on svc.cluster.local.
+    let out = ns.getent(&["hosts", "web.ns1"]);
+    assert!(out.starts_with("10.96.0.10") && out.contains("web.ns1.svc.cluster.local"), "{out:?}");
+    // getaddrinfo on a headless Service: every ready endpoint, not the terminating one.
+    let out = ns.getent(&["ahosts", "hl"]);
+    assert!(out.contains("10.244.1.5") && out.contains("10.244.2.5"), "{out:?}");
+    assert!(!out.contains("10.244.2.6"), "terminating endpoint published: {out:?}");
+    // An external name: three NXDOMAINs from the search list, then forwarded upstream.
+    let before = upstream.count();
+    let out = ns.getent(&["hosts", "www.example.test"]);
+    assert!(out.starts_with("192.0.2.80"), "{out:?}");
+    assert!(upstream.count() > before, "forwarded");
+    // An ExternalName Service: CNAME, target chased upstream.
+    let out = ns.getent(&["hosts", "ext"]);
+    assert!(out.starts_with("192.0.2.10"), "{out:?}");
+    // A name that exists nowhere fails cleanly (exit status 2, no output).
+    let out = ns.getent(&["hosts", "nosuch"]);
+    assert!(out.is_empty(), "{out:?}");
+
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), server.shutdown()).await.expect("shutdown")
+    });
+}
