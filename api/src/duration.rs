@@ -14,19 +14,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if num_len == 0 {
             return Err(format!("invalid duration {s:?}"));
         }
-        let value: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
+        let value: f64 = rest[..num_len].parse().map_err(|_| format!("invalid duration {s:?}"))?;
         rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -44,11 +38,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Formats a duration the way Go prints simple ones (`30s`, `1m0s` is written `60s`).
 pub fn format_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
+    if d.subsec_nanos() == 0 { format!("{}s", d.as_secs()) } else { format!("{}ms", d.as_millis()) }
 }
 
 #[cfg(test)]

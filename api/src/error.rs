@@ -17,11 +17,7 @@ pub struct ConvertError {
 
 impl fmt::Display for ConvertError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}: {}: {}",
-            self.kind, self.object, self.field, self.message
-        )
+        write!(f, "{} {}: {}: {}", self.kind, self.object, self.field, self.message)
     }
 }
 
@@ -51,10 +47,7 @@ impl Ctx {
     }
 
     pub(crate) fn ip(&self, field: impl Into<String>, value: &str) -> Result<std::net::IpAddr, ConvertError> {
-        value
-            .trim()
-            .parse()
-            .map_err(|_| self.err(field, format!("{value:?} is not a valid IP address")))
+        value.trim().parse().map_err(|_| self.err(field, format!("{value:?} is not a valid IP address")))
     }
 
     pub(crate) fn cidr(
@@ -83,15 +76,15 @@ impl Ctx {
     ) -> Result<tideway_core::net::Protocol, ConvertError> {
         match value {
             None => Ok(tideway_core::net::Protocol::Tcp),
-            Some(p) => match p {
-                "TCP" => Ok(tideway_core::net::Protocol::Tcp),
-                "UDP" => Ok(tideway_core::net::Protocol::Udp),
-                "SCTP" => Ok(tideway_core::net::Protocol::Sctp),
-                other => Err(self.err(
-                    field,
-                    format!("unsupported protocol {other:?} (expected TCP, UDP or SCTP)"),
-                )),
-            },
+            Some(p) => {
+                match p {
+                    "TCP" => Ok(tideway_core::net::Protocol::Tcp),
+                    "UDP" => Ok(tideway_core::net::Protocol::Udp),
+                    "SCTP" => Ok(tideway_core::net::Protocol::Sctp),
+                    other => Err(self
+                        .err(field, format!("unsupported protocol {other:?} (expected TCP, UDP or SCTP)"))),
+                }
+            }
         }
     }
 }

@@ -19,11 +19,9 @@ pub fn metrics_router(registry: Arc<Registry>) -> Router {
 async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &registry) {
-        Ok(()) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            body,
-        )
-            .into_response(),
+        Ok(()) => {
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -34,7 +32,5 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }

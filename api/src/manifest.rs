@@ -45,10 +45,7 @@ fn object_ref(value: &Value) -> Option<ObjectRef> {
     Some(ObjectRef {
         api_version: value.get("apiVersion")?.as_str()?.to_string(),
         kind: value.get("kind")?.as_str()?.to_string(),
-        namespace: value
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        namespace: value.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
         name: value.pointer("/metadata/name")?.as_str()?.to_string(),
     })
 }
@@ -58,11 +55,7 @@ impl fmt::Display for LoadError {
         if self.document == 0 {
             write!(f, "{}: {}", self.file, self.message)
         } else {
-            write!(
-                f,
-                "{}: document {} (line {}): {}",
-                self.file, self.document, self.line, self.message
-            )
+            write!(f, "{}: document {} (line {}): {}", self.file, self.document, self.line, self.message)
         }
     }
 }
@@ -116,10 +109,7 @@ pub fn load_str(file: &str, text: &str) -> Manifest {
             message,
             object,
         };
-        if doc
-            .lines()
-            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
-        {
+        if doc.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
             continue;
         }
         let value: Value = match serde_saphyr::from_str(&doc) {
@@ -138,11 +128,7 @@ pub fn load_str(file: &str, text: &str) -> Manifest {
 }
 
 fn decode<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, String> {
-    let name = value
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("<unnamed>")
-        .to_string();
+    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
     let ns = value
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -157,42 +143,24 @@ fn converted<T>(r: Result<T, ConvertError>) -> Result<T, String> {
 }
 
 fn add_object(out: &mut Manifest, value: Value) -> Result<(), String> {
-    let api_version = value
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     if kind.is_empty() {
         return Err("object has no kind".into());
     }
     let s = &mut out.snapshot;
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "List") => {
-            let items = value
-                .get("items")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+            let items = value.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
             let mut errors = Vec::new();
             for item in items {
                 if let Err(e) = add_object(out, item) {
                     errors.push(e);
                 }
             }
-            return if errors.is_empty() {
-                Ok(())
-            } else {
-                Err(errors.join("; "))
-            };
+            return if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) };
         }
-        ("v1", "Service") => s
-            .services
-            .push(converted(convert::service(&decode(&kind, value)?))?),
+        ("v1", "Service") => s.services.push(converted(convert::service(&decode(&kind, value)?))?),
         ("discovery.k8s.io/v1", "EndpointSlice") => {
             if let Some(slice) = converted(convert::endpoint_slice(&decode(&kind, value)?))? {
                 s.endpoint_slices.push(slice);
@@ -205,10 +173,7 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), String> {
             s.proxy_configs.push(converted(crd::proxy_config(&pc))?);
         }
         _ => {
-            let name = value
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("<unnamed>");
+            let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
             out.ignored.push(format!("{api_version} {kind} {name}"));
         }
     }
@@ -294,9 +259,7 @@ endpoints:
             "apiVersion: tideway.io/v1alpha1\nkind: ProxyConfig\nmetadata: {name: p}\nspec: {mode: userspace}\n",
         );
         assert!(
-            m.errors[0]
-                .to_string()
-                .contains("ProxyConfig p: spec.mode: unknown proxy mode \"userspace\""),
+            m.errors[0].to_string().contains("ProxyConfig p: spec.mode: unknown proxy mode \"userspace\""),
             "{}",
             m.errors[0]
         );

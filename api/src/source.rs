@@ -99,20 +99,13 @@ type Fingerprint = (SystemTime, u64);
 impl FileSource {
     /// Watches `path`, checking for changes every `interval`.
     pub fn new(path: impl Into<PathBuf>, interval: Duration) -> Self {
-        FileSource {
-            path: path.into(),
-            interval,
-        }
+        FileSource { path: path.into(), interval }
     }
 
     /// Loads the file once into `cluster`; returns the errors found.
     pub fn load_once(&self, cluster: &SharedCluster) -> Result<Vec<LoadError>, LoadError> {
         let m = manifest::load_file(&self.path)?;
-        let keep: Vec<ObjectRef> = m
-            .errors
-            .iter()
-            .filter_map(|e| e.object.as_deref().cloned())
-            .collect();
+        let keep: Vec<ObjectRef> = m.errors.iter().filter_map(|e| e.object.as_deref().cloned()).collect();
         let mut snapshot = m.snapshot;
         {
             let state = cluster.lock();
@@ -162,40 +155,22 @@ impl FileSource {
 
 /// Puts the current version of every object in `keep` back into `snapshot`.
 fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot) {
-    let wanted: BTreeMap<(&str, Option<&str>, &str), ()> = keep
-        .iter()
-        .map(|o| ((o.kind.as_str(), o.namespace.as_deref(), o.name.as_str()), ()))
-        .collect();
+    let wanted: BTreeMap<(&str, Option<&str>, &str), ()> =
+        keep.iter().map(|o| ((o.kind.as_str(), o.namespace.as_deref(), o.name.as_str()), ())).collect();
     let has = |kind: &str, ns: Option<&str>, name: &str| {
         wanted.contains_key(&(kind, ns, name)) || wanted.contains_key(&(kind, None, name))
     };
-    snapshot.services.extend(
-        state
-            .services()
-            .filter(|s| has("Service", Some(&s.name.namespace), &s.name.name))
-            .cloned(),
-    );
-    snapshot.endpoint_slices.extend(
-        state
-            .endpoint_slices()
-            .filter(|s| has("EndpointSlice", Some(&s.namespace), &s.name))
-            .cloned(),
-    );
     snapshot
-        .nodes
-        .extend(state.nodes().filter(|n| has("Node", None, &n.name)).cloned());
-    snapshot.pods.extend(
-        state
-            .pods()
-            .filter(|p| has("Pod", Some(&p.namespace), &p.name))
-            .cloned(),
+        .services
+        .extend(state.services().filter(|s| has("Service", Some(&s.name.namespace), &s.name.name)).cloned());
+    snapshot.endpoint_slices.extend(
+        state.endpoint_slices().filter(|s| has("EndpointSlice", Some(&s.namespace), &s.name)).cloned(),
     );
-    snapshot.proxy_configs.extend(
-        state
-            .proxy_configs()
-            .filter(|c| has("ProxyConfig", None, &c.name))
-            .cloned(),
-    );
+    snapshot.nodes.extend(state.nodes().filter(|n| has("Node", None, &n.name)).cloned());
+    snapshot.pods.extend(state.pods().filter(|p| has("Pod", Some(&p.namespace), &p.name)).cloned());
+    snapshot
+        .proxy_configs
+        .extend(state.proxy_configs().filter(|c| has("ProxyConfig", None, &c.name)).cloned());
 }
 
 #[cfg(test)]
@@ -217,10 +192,7 @@ mod tests {
         let errors = src.load_once(&cluster).unwrap();
         assert_eq!(errors.len(), 1);
         let svc = cluster.lock().services().next().cloned().expect("kept");
-        assert_eq!(
-            svc.cluster_ips,
-            vec!["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
-        );
+        assert_eq!(svc.cluster_ips, vec!["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]);
         // Removing the object for real does remove it.
         std::fs::write(&path, "").unwrap();
         src.load_once(&cluster).unwrap();

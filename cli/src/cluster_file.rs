@@ -27,11 +27,7 @@ pub(crate) fn load(file: &Path, node: &str, mode: Option<ProxyMode>) -> Result<L
         bail!(
             "{}: no Node named {node:?} (nodes in the file: {})",
             file.display(),
-            if names.is_empty() {
-                "none".to_string()
-            } else {
-                names.join(", ")
-            }
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
         );
     };
     let mut settings = resolve_proxy_config(cluster.proxy_configs(), &n.labels)
@@ -41,17 +37,12 @@ pub(crate) fn load(file: &Path, node: &str, mode: Option<ProxyMode>) -> Result<L
         settings.mode = mode;
     }
     let node = NodeContext::from_node(n, settings);
-    Ok(Loaded {
-        cluster,
-        node,
-        skipped: m.errors.len(),
-    })
+    Ok(Loaded { cluster, node, skipped: m.errors.len() })
 }
 
 /// Parses `ip:port` or `[ipv6]:port`.
 pub(crate) fn parse_dst(s: &str) -> Result<(std::net::IpAddr, u16)> {
-    let addr: std::net::SocketAddr = s
-        .parse()
-        .with_context(|| format!("--dst {s:?}: expected IP:PORT or [IPv6]:PORT"))?;
+    let addr: std::net::SocketAddr =
+        s.parse().with_context(|| format!("--dst {s:?}: expected IP:PORT or [IPv6]:PORT"))?;
     Ok((addr.ip(), addr.port()))
 }

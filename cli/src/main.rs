@@ -16,6 +16,10 @@ mod trace;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+// Planning allocates many small objects; mimalloc halves full-sync time over glibc malloc.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use kube::CustomResourceExt;
 
 /// Tideway: cluster networking for Kubernetes (service proxy, cluster DNS, LB IPs).
@@ -26,6 +30,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the rules a node would program (exit 1 if some objects were skipped as invalid).

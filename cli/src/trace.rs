@@ -47,23 +47,13 @@ pub(crate) fn run(args: &TraceArgs) -> Result<i32> {
     let loaded = cluster_file::load(&args.file, &args.node, args.mode)?;
     let (dst, dport) = cluster_file::parse_dst(&args.dst)?;
     if IpFamily::of(&dst) != IpFamily::of(&args.src) {
-        anyhow::bail!(
-            "--src {} and --dst {} are of different address families",
-            args.src,
-            args.dst
-        );
+        anyhow::bail!("--src {} and --dst {} are of different address families", args.src, args.dst);
     }
     let ruleset = compile(&loaded.cluster, &loaded.node);
     let family = IpFamily::of(&dst);
     let mode = loaded.node.settings.mode;
     let program = render::lower(mode, &ruleset, family);
-    let packet = Packet {
-        src: args.src,
-        dst,
-        protocol: args.proto,
-        dport,
-        origin: args.origin,
-    };
+    let packet = Packet { src: args.src, dst, protocol: args.proto, dport, origin: args.origin };
     let t = trace(&program, &packet, &TraceEnv::for_node(ruleset.family(family)));
     print!("node {} ({mode})\n{}", loaded.node.name, render_trace(&t));
     Ok(if loaded.skipped > 0 { 1 } else { 0 })

@@ -1,1 +1,92 @@
-fn main() {}
+//! Planner benchmarks: compile + render of 10,000 Services x 10 endpoints, full and after a
+//! one-endpoint change, per backend.
+//!
+//! `cargo bench -p tideway-core --bench planner`
+
+use std::hint::black_box;
+
+// The tideway binary runs with mimalloc; measure with the same allocator.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use tideway_core::config::ProxyMode;
+use tideway_core::net::IpFamily;
+use tideway_core::plan::compile;
+use tideway_core::program::ProgramState;
+use tideway_core::render;
+use tideway_core::testing::{mk_node_context, synthetic_cluster, synthetic_slice};
+
+const SERVICES: usize = 10_000;
+const ENDPOINTS: usize = 10;
+
+fn full(c: &mut Criterion) {
+    let cluster = synthetic_cluster(SERVICES, ENDPOINTS);
+    let node = mk_node_context();
+    let mut g = c.benchmark_group("full_sync_10k_x10");
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    g.bench_function("compile", |b| b.iter(|| black_box(compile(&cluster, &node))));
+    for mode in ProxyMode::ALL {
+        g.bench_function(format!("compile+render/{mode}"), |b| {
+            b.iter(|| {
+                let ruleset = compile(&cluster, &node);
+                let program = render::lower(mode, &ruleset, IpFamily::V4);
+                black_box(render::program_text(&program).len())
+            })
+        });
+    }
+    g.finish();
+}
+
+fn one_change(c: &mut Criterion) {
+    let node = mk_node_context();
+    let mut g = c.benchmark_group("one_endpoint_change_10k_x10");
+    g.sample_size(50);
+    for mode in ProxyMode::ALL {
+        let mut cluster = synthetic_cluster(SERVICES, ENDPOINTS);
+        let mut ruleset = compile(&cluster, &node);
+        let mut state = ProgramState::new(render::lower(mode, &ruleset, IpFamily::V4));
+        let mut flip = false;
+        let mut ops = 0;
+        let mut bytes = 0;
+        g.bench_function(format!("compile+diff/{mode}"), |b| {
+            b.iter(|| {
+                // Swap one endpoint of one Service back and forth: event -> plan -> diff -> text.
+                flip = !flip;
+                cluster.apply_endpoint_slice(synthetic_slice(4242, ENDPOINTS, flip.then_some(3)));
+                let changes = cluster.take_changes();
+                let changed = ruleset.update(&cluster, &changes.services);
+                let np = ruleset.family(IpFamily::V4).clone();
+                let frags = changed.iter().map(|(_, spn)| {
+                    let plan = ruleset.services.get(&(IpFamily::V4, spn.clone()));
+                    (spn.clone(), plan.map(|p| lower_one(mode, &np, p, &ruleset)))
+                });
+                let cs = state.replace_all(frags.collect::<Vec<_>>());
+                ops = cs.operations();
+                bytes = render::changes_text(state.program(), &cs).len();
+                black_box(bytes)
+            })
+        });
+        eprintln!("  {mode}: one endpoint change = {ops} kernel operations, {bytes} bytes of kernel input");
+    }
+    g.finish();
+}
+
+fn lower_one(
+    mode: ProxyMode,
+    np: &tideway_core::plan::NodePlan,
+    p: &tideway_core::plan::ServicePortPlan,
+    ruleset: &tideway_core::plan::Ruleset,
+) -> tideway_core::program::Fragment {
+    match mode {
+        ProxyMode::Nftables => render::nftables::lower_plan(np, p),
+        ProxyMode::Iptables => {
+            render::iptables::lower_plan(np, p, render::iptables::is_large(ruleset, IpFamily::V4))
+        }
+        ProxyMode::Ipvs => render::ipvs::lower_plan(np, p, ruleset.node.settings.ipvs.scheduler),
+    }
+}
+
+criterion_group!(benches, full, one_change);
+criterion_main!(benches);

@@ -58,7 +58,8 @@ type ObjectKey = (String, String);
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     services: BTreeMap<ServiceName, Service>,
-    slices: BTreeMap<ObjectKey, EndpointSlice>,
+    /// namespace -> slice name -> slice (lookups by `&str`, no allocation).
+    slices: BTreeMap<String, BTreeMap<String, EndpointSlice>>,
     slices_by_service: BTreeMap<ServiceName, BTreeSet<String>>,
     nodes: BTreeMap<String, Node>,
     pods: BTreeMap<ObjectKey, Pod>,
@@ -120,39 +121,35 @@ impl ClusterState {
 
     /// Inserts or updates an EndpointSlice; returns false when nothing changed.
     pub fn apply_endpoint_slice(&mut self, slice: EndpointSlice) -> bool {
-        let key = (slice.namespace.clone(), slice.name.clone());
-        if self.slices.get(&key) == Some(&slice) {
+        let prev = self.slices.get(&slice.namespace).and_then(|m| m.get(&slice.name));
+        if prev == Some(&slice) {
             return false;
         }
-        if let Some(old) = self.slices.get(&key) {
+        if let Some(old) = prev {
             let old_svc = ServiceName::new(&old.namespace, &old.service);
             if old.service != slice.service {
-                self.unindex_slice(&old_svc, &key.1);
+                self.unindex_slice(&old_svc, &slice.name);
             }
             self.changes.services.insert(old_svc);
         }
         let svc = ServiceName::new(&slice.namespace, &slice.service);
-        self.slices_by_service
-            .entry(svc.clone())
-            .or_default()
-            .insert(key.1.clone());
+        self.slices_by_service.entry(svc.clone()).or_default().insert(slice.name.clone());
         self.changes.services.insert(svc);
-        self.slices.insert(key, slice);
+        self.slices.entry(slice.namespace.clone()).or_default().insert(slice.name.clone(), slice);
         true
     }
 
     /// Removes an EndpointSlice; returns false when it was absent.
     pub fn delete_endpoint_slice(&mut self, namespace: &str, name: &str) -> bool {
-        let key = (namespace.to_string(), name.to_string());
-        match self.slices.remove(&key) {
-            Some(old) => {
-                let svc = ServiceName::new(&old.namespace, &old.service);
-                self.unindex_slice(&svc, name);
-                self.changes.services.insert(svc);
-                true
-            }
-            None => false,
+        let Some(ns) = self.slices.get_mut(namespace) else { return false };
+        let Some(old) = ns.remove(name) else { return false };
+        if ns.is_empty() {
+            self.slices.remove(namespace);
         }
+        let svc = ServiceName::new(&old.namespace, &old.service);
+        self.unindex_slice(&svc, name);
+        self.changes.services.insert(svc);
+        true
     }
 
     fn unindex_slice(&mut self, svc: &ServiceName, slice: &str) {
@@ -169,17 +166,13 @@ impl ClusterState {
         &'a self,
         svc: &ServiceName,
     ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
-        let namespace = svc.namespace.clone();
-        self.slices_by_service
-            .get(svc)
-            .into_iter()
-            .flatten()
-            .filter_map(move |name| self.slices.get(&(namespace.clone(), name.clone())))
+        let ns = self.slices.get(svc.namespace.as_str());
+        self.slices_by_service.get(svc).into_iter().flatten().filter_map(move |name| ns?.get(name.as_str()))
     }
 
     /// Every EndpointSlice.
     pub fn endpoint_slices(&self) -> impl Iterator<Item = &EndpointSlice> {
-        self.slices.values()
+        self.slices.values().flat_map(BTreeMap::values)
     }
 
     // === Nodes, Pods, ProxyConfigs ===
@@ -226,10 +219,7 @@ impl ClusterState {
 
     /// Removes a Pod.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) -> bool {
-        let removed = self
-            .pods
-            .remove(&(namespace.to_string(), name.to_string()))
-            .is_some();
+        let removed = self.pods.remove(&(namespace.to_string(), name.to_string())).is_some();
         self.changes.pods |= removed;
         removed
     }
@@ -266,12 +256,7 @@ impl ClusterState {
     /// Replaces everything with `snapshot`, recording only real differences as changes.
     pub fn reset(&mut self, snapshot: Snapshot) {
         let keep: BTreeSet<ServiceName> = snapshot.services.iter().map(|s| s.name.clone()).collect();
-        let gone: Vec<ServiceName> = self
-            .services
-            .keys()
-            .filter(|k| !keep.contains(*k))
-            .cloned()
-            .collect();
+        let gone: Vec<ServiceName> = self.services.keys().filter(|k| !keep.contains(*k)).cloned().collect();
         gone.iter().for_each(|k| {
             self.delete_service(k);
         });
@@ -279,16 +264,12 @@ impl ClusterState {
             self.apply_service(s);
         });
 
-        let keep: BTreeSet<ObjectKey> = snapshot
-            .endpoint_slices
-            .iter()
-            .map(|s| (s.namespace.clone(), s.name.clone()))
-            .collect();
+        let keep: BTreeSet<ObjectKey> =
+            snapshot.endpoint_slices.iter().map(|s| (s.namespace.clone(), s.name.clone())).collect();
         let gone: Vec<ObjectKey> = self
-            .slices
-            .keys()
-            .filter(|k| !keep.contains(*k))
-            .cloned()
+            .endpoint_slices()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+            .filter(|k| !keep.contains(k))
             .collect();
         gone.iter().for_each(|(ns, n)| {
             self.delete_endpoint_slice(ns, n);
@@ -298,12 +279,7 @@ impl ClusterState {
         });
 
         let keep: BTreeSet<String> = snapshot.nodes.iter().map(|n| n.name.clone()).collect();
-        let gone: Vec<String> = self
-            .nodes
-            .keys()
-            .filter(|k| !keep.contains(*k))
-            .cloned()
-            .collect();
+        let gone: Vec<String> = self.nodes.keys().filter(|k| !keep.contains(*k)).cloned().collect();
         gone.iter().for_each(|n| {
             self.delete_node(n);
         });
@@ -311,11 +287,8 @@ impl ClusterState {
             self.apply_node(n);
         });
 
-        let keep: BTreeSet<ObjectKey> = snapshot
-            .pods
-            .iter()
-            .map(|p| (p.namespace.clone(), p.name.clone()))
-            .collect();
+        let keep: BTreeSet<ObjectKey> =
+            snapshot.pods.iter().map(|p| (p.namespace.clone(), p.name.clone())).collect();
         let gone: Vec<ObjectKey> = self.pods.keys().filter(|k| !keep.contains(*k)).cloned().collect();
         gone.iter().for_each(|(ns, n)| {
             self.delete_pod(ns, n);
@@ -325,12 +298,7 @@ impl ClusterState {
         });
 
         let keep: BTreeSet<String> = snapshot.proxy_configs.iter().map(|c| c.name.clone()).collect();
-        let gone: Vec<String> = self
-            .proxy_configs
-            .keys()
-            .filter(|k| !keep.contains(*k))
-            .cloned()
-            .collect();
+        let gone: Vec<String> = self.proxy_configs.keys().filter(|k| !keep.contains(*k)).cloned().collect();
         gone.iter().for_each(|n| {
             self.delete_proxy_config(n);
         });
@@ -401,16 +369,8 @@ mod tests {
             ..Default::default()
         });
         state.take_changes();
-        state.reset(Snapshot {
-            services: vec![svc("a"), svc("c")],
-            ..Default::default()
-        });
-        let changed: Vec<String> = state
-            .take_changes()
-            .services
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
+        state.reset(Snapshot { services: vec![svc("a"), svc("c")], ..Default::default() });
+        let changed: Vec<String> = state.take_changes().services.into_iter().map(|s| s.name).collect();
         assert_eq!(changed, vec!["b".to_string(), "c".to_string()]);
     }
 }

@@ -60,11 +60,9 @@ impl FromStr for ProxyMode {
             "nftables" => Ok(ProxyMode::Nftables),
             "iptables" => Ok(ProxyMode::Iptables),
             "ipvs" => Ok(ProxyMode::Ipvs),
-            _ => Err(UnknownName {
-                what: "proxy mode",
-                value: s.into(),
-                expected: "nftables, iptables, ipvs",
-            }),
+            _ => {
+                Err(UnknownName { what: "proxy mode", value: s.into(), expected: "nftables, iptables, ipvs" })
+            }
         }
     }
 }
@@ -291,15 +289,12 @@ pub fn resolve_proxy_config<'a>(
     configs: impl IntoIterator<Item = &'a ProxyConfig>,
     node_labels: &BTreeMap<String, String>,
 ) -> Option<&'a ProxyConfig> {
-    configs
-        .into_iter()
-        .filter(|c| c.node_selector.matches(node_labels))
-        .min_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(b.node_selector.specificity().cmp(&a.node_selector.specificity()))
-                .then(a.name.cmp(&b.name))
-        })
+    configs.into_iter().filter(|c| c.node_selector.matches(node_labels)).min_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(b.node_selector.specificity().cmp(&a.node_selector.specificity()))
+            .then(a.name.cmp(&b.name))
+    })
 }
 
 #[cfg(test)]
@@ -307,24 +302,15 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn cfg(name: &str, priority: i32, sel: &[(&str, &str)], mode: ProxyMode) -> ProxyConfig {
         ProxyConfig {
             name: name.into(),
-            node_selector: LabelSelector {
-                match_labels: labels(sel),
-                match_expressions: vec![],
-            },
+            node_selector: LabelSelector { match_labels: labels(sel), match_expressions: vec![] },
             priority,
-            settings: ProxySettings {
-                mode,
-                ..Default::default()
-            },
+            settings: ProxySettings { mode, ..Default::default() },
         }
     }
 
@@ -333,12 +319,7 @@ mod tests {
         let configs = [
             cfg("default", 0, &[], ProxyMode::Nftables),
             cfg("legacy", 0, &[("pool", "legacy")], ProxyMode::Iptables),
-            cfg(
-                "urgent",
-                10,
-                &[("pool", "legacy"), ("rack", "r1")],
-                ProxyMode::Ipvs,
-            ),
+            cfg("urgent", 10, &[("pool", "legacy"), ("rack", "r1")], ProxyMode::Ipvs),
         ];
         let pick = |l: &[(&str, &str)]| resolve_proxy_config(&configs, &labels(l)).map(|c| c.name.as_str());
         assert_eq!(pick(&[]), Some("default"));
@@ -352,21 +333,9 @@ mod tests {
         let sel = LabelSelector {
             match_labels: BTreeMap::new(),
             match_expressions: vec![
-                SelectorRequirement {
-                    key: "zone".into(),
-                    op: SelectorOp::In,
-                    values: vec!["a".into()],
-                },
-                SelectorRequirement {
-                    key: "gpu".into(),
-                    op: SelectorOp::DoesNotExist,
-                    values: vec![],
-                },
-                SelectorRequirement {
-                    key: "tier".into(),
-                    op: SelectorOp::NotIn,
-                    values: vec!["db".into()],
-                },
+                SelectorRequirement { key: "zone".into(), op: SelectorOp::In, values: vec!["a".into()] },
+                SelectorRequirement { key: "gpu".into(), op: SelectorOp::DoesNotExist, values: vec![] },
+                SelectorRequirement { key: "tier".into(), op: SelectorOp::NotIn, values: vec!["db".into()] },
             ],
         };
         assert!(sel.matches(&labels(&[("zone", "a")])));

@@ -75,13 +75,7 @@ pub fn mk_node_context() -> NodeContext {
 pub fn mk_node(name: &str, addr: &str, zone: &str) -> Node {
     let mut labels = BTreeMap::new();
     labels.insert(LABEL_ZONE.to_string(), zone.to_string());
-    Node {
-        name: name.into(),
-        labels,
-        ips: vec![ip(addr)],
-        pod_cidrs: vec![],
-        deleting: false,
-    }
+    Node { name: name.into(), labels, ips: vec![ip(addr)], pod_cidrs: vec![], deleting: false }
 }
 
 /// Fluent Service builder.
@@ -168,9 +162,7 @@ impl ServiceBuilder {
     }
     /// ClientIP session affinity.
     pub fn affinity(mut self, seconds: u32) -> Self {
-        self.0.session_affinity = SessionAffinity::ClientIp {
-            timeout_seconds: seconds,
-        };
+        self.0.session_affinity = SessionAffinity::ClientIp { timeout_seconds: seconds };
         self
     }
     /// healthCheckNodePort.
@@ -214,11 +206,7 @@ impl SliceBuilder {
     }
     /// Adds a port.
     pub fn port(mut self, name: &str, protocol: Protocol, port: u16) -> Self {
-        self.0.ports.push(EndpointPort {
-            name: name.into(),
-            protocol,
-            port,
-        });
+        self.0.ports.push(EndpointPort { name: name.into(), protocol, port });
         self
     }
     /// Adds a ready endpoint on `node`.
@@ -255,4 +243,38 @@ impl SliceBuilder {
     pub fn build(self) -> EndpointSlice {
         self.0
     }
+}
+
+/// A synthetic cluster for benchmarks: `services` ClusterIP Services (`ns-N/svc-M`, 100 per
+/// namespace) with `endpoints` ready endpoints each, spread over node-a and node-b.
+pub fn synthetic_cluster(services: usize, endpoints: usize) -> crate::cluster::ClusterState {
+    let mut c = crate::cluster::ClusterState::new();
+    for i in 0..services {
+        let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
+        c.apply_service(
+            mk_service(&ns, &name)
+                .cluster_ip(&format!("10.96.{}.{}", i / 250, i % 250 + 1))
+                .port("http", Protocol::Tcp, 80)
+                .build(),
+        );
+        c.apply_endpoint_slice(synthetic_slice(i, endpoints, None));
+    }
+    c.take_changes();
+    c
+}
+
+/// The EndpointSlice of synthetic Service `i`; `replace` swaps endpoint j for a new address.
+pub fn synthetic_slice(i: usize, endpoints: usize, replace: Option<usize>) -> EndpointSlice {
+    let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
+    let mut s = mk_slice(&ns, &name).port("http", Protocol::Tcp, 8080);
+    for j in 0..endpoints {
+        let k = i * endpoints + j;
+        let addr = if replace == Some(j) {
+            format!("10.250.{}.{}", k / 250 % 250, k % 250 + 1)
+        } else {
+            format!("10.{}.{}.{}", 128 + k / 62500, k / 250 % 250, k % 250 + 1)
+        };
+        s = s.ready(&addr, if j % 2 == 0 { "node-a" } else { "node-b" });
+    }
+    s.build()
 }

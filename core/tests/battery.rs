@@ -17,19 +17,9 @@ fn cluster() -> ClusterState {
     let mut svc = |s: tideway_core::model::Service| {
         c.apply_service(s);
     };
-    svc(mk_service("ns1", "web")
-        .cluster_ip("10.96.0.10")
-        .port("http", TCP, 80)
-        .build());
-    svc(mk_service("ns1", "empty")
-        .cluster_ip("10.96.0.11")
-        .port("http", TCP, 80)
-        .build());
-    svc(mk_service("ns1", "np")
-        .cluster_ip("10.96.0.12")
-        .port("http", TCP, 80)
-        .node_port(30080)
-        .build());
+    svc(mk_service("ns1", "web").cluster_ip("10.96.0.10").port("http", TCP, 80).build());
+    svc(mk_service("ns1", "empty").cluster_ip("10.96.0.11").port("http", TCP, 80).build());
+    svc(mk_service("ns1", "np").cluster_ip("10.96.0.12").port("http", TCP, 80).node_port(30080).build());
     svc(mk_service("ns1", "np-local")
         .cluster_ip("10.96.0.13")
         .port("http", TCP, 80)
@@ -62,37 +52,13 @@ fn cluster() -> ClusterState {
         .port("http", TCP, 80)
         .external_ip("192.168.0.150")
         .build());
-    svc(mk_service("ns1", "itp-local")
-        .cluster_ip("10.96.0.18")
-        .port("http", TCP, 80)
-        .itp_local()
-        .build());
-    svc(mk_service("ns1", "itp-local-ok")
-        .cluster_ip("10.96.0.19")
-        .port("http", TCP, 80)
-        .itp_local()
-        .build());
-    svc(mk_service("ns1", "aff")
-        .cluster_ip("10.96.0.20")
-        .port("http", TCP, 80)
-        .affinity(10800)
-        .build());
-    svc(mk_service("ns1", "term")
-        .cluster_ip("10.96.0.21")
-        .port("http", TCP, 80)
-        .build());
-    svc(mk_service("ns1", "hairpin")
-        .cluster_ip("10.96.0.22")
-        .port("http", TCP, 80)
-        .build());
-    svc(mk_service("ns1", "udp")
-        .cluster_ip("10.96.0.23")
-        .port("dns", Protocol::Udp, 53)
-        .build());
-    svc(mk_service("ns1", "sctp")
-        .cluster_ip("10.96.0.24")
-        .port("s", Protocol::Sctp, 9999)
-        .build());
+    svc(mk_service("ns1", "itp-local").cluster_ip("10.96.0.18").port("http", TCP, 80).itp_local().build());
+    svc(mk_service("ns1", "itp-local-ok").cluster_ip("10.96.0.19").port("http", TCP, 80).itp_local().build());
+    svc(mk_service("ns1", "aff").cluster_ip("10.96.0.20").port("http", TCP, 80).affinity(10800).build());
+    svc(mk_service("ns1", "term").cluster_ip("10.96.0.21").port("http", TCP, 80).build());
+    svc(mk_service("ns1", "hairpin").cluster_ip("10.96.0.22").port("http", TCP, 80).build());
+    svc(mk_service("ns1", "udp").cluster_ip("10.96.0.23").port("dns", Protocol::Udp, 53).build());
+    svc(mk_service("ns1", "sctp").cluster_ip("10.96.0.24").port("s", Protocol::Sctp, 9999).build());
     svc(mk_service("ns1", "dual")
         .cluster_ip("10.96.0.25")
         .cluster_ip("fd00:96::25")
@@ -103,10 +69,7 @@ fn cluster() -> ClusterState {
         .port("http", TCP, 80)
         .label("service.kubernetes.io/service-proxy-name", "someone-else")
         .build());
-    svc(mk_service("ns1", "topo")
-        .cluster_ip("10.96.0.27")
-        .port("http", TCP, 80)
-        .build());
+    svc(mk_service("ns1", "topo").cluster_ip("10.96.0.27").port("http", TCP, 80).build());
     svc(mk_service("ns1", "lb-proxy-mode")
         .cluster_ip("10.96.0.28")
         .port("http", TCP, 80)
@@ -125,51 +88,16 @@ fn cluster() -> ClusterState {
         c.apply_endpoint_slice(s);
     };
     let p = |svc: &str| mk_slice("ns1", svc).port("http", TCP, 8080);
-    slice(
-        p("web")
-            .ready("10.244.1.5", "node-a")
-            .ready("10.244.2.5", "node-b")
-            .build(),
-    );
-    slice(
-        p("np")
-            .ready("10.244.1.6", "node-a")
-            .ready("10.244.2.6", "node-b")
-            .build(),
-    );
-    slice(
-        p("np-local")
-            .ready("10.244.1.7", "node-a")
-            .ready("10.244.2.7", "node-b")
-            .build(),
-    );
+    slice(p("web").ready("10.244.1.5", "node-a").ready("10.244.2.5", "node-b").build());
+    slice(p("np").ready("10.244.1.6", "node-a").ready("10.244.2.6", "node-b").build());
+    slice(p("np-local").ready("10.244.1.7", "node-a").ready("10.244.2.7", "node-b").build());
     slice(p("np-local-none").ready("10.244.2.8", "node-b").build());
-    slice(
-        p("lb")
-            .ready("10.244.1.8", "node-a")
-            .ready("10.244.2.9", "node-b")
-            .build(),
-    );
-    slice(
-        p("lb-local")
-            .ready("10.244.1.10", "node-a")
-            .ready("10.244.2.10", "node-b")
-            .build(),
-    );
+    slice(p("lb").ready("10.244.1.8", "node-a").ready("10.244.2.9", "node-b").build());
+    slice(p("lb-local").ready("10.244.1.10", "node-a").ready("10.244.2.10", "node-b").build());
     slice(p("ext").ready("10.244.2.11", "node-b").build());
     slice(p("itp-local").ready("10.244.2.12", "node-b").build());
-    slice(
-        p("itp-local-ok")
-            .ready("10.244.1.13", "node-a")
-            .ready("10.244.2.13", "node-b")
-            .build(),
-    );
-    slice(
-        p("aff")
-            .ready("10.244.1.14", "node-a")
-            .ready("10.244.2.14", "node-b")
-            .build(),
-    );
+    slice(p("itp-local-ok").ready("10.244.1.13", "node-a").ready("10.244.2.13", "node-b").build());
+    slice(p("aff").ready("10.244.1.14", "node-a").ready("10.244.2.14", "node-b").build());
     slice(
         p("term")
             .endpoint("10.244.1.15", "node-a", false, true, true)
@@ -177,25 +105,10 @@ fn cluster() -> ClusterState {
             .build(),
     );
     slice(p("hairpin").ready("10.244.1.16", "node-a").build());
-    slice(
-        mk_slice("ns1", "udp")
-            .port("dns", Protocol::Udp, 5353)
-            .ready("10.244.1.17", "node-a")
-            .build(),
-    );
-    slice(
-        mk_slice("ns1", "sctp")
-            .port("s", Protocol::Sctp, 9999)
-            .ready("10.244.2.18", "node-b")
-            .build(),
-    );
+    slice(mk_slice("ns1", "udp").port("dns", Protocol::Udp, 5353).ready("10.244.1.17", "node-a").build());
+    slice(mk_slice("ns1", "sctp").port("s", Protocol::Sctp, 9999).ready("10.244.2.18", "node-b").build());
     slice(p("dual").ready("10.244.1.19", "node-a").build());
-    slice(
-        p("dual")
-            .name("dual-v6")
-            .ready("fd00:244:1::19", "node-a")
-            .build(),
-    );
+    slice(p("dual").name("dual-v6").ready("fd00:244:1::19", "node-a").build());
     slice(p("other-proxy").ready("10.244.1.21", "node-a").build());
     slice(
         p("topo")
@@ -211,10 +124,7 @@ fn cluster() -> ClusterState {
 }
 
 fn dnat(eps: &[&str], masquerade: bool) -> Verdict {
-    Verdict::Dnat {
-        endpoints: eps.iter().map(|s| s.to_string()).collect(),
-        masquerade,
-    }
+    Verdict::Dnat { endpoints: eps.iter().map(|s| s.to_string()).collect(), masquerade }
 }
 
 struct Case {
@@ -237,16 +147,7 @@ fn case(
     from: Origin,
     want: Verdict,
 ) -> Case {
-    Case {
-        name,
-        src,
-        dst,
-        port,
-        proto: TCP,
-        from,
-        want,
-        ipvs: None,
-    }
+    Case { name, src, dst, port, proto: TCP, from, want, ipvs: None }
 }
 
 const POD: &str = "10.244.1.9";
@@ -279,22 +180,8 @@ fn cases() -> Vec<Case> {
             External,
             dnat(&["10.244.1.5:8080", "10.244.2.5:8080"], true),
         ),
-        case(
-            "no endpoints: rejected from a pod",
-            POD,
-            "10.96.0.11",
-            80,
-            Pod,
-            Verdict::Reject,
-        ),
-        case(
-            "no endpoints: rejected from the node",
-            NODE_A,
-            "10.96.0.11",
-            80,
-            Node,
-            Verdict::Reject,
-        ),
+        case("no endpoints: rejected from a pod", POD, "10.96.0.11", 80, Pod, Verdict::Reject),
+        case("no endpoints: rejected from the node", NODE_A, "10.96.0.11", 80, Node, Verdict::Reject),
         case(
             "NodePort from outside, masqueraded",
             CLIENT,
@@ -448,14 +335,7 @@ fn cases() -> Vec<Case> {
             External,
             dnat(&["10.244.2.11:8080"], true),
         ),
-        case(
-            "ITP Local without local endpoint: dropped",
-            POD,
-            "10.96.0.18",
-            80,
-            Pod,
-            Verdict::Drop,
-        ),
+        case("ITP Local without local endpoint: dropped", POD, "10.96.0.18", 80, Pod, Verdict::Drop),
         case(
             "ITP Local: only local endpoints",
             POD,
@@ -490,34 +370,13 @@ fn cases() -> Vec<Case> {
         ),
         Case {
             proto: Protocol::Udp,
-            ..case(
-                "UDP service",
-                POD,
-                "10.96.0.23",
-                53,
-                Pod,
-                dnat(&["10.244.1.17:5353"], false),
-            )
+            ..case("UDP service", POD, "10.96.0.23", 53, Pod, dnat(&["10.244.1.17:5353"], false))
         },
         Case {
             proto: Protocol::Sctp,
-            ..case(
-                "SCTP service",
-                POD,
-                "10.96.0.24",
-                9999,
-                Pod,
-                dnat(&["10.244.2.18:9999"], false),
-            )
+            ..case("SCTP service", POD, "10.96.0.24", 9999, Pod, dnat(&["10.244.2.18:9999"], false))
         },
-        case(
-            "dual-stack: IPv4 ClusterIP",
-            POD,
-            "10.96.0.25",
-            80,
-            Pod,
-            dnat(&["10.244.1.19:8080"], false),
-        ),
+        case("dual-stack: IPv4 ClusterIP", POD, "10.96.0.25", 80, Pod, dnat(&["10.244.1.19:8080"], false)),
         case(
             "dual-stack: IPv6 ClusterIP",
             "fd00:244:1::9",
@@ -553,13 +412,7 @@ fn run(mode: ProxyMode, node: &NodeContext, cases: &[Case]) {
         let family = IpFamily::of(&dst);
         let program = render::lower(mode, &ruleset, family);
         let env = TraceEnv::for_node(ruleset.family(family));
-        let packet = Packet {
-            src: ip(c.src),
-            dst,
-            protocol: c.proto,
-            dport: c.port,
-            origin: c.from,
-        };
+        let packet = Packet { src: ip(c.src), dst, protocol: c.proto, dport: c.port, origin: c.from };
         let t = trace(&program, &packet, &env);
         let want = match (&c.ipvs, mode) {
             (Some((v, _)), ProxyMode::Ipvs) => v,
@@ -574,12 +427,7 @@ fn run(mode: ProxyMode, node: &NodeContext, cases: &[Case]) {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]

@@ -34,9 +34,8 @@ impl Rng {
 
 fn random_service(rng: &mut Rng, i: u64) -> Service {
     let name = format!("svc{i}");
-    let mut b = mk_service("ns", &name)
-        .cluster_ip(&format!("10.96.0.{}", i + 1))
-        .port("http", Protocol::Tcp, 80);
+    let mut b =
+        mk_service("ns", &name).cluster_ip(&format!("10.96.0.{}", i + 1)).port("http", Protocol::Tcp, 80);
     if rng.below(4) == 0 {
         b = b.cluster_ip(&format!("fd00:96::{:x}", i + 1));
     }
@@ -45,11 +44,7 @@ fn random_service(rng: &mut Rng, i: u64) -> Service {
     }
     match rng.below(5) {
         0 => b = b.node_port(30000 + i as u16),
-        1 => {
-            b = b
-                .node_port(30000 + i as u16)
-                .lb_ip(&format!("192.168.0.{}", 200 + i % 20))
-        }
+        1 => b = b.node_port(30000 + i as u16).lb_ip(&format!("192.168.0.{}", 200 + i % 20)),
         _ => {}
     }
     if rng.below(4) == 0 {
@@ -74,9 +69,7 @@ fn random_service(rng: &mut Rng, i: u64) -> Service {
 fn random_slice(rng: &mut Rng, i: u64, v6: bool) -> EndpointSlice {
     let name = format!("svc{i}");
     let mut s = mk_slice("ns", &name).name(&format!("{name}-{}", if v6 { "v6" } else { "v4" }));
-    s = s
-        .port("http", Protocol::Tcp, 8080)
-        .port("dns", Protocol::Udp, 5353);
+    s = s.port("http", Protocol::Tcp, 8080).port("dns", Protocol::Udp, 5353);
     for j in 0..rng.below(5) {
         let node = if rng.below(2) == 0 { "node-a" } else { "node-b" };
         let addr = if v6 {
@@ -144,18 +137,11 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
         for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
             let full = render::lower(mode, &fresh, family);
             let (state, kernel) = &mut states[fi];
-            let keys: BTreeSet<_> = changed
-                .iter()
-                .filter(|k| k.0 == family)
-                .map(|k| k.1.clone())
-                .collect();
+            let keys: BTreeSet<_> = changed.iter().filter(|k| k.0 == family).map(|k| k.1.clone()).collect();
             let cs =
                 if full.base != state.program().base || full.large_cluster != state.program().large_cluster {
                     *state = ProgramState::new(full.clone());
-                    ChangeSet {
-                        full: true,
-                        ..ChangeSet::default()
-                    }
+                    ChangeSet { full: true, ..ChangeSet::default() }
                 } else {
                     state.replace_all(keys.iter().map(|k| (k.clone(), full.services.get(k).cloned())))
                 };
@@ -176,8 +162,7 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
             // The stateless diff of the two programs agrees with the incremental one.
             let whole = diff(&before[fi], &full);
             let mut k2 = KernelState::of(&before[fi]);
-            k2.apply(&whole, &full)
-                .unwrap_or_else(|e| panic!("[{mode} {family}] diff(): {e}"));
+            k2.apply(&whole, &full).unwrap_or_else(|e| panic!("[{mode} {family}] diff(): {e}"));
             assert!(
                 k2.canonical() == want.canonical(),
                 "[{mode} {family}] diff(): {}",
@@ -227,10 +212,7 @@ fn one_endpoint_change_is_a_handful_of_operations() {
     }
     c.take_changes();
     let mut rs = compile(&c, &node);
-    let olds: Vec<_> = ProxyMode::ALL
-        .iter()
-        .map(|m| render::lower(*m, &rs, IpFamily::V4))
-        .collect();
+    let olds: Vec<_> = ProxyMode::ALL.iter().map(|m| render::lower(*m, &rs, IpFamily::V4)).collect();
     // Replace one endpoint of one Service.
     let mut s = mk_slice("ns", "s7").port("http", Protocol::Tcp, 8080);
     for j in 0..10 {
@@ -252,9 +234,6 @@ fn one_endpoint_change_is_a_handful_of_operations() {
             ProxyMode::Iptables => 3,
             ProxyMode::Ipvs => 3,
         };
-        assert!(
-            ops <= max,
-            "[{mode}] {ops} operations for one endpoint change: {cs:#?}"
-        );
+        assert!(ops <= max, "[{mode}] {ops} operations for one endpoint change: {cs:#?}");
     }
 }

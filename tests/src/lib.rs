@@ -45,12 +45,7 @@ pub fn load(path: &Path) -> Fixture {
     let errors: String = m
         .errors
         .iter()
-        .map(|e| {
-            format!(
-                "{}\n",
-                e.to_string().replace(&root().display().to_string(), "tests")
-            )
-        })
+        .map(|e| format!("{}\n", e.to_string().replace(&root().display().to_string(), "tests")))
         .collect();
     let cluster = ClusterState::from_snapshot(m.snapshot);
     let node = cluster.node("node-a").expect("fixtures define node-a");
@@ -58,11 +53,7 @@ pub fn load(path: &Path) -> Fixture {
         .map(|c| c.settings.clone())
         .unwrap_or_else(ProxySettings::default);
     let node = NodeContext::from_node(node, settings);
-    Fixture {
-        cluster,
-        node,
-        errors,
-    }
+    Fixture { cluster, node, errors }
 }
 
 /// Compares `actual` with the golden file at `path`, or rewrites it when `UPDATE_GOLDEN` is
@@ -79,11 +70,7 @@ pub fn check_golden(path: &Path, actual: &str) -> Result<(), String> {
         return Ok(());
     }
     let (el, al): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
-    let i = el
-        .iter()
-        .zip(&al)
-        .position(|(a, b)| a != b)
-        .unwrap_or(el.len().min(al.len()));
+    let i = el.iter().zip(&al).position(|(a, b)| a != b).unwrap_or(el.len().min(al.len()));
     Err(format!(
         "{} differs at line {} (expected {} lines, got {}):\n  expected: {}\n  actual:   {}\nrun `make generated` if the change is intended",
         path.display(),

@@ -43,13 +43,9 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
             let f = format!("endpoints[{i}].addresses[{j}]");
             let ip = cx.ip(&f, a)?;
             if IpFamily::of(&ip) != family {
-                return Err(cx.err(
-                    f,
-                    format!(
-                        "{a} is not an {family} address (addressType {})",
-                        slice.address_type
-                    ),
-                ));
+                return Err(
+                    cx.err(f, format!("{a} is not an {family} address (addressType {})", slice.address_type))
+                );
             }
             addresses.push(ip);
         }
@@ -74,13 +70,5 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
                 .and_then(|r| r.name.clone()),
         });
     }
-    Ok(Some(EndpointSlice {
-        namespace,
-        name,
-        service,
-        family,
-        ports,
-        endpoints,
-        labels,
-    }))
+    Ok(Some(EndpointSlice { namespace, name, service, family, ports, endpoints, labels }))
 }

@@ -12,11 +12,7 @@ pub fn node(n: &k8s::Node) -> Result<Node, ConvertError> {
     if name.is_empty() {
         return Err(cx.err("metadata.name", "is required"));
     }
-    let addrs = n
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.clone())
-        .unwrap_or_default();
+    let addrs = n.status.as_ref().and_then(|s| s.addresses.clone()).unwrap_or_default();
     let mut ips = Vec::new();
     for kind in ["InternalIP", "ExternalIP"] {
         for (i, a) in addrs.iter().enumerate().filter(|(_, a)| a.type_ == kind) {

@@ -51,11 +51,7 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
     } else if service_type != ServiceType::ExternalName {
         let mut families = BTreeSet::new();
         for (i, ip) in raw.iter().enumerate() {
-            let f = if raw.len() > 1 {
-                format!("{field}[{i}]")
-            } else {
-                field.to_string()
-            };
+            let f = if raw.len() > 1 { format!("{field}[{i}]") } else { field.to_string() };
             let addr = cx.ip(&f, ip)?;
             if !families.insert(IpFamily::of(&addr)) {
                 return Err(cx.err(f, "more than one ClusterIP of the same family"));
@@ -82,18 +78,13 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
         });
     }
     for (i, ip) in spec.external_ips.iter().flatten().enumerate() {
-        out.external_ips
-            .push(cx.ip(format!("spec.externalIPs[{i}]"), ip)?);
+        out.external_ips.push(cx.ip(format!("spec.externalIPs[{i}]"), ip)?);
     }
     for (i, range) in spec.load_balancer_source_ranges.iter().flatten().enumerate() {
-        out.load_balancer_source_ranges
-            .push(cx.cidr(format!("spec.loadBalancerSourceRanges[{i}]"), range)?);
+        out.load_balancer_source_ranges.push(cx.cidr(format!("spec.loadBalancerSourceRanges[{i}]"), range)?);
     }
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref());
+    let ingress =
+        svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref());
     for (i, ing) in ingress.into_iter().flatten().enumerate() {
         let ip = ing
             .ip
@@ -111,11 +102,7 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
                 ));
             }
         };
-        out.load_balancer_ingress.push(LoadBalancerIngress {
-            ip,
-            hostname: ing.hostname.clone(),
-            ip_mode,
-        });
+        out.load_balancer_ingress.push(LoadBalancerIngress { ip, hostname: ing.hostname.clone(), ip_mode });
     }
     out.session_affinity = match spec.session_affinity.as_deref() {
         None | Some("None") => SessionAffinity::None,
@@ -132,9 +119,7 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
                     format!("{timeout} is out of range 1-86400"),
                 ));
             }
-            SessionAffinity::ClientIp {
-                timeout_seconds: timeout as u32,
-            }
+            SessionAffinity::ClientIp { timeout_seconds: timeout as u32 }
         }
         Some(other) => {
             return Err(cx.err(
@@ -143,20 +128,12 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
             ));
         }
     };
-    out.external_traffic_policy = policy(
-        &cx,
-        "spec.externalTrafficPolicy",
-        spec.external_traffic_policy.as_deref(),
-    )?;
-    out.internal_traffic_policy = policy(
-        &cx,
-        "spec.internalTrafficPolicy",
-        spec.internal_traffic_policy.as_deref(),
-    )?;
-    out.health_check_node_port = spec
-        .health_check_node_port
-        .map(|p| cx.port("spec.healthCheckNodePort", p))
-        .transpose()?;
+    out.external_traffic_policy =
+        policy(&cx, "spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?;
+    out.internal_traffic_policy =
+        policy(&cx, "spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?;
+    out.health_check_node_port =
+        spec.health_check_node_port.map(|p| cx.port("spec.healthCheckNodePort", p)).transpose()?;
     out.traffic_distribution = spec.traffic_distribution.as_deref().map(|t| match t {
         "PreferClose" => TrafficDistribution::PreferClose,
         "PreferSameZone" => TrafficDistribution::PreferSameZone,
@@ -175,9 +152,6 @@ fn policy(cx: &Ctx, field: &str, value: Option<&str>) -> Result<TrafficPolicy, C
     match value {
         None | Some("Cluster") => Ok(TrafficPolicy::Cluster),
         Some("Local") => Ok(TrafficPolicy::Local),
-        Some(other) => Err(cx.err(
-            field,
-            format!("unknown policy {other:?} (expected Cluster or Local)"),
-        )),
+        Some(other) => Err(cx.err(field, format!("unknown policy {other:?} (expected Cluster or Local)"))),
     }
 }

@@ -119,13 +119,10 @@ pub fn proxy_config(pc: &ProxyConfig) -> Result<CoreConfig, ConvertError> {
 fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings, ConvertError> {
     let mut s = ProxySettings::default();
     if let Some(mode) = &spec.mode {
-        s.mode = mode
-            .parse::<ProxyMode>()
-            .map_err(|e| cx.err("spec.mode", e.to_string()))?;
+        s.mode = mode.parse::<ProxyMode>().map_err(|e| cx.err("spec.mode", e.to_string()))?;
     }
     for (i, c) in spec.cluster_cidrs.iter().enumerate() {
-        s.cluster_cidrs
-            .push(cx.cidr(format!("spec.clusterCIDRs[{i}]"), c)?);
+        s.cluster_cidrs.push(cx.cidr(format!("spec.clusterCIDRs[{i}]"), c)?);
     }
     s.detect_local = match spec.detect_local_mode.as_deref() {
         None | Some("ClusterCIDR") => DetectLocal::ClusterCidr,

@@ -25,10 +25,7 @@ pub struct ServiceName {
 impl ServiceName {
     /// Builds a name.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ServiceName {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+        ServiceName { namespace: namespace.into(), name: name.into() }
     }
 }
 
@@ -219,10 +216,7 @@ impl Service {
 
     /// The ClusterIP of `family`, if the Service has one.
     pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
-        self.cluster_ips
-            .iter()
-            .copied()
-            .find(|ip| IpFamily::of(ip) == family)
+        self.cluster_ips.iter().copied().find(|ip| IpFamily::of(ip) == family)
     }
 
     /// The value of the `service-proxy-name` label, if present.
@@ -250,27 +244,17 @@ impl Service {
 
     /// True for NodePort and LoadBalancer Services, which may have Local external policy.
     pub fn external_policy_applies(&self) -> bool {
-        matches!(
-            self.service_type,
-            ServiceType::NodePort | ServiceType::LoadBalancer
-        )
+        matches!(self.service_type, ServiceType::NodePort | ServiceType::LoadBalancer)
     }
 
     /// The LB ingress IPs proxies must capture: ipMode VIP only.
     pub fn load_balancer_vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.load_balancer_ingress
-            .iter()
-            .filter(|i| i.ip_mode == IpMode::Vip)
-            .filter_map(|i| i.ip)
+        self.load_balancer_ingress.iter().filter(|i| i.ip_mode == IpMode::Vip).filter_map(|i| i.ip)
     }
 
     /// The name of one of this Service's ports.
     pub fn port_name(&self, port: &ServicePort) -> ServicePortName {
-        ServicePortName {
-            service: self.name.clone(),
-            port: port.name.clone(),
-            protocol: port.protocol,
-        }
+        ServicePortName { service: self.name.clone(), port: port.name.clone(), protocol: port.protocol }
     }
 }
 
@@ -285,16 +269,9 @@ mod tests {
     #[test]
     fn service_port_name_formats_like_kube_proxy() {
         let s = svc();
-        let named = ServicePortName {
-            service: s.name.clone(),
-            port: "p80".into(),
-            protocol: Protocol::Tcp,
-        };
+        let named = ServicePortName { service: s.name.clone(), port: "p80".into(), protocol: Protocol::Tcp };
         assert_eq!(named.to_string(), "ns1/svc1:p80");
-        let unnamed = ServicePortName {
-            port: String::new(),
-            ..named
-        };
+        let unnamed = ServicePortName { port: String::new(), ..named };
         assert_eq!(unnamed.to_string(), "ns1/svc1");
     }
 

@@ -88,11 +88,7 @@ pub fn categorize_endpoints(
             .map(|c| c.backend)
             .collect();
         if out.cluster.is_empty() {
-            out.cluster = cands
-                .iter()
-                .map(|c| c.backend)
-                .filter(serving_terminating)
-                .collect();
+            out.cluster = cands.iter().map(|c| c.backend).filter(serving_terminating).collect();
         }
         out.has_any = !out.cluster.is_empty();
     }
@@ -111,17 +107,9 @@ pub fn categorize_endpoints(
         }
     }
     if local_ready {
-        out.local = cands
-            .iter()
-            .map(|c| c.backend)
-            .filter(|b| b.local && b.ready)
-            .collect();
+        out.local = cands.iter().map(|c| c.backend).filter(|b| b.local && b.ready).collect();
     } else if local_serving_terminating {
-        out.local = cands
-            .iter()
-            .map(|c| c.backend)
-            .filter(|b| b.local && serving_terminating(b))
-            .collect();
+        out.local = cands.iter().map(|c| c.backend).filter(|b| b.local && serving_terminating(b)).collect();
     }
     out
 }
@@ -131,22 +119,11 @@ mod tests {
     use super::*;
 
     fn b(last: u8, local: bool, ready: bool, serving: bool, terminating: bool) -> Backend {
-        Backend {
-            ip: [10, 180, 0, last].into(),
-            port: 80,
-            local,
-            ready,
-            serving,
-            terminating,
-        }
+        Backend { ip: [10, 180, 0, last].into(), port: 80, local, ready, serving, terminating }
     }
 
     fn cand(backend: Backend) -> Candidate<'static> {
-        Candidate {
-            backend,
-            zone_hints: &[],
-            node_hints: &[],
-        }
+        Candidate { backend, zone_hints: &[], node_hints: &[] }
     }
 
     fn ips(v: &[Backend]) -> Vec<u8> {
@@ -160,10 +137,7 @@ mod tests {
 
     #[test]
     fn ready_endpoints_win_over_terminating() {
-        let c = [
-            cand(b(1, false, true, true, false)),
-            cand(b(2, true, false, true, true)),
-        ];
+        let c = [cand(b(1, false, true, true, false)), cand(b(2, true, false, true, true))];
         let r = categorize_endpoints(&c, true, true, "node1", None);
         assert_eq!(ips(&r.cluster), vec![1]);
         // The only local endpoint is terminating but serving: Local falls back to it.
@@ -189,26 +163,12 @@ mod tests {
         let a = vec!["zone-a".to_string()];
         let bz = vec!["zone-b".to_string()];
         let c = [
-            Candidate {
-                backend: b(1, false, true, true, false),
-                zone_hints: &a,
-                node_hints: &[],
-            },
-            Candidate {
-                backend: b(2, false, true, true, false),
-                zone_hints: &bz,
-                node_hints: &[],
-            },
+            Candidate { backend: b(1, false, true, true, false), zone_hints: &a, node_hints: &[] },
+            Candidate { backend: b(2, false, true, true, false), zone_hints: &bz, node_hints: &[] },
         ];
-        assert_eq!(
-            ips(&categorize_endpoints(&c, true, false, "n", Some("zone-a")).cluster),
-            vec![1]
-        );
+        assert_eq!(ips(&categorize_endpoints(&c, true, false, "n", Some("zone-a")).cluster), vec![1]);
         // Unknown zone: no hint matches, topology is ignored.
-        assert_eq!(
-            ips(&categorize_endpoints(&c, true, false, "n", Some("zone-c")).cluster),
-            vec![1, 2]
-        );
+        assert_eq!(ips(&categorize_endpoints(&c, true, false, "n", Some("zone-c")).cluster), vec![1, 2]);
         // One endpoint without hints disables topology.
         let partial = [c[0].clone(), cand(b(3, false, true, true, false))];
         assert_eq!(
@@ -222,24 +182,10 @@ mod tests {
         let n1 = vec!["n1".to_string()];
         let n2 = vec!["n2".to_string()];
         let c = [
-            Candidate {
-                backend: b(1, true, true, true, false),
-                zone_hints: &[],
-                node_hints: &n1,
-            },
-            Candidate {
-                backend: b(2, false, true, true, false),
-                zone_hints: &[],
-                node_hints: &n2,
-            },
+            Candidate { backend: b(1, true, true, true, false), zone_hints: &[], node_hints: &n1 },
+            Candidate { backend: b(2, false, true, true, false), zone_hints: &[], node_hints: &n2 },
         ];
-        assert_eq!(
-            ips(&categorize_endpoints(&c, true, false, "n1", None).cluster),
-            vec![1]
-        );
-        assert_eq!(
-            ips(&categorize_endpoints(&c, true, false, "n3", None).cluster),
-            vec![1, 2]
-        );
+        assert_eq!(ips(&categorize_endpoints(&c, true, false, "n1", None).cluster), vec![1]);
+        assert_eq!(ips(&categorize_endpoints(&c, true, false, "n3", None).cluster), vec![1, 2]);
     }
 }

@@ -29,9 +29,7 @@ pub fn plan_service<'a>(
     if !svc.has_cluster_ip() || !svc.is_proxied_by(node.settings.service_proxy_name.as_deref()) {
         return (Vec::new(), None);
     }
-    let slices: Vec<&EndpointSlice> = slices
-        .filter(|s| !s.labels.contains_key(LABEL_HEADLESS))
-        .collect();
+    let slices: Vec<&EndpointSlice> = slices.filter(|s| !s.labels.contains_key(LABEL_HEADLESS)).collect();
     let mut plans = Vec::new();
     for family in IpFamily::ALL {
         let Some(cluster_ip) = svc.cluster_ip(family) else {
@@ -57,12 +55,8 @@ fn plan_port(
     let external_ips: Vec<IpAddr> = dedup(svc.external_ips.iter().copied().filter(of_family));
     let load_balancer_ips: Vec<IpAddr> = dedup(svc.load_balancer_vips().filter(of_family));
     let node_port = port.node_port.filter(|_| svc.external_policy_applies());
-    let source_ranges: Vec<_> = svc
-        .load_balancer_source_ranges
-        .iter()
-        .copied()
-        .filter(|n| IpFamily::of_net(n) == family)
-        .collect();
+    let source_ranges: Vec<_> =
+        svc.load_balancer_source_ranges.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect();
     let externally_accessible =
         node_port.is_some() || !external_ips.is_empty() || !load_balancer_ips.is_empty();
     let internal_local = svc.internal_traffic_policy == TrafficPolicy::Local;
@@ -73,17 +67,8 @@ fn plan_port(
     let uses_local = internal_local || external_local;
 
     let candidates = gather(slices, family, port, node);
-    let cats = categorize_endpoints(
-        &candidates,
-        uses_cluster,
-        uses_local,
-        &node.name,
-        node.zone.as_deref(),
-    );
-    let allow_from_node = node
-        .ips_of(family)
-        .iter()
-        .any(|ip| source_ranges.iter().any(|r| r.contains(ip)));
+    let cats = categorize_endpoints(&candidates, uses_cluster, uses_local, &node.name, node.zone.as_deref());
+    let allow_from_node = node.ips_of(family).iter().any(|ip| source_ranges.iter().any(|r| r.contains(ip)));
     let affinity_timeout = match svc.session_affinity {
         SessionAffinity::ClientIp { timeout_seconds } => Some(timeout_seconds),
         SessionAffinity::None => None,
@@ -106,12 +91,7 @@ fn plan_port(
         local_endpoints: cats.local,
         health_check_node_port: svc.health_check_node_port.filter(|_| external_local),
         shadowed: Vec::new(),
-        requested: Requested {
-            cluster_ip: Some(cluster_ip),
-            external_ips,
-            load_balancer_ips,
-            node_port,
-        },
+        requested: Requested { cluster_ip: Some(cluster_ip), external_ips, load_balancer_ips, node_port },
     }
 }
 
@@ -130,10 +110,7 @@ fn gather<'a>(
 ) -> Vec<Candidate<'a>> {
     let mut by_addr: BTreeMap<(IpAddr, u16), Candidate<'a>> = BTreeMap::new();
     for slice in slices.iter().filter(|s| s.family == family) {
-        let Some(ep_port) = slice
-            .ports
-            .iter()
-            .find(|p| p.name == port.name && p.protocol == port.protocol)
+        let Some(ep_port) = slice.ports.iter().find(|p| p.name == port.name && p.protocol == port.protocol)
         else {
             continue;
         };
@@ -176,9 +153,5 @@ fn health_check(svc: &Service, slices: &[&EndpointSlice], node: &NodeContext) ->
         .filter(|ep| ep.ready && ep.node_name.as_deref() == Some(node.name.as_str()))
         .filter_map(|ep| ep.addresses.first().copied())
         .collect();
-    Some(HealthCheck {
-        service: svc.name.clone(),
-        port,
-        local_endpoints: local_ready.len(),
-    })
+    Some(HealthCheck { service: svc.name.clone(), port, local_endpoints: local_ready.len() })
 }

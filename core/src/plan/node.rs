@@ -51,11 +51,7 @@ impl NodeContext {
 
     /// Node addresses of `family`.
     pub fn ips_of(&self, family: IpFamily) -> Vec<IpAddr> {
-        self.ips
-            .iter()
-            .copied()
-            .filter(|ip| IpFamily::of(ip) == family)
-            .collect()
+        self.ips.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect()
     }
 
     /// The networks whose sources count as "local" (pod) traffic; empty when undetectable.
@@ -64,10 +60,7 @@ impl NodeContext {
             DetectLocal::ClusterCidr => &self.settings.cluster_cidrs,
             DetectLocal::NodeCidr => &self.pod_cidrs,
         };
-        nets.iter()
-            .copied()
-            .filter(|n| IpFamily::of_net(n) == family)
-            .collect()
+        nets.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect()
     }
 
     /// Where NodePorts of `family` are served.
@@ -78,10 +71,7 @@ impl NodeContext {
                 NodePortDestinations::Ips(self.primary_ip(family).into_iter().collect())
             }
             NodePortAddresses::Cidrs(cidrs) => NodePortDestinations::Ips(
-                self.ips_of(family)
-                    .into_iter()
-                    .filter(|ip| cidrs.iter().any(|c| c.contains(ip)))
-                    .collect(),
+                self.ips_of(family).into_iter().filter(|ip| cidrs.iter().any(|c| c.contains(ip))).collect(),
             ),
         }
     }

@@ -1,6 +1,9 @@
 //! The backend-neutral plan: one [`ServicePortPlan`] per (family, service port).
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -157,12 +160,8 @@ impl ServicePortPlan {
 
     /// Every endpoint this node may DNAT to (cluster set plus local set, deduplicated, sorted).
     pub fn reachable_endpoints(&self) -> Vec<Backend> {
-        let mut all: Vec<Backend> = self
-            .cluster_endpoints
-            .iter()
-            .chain(&self.local_endpoints)
-            .copied()
-            .collect();
+        let mut all: Vec<Backend> =
+            self.cluster_endpoints.iter().chain(&self.local_endpoints).copied().collect();
         all.sort();
         all.dedup_by_key(|b| (b.ip, b.port));
         all
@@ -181,44 +180,31 @@ impl ServicePortPlan {
         )
     }
 
-    fn requested_frontends(&self) -> Vec<Frontend> {
+    /// Requested frontends (a frontend listed twice appears twice).
+    fn requested_frontends(&self) -> impl Iterator<Item = Frontend> + '_ {
         let r = &self.requested;
-        frontends_of(
-            &self.name,
-            self.family,
-            self.port,
-            r.cluster_ip,
-            &r.external_ips,
-            &r.load_balancer_ips,
-            r.node_port,
-        )
+        let (protocol, port, family) = (self.name.protocol, self.port, self.family);
+        r.cluster_ip
+            .iter()
+            .chain(&r.external_ips)
+            .chain(&r.load_balancer_ips)
+            .map(move |ip| Frontend::Ip { ip: *ip, protocol, port })
+            .chain(r.node_port.map(|port| Frontend::NodePort { family, protocol, port }))
     }
 
     fn restrict_to(&mut self, owns: impl Fn(&Frontend) -> bool) {
         let (p, proto, family) = (self.port, self.name.protocol, self.family);
-        let ip_owned = |ip: &IpAddr| {
-            owns(&Frontend::Ip {
-                ip: *ip,
-                protocol: proto,
-                port: p,
-            })
-        };
+        let ip_owned = |ip: &IpAddr| owns(&Frontend::Ip { ip: *ip, protocol: proto, port: p });
         let r = &self.requested;
         self.cluster_ip = r.cluster_ip.filter(ip_owned);
         self.external_ips = r.external_ips.iter().copied().filter(ip_owned).collect();
         self.load_balancer_ips = r.load_balancer_ips.iter().copied().filter(ip_owned).collect();
-        self.node_port = r.node_port.filter(|np| {
-            owns(&Frontend::NodePort {
-                family,
-                protocol: proto,
-                port: *np,
-            })
-        });
-        self.shadowed = self
-            .requested_frontends()
-            .into_iter()
-            .filter(|f| !owns(f))
-            .collect();
+        self.node_port =
+            r.node_port.filter(|np| owns(&Frontend::NodePort { family, protocol: proto, port: *np }));
+        let mut shadowed: Vec<Frontend> = self.requested_frontends().filter(|f| !owns(f)).collect();
+        shadowed.sort();
+        shadowed.dedup();
+        self.shadowed = shadowed;
     }
 }
 
@@ -236,17 +222,9 @@ fn frontends_of(
         .iter()
         .chain(external_ips)
         .chain(lb_ips)
-        .map(|ip| Frontend::Ip {
-            ip: *ip,
-            protocol,
-            port,
-        })
+        .map(|ip| Frontend::Ip { ip: *ip, protocol, port })
         .collect();
-    out.extend(node_port.map(|port| Frontend::NodePort {
-        family,
-        protocol,
-        port,
-    }));
+    out.extend(node_port.map(|port| Frontend::NodePort { family, protocol, port }));
     out.sort();
     out.dedup();
     out
@@ -300,8 +278,11 @@ pub struct Ruleset {
     pub services: BTreeMap<PlanKey, ServicePortPlan>,
     /// Health-check servers.
     pub health_checks: BTreeMap<ServiceName, HealthCheck>,
-    claims: BTreeMap<Frontend, BTreeSet<PlanKey>>,
-    by_service: BTreeMap<ServiceName, BTreeSet<PlanKey>>,
+    /// Endpoints reachable from this node, summed over plans, per family.
+    endpoint_totals: BTreeMap<IpFamily, usize>,
+    /// Every plan claiming each frontend, sorted: the first one owns it.
+    claims: FxHashMap<Frontend, SmallVec<[PlanKey; 1]>>,
+    by_service: FxHashMap<ServiceName, Vec<PlanKey>>,
 }
 
 impl Ruleset {
@@ -326,14 +307,21 @@ impl Ruleset {
             families,
             services: BTreeMap::new(),
             health_checks: BTreeMap::new(),
-            claims: BTreeMap::new(),
-            by_service: BTreeMap::new(),
+            endpoint_totals: IpFamily::ALL.into_iter().map(|f| (f, 0)).collect(),
+            claims: FxHashMap::default(),
+            by_service: FxHashMap::default(),
         }
     }
 
     /// Node facts for `family`.
     pub fn family(&self, family: IpFamily) -> &NodePlan {
         &self.families[&family]
+    }
+
+    /// Endpoints this node can reach in `family`, over every plan (kube-proxy's
+    /// large-cluster criterion).
+    pub fn endpoint_total(&self, family: IpFamily) -> usize {
+        self.endpoint_totals.get(&family).copied().unwrap_or(0)
     }
 
     /// Plans of one family, in key order.
@@ -348,59 +336,71 @@ impl Ruleset {
         cluster: &ClusterState,
         services: impl IntoIterator<Item = &'a ServiceName>,
     ) -> BTreeSet<PlanKey> {
-        let mut old: BTreeMap<PlanKey, ServicePortPlan> = BTreeMap::new();
-        let mut touched: BTreeSet<Frontend> = BTreeSet::new();
-        let mut replanned: BTreeSet<PlanKey> = BTreeSet::new();
+        let mut old: FxHashMap<PlanKey, ServicePortPlan> = FxHashMap::default();
+        let mut touched: Vec<Frontend> = Vec::new();
+        let mut replanned: Vec<PlanKey> = Vec::new();
         for name in services {
             for key in self.by_service.remove(name).unwrap_or_default() {
                 if let Some(plan) = self.services.remove(&key) {
+                    *self.endpoint_totals.entry(plan.family).or_default() -= plan.reachable_endpoints().len();
                     for f in plan.requested_frontends() {
                         self.unclaim(f, &key);
-                        touched.insert(f);
+                        touched.push(f);
                     }
                     old.insert(key, plan);
                 }
             }
             self.health_checks.remove(name);
-            let Some(svc) = cluster.service(name) else {
-                continue;
-            };
+            let Some(svc) = cluster.service(name) else { continue };
             let (plans, health) = plan_service(svc, cluster.endpoint_slices_for(name), &self.node);
             if let Some(h) = health {
                 self.health_checks.insert(name.clone(), h);
             }
+            let mut keys = Vec::with_capacity(plans.len());
             for plan in plans {
                 let key = (plan.family, plan.name.clone());
                 for f in plan.requested_frontends() {
-                    self.claims.entry(f).or_default().insert(key.clone());
-                    touched.insert(f);
+                    self.claim(f, &key);
+                    touched.push(f);
                 }
-                self.by_service
-                    .entry(name.clone())
-                    .or_default()
-                    .insert(key.clone());
-                replanned.insert(key.clone());
+                keys.push(key.clone());
+                *self.endpoint_totals.entry(plan.family).or_default() += plan.reachable_endpoints().len();
                 self.services.insert(key, plan);
             }
-        }
-        // Ownership of touched frontends may have moved: restrict every claimant again.
-        let mut affected: BTreeSet<PlanKey> = replanned.clone();
-        for f in &touched {
-            affected.extend(self.claims.get(f).into_iter().flatten().cloned());
+            if !keys.is_empty() {
+                replanned.extend(keys.iter().cloned());
+                self.by_service.insert(name.clone(), keys);
+            }
         }
         let mut changed: BTreeSet<PlanKey> = BTreeSet::new();
-        for key in affected {
+        // New plans start with every frontend they asked for; only contested ones are cut.
+        for key in replanned {
             let claims = &self.claims;
-            let Some(plan) = self.services.get_mut(&key) else {
-                continue;
-            };
-            let baseline = if replanned.contains(&key) {
-                old.get(&key).cloned()
-            } else {
-                Some(plan.clone())
-            };
-            plan.restrict_to(|f| claims.get(f).and_then(|s| s.first()) == Some(&key));
-            if baseline.as_ref() != Some(&*plan) {
+            let Some(plan) = self.services.get_mut(&key) else { continue };
+            if plan.requested_frontends().any(|f| claims.get(&f).is_some_and(|c| c.len() > 1)) {
+                plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&key));
+            }
+            if old.get(&key) != Some(&*plan) {
+                changed.insert(key);
+            }
+        }
+        // Other claimants of touched frontends may have gained or lost one.
+        let mut others: BTreeSet<PlanKey> = BTreeSet::new();
+        for f in touched {
+            let Some(c) = self.claims.get(&f) else { continue };
+            for k in c {
+                let shadowed = self.services.get(k).is_some_and(|p| !p.shadowed.is_empty());
+                if c.len() > 1 || shadowed {
+                    others.insert(k.clone());
+                }
+            }
+        }
+        for key in others {
+            let claims = &self.claims;
+            let Some(plan) = self.services.get_mut(&key) else { continue };
+            let before = plan.clone();
+            plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&key));
+            if before != *plan {
                 changed.insert(key);
             }
         }
@@ -408,10 +408,19 @@ impl Ruleset {
         changed
     }
 
+    fn claim(&mut self, f: Frontend, key: &PlanKey) {
+        let c = self.claims.entry(f).or_default();
+        if let Err(i) = c.binary_search(key) {
+            c.insert(i, key.clone());
+        }
+    }
+
     fn unclaim(&mut self, f: Frontend, key: &PlanKey) {
-        if let Some(set) = self.claims.get_mut(&f) {
-            set.remove(key);
-            if set.is_empty() {
+        if let Some(c) = self.claims.get_mut(&f) {
+            if let Ok(i) = c.binary_search(key) {
+                c.remove(i);
+            }
+            if c.is_empty() {
                 self.claims.remove(&f);
             }
         }
@@ -423,11 +432,7 @@ impl Ruleset {
             .values()
             .flat_map(|p| {
                 p.shadowed.iter().map(move |f| {
-                    let owner = self
-                        .claims
-                        .get(f)
-                        .and_then(|s| s.first())
-                        .map(|k| k.1.to_string());
+                    let owner = self.claims.get(f).and_then(|s| s.first()).map(|k| k.1.to_string());
                     PlanWarning {
                         service_port: p.name.clone(),
                         message: format!(
@@ -445,10 +450,6 @@ impl Ruleset {
 fn describe(f: &Frontend) -> String {
     match f {
         Frontend::Ip { ip, protocol, port } => format!("{}/{protocol}", join_host_port(ip, *port)),
-        Frontend::NodePort {
-            family,
-            protocol,
-            port,
-        } => format!("NodePort {port}/{protocol} ({family})"),
+        Frontend::NodePort { family, protocol, port } => format!("NodePort {port}/{protocol} ({family})"),
     }
 }

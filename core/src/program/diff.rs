@@ -6,7 +6,9 @@
 //! elements, IPVS addresses) are reference counted, so they appear with their first user and
 //! disappear with their last.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::Serialize;
 
@@ -51,17 +53,12 @@ impl ChangeSet {
     /// set deleted and created again keeps the creation only. Call after the last `replace`.
     pub fn normalize(&mut self) {
         let added: BTreeSet<ChainRef> = self.add_chains.iter().map(Chain::id).collect();
-        let readded: BTreeSet<ChainRef> = self
-            .delete_chains
-            .iter()
-            .filter(|c| added.contains(*c))
-            .cloned()
-            .collect();
+        let readded: BTreeSet<ChainRef> =
+            self.delete_chains.iter().filter(|c| added.contains(*c)).cloned().collect();
         if !readded.is_empty() {
             self.delete_chains.retain(|c| !readded.contains(c));
-            let (refill, keep): (Vec<Chain>, Vec<Chain>) = std::mem::take(&mut self.add_chains)
-                .into_iter()
-                .partition(|c| readded.contains(&c.id()));
+            let (refill, keep): (Vec<Chain>, Vec<Chain>) =
+                std::mem::take(&mut self.add_chains).into_iter().partition(|c| readded.contains(&c.id()));
             self.add_chains = keep;
             self.flush_chains.extend(refill);
         }
@@ -110,24 +107,9 @@ type VsKey = (std::net::IpAddr, Protocol, u16);
 impl ProgramState {
     /// Starts from `program` (what is, or is about to be, programmed).
     pub fn new(program: Program) -> ProgramState {
-        let shared_sets = program
-            .base
-            .sets
-            .iter()
-            .filter(|s| s.shared)
-            .map(Set::id)
-            .collect();
-        let mut state = ProgramState {
-            program,
-            refs: HashMap::new(),
-            shared_sets,
-        };
-        let keys: Vec<RefKey> = state
-            .program
-            .services
-            .values()
-            .flat_map(|f| state.ref_keys(f))
-            .collect();
+        let shared_sets = program.base.sets.iter().filter(|s| s.shared).map(Set::id).collect();
+        let mut state = ProgramState { program, refs: HashMap::default(), shared_sets };
+        let keys: Vec<RefKey> = state.program.services.values().flat_map(|f| state.ref_keys(f)).collect();
         for k in keys {
             *state.refs.entry(k).or_default() += 1;
         }
@@ -201,12 +183,7 @@ impl ProgramState {
                 None => out.add_chains.push((*c).clone()),
             }
         }
-        out.delete_chains.extend(
-            old_chains
-                .keys()
-                .filter(|id| !new_chains.contains_key(*id))
-                .cloned(),
-        );
+        out.delete_chains.extend(old_chains.keys().filter(|id| !new_chains.contains_key(*id)).cloned());
 
         // Owned sets: recreate when the definition changed.
         let old_sets: BTreeMap<SetRef, &Set> = old.sets.iter().map(|s| (s.id(), s)).collect();
@@ -221,8 +198,7 @@ impl ProgramState {
                 None => out.add_sets.push((*s).clone()),
             }
         }
-        out.delete_sets
-            .extend(old_sets.keys().filter(|id| !new_sets.contains_key(*id)).cloned());
+        out.delete_sets.extend(old_sets.keys().filter(|id| !new_sets.contains_key(*id)).cloned());
 
         // Shared chains: created by their first user, deleted with their last.
         let old_shared: BTreeSet<ChainRef> = old.shared_chains.iter().map(Chain::id).collect();
@@ -241,10 +217,8 @@ impl ProgramState {
         // Rules contributed to base chains.
         let old_rules: HashSet<&(ChainRef, Rule)> = old.rules.iter().collect();
         let new_rules: HashSet<&(ChainRef, Rule)> = new.rules.iter().collect();
-        out.delete_rules
-            .extend(old.rules.iter().filter(|r| !new_rules.contains(r)).cloned());
-        out.add_rules
-            .extend(new.rules.iter().filter(|r| !old_rules.contains(r)).cloned());
+        out.delete_rules.extend(old.rules.iter().filter(|r| !new_rules.contains(r)).cloned());
+        out.add_rules.extend(new.rules.iter().filter(|r| !old_rules.contains(r)).cloned());
 
         // Elements contributed to base sets.
         let old_elems: HashSet<&(SetRef, Element)> = old.elements.iter().collect();
@@ -275,12 +249,8 @@ impl ProgramState {
                 None => out.add_virtual_servers.push((*v).clone()),
             }
         }
-        out.delete_virtual_servers.extend(
-            old_vs
-                .iter()
-                .filter(|(k, _)| !new_vs.contains_key(k))
-                .map(|(_, v)| (*v).clone()),
-        );
+        out.delete_virtual_servers
+            .extend(old_vs.iter().filter(|(k, _)| !new_vs.contains_key(k)).map(|(_, v)| (*v).clone()));
     }
 }
 
@@ -307,10 +277,7 @@ pub fn diff(old: &Program, new: &Program) -> ChangeSet {
         || old.base != new.base
         || old.large_cluster != new.large_cluster
     {
-        return ChangeSet {
-            full: true,
-            ..ChangeSet::default()
-        };
+        return ChangeSet { full: true, ..ChangeSet::default() };
     }
     let mut state = ProgramState::new(old.clone());
     let keys: BTreeSet<&ServicePortName> = old.services.keys().chain(new.services.keys()).collect();

@@ -155,11 +155,14 @@ pub enum ElemData {
     AddrPort(IpAddr, u16),
 }
 
+/// Key components of an element (inline up to four: no allocation for common keys).
+pub type Key = smallvec::SmallVec<[Value; 4]>;
+
 /// A set or map element.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Element {
     /// Key components, in the set's key order.
-    pub key: Vec<Value>,
+    pub key: Key,
     /// Map data (None for sets).
     pub data: Option<ElemData>,
 }
@@ -274,11 +277,7 @@ pub struct Rule {
 impl Rule {
     /// A rule with matches and a single action.
     pub fn new(matches: Vec<Match>, action: Action) -> Rule {
-        Rule {
-            matches,
-            actions: vec![action],
-            comment: None,
-        }
+        Rule { matches, actions: vec![action], comment: None }
     }
 
     /// Sets the nft comment.
@@ -317,22 +316,12 @@ pub struct Chain {
 impl Chain {
     /// A regular chain with rules.
     pub fn new(table: &'static str, name: impl Into<Name>, rules: Vec<Rule>) -> Chain {
-        Chain {
-            table,
-            name: name.into(),
-            hook: None,
-            builtin: false,
-            rules,
-            tail: Vec::new(),
-        }
+        Chain { table, name: name.into(), hook: None, builtin: false, rules, tail: Vec::new() }
     }
 
     /// This chain's reference.
     pub fn id(&self) -> ChainRef {
-        ChainRef {
-            table: self.table,
-            name: self.name.clone(),
-        }
+        ChainRef { table: self.table, name: self.name.clone() }
     }
 }
 
@@ -380,10 +369,7 @@ pub struct SetRef {
 impl Set {
     /// This set's reference.
     pub fn id(&self) -> SetRef {
-        SetRef {
-            table: self.table,
-            name: self.name.clone(),
-        }
+        SetRef { table: self.table, name: self.name.clone() }
     }
 }
 

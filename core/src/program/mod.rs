@@ -5,12 +5,17 @@
 //! replaced fragments into the minimal [`ChangeSet`].
 
 mod diff;
+mod intern;
 mod ir;
 mod state;
 
 use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use diff::{ChangeSet, ProgramState, diff};
+pub use intern::name;
 pub use ir::*;
 pub use state::KernelState;
 
@@ -66,29 +71,19 @@ pub struct Assembled<'a> {
 impl<'a> Assembled<'a> {
     /// Finds a chain.
     pub fn chain(&self, table: &str, name: &str) -> Option<&AssembledChain<'a>> {
-        self.chains
-            .iter()
-            .find(|c| c.def.table == table && &*c.def.name == name)
+        self.chains.iter().find(|c| c.def.table == table && &*c.def.name == name)
     }
 
     /// Finds a set.
     pub fn set(&self, table: &str, name: &str) -> Option<&AssembledSet<'a>> {
-        self.sets
-            .iter()
-            .find(|s| s.def.table == table && &*s.def.name == name)
+        self.sets.iter().find(|s| s.def.table == table && &*s.def.name == name)
     }
 }
 
 impl Program {
     /// An empty program.
     pub fn new(dialect: Dialect, family: IpFamily, base: Fragment) -> Program {
-        Program {
-            dialect,
-            family,
-            base,
-            services: BTreeMap::new(),
-            large_cluster: false,
-        }
+        Program { dialect, family, base, services: BTreeMap::new(), large_cluster: false }
     }
 
     /// Every fragment, base first.
@@ -99,35 +94,28 @@ impl Program {
     /// Flattens the program: contributions placed into their chains and sets.
     pub fn assemble(&self) -> Assembled<'_> {
         let mut out = Assembled::default();
-        let mut chain_index: BTreeMap<ChainRef, usize> = BTreeMap::new();
-        let mut set_index: BTreeMap<SetRef, usize> = BTreeMap::new();
+        let mut chain_index: FxHashMap<(&str, &str), usize> = FxHashMap::default();
+        let mut set_index: FxHashMap<(&str, &str), usize> = FxHashMap::default();
         for frag in self.fragments() {
             for chain in frag.chains.iter().chain(&frag.shared_chains) {
-                if chain_index.contains_key(&chain.id()) {
-                    continue;
+                if let Entry::Vacant(slot) = chain_index.entry((chain.table, &chain.name)) {
+                    slot.insert(out.chains.len());
+                    out.chains.push(AssembledChain { def: chain, rules: chain.rules.iter().collect() });
                 }
-                chain_index.insert(chain.id(), out.chains.len());
-                out.chains.push(AssembledChain {
-                    def: chain,
-                    rules: chain.rules.iter().collect(),
-                });
             }
             for set in &frag.sets {
-                set_index.insert(set.id(), out.sets.len());
-                out.sets.push(AssembledSet {
-                    def: set,
-                    elements: set.elements.iter().collect(),
-                });
+                set_index.insert((set.table, &set.name), out.sets.len());
+                out.sets.push(AssembledSet { def: set, elements: set.elements.iter().collect() });
             }
         }
         for frag in self.services.values() {
             for (chain, rule) in &frag.rules {
-                if let Some(i) = chain_index.get(chain) {
+                if let Some(i) = chain_index.get(&(chain.table, &*chain.name)) {
                     out.chains[*i].rules.push(rule);
                 }
             }
             for (set, elem) in &frag.elements {
-                if let Some(i) = set_index.get(set) {
+                if let Some(i) = set_index.get(&(set.table, &*set.name)) {
                     out.sets[*i].elements.push(elem);
                 }
             }
@@ -137,7 +125,7 @@ impl Program {
             c.rules.extend(&c.def.tail);
         }
         for s in out.sets.iter_mut().filter(|s| s.def.shared) {
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = FxHashSet::default();
             s.elements.retain(|e| seen.insert(*e));
         }
         out.virtual_servers.extend(&self.base.virtual_servers);

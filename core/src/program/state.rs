@@ -31,13 +31,11 @@ impl KernelState {
         for c in &asm.chains {
             let id = c.def.id();
             let body = c.rules.len() - c.def.tail.len();
-            k.chains
-                .insert(id.clone(), c.rules[..body].iter().map(|r| (*r).clone()).collect());
+            k.chains.insert(id.clone(), c.rules[..body].iter().map(|r| (*r).clone()).collect());
             k.tails.insert(id, c.def.tail.clone());
         }
         for s in &asm.sets {
-            k.sets
-                .insert(s.def.id(), s.elements.iter().map(|e| (*e).clone()).collect());
+            k.sets.insert(s.def.id(), s.elements.iter().map(|e| (*e).clone()).collect());
         }
         for v in &asm.virtual_servers {
             k.virtual_servers.insert((v.ip, v.protocol, v.port), (*v).clone());
@@ -52,11 +50,7 @@ impl KernelState {
             return Ok(());
         }
         for s in &cs.add_sets {
-            if self
-                .sets
-                .insert(s.id(), s.elements.iter().cloned().collect())
-                .is_some()
-            {
+            if self.sets.insert(s.id(), s.elements.iter().cloned().collect()).is_some() {
                 return Err(format!("set {} already exists", s.name));
             }
         }
@@ -67,18 +61,14 @@ impl KernelState {
             self.tails.insert(c.id(), c.tail.clone());
         }
         for c in &cs.flush_chains {
-            let rules = self
-                .chains
-                .get_mut(&c.id())
-                .ok_or_else(|| format!("flush of missing chain {}", c.name))?;
+            let rules =
+                self.chains.get_mut(&c.id()).ok_or_else(|| format!("flush of missing chain {}", c.name))?;
             *rules = c.rules.clone();
             self.tails.insert(c.id(), c.tail.clone());
         }
         for (c, r) in &cs.delete_rules {
-            let rules = self
-                .chains
-                .get_mut(c)
-                .ok_or_else(|| format!("rule delete in missing chain {}", c.name))?;
+            let rules =
+                self.chains.get_mut(c).ok_or_else(|| format!("rule delete in missing chain {}", c.name))?;
             let i = rules
                 .iter()
                 .position(|x| x == r)
@@ -86,19 +76,14 @@ impl KernelState {
             rules.remove(i);
         }
         for (s, e) in &cs.delete_elements {
-            let set = self
-                .sets
-                .get_mut(s)
-                .ok_or_else(|| format!("element delete in missing set {}", s.name))?;
+            let set =
+                self.sets.get_mut(s).ok_or_else(|| format!("element delete in missing set {}", s.name))?;
             if !set.remove(e) {
                 return Err(format!("element to delete not found in {}: {e:?}", s.name));
             }
         }
         for (s, e) in &cs.add_elements {
-            let set = self
-                .sets
-                .get_mut(s)
-                .ok_or_else(|| format!("element add to missing set {}", s.name))?;
+            let set = self.sets.get_mut(s).ok_or_else(|| format!("element add to missing set {}", s.name))?;
             if !set.insert(e.clone()) {
                 return Err(format!("element added twice to {}: {e:?}", s.name));
             }
@@ -133,11 +118,7 @@ impl KernelState {
             *slot = v.clone();
         }
         for v in &cs.add_virtual_servers {
-            if self
-                .virtual_servers
-                .insert((v.ip, v.protocol, v.port), v.clone())
-                .is_some()
-            {
+            if self.virtual_servers.insert((v.ip, v.protocol, v.port), v.clone()).is_some() {
                 return Err("virtual server added twice".into());
             }
         }
@@ -148,9 +129,7 @@ impl KernelState {
     /// chain match disjoint packets, so their order carries no meaning.
     pub fn canonical(&self) -> KernelState {
         let mut k = self.clone();
-        k.chains
-            .values_mut()
-            .for_each(|rules| rules.sort_by_key(|r| format!("{r:?}")));
+        k.chains.values_mut().for_each(|rules| rules.sort_by_key(|r| format!("{r:?}")));
         k
     }
 }
@@ -181,10 +160,7 @@ impl KernelState {
                 Some(e) if e != elems => {
                     let left: Vec<_> = elems.difference(e).take(5).collect();
                     let right: Vec<_> = e.difference(elems).take(5).collect();
-                    out.push(format!(
-                        "set {}: left-only {left:?}, right-only {right:?}",
-                        s.name
-                    ));
+                    out.push(format!("set {}: left-only {left:?}, right-only {right:?}", s.name));
                 }
                 _ => {}
             }

@@ -1,6 +1,7 @@
 //! Renderers: lower a [`Ruleset`](crate::plan::Ruleset) into a [`Program`](crate::program::Program)
 //! per backend, and print programs and change sets as kernel input text.
 
+mod fmt;
 pub mod iptables;
 pub mod ipvs;
 pub mod names;

@@ -46,23 +46,13 @@ pub fn service_chain(prefix: &str, spn: &ServicePortName) -> String {
 
 /// `KUBE-SEP-` + 16 chars of base32(sha256("ns/svc:port" + proto + "ip:port")).
 pub fn endpoint_chain(spn: &ServicePortName, ep: &Backend) -> String {
-    let input = format!(
-        "{spn}{}{}",
-        spn.protocol.as_str(),
-        join_host_port(&ep.ip, ep.port)
-    );
+    let input = format!("{spn}{}{}", spn.protocol.as_str(), join_host_port(&ep.ip, ep.port));
     format!("KUBE-SEP-{}", hash(&input, 16))
 }
 
 /// kube-proxy nftables' readable name base: `ns/svc/proto/port`.
 pub fn nft_service_base(spn: &ServicePortName) -> String {
-    format!(
-        "{}/{}/{}/{}",
-        spn.service.namespace,
-        spn.service.name,
-        spn.protocol.as_str(),
-        spn.port
-    )
+    format!("{}/{}/{}/{}", spn.service.namespace, spn.service.name, spn.protocol.as_str(), spn.port)
 }
 
 /// `ns/svc/proto/port__ip/port` (IPv6 `:` written as `.`).
@@ -88,11 +78,7 @@ mod tests {
     use crate::net::Protocol;
 
     fn spn(ns: &str, name: &str, port: &str) -> ServicePortName {
-        ServicePortName {
-            service: ServiceName::new(ns, name),
-            port: port.into(),
-            protocol: Protocol::Tcp,
-        }
+        ServicePortName { service: ServiceName::new(ns, name), port: port.into(), protocol: Protocol::Tcp }
     }
 
     fn ep(ip: &str, port: u16) -> Backend {
@@ -116,22 +102,10 @@ mod tests {
     /// Vectors recomputed from kube-proxy's TestOverallIPTablesRules.
     #[test]
     fn iptables_names_match_kube_proxy() {
-        assert_eq!(
-            service_chain("KUBE-SVC-", &spn("ns1", "svc1", "p80")),
-            "KUBE-SVC-XPGD46QRK7WJZT7O"
-        );
-        assert_eq!(
-            service_chain("KUBE-EXT-", &spn("ns2", "svc2", "p80")),
-            "KUBE-EXT-GNZBNJ2PO5MGZ6GT"
-        );
-        assert_eq!(
-            service_chain("KUBE-SVC-", &spn("ns4", "svc4", "p80")),
-            "KUBE-SVC-4SW47YFZTEDKD3PK"
-        );
-        assert_eq!(
-            service_chain("KUBE-FW-", &spn("ns5", "svc5", "p80")),
-            "KUBE-FW-NUKIZ6OKUXPJNT4C"
-        );
+        assert_eq!(service_chain("KUBE-SVC-", &spn("ns1", "svc1", "p80")), "KUBE-SVC-XPGD46QRK7WJZT7O");
+        assert_eq!(service_chain("KUBE-EXT-", &spn("ns2", "svc2", "p80")), "KUBE-EXT-GNZBNJ2PO5MGZ6GT");
+        assert_eq!(service_chain("KUBE-SVC-", &spn("ns4", "svc4", "p80")), "KUBE-SVC-4SW47YFZTEDKD3PK");
+        assert_eq!(service_chain("KUBE-FW-", &spn("ns5", "svc5", "p80")), "KUBE-FW-NUKIZ6OKUXPJNT4C");
         assert_eq!(
             endpoint_chain(&spn("ns1", "svc1", "p80"), &ep("10.180.0.1", 80)),
             "KUBE-SEP-SXIVWICOYRO3J4NJ"
@@ -145,10 +119,7 @@ mod tests {
     #[test]
     fn nft_names_match_kube_proxy() {
         let s = spn("ns1", "svc1", "p80");
-        assert_eq!(
-            nft_name("service", &nft_service_base(&s)),
-            "service-ULMVA6XW-ns1/svc1/tcp/p80"
-        );
+        assert_eq!(nft_name("service", &nft_service_base(&s)), "service-ULMVA6XW-ns1/svc1/tcp/p80");
         assert_eq!(
             nft_name("endpoint", &nft_endpoint_base(&s, &ep("10.180.0.1", 80))),
             "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"

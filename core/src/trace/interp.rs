@@ -59,22 +59,11 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
     let mut env = env.clone();
     if program.dialect == Dialect::Ipvs {
         // Every IPVS service address sits on the dummy interface: it is local.
-        env.local
-            .extend(asm.virtual_servers.iter().map(|v| crate::net::IpNet::from(v.ip)));
+        env.local.extend(asm.virtual_servers.iter().map(|v| crate::net::IpNet::from(v.ip)));
     }
-    let chains = asm
-        .chains
-        .iter()
-        .map(|c| ((c.def.table, &*c.def.name), c))
-        .collect();
+    let chains = asm.chains.iter().map(|c| ((c.def.table, &*c.def.name), c)).collect();
     let sets = asm.sets.iter().map(|s| (&*s.def.name, s)).collect();
-    let interp = Interp {
-        program,
-        env,
-        chains,
-        sets,
-        asm: &asm,
-    };
+    let interp = Interp { program, env, chains, sets, asm: &asm };
     let start = State {
         src: packet.src,
         dst: packet.dst,
@@ -89,20 +78,13 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
         steps: Vec::new(),
     };
     let paths = interp.run(packet.origin, start);
-    Trace {
-        packet: *packet,
-        paths,
-    }
+    Trace { packet: *packet, paths }
 }
 
 impl<'a> Interp<'a> {
     fn run(&self, origin: Origin, start: State) -> Vec<TracePath> {
         let mut done = Vec::new();
-        let first = if origin == Origin::Node {
-            Hook::Output
-        } else {
-            Hook::Prerouting
-        };
+        let first = if origin == Origin::Node { Hook::Output } else { Hook::Prerouting };
         for (st, flow) in self.hook(first, start) {
             if let Some(o) = stopped(flow) {
                 done.push(path(st, o));
@@ -164,12 +146,7 @@ impl<'a> Interp<'a> {
             .asm
             .chains
             .iter()
-            .filter_map(|c| {
-                c.def
-                    .hook
-                    .filter(|h| h.hook == hook)
-                    .map(|h| (h.priority, Some(c)))
-            })
+            .filter_map(|c| c.def.hook.filter(|h| h.hook == hook).map(|h| (h.priority, Some(c))))
             .collect();
         if self.program.dialect == Dialect::Ipvs {
             match hook {
@@ -236,10 +213,7 @@ impl<'a> Interp<'a> {
                     hook: st.hook,
                     chain: "ipvs".into(),
                     rule: render::ipvs::text::virtual_server_line(vs),
-                    note: Some(format!(
-                        "real server {}",
-                        crate::net::join_host_port(&rs.ip, rs.port)
-                    )),
+                    note: Some(format!("real server {}", crate::net::join_host_port(&rs.ip, rs.port))),
                 });
                 s.dst = rs.ip;
                 s.dport = rs.port;
@@ -338,9 +312,7 @@ impl<'a> Interp<'a> {
                             self.step(c, rule, &mut st, None);
                         }
                         next.extend(
-                            self.verdict(c.def.table, v, st, depth)
-                                .into_iter()
-                                .map(|(s, f)| (s, f, true)),
+                            self.verdict(c.def.table, v, st, depth).into_iter().map(|(s, f)| (s, f, true)),
                         );
                     }
                     Action::VerdictMap { map, key } => {
@@ -505,10 +477,7 @@ impl<'a> Interp<'a> {
     }
 
     fn lookup(&self, set: &str, key: &[Value]) -> Option<&'a ElemData> {
-        self.elements(set)
-            .iter()
-            .find(|e| key_matches(&e.key, key))
-            .and_then(|e| e.data.as_ref())
+        self.elements(set).iter().find(|e| key_matches(&e.key, key)).and_then(|e| e.data.as_ref())
     }
 }
 
@@ -545,19 +514,12 @@ fn stopped(flow: Flow) -> Option<Outcome> {
 
 fn leaving(st: &State) -> Outcome {
     if st.dnat {
-        Outcome::Dnat {
-            ip: st.dst,
-            port: st.dport,
-            masquerade: st.masq,
-        }
+        Outcome::Dnat { ip: st.dst, port: st.dport, masquerade: st.masq }
     } else {
         Outcome::Forward { masquerade: st.masq }
     }
 }
 
 fn path(st: State, outcome: Outcome) -> TracePath {
-    TracePath {
-        steps: st.steps,
-        outcome,
-    }
+    TracePath { steps: st.steps, outcome }
 }

@@ -39,9 +39,7 @@ impl std::str::FromStr for Origin {
             "pod" => Ok(Origin::Pod),
             "node" => Ok(Origin::Node),
             "external" => Ok(Origin::External),
-            other => Err(format!(
-                "unknown origin {other:?} (expected pod, node or external)"
-            )),
+            other => Err(format!("unknown origin {other:?} (expected pod, node or external)")),
         }
     }
 }
@@ -165,16 +163,9 @@ pub enum Verdict {
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Verdict::Dnat {
-                endpoints,
-                masquerade,
-            } => {
+            Verdict::Dnat { endpoints, masquerade } => {
                 write!(f, "DNAT to {}", endpoints.join(" | "))?;
-                f.write_str(if *masquerade {
-                    " (masqueraded)"
-                } else {
-                    " (source kept)"
-                })
+                f.write_str(if *masquerade { " (masqueraded)" } else { " (source kept)" })
             }
             Verdict::Local => f.write_str("delivered to the node"),
             Verdict::Forward { masquerade: false } => f.write_str("forwarded unchanged"),
@@ -191,10 +182,8 @@ impl Trace {
     pub fn verdict(&self) -> Verdict {
         let outcomes: BTreeSet<Outcome> = self.paths.iter().map(|p| p.outcome).collect();
         if outcomes.iter().all(|o| matches!(o, Outcome::Dnat { .. })) && !outcomes.is_empty() {
-            let masq: BTreeSet<bool> = outcomes
-                .iter()
-                .map(|o| matches!(o, Outcome::Dnat { masquerade: true, .. }))
-                .collect();
+            let masq: BTreeSet<bool> =
+                outcomes.iter().map(|o| matches!(o, Outcome::Dnat { masquerade: true, .. })).collect();
             if masq.len() == 1 {
                 let mut endpoints: Vec<String> = outcomes
                     .iter()
@@ -205,17 +194,12 @@ impl Trace {
                     .collect();
                 endpoints.sort();
                 endpoints.dedup();
-                return Verdict::Dnat {
-                    endpoints,
-                    masquerade: masq.contains(&true),
-                };
+                return Verdict::Dnat { endpoints, masquerade: masq.contains(&true) };
             }
         }
         match outcomes.iter().collect::<Vec<_>>().as_slice() {
             [Outcome::Local] => Verdict::Local,
-            [Outcome::Forward { masquerade }] => Verdict::Forward {
-                masquerade: *masquerade,
-            },
+            [Outcome::Forward { masquerade }] => Verdict::Forward { masquerade: *masquerade },
             [Outcome::Drop] => Verdict::Drop,
             [Outcome::Reject] => Verdict::Reject,
             _ => Verdict::Mixed(outcomes.into_iter().collect()),

@@ -14,22 +14,14 @@ pub fn render_trace(t: &Trace) -> String {
         Origin::Node => "the node",
         Origin::External => "outside the node",
     };
-    let mut out = format!(
-        "packet {} -> {}/{} from {origin}\n",
-        p.src,
-        join_host_port(&p.dst, p.dport),
-        p.protocol
-    );
+    let mut out =
+        format!("packet {} -> {}/{} from {origin}\n", p.src, join_host_port(&p.dst, p.dport), p.protocol);
     let common = t
         .paths
         .first()
         .map(|first| {
             (0..first.steps.len())
-                .take_while(|i| {
-                    t.paths
-                        .iter()
-                        .all(|path| path.steps.get(*i) == first.steps.get(*i))
-                })
+                .take_while(|i| t.paths.iter().all(|path| path.steps.get(*i) == first.steps.get(*i)))
                 .count()
         })
         .unwrap_or(0);

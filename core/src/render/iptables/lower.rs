@@ -2,11 +2,13 @@
 
 use std::net::IpAddr;
 
+use rustc_hash::FxHashMap;
+
 use crate::net::{IpFamily, IpNet};
 use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
 use crate::program::{
     Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Dialect, Fragment, Hook, Match, Name, Program,
-    Rule, Verdict,
+    Rule, Verdict, name,
 };
 use crate::render::names;
 
@@ -26,15 +28,16 @@ const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
 const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
 const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
 
-fn cref(table: &'static str, name: &str) -> ChainRef {
-    ChainRef {
-        table,
-        name: name.into(),
-    }
+fn cref(table: &'static str, chain: &str) -> ChainRef {
+    ChainRef { table, name: name(chain) }
 }
 
 fn jump(c: &str) -> Action {
-    Action::Verdict(Verdict::Jump(c.into()))
+    Action::Verdict(Verdict::Jump(name(c)))
+}
+
+fn jump_to(c: &Name) -> Action {
+    Action::Verdict(Verdict::Jump(c.clone()))
 }
 
 fn comment(s: impl Into<Name>) -> Match {
@@ -47,11 +50,7 @@ fn host(ip: IpAddr) -> Match {
 
 /// True when the ruleset is big enough for kube-proxy's large-cluster mode.
 pub fn is_large(ruleset: &Ruleset, family: IpFamily) -> bool {
-    ruleset
-        .plans(family)
-        .map(|p| p.reachable_endpoints().len())
-        .sum::<usize>()
-        > LARGE_CLUSTER_ENDPOINTS
+    ruleset.endpoint_total(family) > LARGE_CLUSTER_ENDPOINTS
 }
 
 /// Lowers the whole ruleset for one family.
@@ -62,9 +61,7 @@ pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
     // Large-cluster mode changes every endpoint rule: crossing the threshold is a full resync.
     program.large_cluster = compact;
     for plan in ruleset.plans(family) {
-        program
-            .services
-            .insert(plan.name.clone(), lower_plan(np, plan, compact));
+        program.services.insert(plan.name.clone(), lower_plan(np, plan, compact));
     }
     program
 }
@@ -77,11 +74,7 @@ fn builtin(
     priority: i32,
     rules: Vec<Rule>,
 ) -> Chain {
-    Chain {
-        hook: Some(BaseHook { hook, kind, priority }),
-        builtin: true,
-        ..Chain::new(table, name, rules)
-    }
+    Chain { hook: Some(BaseHook { hook, kind, priority }), builtin: true, ..Chain::new(table, name, rules) }
 }
 
 fn new_conn() -> Match {
@@ -105,10 +98,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             0,
             vec![
                 r(vec![new_conn(), firewall()], KUBE_PROXY_FIREWALL),
-                r(
-                    vec![comment("kubernetes health check service ports")],
-                    KUBE_NODEPORTS,
-                ),
+                r(vec![comment("kubernetes health check service ports")], KUBE_NODEPORTS),
                 r(vec![new_conn(), external()], KUBE_EXTERNAL_SERVICES),
             ],
         ),
@@ -144,14 +134,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             -100,
             vec![r(vec![portals()], KUBE_SERVICES)],
         ),
-        builtin(
-            NAT,
-            "OUTPUT",
-            Hook::Output,
-            ChainKind::Nat,
-            -100,
-            vec![r(vec![portals()], KUBE_SERVICES)],
-        ),
+        builtin(NAT, "OUTPUT", Hook::Output, ChainKind::Nat, -100, vec![r(vec![portals()], KUBE_SERVICES)]),
         builtin(
             NAT,
             "POSTROUTING",
@@ -161,12 +144,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             vec![r(vec![comment("kubernetes postrouting rules")], KUBE_POSTROUTING)],
         ),
     ];
-    for name in [
-        KUBE_SERVICES,
-        KUBE_EXTERNAL_SERVICES,
-        KUBE_NODEPORTS,
-        KUBE_PROXY_FIREWALL,
-    ] {
+    for name in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL] {
         chains.push(Chain::new(FILTER, name, vec![]));
     }
     chains.push(Chain::new(
@@ -179,10 +157,7 @@ pub fn base(np: &NodePlan) -> Fragment {
                 Action::Verdict(Verdict::Accept),
             ),
             Rule::new(
-                vec![
-                    comment("kubernetes forwarding conntrack rule"),
-                    Match::Ct(CtState::RelatedEstablished),
-                ],
+                vec![comment("kubernetes forwarding conntrack rule"), Match::Ct(CtState::RelatedEstablished)],
                 Action::Verdict(Verdict::Accept),
             ),
         ],
@@ -191,22 +166,14 @@ pub fn base(np: &NodePlan) -> Fragment {
     let np_comment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
     let tail = match &np.node_ports {
         NodePortDestinations::AllLocal => vec![r(
-            vec![
-                comment(np_comment),
-                Match::DstLocal(true),
-                Match::Dst(np.family.loopback_net(), true),
-            ],
+            vec![comment(np_comment), Match::DstLocal(true), Match::Dst(np.family.loopback_net(), true)],
             KUBE_NODEPORTS,
         )],
-        NodePortDestinations::Ips(ips) => ips
-            .iter()
-            .map(|ip| r(vec![comment(np_comment), host(*ip)], KUBE_NODEPORTS))
-            .collect(),
+        NodePortDestinations::Ips(ips) => {
+            ips.iter().map(|ip| r(vec![comment(np_comment), host(*ip)], KUBE_NODEPORTS)).collect()
+        }
     };
-    chains.push(Chain {
-        tail,
-        ..Chain::new(NAT, KUBE_SERVICES, vec![])
-    });
+    chains.push(Chain { tail, ..Chain::new(NAT, KUBE_SERVICES, vec![]) });
     chains.push(Chain::new(NAT, KUBE_NODEPORTS, vec![]));
     chains.push(Chain::new(
         NAT,
@@ -220,26 +187,21 @@ pub fn base(np: &NodePlan) -> Fragment {
             ),
         ],
     ));
-    chains.push(Chain::new(
-        NAT,
-        KUBE_MARK_MASQ,
-        vec![Rule::new(vec![], Action::MarkOr(mark))],
-    ));
-    Fragment {
-        chains,
-        ..Fragment::default()
-    }
+    chains.push(Chain::new(NAT, KUBE_MARK_MASQ, vec![Rule::new(vec![], Action::MarkOr(mark))]));
+    Fragment { chains, ..Fragment::default() }
 }
 
 /// Lowers one service port exactly as kube-proxy writes it.
 pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragment {
     let spn = plan.name.to_string();
+    let spn_name: Name = spn.as_str().into();
     let proto = plan.name.protocol;
     let port = plan.port;
-    let svc_chain = names::service_chain("KUBE-SVC-", &plan.name);
-    let svl_chain = names::service_chain("KUBE-SVL-", &plan.name);
-    let ext_chain = names::service_chain("KUBE-EXT-", &plan.name);
-    let fw_chain = names::service_chain("KUBE-FW-", &plan.name);
+    let hash = names::port_proto_hash(&plan.name);
+    let svc_chain = format!("KUBE-SVC-{hash}");
+    let svl_chain = format!("KUBE-SVL-{hash}");
+    let ext_chain = format!("KUBE-EXT-{hash}");
+    let fw_chain = format!("KUBE-FW-{hash}");
     let mut frag = Fragment::default();
     let mut nat = |chain: &str, rule: Rule| frag.rules.push((cref(NAT, chain), rule));
     let mut filter_rules: Vec<(ChainRef, Rule)> = Vec::new();
@@ -247,18 +209,11 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
 
     let internal = plan.internal_target();
     let external = plan.external_target();
+    let seps = endpoint_chains(plan);
     let has_internal = matches!(internal, Target::Cluster | Target::Local);
     let has_external = matches!(external, Target::Cluster | Target::Local);
-    let internal_chain = if plan.internal_local {
-        &svl_chain
-    } else {
-        &svc_chain
-    };
-    let external_policy_chain = if plan.external_local {
-        &svl_chain
-    } else {
-        &svc_chain
-    };
+    let internal_chain = if plan.internal_local { &svl_chain } else { &svc_chain };
+    let external_policy_chain = if plan.external_local { &svl_chain } else { &svc_chain };
     let filter_for = |t: Target| -> (Verdict, String) {
         match t {
             Target::Reject => (Verdict::Reject, format!("{spn} has no endpoints")),
@@ -283,10 +238,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
     // Capture the ClusterIP.
     if let Some(cip) = plan.cluster_ip {
         if has_internal {
-            nat(
-                KUBE_SERVICES,
-                Rule::new(capture(format!("{spn} cluster IP"), cip), jump(internal_chain)),
-            );
+            nat(KUBE_SERVICES, Rule::new(capture(format!("{spn} cluster IP"), cip), jump(internal_chain)));
         } else {
             let (v, c) = filter_for(internal);
             filter(KUBE_SERVICES, Rule::new(capture(c, cip), Action::Verdict(v)));
@@ -295,26 +247,17 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
     // Capture externalIPs.
     for ip in &plan.external_ips {
         if plan.has_endpoints {
-            nat(
-                KUBE_SERVICES,
-                Rule::new(capture(format!("{spn} external IP"), *ip), jump(&ext_chain)),
-            );
+            nat(KUBE_SERVICES, Rule::new(capture(format!("{spn} external IP"), *ip), jump(&ext_chain)));
         }
         if !has_external {
             let (v, c) = filter_for(external);
-            filter(
-                KUBE_EXTERNAL_SERVICES,
-                Rule::new(capture(c, *ip), Action::Verdict(v)),
-            );
+            filter(KUBE_EXTERNAL_SERVICES, Rule::new(capture(c, *ip), Action::Verdict(v)));
         }
     }
     // Capture load-balancer ingress.
     for ip in &plan.load_balancer_ips {
         if plan.has_endpoints {
-            nat(
-                KUBE_SERVICES,
-                Rule::new(capture(format!("{spn} loadbalancer IP"), *ip), jump(lb_chain)),
-            );
+            nat(KUBE_SERVICES, Rule::new(capture(format!("{spn} loadbalancer IP"), *ip), jump(lb_chain)));
         }
         if uses_fw {
             filter(
@@ -329,16 +272,13 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
     if !has_external {
         for ip in &plan.load_balancer_ips {
             let (v, c) = filter_for(external);
-            filter(
-                KUBE_EXTERNAL_SERVICES,
-                Rule::new(capture(c, *ip), Action::Verdict(v)),
-            );
+            filter(KUBE_EXTERNAL_SERVICES, Rule::new(capture(c, *ip), Action::Verdict(v)));
         }
     }
     // Capture NodePorts.
     if let Some(node_port) = plan.node_port {
         if plan.has_endpoints {
-            let mut m = vec![comment(spn.clone())];
+            let mut m = vec![Match::Comment(spn_name.clone())];
             dport(&mut m, node_port);
             nat(KUBE_NODEPORTS, Rule::new(m, jump(&ext_chain)));
         }
@@ -388,9 +328,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
         let rules = &mut per_chain[i].1;
         if !plan.external_local {
             rules.push(Rule::new(
-                vec![comment(format!(
-                    "masquerade traffic for {spn} external destinations"
-                ))],
+                vec![comment(format!("masquerade traffic for {spn} external destinations"))],
                 jump(KUBE_MARK_MASQ),
             ));
         } else {
@@ -405,9 +343,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
             }
             rules.push(Rule::new(
                 vec![
-                    comment(format!(
-                        "masquerade LOCAL traffic for {spn} external destinations"
-                    )),
+                    comment(format!("masquerade LOCAL traffic for {spn} external destinations")),
                     Match::SrcLocal(true),
                 ],
                 jump(KUBE_MARK_MASQ),
@@ -430,10 +366,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
         let rules = &mut per_chain[i].1;
         let c = format!("{spn} loadbalancer IP");
         for range in &plan.source_ranges {
-            rules.push(Rule::new(
-                vec![comment(c.clone()), Match::Src(*range, false)],
-                jump(&ext_chain),
-            ));
+            rules.push(Rule::new(vec![comment(c.clone()), Match::Src(*range, false)], jump(&ext_chain)));
         }
         if plan.allow_from_node {
             for ip in &plan.load_balancer_ips {
@@ -444,9 +377,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
             }
         }
         rules.push(Rule::new(
-            vec![comment(format!(
-                "other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"
-            ))],
+            vec![comment(format!("other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"))],
             Action::Nothing,
         ));
     }
@@ -462,71 +393,67 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
             continue;
         }
         let i = chain_rules(chain, &mut per_chain);
-        service_to_endpoint_rules(&mut per_chain[i].1, plan, eps, compact);
+        service_to_endpoint_rules(&mut per_chain[i].1, plan, eps, &seps, compact);
     }
     // Endpoint chains.
-    for ep in plan
-        .reachable_endpoints()
-        .iter()
-        .filter(|_| uses_cluster_chain || uses_local_chain)
-    {
-        let sep = names::endpoint_chain(&plan.name, ep);
-        let head: Vec<Match> = if compact {
-            vec![]
-        } else {
-            vec![comment(spn.clone())]
-        };
-        let mut masq = head.clone();
-        masq.push(Match::Src(IpNet::from(ep.ip), false));
-        let mut dnat = head;
-        if plan.affinity_timeout.is_some() {
-            dnat.push(Match::RecentSet(sep.clone().into()));
+    if uses_cluster_chain || uses_local_chain {
+        for ep in plan.reachable_endpoints() {
+            let sep = &seps[&(ep.ip, ep.port)];
+            let head: Vec<Match> = if compact { vec![] } else { vec![Match::Comment(spn_name.clone())] };
+            let mut masq = head.clone();
+            masq.push(Match::Src(IpNet::from(ep.ip), false));
+            let mut dnat = head;
+            if plan.affinity_timeout.is_some() {
+                dnat.push(Match::RecentSet(sep.clone()));
+            }
+            dnat.push(Match::Proto(proto));
+            chains.push(Chain::new(
+                NAT,
+                sep.clone(),
+                vec![Rule::new(masq, jump(KUBE_MARK_MASQ)), Rule::new(dnat, Action::Dnat(ep.ip, ep.port))],
+            ));
         }
-        dnat.push(Match::Proto(proto));
-        chains.push(Chain::new(
-            NAT,
-            sep,
-            vec![
-                Rule::new(masq, jump(KUBE_MARK_MASQ)),
-                Rule::new(dnat, Action::Dnat(ep.ip, ep.port)),
-            ],
-        ));
     }
-    let mut owned: Vec<Chain> = per_chain
-        .into_iter()
-        .map(|(n, rules)| Chain::new(NAT, n, rules))
-        .collect();
+    let mut owned: Vec<Chain> = per_chain.into_iter().map(|(n, rules)| Chain::new(NAT, n, rules)).collect();
     owned.extend(chains);
     frag.chains = owned;
     frag
 }
 
-fn service_to_endpoint_rules(rules: &mut Vec<Rule>, plan: &ServicePortPlan, eps: &[Backend], compact: bool) {
+/// `KUBE-SEP-*` names of a plan's endpoints, hashed once each.
+fn endpoint_chains(plan: &ServicePortPlan) -> FxHashMap<(IpAddr, u16), Name> {
+    plan.reachable_endpoints()
+        .iter()
+        .map(|ep| ((ep.ip, ep.port), names::endpoint_chain(&plan.name, ep).into()))
+        .collect()
+}
+
+fn service_to_endpoint_rules(
+    rules: &mut Vec<Rule>,
+    plan: &ServicePortPlan,
+    eps: &[Backend],
+    seps: &FxHashMap<(IpAddr, u16), Name>,
+    compact: bool,
+) {
     let spn = plan.name.to_string();
-    let head = |ep: &Backend| -> Vec<Match> {
-        if compact {
-            vec![]
-        } else {
-            vec![comment(format!("{spn} -> {ep}"))]
-        }
-    };
+    let comments: Vec<Vec<Match>> = eps
+        .iter()
+        .map(|ep| if compact { vec![] } else { vec![Match::Comment(format!("{spn} -> {ep}").into())] })
+        .collect();
     if let Some(seconds) = plan.affinity_timeout {
-        for ep in eps {
-            let sep = names::endpoint_chain(&plan.name, ep);
-            let mut m = head(ep);
-            m.push(Match::Recent {
-                name: sep.clone().into(),
-                seconds,
-            });
-            rules.push(Rule::new(m, jump(&sep)));
+        for (ep, head) in eps.iter().zip(&comments) {
+            let sep = &seps[&(ep.ip, ep.port)];
+            let mut m = head.clone();
+            m.push(Match::Recent { name: sep.clone(), seconds });
+            rules.push(Rule::new(m, jump_to(sep)));
         }
     }
     let n = eps.len();
-    for (i, ep) in eps.iter().enumerate() {
-        let mut m = head(ep);
+    for (i, (ep, head)) in eps.iter().zip(comments).enumerate() {
+        let mut m = head;
         if i < n - 1 {
             m.push(Match::Probability((n - i) as u32));
         }
-        rules.push(Rule::new(m, jump(&names::endpoint_chain(&plan.name, ep))));
+        rules.push(Rule::new(m, jump_to(&seps[&(ep.ip, ep.port)])));
     }
 }

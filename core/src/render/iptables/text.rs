@@ -2,27 +2,41 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::LazyLock;
 
-use crate::net::{IpNet, join_host_port};
+use crate::net::IpNet;
 use crate::program::{Action, Assembled, ChainRef, ChangeSet, CtState, Field, Match, Program, Rule, Verdict};
+use crate::render::fmt;
 
 use super::lower::{FILTER, NAT};
 
-fn quote(c: &str) -> String {
-    if c.chars()
-        .all(|ch| ch.is_ascii_alphanumeric() || "/:._-".contains(ch))
-    {
-        c.to_string()
-    } else {
-        format!("\"{}\"", c.replace('"', "'"))
+/// `1/n` with ten decimals, as kube-proxy writes it (`%0.10f`); common values are cached.
+fn push_probability(out: &mut String, n: u32) {
+    static CACHE: LazyLock<Vec<String>> =
+        LazyLock::new(|| (0..=1024u32).map(|n| format!("{:.10}", 1.0 / f64::from(n.max(1)))).collect());
+    match CACHE.get(n as usize) {
+        Some(s) if n > 0 => out.push_str(s),
+        _ => {
+            let _ = write!(out, "{:.10}", 1.0 / f64::from(n));
+        }
     }
 }
 
-fn net(n: &IpNet) -> String {
-    if n.prefix_len() == n.max_prefix_len() {
-        n.addr().to_string()
+fn push_comment(out: &mut String, c: &str) {
+    if c.chars().all(|ch| ch.is_ascii_alphanumeric() || "/:._-".contains(ch)) {
+        out.push_str(c);
     } else {
-        n.to_string()
+        out.push('"');
+        out.push_str(&c.replace('"', "'"));
+        out.push('"');
+    }
+}
+
+fn push_net(out: &mut String, n: &IpNet) {
+    if n.prefix_len() == n.max_prefix_len() {
+        fmt::push_ip(out, &n.addr());
+    } else {
+        fmt::push_net(out, n);
     }
 }
 
@@ -30,84 +44,157 @@ fn neg(b: bool) -> &'static str {
     if b { "! " } else { "" }
 }
 
-fn set_dirs(key: &[Field]) -> String {
-    key.iter()
-        .filter_map(|f| match f {
-            Field::SrcIp => Some("src"),
-            Field::DstIp | Field::DstPort => Some("dst"),
-            Field::Proto | Field::Random(_) => None,
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+fn set_dirs(out: &mut String, key: &[Field]) {
+    let mut first = true;
+    for f in key {
+        let dir = match f {
+            Field::SrcIp => "src",
+            Field::DstIp | Field::DstPort => "dst",
+            Field::Proto | Field::Random(_) => continue,
+        };
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(dir);
+    }
 }
 
-/// The arguments of a rule (everything after `-A CHAIN`).
-pub fn rule_args(r: &Rule) -> String {
-    let mut parts: Vec<String> = Vec::new();
+/// Appends the arguments of a rule (everything after `-A CHAIN`), space-separated.
+pub fn write_rule_args(out: &mut String, r: &Rule) {
+    let start = out.len();
+    let sep = |out: &mut String| {
+        if out.len() > start {
+            out.push(' ');
+        }
+    };
     for m in &r.matches {
-        parts.push(match m {
-            Match::Comment(c) => format!("-m comment --comment {}", quote(c)),
-            Match::Proto(p) => format!("-m {p} -p {p}"),
-            Match::Src(n, ng) => format!("{}-s {}", neg(*ng), net(n)),
-            Match::Dst(n, ng) => format!("{}-d {}", neg(*ng), net(n)),
-            Match::DstPort(p) => format!("--dport {p}"),
-            Match::SrcLocal(yes) => format!("-m addrtype {}--src-type LOCAL", neg(!yes)),
-            Match::DstLocal(yes) => format!("-m addrtype {}--dst-type LOCAL", neg(!yes)),
-            Match::Mark(m, ng) => format!("-m mark {}--mark {m:#x}/{m:#x}", neg(*ng)),
-            Match::Ct(CtState::New) => "-m conntrack --ctstate NEW".into(),
-            Match::Ct(CtState::Invalid) => "-m conntrack --ctstate INVALID".into(),
-            Match::Ct(CtState::RelatedEstablished) => "-m conntrack --ctstate RELATED,ESTABLISHED".into(),
-            Match::Ct(CtState::NotRelatedEstablishedDnat) => {
-                "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT".into()
+        sep(out);
+        match m {
+            Match::Comment(c) => {
+                out.push_str("-m comment --comment ");
+                push_comment(out, c);
             }
-            Match::CtDnat => "-m conntrack --ctstate DNAT".into(),
+            Match::Proto(p) => {
+                let p = p.as_str();
+                out.push_str("-m ");
+                out.push_str(p);
+                out.push_str(" -p ");
+                out.push_str(p);
+            }
+            Match::Src(n, ng) => {
+                out.push_str(neg(*ng));
+                out.push_str("-s ");
+                push_net(out, n);
+            }
+            Match::Dst(n, ng) => {
+                out.push_str(neg(*ng));
+                out.push_str("-d ");
+                push_net(out, n);
+            }
+            Match::DstPort(p) => {
+                out.push_str("--dport ");
+                fmt::push_u32(out, (*p).into());
+            }
+            Match::SrcLocal(yes) => {
+                let _ = write!(out, "-m addrtype {}--src-type LOCAL", neg(!yes));
+            }
+            Match::DstLocal(yes) => {
+                let _ = write!(out, "-m addrtype {}--dst-type LOCAL", neg(!yes));
+            }
+            Match::Mark(m, ng) => {
+                let _ = write!(out, "-m mark {}--mark {m:#x}/{m:#x}", neg(*ng));
+            }
+            Match::Ct(CtState::New) => out.push_str("-m conntrack --ctstate NEW"),
+            Match::Ct(CtState::Invalid) => out.push_str("-m conntrack --ctstate INVALID"),
+            Match::Ct(CtState::RelatedEstablished) => {
+                out.push_str("-m conntrack --ctstate RELATED,ESTABLISHED")
+            }
+            Match::Ct(CtState::NotRelatedEstablishedDnat) => {
+                out.push_str("-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT")
+            }
+            Match::CtDnat => out.push_str("-m conntrack --ctstate DNAT"),
             Match::InSet { set, key, neg: ng } => {
-                format!("-m set {}--match-set {set} {}", neg(*ng), set_dirs(key))
+                let _ = write!(out, "-m set {}--match-set {set} ", neg(*ng));
+                set_dirs(out, key);
             }
             Match::Recent { name, seconds } => {
-                format!("-m recent --name {name} --rcheck --seconds {seconds} --reap")
+                let _ = write!(out, "-m recent --name {name} --rcheck --seconds {seconds} --reap");
             }
-            Match::RecentSet(name) => format!("-m recent --name {name} --set"),
-            Match::Probability(n) => format!(
-                "-m statistic --mode random --probability {:.10}",
-                1.0 / f64::from(*n)
-            ),
-        });
+            Match::RecentSet(name) => {
+                let _ = write!(out, "-m recent --name {name} --set");
+            }
+            Match::Probability(n) => {
+                out.push_str("-m statistic --mode random --probability ");
+                push_probability(out, *n);
+            }
+        }
     }
     for a in &r.actions {
-        let s = match a {
-            Action::Verdict(Verdict::Jump(c)) => format!("-j {c}"),
-            Action::Verdict(Verdict::Goto(c)) => format!("-g {c}"),
-            Action::Verdict(Verdict::Return) => "-j RETURN".into(),
-            Action::Verdict(Verdict::Accept) => "-j ACCEPT".into(),
-            Action::Verdict(Verdict::Drop) => "-j DROP".into(),
-            Action::Verdict(Verdict::Reject) => "-j REJECT".into(),
-            Action::Dnat(ip, port) => format!("-j DNAT --to-destination {}", join_host_port(ip, *port)),
-            Action::MarkOr(m) => format!("-j MARK --or-mark {m:#x}"),
-            Action::MarkXor(m) => format!("-j MARK --xor-mark {m:#x}"),
-            Action::Masquerade { fully_random: true } => "-j MASQUERADE --random-fully".into(),
-            Action::Masquerade { fully_random: false } => "-j MASQUERADE".into(),
-            Action::Nothing => continue,
+        if matches!(a, Action::Nothing) {
+            continue;
+        }
+        sep(out);
+        match a {
+            Action::Verdict(Verdict::Jump(c)) => {
+                out.push_str("-j ");
+                out.push_str(c);
+            }
+            Action::Verdict(Verdict::Goto(c)) => {
+                out.push_str("-g ");
+                out.push_str(c);
+            }
+            Action::Verdict(Verdict::Return) => out.push_str("-j RETURN"),
+            Action::Verdict(Verdict::Accept) => out.push_str("-j ACCEPT"),
+            Action::Verdict(Verdict::Drop) => out.push_str("-j DROP"),
+            Action::Verdict(Verdict::Reject) => out.push_str("-j REJECT"),
+            Action::Dnat(ip, port) => {
+                out.push_str("-j DNAT --to-destination ");
+                fmt::push_host_port(out, ip, *port);
+            }
+            Action::MarkOr(m) => {
+                let _ = write!(out, "-j MARK --or-mark {m:#x}");
+            }
+            Action::MarkXor(m) => {
+                let _ = write!(out, "-j MARK --xor-mark {m:#x}");
+            }
+            Action::Masquerade { fully_random: true } => out.push_str("-j MASQUERADE --random-fully"),
+            Action::Masquerade { fully_random: false } => out.push_str("-j MASQUERADE"),
+            Action::Nothing => {}
             Action::DnatMap { .. }
             | Action::VerdictMap { .. }
             | Action::RandomVerdict(_)
             | Action::UpdateSet(_) => {
                 unreachable!("nftables-only action in an iptables program")
             }
-        };
-        parts.push(s);
+        }
     }
-    parts.join(" ")
+}
+
+/// The arguments of a rule (everything after `-A CHAIN`).
+pub fn rule_args(r: &Rule) -> String {
+    let mut out = String::with_capacity(96);
+    write_rule_args(&mut out, r);
+    out
+}
+
+/// Appends `-A CHAIN args` and a newline.
+pub fn write_rule(out: &mut String, chain: &str, r: &Rule) {
+    out.push_str("-A ");
+    out.push_str(chain);
+    if !(r.matches.is_empty() && r.actions.iter().all(|a| matches!(a, Action::Nothing))) {
+        out.push(' ');
+        write_rule_args(out, r);
+    }
+    out.push('\n');
 }
 
 /// `-A CHAIN args`.
 pub fn rule(chain: &str, r: &Rule) -> String {
-    let args = rule_args(r);
-    if args.is_empty() {
-        format!("-A {chain}")
-    } else {
-        format!("-A {chain} {args}")
-    }
+    let mut out = String::with_capacity(128);
+    write_rule(&mut out, chain, r);
+    out.pop();
+    out
 }
 
 /// Jump rules that must exist in built-in chains (ensured with `iptables -C`/`-I`, not restored):
@@ -117,21 +204,13 @@ pub fn builtin_jumps(p: &Program) -> Vec<(&'static str, String, String)> {
         .chains
         .iter()
         .filter(|c| c.builtin)
-        .flat_map(|c| {
-            c.rules
-                .iter()
-                .map(move |r| (c.table, c.name.to_string(), rule_args(r)))
-        })
+        .flat_map(|c| c.rules.iter().map(move |r| (c.table, c.name.to_string(), rule_args(r))))
         .collect()
 }
 
 fn table_section(out: &mut String, table: &str, asm: &Assembled<'_>, stale: &[ChainRef]) {
     let _ = writeln!(out, "*{table}");
-    let chains: Vec<_> = asm
-        .chains
-        .iter()
-        .filter(|c| c.def.table == table && !c.def.builtin)
-        .collect();
+    let chains: Vec<_> = asm.chains.iter().filter(|c| c.def.table == table && !c.def.builtin).collect();
     for c in &chains {
         let _ = writeln!(out, ":{} - [0:0]", c.def.name);
     }
@@ -140,8 +219,7 @@ fn table_section(out: &mut String, table: &str, asm: &Assembled<'_>, stale: &[Ch
     }
     for c in &chains {
         for r in &c.rules {
-            out.push_str(&rule(&c.def.name, r));
-            out.push('\n');
+            write_rule(out, &c.def.name, r);
         }
     }
     for s in stale.iter().filter(|s| s.table == table) {
@@ -172,12 +250,8 @@ pub fn changes(program: &Program, changes: &ChangeSet) -> String {
     let mut out = String::new();
     for table in [FILTER, NAT] {
         let mut section = String::new();
-        let declared: Vec<_> = changes
-            .add_chains
-            .iter()
-            .chain(&changes.flush_chains)
-            .filter(|c| c.table == table)
-            .collect();
+        let declared: Vec<_> =
+            changes.add_chains.iter().chain(&changes.flush_chains).filter(|c| c.table == table).collect();
         for c in &declared {
             let _ = writeln!(section, ":{} - [0:0]", c.name);
         }

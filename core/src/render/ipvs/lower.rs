@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+use smallvec::smallvec;
+
 use crate::config::Scheduler;
 use crate::net::{IpFamily, Protocol};
 use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
@@ -50,18 +52,11 @@ impl Sets {
     }
 
     fn r(&self, n: &str) -> SetRef {
-        SetRef {
-            table: FILTER,
-            name: self.name(n),
-        }
+        SetRef { table: FILTER, name: self.name(n) }
     }
 
     fn matches(&self, n: &str, key: &[Field], neg: bool) -> Match {
-        Match::InSet {
-            set: self.name(n),
-            key: key.to_vec(),
-            neg,
-        }
+        Match::InSet { set: self.name(n), key: key.to_vec(), neg }
     }
 
     fn def(&self, n: &str, kind: &'static str, shared: bool) -> Set {
@@ -101,9 +96,7 @@ pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
     let scheduler = ruleset.node.settings.ipvs.scheduler;
     let mut program = Program::new(Dialect::Ipvs, family, base(np));
     for plan in ruleset.plans(family) {
-        program
-            .services
-            .insert(plan.name.clone(), lower_plan(np, plan, scheduler));
+        program.services.insert(plan.name.clone(), lower_plan(np, plan, scheduler));
     }
     program
 }
@@ -116,11 +109,7 @@ fn builtin(
     priority: i32,
     rules: Vec<Rule>,
 ) -> Chain {
-    Chain {
-        hook: Some(BaseHook { hook, kind, priority }),
-        builtin: true,
-        ..Chain::new(table, name, rules)
-    }
+    Chain { hook: Some(BaseHook { hook, kind, priority }), builtin: true, ..Chain::new(table, name, rules) }
 }
 
 /// ipsets, chains and rules that do not depend on Services.
@@ -157,18 +146,12 @@ pub fn base(np: &NodePlan) -> Fragment {
             ChainKind::Filter,
             0,
             vec![
-                Rule::new(
-                    vec![comment("kubernetes ipvs access filter")],
-                    jump("KUBE-IPVS-FILTER"),
-                ),
+                Rule::new(vec![comment("kubernetes ipvs access filter")], jump("KUBE-IPVS-FILTER")),
                 Rule::new(
                     vec![new(), comment("kubernetes load balancer firewall")],
                     jump("KUBE-PROXY-FIREWALL"),
                 ),
-                Rule::new(
-                    vec![comment("kubernetes health check rules")],
-                    jump("KUBE-NODE-PORT"),
-                ),
+                Rule::new(vec![comment("kubernetes health check rules")], jump("KUBE-NODE-PORT")),
                 Rule::new(
                     vec![new(), comment("kubernetes externally-visible service portals")],
                     jump("KUBE-EXTERNAL-SERVICES"),
@@ -222,23 +205,15 @@ pub fn base(np: &NodePlan) -> Fragment {
             Hook::Postrouting,
             ChainKind::Nat,
             100,
-            vec![Rule::new(
-                vec![comment("kubernetes postrouting rules")],
-                jump("KUBE-POSTROUTING"),
-            )],
+            vec![Rule::new(vec![comment("kubernetes postrouting rules")], jump("KUBE-POSTROUTING"))],
         ),
     ];
     // nat KUBE-SERVICES: masquerade decisions; IPVS itself does the DNAT.
     let local = np.local_cidrs.first().copied();
-    let mut services = vec![Rule::new(
-        vec![Match::Src(np.family.loopback_net(), false)],
-        Action::Verdict(Verdict::Return),
-    )];
+    let mut services =
+        vec![Rule::new(vec![Match::Src(np.family.loopback_net(), false)], Action::Verdict(Verdict::Return))];
     services.push(Rule::new(
-        vec![
-            comment("Kubernetes service lb portal"),
-            s.matches("KUBE-LOAD-BALANCER", &IP_PORT, false),
-        ],
+        vec![comment("Kubernetes service lb portal"), s.matches("KUBE-LOAD-BALANCER", &IP_PORT, false)],
         jump("KUBE-LOAD-BALANCER"),
     ));
     let cluster_ip = || {
@@ -326,11 +301,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             ),
         ],
     ));
-    chains.push(Chain::new(
-        NAT,
-        "KUBE-MARK-MASQ",
-        vec![Rule::new(vec![], Action::MarkOr(mark))],
-    ));
+    chains.push(Chain::new(NAT, "KUBE-MARK-MASQ", vec![Rule::new(vec![], Action::MarkOr(mark))]));
 
     // filter
     chains.push(Chain::new(
@@ -343,10 +314,7 @@ pub fn base(np: &NodePlan) -> Fragment {
                 Action::Verdict(Verdict::Accept),
             ),
             Rule::new(
-                vec![
-                    comment("kubernetes forwarding conntrack rule"),
-                    Match::Ct(CtState::RelatedEstablished),
-                ],
+                vec![comment("kubernetes forwarding conntrack rule"), Match::Ct(CtState::RelatedEstablished)],
                 Action::Verdict(Verdict::Accept),
             ),
         ],
@@ -386,20 +354,11 @@ pub fn base(np: &NodePlan) -> Fragment {
             Rule::new(vec![], Action::Verdict(Verdict::Drop)),
         ],
     ));
-    let mut ipvs_filter: Vec<Rule> = [
-        "KUBE-LOAD-BALANCER",
-        "KUBE-CLUSTER-IP",
-        "KUBE-EXTERNAL-IP",
-        "KUBE-EXTERNAL-IP-LOCAL",
-    ]
-    .iter()
-    .map(|n| {
-        Rule::new(
-            vec![s.matches(n, &IP_PORT, false)],
-            Action::Verdict(Verdict::Return),
-        )
-    })
-    .collect();
+    let mut ipvs_filter: Vec<Rule> =
+        ["KUBE-LOAD-BALANCER", "KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-EXTERNAL-IP-LOCAL"]
+            .iter()
+            .map(|n| Rule::new(vec![s.matches(n, &IP_PORT, false)], Action::Verdict(Verdict::Return)))
+            .collect();
     ipvs_filter.push(Rule::new(
         vec![s.matches("KUBE-HEALTH-CHECK-NODE-PORT", &[Field::DstPort], false)],
         Action::Verdict(Verdict::Return),
@@ -439,29 +398,16 @@ pub fn base(np: &NodePlan) -> Fragment {
         no_local.push(Rule::new(m, Action::Verdict(Verdict::Drop)));
     }
     chains.push(Chain::new(FILTER, "KUBE-EXTERNAL-SERVICES", no_local));
-    Fragment {
-        chains,
-        sets,
-        ..Fragment::default()
-    }
+    Fragment { chains, sets, ..Fragment::default() }
 }
 
 fn ip_port(ip: IpAddr, p: &ServicePortPlan) -> Element {
-    Element {
-        key: vec![Value::Ip(ip), Value::Proto(p.name.protocol), Value::Port(p.port)],
-        data: None,
-    }
+    Element { key: smallvec![Value::Ip(ip), Value::Proto(p.name.protocol), Value::Port(p.port)], data: None }
 }
 
 fn real_servers(eps: &[Backend]) -> Vec<RealServer> {
-    let mut rs: Vec<RealServer> = eps
-        .iter()
-        .map(|b| RealServer {
-            ip: b.ip,
-            port: b.port,
-            weight: 1,
-        })
-        .collect();
+    let mut rs: Vec<RealServer> =
+        eps.iter().map(|b| RealServer { ip: b.ip, port: b.port, weight: 1 }).collect();
     rs.sort();
     rs
 }
@@ -494,21 +440,12 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
     };
     // External Drop only applies to outside sources (a rule drops them); pods and the node are
     // still served by every endpoint, as with the other backends' short-circuit.
-    let ext_rs = if external == Target::Drop {
-        real_servers(&plan.cluster_endpoints)
-    } else {
-        pick(external)
-    };
+    let ext_rs =
+        if external == Target::Drop { real_servers(&plan.cluster_endpoints) } else { pick(external) };
     if let Some(cip) = plan.cluster_ip {
         vs.push(make(cip, plan.port, pick(internal)));
         add("KUBE-CLUSTER-IP", ip_port(cip, plan));
-        add(
-            IPVS_IPS,
-            Element {
-                key: vec![Value::Ip(cip)],
-                data: None,
-            },
-        );
+        add(IPVS_IPS, Element { key: smallvec![Value::Ip(cip)], data: None });
         if internal == Target::Drop {
             add("KUBE-INTERNAL-NO-LOCAL", ip_port(cip, plan));
         }
@@ -516,20 +453,10 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
     for ip in &plan.external_ips {
         vs.push(make(*ip, plan.port, ext_rs.clone()));
         add(
-            if plan.external_local {
-                "KUBE-EXTERNAL-IP-LOCAL"
-            } else {
-                "KUBE-EXTERNAL-IP"
-            },
+            if plan.external_local { "KUBE-EXTERNAL-IP-LOCAL" } else { "KUBE-EXTERNAL-IP" },
             ip_port(*ip, plan),
         );
-        add(
-            IPVS_IPS,
-            Element {
-                key: vec![Value::Ip(*ip)],
-                data: None,
-            },
-        );
+        add(IPVS_IPS, Element { key: smallvec![Value::Ip(*ip)], data: None });
         if external == Target::Drop {
             add("KUBE-EXTERNAL-NO-LOCAL", ip_port(*ip, plan));
         }
@@ -537,13 +464,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
     for ip in &plan.load_balancer_ips {
         vs.push(make(*ip, plan.port, ext_rs.clone()));
         add("KUBE-LOAD-BALANCER", ip_port(*ip, plan));
-        add(
-            IPVS_IPS,
-            Element {
-                key: vec![Value::Ip(*ip)],
-                data: None,
-            },
-        );
+        add(IPVS_IPS, Element { key: smallvec![Value::Ip(*ip)], data: None });
         if plan.external_local {
             add("KUBE-LOAD-BALANCER-LOCAL", ip_port(*ip, plan));
         }
@@ -576,35 +497,17 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
         }
         let p = plan.name.protocol;
         let kind = if plan.external_local { "LOCAL-" } else { "" };
-        add(
-            &np_set(kind, p),
-            Element {
-                key: vec![Value::Port(port)],
-                data: None,
-            },
-        );
+        add(&np_set(kind, p), Element { key: smallvec![Value::Port(port)], data: None });
         if external == Target::Drop {
-            add(
-                &np_set("NO-LOCAL-", p),
-                Element {
-                    key: vec![Value::Port(port)],
-                    data: None,
-                },
-            );
+            add(&np_set("NO-LOCAL-", p), Element { key: smallvec![Value::Port(port)], data: None });
         }
     }
     if let Some(hc) = plan.health_check_node_port {
-        add(
-            "KUBE-HEALTH-CHECK-NODE-PORT",
-            Element {
-                key: vec![Value::Port(hc)],
-                data: None,
-            },
-        );
+        add("KUBE-HEALTH-CHECK-NODE-PORT", Element { key: smallvec![Value::Port(hc)], data: None });
     }
     for ep in plan.reachable_endpoints() {
         let e = Element {
-            key: vec![
+            key: smallvec![
                 Value::Ip(ep.ip),
                 Value::Proto(plan.name.protocol),
                 Value::Port(ep.port),

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use crate::net::{IpFamily, join_host_port};
 use crate::program::{ChangeSet, Element, Program, Set, SetRef, Value, VirtualServer};
+use crate::render::fmt;
 use crate::render::iptables;
 
 use super::lower::DUMMY_INTERFACE;
@@ -18,35 +19,57 @@ fn proto_flag(vs: &VirtualServer) -> &'static str {
     }
 }
 
-/// `-A -t 10.96.0.10:80 -s rr [-p 10800]` (ipvsadm syntax).
-pub fn virtual_server_line(vs: &VirtualServer) -> String {
-    let mut s = format!(
-        "-A {} {} -s {}",
-        proto_flag(vs),
-        join_host_port(&vs.ip, vs.port),
-        vs.scheduler.as_str()
-    );
+/// Appends `-A -t 10.96.0.10:80 -s rr [-p 10800]` (ipvsadm syntax).
+pub fn write_virtual_server(out: &mut String, vs: &VirtualServer) {
+    out.push_str("-A ");
+    out.push_str(proto_flag(vs));
+    out.push(' ');
+    fmt::push_host_port(out, &vs.ip, vs.port);
+    out.push_str(" -s ");
+    out.push_str(vs.scheduler.as_str());
     if let Some(t) = vs.persistence {
-        let _ = write!(s, " -p {t}");
+        out.push_str(" -p ");
+        fmt::push_u32(out, t);
     }
     if vs.scheduler == crate::config::Scheduler::Mh {
-        s.push_str(" -b mh-port");
+        out.push_str(" -b mh-port");
     }
+}
+
+/// `-A -t 10.96.0.10:80 -s rr [-p 10800]` (ipvsadm syntax).
+pub fn virtual_server_line(vs: &VirtualServer) -> String {
+    let mut s = String::with_capacity(48);
+    write_virtual_server(&mut s, vs);
     s
 }
 
-fn real_server_line(verb: &str, vs: &VirtualServer, ip: &std::net::IpAddr, port: u16, weight: u32) -> String {
-    format!(
-        "{verb} {} {} -r {} -m -w {weight}",
-        proto_flag(vs),
-        join_host_port(&vs.ip, vs.port),
-        join_host_port(ip, port)
-    )
+fn write_real_server(
+    out: &mut String,
+    verb: &str,
+    vs: &VirtualServer,
+    ip: &std::net::IpAddr,
+    port: u16,
+    weight: u32,
+) {
+    out.push_str(verb);
+    out.push(' ');
+    out.push_str(proto_flag(vs));
+    out.push(' ');
+    fmt::push_host_port(out, &vs.ip, vs.port);
+    out.push_str(" -r ");
+    fmt::push_host_port(out, ip, port);
+    out.push_str(" -m -w ");
+    fmt::push_u32(out, weight);
 }
 
-/// One ipset member in `ipset` syntax (`10.96.0.10,tcp:80`).
-pub fn ipset_member(e: &Element) -> String {
-    let mut out = String::new();
+fn real_server_line(verb: &str, vs: &VirtualServer, ip: &std::net::IpAddr, port: u16, weight: u32) -> String {
+    let mut s = String::with_capacity(64);
+    write_real_server(&mut s, verb, vs, ip, port, weight);
+    s
+}
+
+/// Appends one ipset member in `ipset` syntax (`10.96.0.10,tcp:80`).
+pub fn write_ipset_member(out: &mut String, e: &Element) {
     let mut i = 0;
     while i < e.key.len() {
         if i > 0 {
@@ -54,19 +77,27 @@ pub fn ipset_member(e: &Element) -> String {
         }
         match (&e.key[i], e.key.get(i + 1)) {
             (Value::Proto(p), Some(Value::Port(port))) => {
-                let _ = write!(out, "{p}:{port}");
+                out.push_str(p.as_str());
+                out.push(':');
+                fmt::push_u32(out, (*port).into());
                 i += 2;
                 continue;
             }
-            (Value::Ip(ip), _) => out.push_str(&ip.to_string()),
-            (Value::Net(n), _) => out.push_str(&n.to_string()),
-            (Value::Port(p), _) => out.push_str(&p.to_string()),
+            (Value::Ip(ip), _) => fmt::push_ip(out, ip),
+            (Value::Net(n), _) => fmt::push_net(out, n),
+            (Value::Port(p), _) => fmt::push_u32(out, (*p).into()),
             (Value::Proto(p), _) => out.push_str(p.as_str()),
-            (Value::Int(n), _) => out.push_str(&n.to_string()),
+            (Value::Int(n), _) => fmt::push_u32(out, *n),
         }
         i += 1;
     }
-    out
+}
+
+/// One ipset member in `ipset` syntax (`10.96.0.10,tcp:80`).
+pub fn ipset_member(e: &Element) -> String {
+    let mut s = String::with_capacity(40);
+    write_ipset_member(&mut s, e);
+    s
 }
 
 /// `create NAME TYPE ...` for `ipset restore`.
@@ -76,37 +107,34 @@ pub fn ipset_create(family: IpFamily, s: &Set) -> String {
         format!("create {} {kind} range 0-65535 -exist", s.name)
     } else {
         let fam = if family == IpFamily::V4 { "inet" } else { "inet6" };
-        format!(
-            "create {} {kind} family {fam} hashsize 1024 maxelem 65536 -exist",
-            s.name
-        )
+        format!("create {} {kind} family {fam} hashsize 1024 maxelem 65536 -exist", s.name)
     }
 }
 
 /// Every section of a full IPVS program.
 pub fn program(p: &Program) -> String {
     let asm = p.assemble();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# addresses on {DUMMY_INTERFACE} are the members of KUBE-IPVS-IPS\n# ipset restore"
-    );
+    let mut out = String::with_capacity(asm.sets.iter().map(|s| s.elements.len() * 48).sum::<usize>() + 4096);
+    let _ =
+        writeln!(out, "# addresses on {DUMMY_INTERFACE} are the members of KUBE-IPVS-IPS\n# ipset restore");
     for s in &asm.sets {
         let _ = writeln!(out, "{}", ipset_create(p.family, s.def));
-        let mut members: Vec<String> = s.elements.iter().map(|e| ipset_member(e)).collect();
-        members.sort();
-        for m in members {
-            let _ = writeln!(out, "add {} {m}", s.def.name);
+        for e in &s.elements {
+            out.push_str("add ");
+            out.push_str(&s.def.name);
+            out.push(' ');
+            write_ipset_member(&mut out, e);
+            out.push('\n');
         }
     }
     out.push_str("# iptables-restore --noflush\n");
     out.push_str(&iptables::text::program(p, &[]));
     out.push_str("# ipvs virtual servers\n");
     for vs in &asm.virtual_servers {
-        out.push_str(&virtual_server_line(vs));
+        write_virtual_server(&mut out, vs);
         out.push('\n');
         for rs in &vs.real_servers {
-            out.push_str(&real_server_line("-a", vs, &rs.ip, rs.port, rs.weight));
+            write_real_server(&mut out, "-a", vs, &rs.ip, rs.port, rs.weight);
             out.push('\n');
         }
     }
@@ -135,11 +163,7 @@ pub fn changes(p: &Program, cs: &ChangeSet) -> String {
     for vs in &cs.add_virtual_servers {
         let _ = writeln!(out, "ipvs {}", virtual_server_line(vs));
         for rs in &vs.real_servers {
-            let _ = writeln!(
-                out,
-                "ipvs {}",
-                real_server_line("-a", vs, &rs.ip, rs.port, rs.weight)
-            );
+            let _ = writeln!(out, "ipvs {}", real_server_line("-a", vs, &rs.ip, rs.port, rs.weight));
         }
     }
     for (old, new) in &cs.update_virtual_servers {
@@ -147,24 +171,12 @@ pub fn changes(p: &Program, cs: &ChangeSet) -> String {
             let _ = writeln!(out, "ipvs {}", virtual_server_line(new).replacen("-A", "-E", 1));
         }
         for rs in &new.real_servers {
-            match old
-                .real_servers
-                .iter()
-                .find(|o| o.ip == rs.ip && o.port == rs.port)
-            {
+            match old.real_servers.iter().find(|o| o.ip == rs.ip && o.port == rs.port) {
                 None => {
-                    let _ = writeln!(
-                        out,
-                        "ipvs {}",
-                        real_server_line("-a", new, &rs.ip, rs.port, rs.weight)
-                    );
+                    let _ = writeln!(out, "ipvs {}", real_server_line("-a", new, &rs.ip, rs.port, rs.weight));
                 }
                 Some(o) if o.weight != rs.weight => {
-                    let _ = writeln!(
-                        out,
-                        "ipvs {}",
-                        real_server_line("-e", new, &rs.ip, rs.port, rs.weight)
-                    );
+                    let _ = writeln!(out, "ipvs {}", real_server_line("-e", new, &rs.ip, rs.port, rs.weight));
                 }
                 Some(_) => {}
             }
@@ -184,12 +196,7 @@ pub fn changes(p: &Program, cs: &ChangeSet) -> String {
         }
     }
     for vs in &cs.delete_virtual_servers {
-        let _ = writeln!(
-            out,
-            "ipvs -D {} {}",
-            proto_flag(vs),
-            join_host_port(&vs.ip, vs.port)
-        );
+        let _ = writeln!(out, "ipvs -D {} {}", proto_flag(vs), join_host_port(&vs.ip, vs.port));
     }
     for (set, members) in group(&cs.delete_elements) {
         for m in members {

@@ -15,11 +15,13 @@
 
 use std::net::IpAddr;
 
+use smallvec::smallvec;
+
 use crate::net::{IpFamily, IpNet};
 use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
 use crate::program::{
     Action, BaseHook, Chain, ChainKind, CtState, DataType, Dialect, ElemData, Element, Field, Fragment, Hook,
-    KeyType, Match, Name, Program, Rule, Set, SetFlags, SetRef, Value, Verdict,
+    Key, KeyType, Match, Name, Program, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
 };
 use crate::render::names;
 
@@ -29,19 +31,16 @@ pub const TABLE: &str = "tideway";
 const FRONTEND: [Field; 3] = [Field::DstIp, Field::Proto, Field::DstPort];
 const NODEPORT: [Field; 2] = [Field::Proto, Field::DstPort];
 
-fn set_ref(name: &str) -> SetRef {
-    SetRef {
-        table: TABLE,
-        name: name.into(),
-    }
+fn set_ref(n: &str) -> SetRef {
+    SetRef { table: TABLE, name: name(n) }
 }
 
 fn jump(c: &str) -> Action {
-    Action::Verdict(Verdict::Jump(c.into()))
+    Action::Verdict(Verdict::Jump(name(c)))
 }
 
 fn goto(c: &str) -> Verdict {
-    Verdict::Goto(c.into())
+    Verdict::Goto(name(c))
 }
 
 /// Lowers the whole ruleset for one family.
@@ -72,10 +71,7 @@ fn set(name: &str, key: Vec<KeyType>, data: Option<DataType>) -> Set {
 }
 
 fn base_chain(name: &str, hook: Hook, kind: ChainKind, priority: i32, rules: Vec<Rule>) -> Chain {
-    Chain {
-        hook: Some(BaseHook { hook, kind, priority }),
-        ..Chain::new(TABLE, name, rules)
-    }
+    Chain { hook: Some(BaseHook { hook, kind, priority }), ..Chain::new(TABLE, name, rules) }
 }
 
 /// The constant part: hooks, behaviour chains, and the maps services fill in.
@@ -91,35 +87,17 @@ pub fn base(np: &NodePlan) -> Fragment {
         set("no-endpoint-nodeports", npk(), Some(DataType::Verdict)),
         set("firewall-ips", fe(), None),
         Set {
-            flags: SetFlags {
-                interval: true,
-                dynamic_timeout: None,
-            },
-            ..set(
-                "firewall-allow",
-                vec![addr, KeyType::Proto, KeyType::Port, KeyType::Net(f)],
-                None,
-            )
+            flags: SetFlags { interval: true, dynamic_timeout: None },
+            ..set("firewall-allow", vec![addr, KeyType::Proto, KeyType::Port, KeyType::Net(f)], None)
         },
-        Set {
-            shared: true,
-            ..set("hairpin", vec![addr, addr], None)
-        },
+        Set { shared: true, ..set("hairpin", vec![addr, addr], None) },
     ];
     for pool in ["cluster", "local"] {
         sets.push(set(&format!("{pool}-lb"), fe(), Some(DataType::Verdict)));
-        sets.push(set(
-            &format!("nodeport-{pool}-lb"),
-            npk(),
-            Some(DataType::Verdict),
-        ));
+        sets.push(set(&format!("nodeport-{pool}-lb"), npk(), Some(DataType::Verdict)));
         let mut key = fe();
         key.push(KeyType::Slot);
-        sets.push(set(
-            &format!("{pool}-endpoints"),
-            key,
-            Some(DataType::AddrPort(f)),
-        ));
+        sets.push(set(&format!("{pool}-endpoints"), key, Some(DataType::AddrPort(f))));
         sets.push(set(
             &format!("nodeport-{pool}-endpoints"),
             vec![KeyType::Proto, KeyType::Port, KeyType::Slot],
@@ -128,17 +106,11 @@ pub fn base(np: &NodePlan) -> Fragment {
     }
     if !np.local_cidrs.is_empty() {
         sets.push(Set {
-            flags: SetFlags {
-                interval: true,
-                dynamic_timeout: None,
-            },
+            flags: SetFlags { interval: true, dynamic_timeout: None },
             // Interval sets refuse overlapping elements: keep the minimal cover.
             elements: IpNet::aggregate(&np.local_cidrs)
                 .into_iter()
-                .map(|n| Element {
-                    key: vec![Value::Net(n)],
-                    data: None,
-                })
+                .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
                 .collect(),
             ..set("local-cidrs", vec![KeyType::Net(f)], None)
         });
@@ -149,26 +121,16 @@ pub fn base(np: &NodePlan) -> Fragment {
             sets.push(Set {
                 elements: ips
                     .iter()
-                    .map(|ip| Element {
-                        key: vec![Value::Ip(*ip)],
-                        data: None,
-                    })
+                    .map(|ip| Element { key: smallvec![Value::Ip(*ip)], data: None })
                     .collect(),
                 ..set("nodeport-ips", vec![addr], None)
             });
-            vec![Match::InSet {
-                set: "nodeport-ips".into(),
-                key: vec![Field::DstIp],
-                neg: false,
-            }]
+            vec![Match::InSet { set: "nodeport-ips".into(), key: vec![Field::DstIp], neg: false }]
         }
     };
     let mark = np.masquerade_mark;
     let new = || Match::Ct(CtState::New);
-    let vmap = |map: &str, key: &[Field]| Action::VerdictMap {
-        map: map.into(),
-        key: key.to_vec(),
-    };
+    let vmap = |map: &str, key: &[Field]| Action::VerdictMap { map: map.into(), key: key.to_vec() };
     let mut chains = vec![
         base_chain(
             "filter-prerouting",
@@ -231,11 +193,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             100,
             vec![Rule::new(vec![], jump("masquerading"))],
         ),
-        Chain::new(
-            TABLE,
-            "mark-for-masquerade",
-            vec![Rule::new(vec![], Action::MarkOr(mark))],
-        ),
+        Chain::new(TABLE, "mark-for-masquerade", vec![Rule::new(vec![], Action::MarkOr(mark))]),
         Chain::new(
             TABLE,
             "masquerading",
@@ -256,21 +214,13 @@ pub fn base(np: &NodePlan) -> Fragment {
                 Rule::new(vec![], Action::Masquerade { fully_random: true }),
             ],
         ),
-        Chain::new(
-            TABLE,
-            "reject-chain",
-            vec![Rule::new(vec![], Action::Verdict(Verdict::Reject))],
-        ),
+        Chain::new(TABLE, "reject-chain", vec![Rule::new(vec![], Action::Verdict(Verdict::Reject))]),
         Chain::new(
             TABLE,
             "firewall-check",
             vec![Rule::new(
                 vec![
-                    Match::InSet {
-                        set: "firewall-ips".into(),
-                        key: FRONTEND.to_vec(),
-                        neg: false,
-                    },
+                    Match::InSet { set: "firewall-ips".into(), key: FRONTEND.to_vec(), neg: false },
                     Match::InSet {
                         set: "firewall-allow".into(),
                         key: vec![Field::DstIp, Field::Proto, Field::DstPort, Field::SrcIp],
@@ -288,10 +238,7 @@ pub fn base(np: &NodePlan) -> Fragment {
         Chain::new(
             TABLE,
             "nodeport-endpoints-check",
-            vec![Rule::new(
-                nodeport_dst.clone(),
-                vmap("no-endpoint-nodeports", &NODEPORT),
-            )],
+            vec![Rule::new(nodeport_dst.clone(), vmap("no-endpoint-nodeports", &NODEPORT))],
         ),
         Chain::new(
             TABLE,
@@ -316,37 +263,25 @@ pub fn base(np: &NodePlan) -> Fragment {
     chains.push(Chain::new(
         TABLE,
         "cluster-ip",
-        with(
-            masq_internal.clone(),
-            Rule::new(vec![], vmap("cluster-lb", &FRONTEND)),
-        ),
+        with(masq_internal.clone(), Rule::new(vec![], vmap("cluster-lb", &FRONTEND))),
     ));
     chains.push(Chain::new(
         TABLE,
         "cluster-ip-local",
         with(masq_internal, Rule::new(vec![], vmap("local-lb", &FRONTEND))),
     ));
-    for (chain, pool, key) in [
-        ("external", "cluster-lb", &FRONTEND[..]),
-        ("nodeport", "nodeport-cluster-lb", &NODEPORT[..]),
-    ] {
+    for (chain, pool, key) in
+        [("external", "cluster-lb", &FRONTEND[..]), ("nodeport", "nodeport-cluster-lb", &NODEPORT[..])]
+    {
         chains.push(Chain::new(
             TABLE,
             chain,
-            vec![
-                Rule::new(vec![], jump("mark-for-masquerade")),
-                Rule::new(vec![], vmap(pool, key)),
-            ],
+            vec![Rule::new(vec![], jump("mark-for-masquerade")), Rule::new(vec![], vmap(pool, key))],
         ));
     }
     for (chain, cluster, local_pool, key) in [
         ("external-local", "cluster-lb", "local-lb", &FRONTEND[..]),
-        (
-            "nodeport-local",
-            "nodeport-cluster-lb",
-            "nodeport-local-lb",
-            &NODEPORT[..],
-        ),
+        ("nodeport-local", "nodeport-cluster-lb", "nodeport-local-lb", &NODEPORT[..]),
     ] {
         let mut rules = Vec::new();
         if !np.local_cidrs.is_empty() {
@@ -354,35 +289,20 @@ pub fn base(np: &NodePlan) -> Fragment {
             rules.push(Rule::new(vec![local()], vmap(cluster, key)));
         }
         // Node traffic keeps working too, but its source (a node or LB IP) must be rewritten.
-        rules.push(Rule::new(
-            vec![Match::SrcLocal(true)],
-            jump("mark-for-masquerade"),
-        ));
+        rules.push(Rule::new(vec![Match::SrcLocal(true)], jump("mark-for-masquerade")));
         rules.push(Rule::new(vec![Match::SrcLocal(true)], vmap(cluster, key)));
         rules.push(Rule::new(vec![], vmap(local_pool, key)));
         chains.push(Chain::new(TABLE, chain, rules));
     }
-    Fragment {
-        chains,
-        sets,
-        ..Fragment::default()
-    }
+    Fragment { chains, sets, ..Fragment::default() }
 }
 
 fn local() -> Match {
-    Match::InSet {
-        set: "local-cidrs".into(),
-        key: vec![Field::SrcIp],
-        neg: false,
-    }
+    Match::InSet { set: "local-cidrs".into(), key: vec![Field::SrcIp], neg: false }
 }
 
 fn not_local() -> Match {
-    Match::InSet {
-        set: "local-cidrs".into(),
-        key: vec![Field::SrcIp],
-        neg: true,
-    }
+    Match::InSet { set: "local-cidrs".into(), key: vec![Field::SrcIp], neg: true }
 }
 
 struct Out<'a> {
@@ -391,20 +311,16 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
-    fn elem(&mut self, set: &str, key: Vec<Value>, data: Option<ElemData>) {
+    fn elem(&mut self, set: &str, key: Key, data: Option<ElemData>) {
         self.frag.elements.push((set_ref(set), Element { key, data }));
     }
 
-    fn fe(&self, ip: IpAddr) -> Vec<Value> {
-        vec![
-            Value::Ip(ip),
-            Value::Proto(self.plan.name.protocol),
-            Value::Port(self.plan.port),
-        ]
+    fn fe(&self, ip: IpAddr) -> Key {
+        smallvec![Value::Ip(ip), Value::Proto(self.plan.name.protocol), Value::Port(self.plan.port)]
     }
 
-    fn np(&self, port: u16) -> Vec<Value> {
-        vec![Value::Proto(self.plan.name.protocol), Value::Port(port)]
+    fn np(&self, port: u16) -> Key {
+        smallvec![Value::Proto(self.plan.name.protocol), Value::Port(port)]
     }
 }
 
@@ -421,61 +337,40 @@ fn filter_verdict(t: Target) -> Verdict {
 
 /// Lowers one service port.
 pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
-    let mut out = Out {
-        frag: Fragment::default(),
-        plan,
-    };
+    let mut out = Out { frag: Fragment::default(), plan };
     let internal = plan.internal_target();
     let external = plan.external_target();
-    let affinity = plan
-        .affinity_timeout
-        .map(|t| affinity_chains(&mut out.frag, np.family, plan, t));
+    let affinity = plan.affinity_timeout.map(|t| affinity_chains(&mut out.frag, np.family, plan, t));
 
     // Endpoint pools keyed by frontend: (pool, endpoints, chain used with affinity).
     let pools = [
-        (
-            "cluster",
-            &plan.cluster_endpoints,
-            affinity.as_ref().and_then(|a| a.0.clone()),
-        ),
-        (
-            "local",
-            &plan.local_endpoints,
-            affinity.as_ref().and_then(|a| a.1.clone()),
-        ),
+        ("cluster", &plan.cluster_endpoints, affinity.as_ref().and_then(|a| a.0.clone())),
+        ("local", &plan.local_endpoints, affinity.as_ref().and_then(|a| a.1.clone())),
     ];
-    let add_pool = |out: &mut Out<'_>, pool: &str, key: Vec<Value>, nodeport: bool| {
+    let add_pool = |out: &mut Out<'_>, pool: &str, key: Key, nodeport: bool| {
         let (_, eps, aff) = pools.iter().find(|p| p.0 == pool).expect("known pool");
         if eps.is_empty() {
             return;
         }
-        let prefix = if nodeport {
-            format!("nodeport-{pool}")
-        } else {
-            pool.to_string()
-        };
+        let prefix = if nodeport { format!("nodeport-{pool}") } else { pool.to_string() };
         let target = match aff {
             Some(chain) => chain.clone(),
             None => {
                 let chain = format!("{prefix}-lb-{}", eps.len());
                 if !out.frag.shared_chains.iter().any(|c| *c.name == *chain) {
-                    out.frag
-                        .shared_chains
-                        .push(count_chain(&chain, &prefix, eps.len(), nodeport));
+                    out.frag.shared_chains.push(count_chain(&chain, &prefix, eps.len(), nodeport));
                 }
                 chain
             }
         };
         out.elem(&format!("{prefix}-lb"), key.clone(), verdict(goto(&target)));
         if aff.is_none() {
+            let map = set_ref(&format!("{prefix}-endpoints"));
             for (slot, ep) in eps.iter().enumerate() {
                 let mut k = key.clone();
                 k.push(Value::Int(slot as u32));
-                out.elem(
-                    &format!("{prefix}-endpoints"),
-                    k,
-                    Some(ElemData::AddrPort(ep.ip, ep.port)),
-                );
+                let e = Element { key: k, data: Some(ElemData::AddrPort(ep.ip, ep.port)) };
+                out.frag.elements.push((map.clone(), e));
             }
         }
     };
@@ -496,18 +391,8 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
         }
     }
 
-    let behaviour = if plan.external_local {
-        "external-local"
-    } else {
-        "external"
-    };
-    for ip in plan
-        .external_ips
-        .iter()
-        .chain(&plan.load_balancer_ips)
-        .copied()
-        .collect::<Vec<_>>()
-    {
+    let behaviour = if plan.external_local { "external-local" } else { "external" };
+    for ip in plan.external_ips.iter().chain(&plan.load_balancer_ips).copied().collect::<Vec<_>>() {
         let key = out.fe(ip);
         if plan.has_endpoints {
             out.elem("service-ips", key.clone(), verdict(goto(behaviour)));
@@ -540,11 +425,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
     if let Some(port) = plan.node_port {
         let key = out.np(port);
         if plan.has_endpoints {
-            let behaviour = if plan.external_local {
-                "nodeport-local"
-            } else {
-                "nodeport"
-            };
+            let behaviour = if plan.external_local { "nodeport-local" } else { "nodeport" };
             out.elem("service-nodeports", key.clone(), verdict(goto(behaviour)));
             add_pool(&mut out, "cluster", key.clone(), true);
             if plan.external_local {
@@ -558,7 +439,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
 
     if plan.has_endpoints {
         for ep in plan.reachable_endpoints() {
-            out.elem("hairpin", vec![Value::Ip(ep.ip), Value::Ip(ep.ip)], None);
+            out.elem("hairpin", smallvec![Value::Ip(ep.ip), Value::Ip(ep.ip)], None);
         }
     }
     out.frag
@@ -566,22 +447,12 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
 
 /// `<prefix>-lb-N`: picks one of N endpoints of the frontend being dispatched.
 fn count_chain(chain: &str, prefix: &str, n: usize, nodeport: bool) -> Chain {
-    let mut key: Vec<Field> = if nodeport {
-        NODEPORT.to_vec()
-    } else {
-        FRONTEND.to_vec()
-    };
+    let mut key: Vec<Field> = if nodeport { NODEPORT.to_vec() } else { FRONTEND.to_vec() };
     key.push(Field::Random(n as u32));
     Chain::new(
         TABLE,
         chain,
-        vec![Rule::new(
-            vec![],
-            Action::DnatMap {
-                map: format!("{prefix}-endpoints").into(),
-                key,
-            },
-        )],
+        vec![Rule::new(vec![], Action::DnatMap { map: format!("{prefix}-endpoints").into(), key })],
     )
 }
 
@@ -600,10 +471,7 @@ fn affinity_chains(
         let aff: Name = names::nft_name("affinity", &format!("{ep_base}/{timeout}s")).into();
         if !frag.chains.iter().any(|c| c.name == chain) {
             frag.sets.push(Set {
-                flags: SetFlags {
-                    interval: false,
-                    dynamic_timeout: Some(timeout),
-                },
+                flags: SetFlags { interval: false, dynamic_timeout: Some(timeout) },
                 ..set(&aff, vec![KeyType::Addr(family)], None)
             });
             // Record (or refresh) the client, then DNAT: kube-proxy's endpoint chain.
@@ -626,11 +494,7 @@ fn affinity_chains(
         for ep in eps {
             let (chain, aff) = endpoint_chain(frag, ep);
             rules.push(Rule::new(
-                vec![Match::InSet {
-                    set: aff,
-                    key: vec![Field::SrcIp],
-                    neg: false,
-                }],
+                vec![Match::InSet { set: aff, key: vec![Field::SrcIp], neg: false }],
                 Action::Verdict(Verdict::Goto(chain.clone())),
             ));
             targets.push(Verdict::Goto(chain));

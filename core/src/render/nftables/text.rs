@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::net::{IpFamily, join_host_port};
+use crate::net::IpFamily;
 use crate::program::{
     Action, Assembled, ChainKind, ChangeSet, CtState, DataType, ElemData, Element, Field, KeyType, Match,
     Program, Rule, Set, SetRef, Value, Verdict,
 };
+use crate::render::fmt;
 
 use super::lower::TABLE;
 
@@ -19,29 +20,49 @@ pub fn family_kw(f: IpFamily) -> &'static str {
     }
 }
 
-fn field(f: IpFamily, x: &Field) -> String {
+fn write_field(out: &mut String, f: IpFamily, x: &Field) {
     let fam = family_kw(f);
     match x {
-        Field::SrcIp => format!("{fam} saddr"),
-        Field::DstIp => format!("{fam} daddr"),
-        Field::Proto => "meta l4proto".into(),
-        Field::DstPort => "th dport".into(),
-        Field::Random(n) => format!("numgen random mod {n}"),
+        Field::SrcIp => {
+            out.push_str(fam);
+            out.push_str(" saddr");
+        }
+        Field::DstIp => {
+            out.push_str(fam);
+            out.push_str(" daddr");
+        }
+        Field::Proto => out.push_str("meta l4proto"),
+        Field::DstPort => out.push_str("th dport"),
+        Field::Random(n) => {
+            out.push_str("numgen random mod ");
+            fmt::push_u32(out, *n);
+        }
     }
 }
 
-fn key(f: IpFamily, fields: &[Field]) -> String {
-    fields.iter().map(|x| field(f, x)).collect::<Vec<_>>().join(" . ")
+fn write_key(out: &mut String, f: IpFamily, fields: &[Field]) {
+    for (i, x) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" . ");
+        }
+        write_field(out, f, x);
+    }
 }
 
-fn verdict(v: &Verdict) -> String {
+fn write_verdict(out: &mut String, v: &Verdict) {
     match v {
-        Verdict::Jump(c) => format!("jump {c}"),
-        Verdict::Goto(c) => format!("goto {c}"),
-        Verdict::Return => "return".into(),
-        Verdict::Accept => "accept".into(),
-        Verdict::Drop => "drop".into(),
-        Verdict::Reject => "reject".into(),
+        Verdict::Jump(c) => {
+            out.push_str("jump ");
+            out.push_str(c);
+        }
+        Verdict::Goto(c) => {
+            out.push_str("goto ");
+            out.push_str(c);
+        }
+        Verdict::Return => out.push_str("return"),
+        Verdict::Accept => out.push_str("accept"),
+        Verdict::Drop => out.push_str("drop"),
+        Verdict::Reject => out.push_str("reject"),
     }
 }
 
@@ -53,84 +74,168 @@ fn quote(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "'"))
 }
 
-/// One rule in nft syntax (as in `nft list ruleset`, without the trailing newline).
-pub fn rule(f: IpFamily, r: &Rule) -> String {
+/// Appends one rule in nft syntax (as in `nft list ruleset`, without a newline).
+pub fn write_rule(out: &mut String, f: IpFamily, r: &Rule) {
     let fam = family_kw(f);
-    let mut parts: Vec<String> = Vec::new();
+    let start = out.len();
+    let sep = |out: &mut String| {
+        if out.len() > start {
+            out.push(' ');
+        }
+    };
     for m in &r.matches {
-        parts.push(match m {
-            Match::Proto(p) => format!("meta l4proto {p}"),
-            Match::Src(net, neg) => format!("{fam} saddr {}{net}", neq(*neg)),
-            Match::Dst(net, neg) => format!("{fam} daddr {}{net}", neq(*neg)),
-            Match::DstPort(p) => format!("th dport {p}"),
-            Match::SrcLocal(yes) => format!("fib saddr type {}local", neq(!yes)),
-            Match::DstLocal(yes) => format!("fib daddr type {}local", neq(!yes)),
-            Match::Mark(m, true) => format!("meta mark & {m:#x} == 0"),
-            Match::Mark(m, false) => format!("meta mark & {m:#x} == {m:#x}"),
-            Match::Ct(CtState::New) => "ct state new".into(),
-            Match::Ct(CtState::Invalid) => "ct state invalid".into(),
-            Match::Ct(CtState::RelatedEstablished) => "ct state related,established".into(),
-            Match::Ct(CtState::NotRelatedEstablishedDnat) => {
-                "ct state != related,established ct status != dnat".into()
+        if matches!(m, Match::Comment(_)) {
+            continue;
+        }
+        sep(out);
+        match m {
+            Match::Proto(p) => {
+                out.push_str("meta l4proto ");
+                out.push_str(p.as_str());
             }
-            Match::CtDnat => "ct status dnat".into(),
-            Match::InSet { set, key: k, neg } => format!("{} {}@{set}", key(f, k), neq(*neg)),
-            Match::Comment(_) => continue,
+            Match::Src(net, neg) | Match::Dst(net, neg) => {
+                let dir = if matches!(m, Match::Src(..)) { "saddr" } else { "daddr" };
+                let _ = write!(out, "{fam} {dir} {}", neq(*neg));
+                fmt::push_net(out, net);
+            }
+            Match::DstPort(p) => {
+                out.push_str("th dport ");
+                fmt::push_u32(out, (*p).into());
+            }
+            Match::SrcLocal(yes) => {
+                let _ = write!(out, "fib saddr type {}local", neq(!yes));
+            }
+            Match::DstLocal(yes) => {
+                let _ = write!(out, "fib daddr type {}local", neq(!yes));
+            }
+            Match::Mark(m, true) => {
+                let _ = write!(out, "meta mark & {m:#x} == 0");
+            }
+            Match::Mark(m, false) => {
+                let _ = write!(out, "meta mark & {m:#x} == {m:#x}");
+            }
+            Match::Ct(CtState::New) => out.push_str("ct state new"),
+            Match::Ct(CtState::Invalid) => out.push_str("ct state invalid"),
+            Match::Ct(CtState::RelatedEstablished) => out.push_str("ct state related,established"),
+            Match::Ct(CtState::NotRelatedEstablishedDnat) => {
+                out.push_str("ct state != related,established ct status != dnat")
+            }
+            Match::CtDnat => out.push_str("ct status dnat"),
+            Match::InSet { set, key, neg } => {
+                write_key(out, f, key);
+                let _ = write!(out, " {}@{set}", neq(*neg));
+            }
+            Match::Comment(_) => {}
             Match::Recent { .. } | Match::RecentSet(_) | Match::Probability(_) => {
                 unreachable!("iptables-only match in an nftables program")
             }
-        });
+        }
     }
     for a in &r.actions {
-        parts.push(match a {
-            Action::Verdict(v) => verdict(v),
-            Action::Dnat(ip, port) => format!("dnat {fam} to {}", join_host_port(ip, *port)),
-            Action::DnatMap { map, key: k } => format!("dnat {fam} to {} map @{map}", key(f, k)),
-            Action::VerdictMap { map, key: k } => format!("{} vmap @{map}", key(f, k)),
-            Action::RandomVerdict(vs) => {
-                let arms: Vec<String> = vs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| format!("{i} : {}", verdict(v)))
-                    .collect();
-                format!("numgen random mod {} vmap {{ {} }}", vs.len(), arms.join(", "))
+        sep(out);
+        match a {
+            Action::Verdict(v) => write_verdict(out, v),
+            Action::Dnat(ip, port) => {
+                let _ = write!(out, "dnat {fam} to ");
+                fmt::push_host_port(out, ip, *port);
             }
-            Action::MarkOr(m) => format!("meta mark set meta mark | {m:#x}"),
-            Action::MarkXor(m) => format!("meta mark set meta mark ^ {m:#x}"),
-            Action::Masquerade { fully_random: true } => "masquerade fully-random".into(),
-            Action::Masquerade { fully_random: false } => "masquerade".into(),
-            Action::UpdateSet(set) => format!("update @{set} {{ {fam} saddr }}"),
-            Action::Nothing => "continue".into(),
-        });
+            Action::DnatMap { map, key } => {
+                let _ = write!(out, "dnat {fam} to ");
+                write_key(out, f, key);
+                let _ = write!(out, " map @{map}");
+            }
+            Action::VerdictMap { map, key } => {
+                write_key(out, f, key);
+                let _ = write!(out, " vmap @{map}");
+            }
+            Action::RandomVerdict(vs) => {
+                let _ = write!(out, "numgen random mod {} vmap {{ ", vs.len());
+                for (i, v) in vs.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    fmt::push_u32(out, i as u32);
+                    out.push_str(" : ");
+                    write_verdict(out, v);
+                }
+                out.push_str(" }");
+            }
+            Action::MarkOr(m) => {
+                let _ = write!(out, "meta mark set meta mark | {m:#x}");
+            }
+            Action::MarkXor(m) => {
+                let _ = write!(out, "meta mark set meta mark ^ {m:#x}");
+            }
+            Action::Masquerade { fully_random: true } => out.push_str("masquerade fully-random"),
+            Action::Masquerade { fully_random: false } => out.push_str("masquerade"),
+            Action::UpdateSet(set) => {
+                let _ = write!(out, "update @{set} {{ {fam} saddr }}");
+            }
+            Action::Nothing => out.push_str("continue"),
+        }
     }
     if let Some(c) = &r.comment {
-        parts.push(format!("comment {}", quote(c)));
+        sep(out);
+        out.push_str("comment ");
+        out.push_str(&quote(c));
     }
-    parts.join(" ")
 }
 
-fn value(v: &Value) -> String {
+/// One rule in nft syntax.
+pub fn rule(f: IpFamily, r: &Rule) -> String {
+    let mut out = String::with_capacity(96);
+    write_rule(&mut out, f, r);
+    out
+}
+
+fn write_value(out: &mut String, v: &Value) {
     match v {
-        Value::Ip(ip) => ip.to_string(),
-        Value::Net(n) => n.to_string(),
-        Value::Proto(p) => p.as_str().into(),
-        Value::Port(p) => p.to_string(),
-        Value::Int(i) => i.to_string(),
+        Value::Ip(ip) => fmt::push_ip(out, ip),
+        Value::Net(n) => fmt::push_net(out, n),
+        Value::Proto(p) => out.push_str(p.as_str()),
+        Value::Port(p) => fmt::push_u32(out, (*p).into()),
+        Value::Int(i) => fmt::push_u32(out, *i),
+    }
+}
+
+fn write_key_values(out: &mut String, e: &Element) {
+    for (i, v) in e.key.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" . ");
+        }
+        write_value(out, v);
+    }
+}
+
+/// Appends one element (`key . key : data`).
+pub fn write_element(out: &mut String, e: &Element) {
+    write_key_values(out, e);
+    match &e.data {
+        None => {}
+        Some(ElemData::Verdict(v)) => {
+            out.push_str(" : ");
+            write_verdict(out, v);
+        }
+        Some(ElemData::AddrPort(ip, port)) => {
+            out.push_str(" : ");
+            fmt::push_ip(out, ip);
+            out.push_str(" . ");
+            fmt::push_u32(out, (*port).into());
+        }
     }
 }
 
 /// One element (`key . key : data`).
 pub fn element(e: &Element) -> String {
-    let k = e.key.iter().map(value).collect::<Vec<_>>().join(" . ");
-    match &e.data {
-        None => k,
-        Some(ElemData::Verdict(v)) => format!("{k} : {}", verdict(v)),
-        Some(ElemData::AddrPort(ip, port)) => format!("{k} : {ip} . {port}"),
-    }
+    let mut out = String::with_capacity(48);
+    write_element(&mut out, e);
+    out
 }
 
 fn key_only(e: &Element) -> String {
-    e.key.iter().map(value).collect::<Vec<_>>().join(" . ")
+    let mut out = String::with_capacity(40);
+    write_key_values(&mut out, e);
+    out
 }
 
 fn set_header(f: IpFamily, s: &Set) -> String {
@@ -171,11 +276,7 @@ fn set_header(f: IpFamily, s: &Set) -> String {
                 let _ = write!(
                     spec,
                     " : {} . inet_service",
-                    if fam == IpFamily::V4 {
-                        "ipv4_addr"
-                    } else {
-                        "ipv6_addr"
-                    }
+                    if fam == IpFamily::V4 { "ipv4_addr" } else { "ipv6_addr" }
                 );
             }
             None => {}
@@ -205,14 +306,14 @@ fn set_header(f: IpFamily, s: &Set) -> String {
 fn write_set(out: &mut String, f: IpFamily, s: &Set, elems: &[&Element]) {
     let _ = write!(out, "\t{}", set_header(f, s));
     if !elems.is_empty() {
-        out.push_str(" elements = { ");
+        // One element per line keeps golden diffs readable.
+        out.push_str(" elements = {\n");
         for (i, e) in elems.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&element(e));
+            out.push_str("\t\t");
+            write_element(out, e);
+            out.push_str(if i + 1 < elems.len() { ",\n" } else { "\n\t" });
         }
-        out.push_str(" }");
+        out.push('}');
     }
     out.push_str(" }\n");
 }
@@ -224,11 +325,7 @@ fn chain_spec(c: &crate::program::Chain) -> String {
                 ChainKind::Filter => "filter",
                 ChainKind::Nat => "nat",
             };
-            format!(
-                "type {kind} hook {} priority {}; policy accept;",
-                h.hook.as_str(),
-                h.priority
-            )
+            format!("type {kind} hook {} priority {}; policy accept;", h.hook.as_str(), h.priority)
         }
         None => String::new(),
     }
@@ -239,10 +336,7 @@ pub fn program(p: &Program) -> String {
     let asm = p.assemble();
     let fam = family_kw(p.family);
     let mut out = String::with_capacity(256 + asm.sets.iter().map(|s| s.elements.len() * 48).sum::<usize>());
-    let _ = writeln!(
-        out,
-        "table {fam} {TABLE}\ndelete table {fam} {TABLE}\ntable {fam} {TABLE} {{"
-    );
+    let _ = writeln!(out, "table {fam} {TABLE}\ndelete table {fam} {TABLE}\ntable {fam} {TABLE} {{");
     out.push_str("\tcomment \"rules for tideway\"\n");
     body(&mut out, p.family, &asm);
     out.push_str("}\n");
@@ -260,7 +354,9 @@ fn body(out: &mut String, f: IpFamily, asm: &Assembled<'_>) {
             let _ = writeln!(out, "\t\t{spec}");
         }
         for r in &c.rules {
-            let _ = writeln!(out, "\t\t{}", rule(f, r));
+            out.push_str("\t\t");
+            write_rule(out, f, r);
+            out.push('\n');
         }
         out.push_str("\t}\n");
     }
@@ -301,11 +397,7 @@ pub fn changes(program: &Program, changes: &ChangeSet) -> String {
         }
     }
     for (verb, list, render) in [
-        (
-            "delete",
-            &changes.delete_elements,
-            key_only as fn(&Element) -> String,
-        ),
+        ("delete", &changes.delete_elements, key_only as fn(&Element) -> String),
         ("add", &changes.add_elements, element as fn(&Element) -> String),
     ] {
         let mut by_set: BTreeMap<&SetRef, Vec<String>> = BTreeMap::new();
@@ -313,12 +405,7 @@ pub fn changes(program: &Program, changes: &ChangeSet) -> String {
             by_set.entry(s).or_default().push(render(e));
         }
         for (s, elems) in by_set {
-            let _ = writeln!(
-                out,
-                "{verb} element {fam} {TABLE} {} {{ {} }}",
-                s.name,
-                elems.join(", ")
-            );
+            let _ = writeln!(out, "{verb} element {fam} {TABLE} {} {{ {} }}", s.name, elems.join(", "));
         }
     }
     debug_assert!(
