@@ -29,7 +29,8 @@ pub fn base32(data: &[u8]) -> String {
 
 fn hash(input: &str, len: usize) -> String {
     let digest = Sha256::digest(input.as_bytes());
-    let mut s = base32(&digest);
+    // Only the bytes behind the first `len` characters need encoding (5 bits per character).
+    let mut s = base32(&digest[..(len * 5).div_ceil(8).min(digest.len())]);
     s.truncate(len);
     s
 }
