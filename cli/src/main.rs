@@ -3,6 +3,7 @@
 //! * `plan` / `trace`: compile a cluster manifest for a node; print its rules or follow a packet.
 //! * `agent`: the node agent (see `tideway_node_agent`).
 //! * `dns`: the cluster DNS server (see `tideway_dns`).
+//! * `whoami`: the echo server pods run in the lab and the dataplane tests.
 //! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
 
 #![forbid(unsafe_code)]
@@ -12,6 +13,7 @@
 mod cluster_file;
 mod plan;
 mod trace;
+mod whoami;
 
 use std::process::ExitCode;
 
@@ -44,6 +46,8 @@ enum Command {
     Dns(tideway_dns::cli::DnsArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crdgen,
+    /// Answer TCP lines, HTTP GETs and UDP datagrams with a name and the peer address.
+    Whoami(whoami::WhoamiArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Agent(a) => tideway_node_agent::cli::run(a),
         Command::Dns(a) => tideway_dns::cli::run(a),
         Command::Crdgen => crdgen(),
+        Command::Whoami(a) => whoami::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

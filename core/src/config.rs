@@ -11,6 +11,7 @@ use crate::net::IpNet;
 
 /// The dataplane backend a node programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ProxyMode {
     /// nftables (the default).
     #[default]

@@ -24,6 +24,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod conntrack;
 pub mod model;
 pub mod net;
 pub mod plan;

@@ -1,5 +1,21 @@
-//! Tideway node agent (in progress).
+//! The Tideway node agent: kube-proxy's job, on nftables, iptables or IPVS.
+//!
+//! ```text
+//!  source (file, later Kubernetes) --> SharedCluster --changes--> agent::Agent (sync loop)
+//!      core: Ruleset::update -> render::lower_fragment -> ProgramState::replace_all
+//!      --> dataplane::{Nftables, Iptables, Ipvs}::apply  (one transaction where possible)
+//!      --> conntrack cleanup (UDP), health-check NodePort servers, status + metrics
+//!      every syncPeriod: dataplane.verify -> drift -> full resync
+//! ```
+//! Decisions live in `tideway_core`; this crate only moves them into the kernel and reports.
 
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod cli;
+pub mod conntrack;
+pub mod dataplane;
+pub mod exec;
+pub mod health;
+pub mod http;
+pub mod metrics;

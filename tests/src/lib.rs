@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 
 use tideway_api::manifest;

@@ -58,3 +58,29 @@ pub fn node_text(mode: ProxyMode, ruleset: &Ruleset) -> String {
     }
     out
 }
+
+/// Lowers one service port for `mode`, consistent with [`lower`] (for incremental syncs).
+pub fn lower_fragment(
+    mode: ProxyMode,
+    ruleset: &Ruleset,
+    plan: &crate::plan::ServicePortPlan,
+) -> crate::program::Fragment {
+    let np = ruleset.family(plan.family);
+    match mode {
+        ProxyMode::Nftables => nftables::lower_plan(np, plan),
+        ProxyMode::Iptables => iptables::lower_plan(np, plan, iptables::is_large(ruleset, plan.family)),
+        ProxyMode::Ipvs => ipvs::lower_plan(np, plan, ruleset.node.settings.ipvs.scheduler),
+    }
+}
+
+/// True when the program `p` no longer matches the ruleset's node-level facts (node addresses,
+/// settings, kube-proxy's large-cluster mode): incremental updates are not enough.
+pub fn needs_full(mode: ProxyMode, ruleset: &Ruleset, p: &Program) -> bool {
+    let fresh_base = match mode {
+        ProxyMode::Nftables => nftables::base(ruleset.family(p.family)),
+        ProxyMode::Iptables => iptables::base(ruleset.family(p.family)),
+        ProxyMode::Ipvs => ipvs::base(ruleset.family(p.family)),
+    };
+    let large = mode == ProxyMode::Iptables && iptables::is_large(ruleset, p.family);
+    fresh_base != p.base || large != p.large_cluster
+}

@@ -61,7 +61,10 @@ pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
     // Large-cluster mode changes every endpoint rule: crossing the threshold is a full resync.
     program.large_cluster = compact;
     for plan in ruleset.plans(family) {
-        program.services.insert(plan.name.clone(), lower_plan(np, plan, compact));
+        let frag = lower_plan(np, plan, compact);
+        if frag != Fragment::default() {
+            program.services.insert(plan.name.clone(), frag);
+        }
     }
     program
 }

@@ -96,7 +96,10 @@ pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
     let scheduler = ruleset.node.settings.ipvs.scheduler;
     let mut program = Program::new(Dialect::Ipvs, family, base(np));
     for plan in ruleset.plans(family) {
-        program.services.insert(plan.name.clone(), lower_plan(np, plan, scheduler));
+        let frag = lower_plan(np, plan, scheduler);
+        if frag != Fragment::default() {
+            program.services.insert(plan.name.clone(), frag);
+        }
     }
     program
 }

@@ -1,0 +1,125 @@
+//! Dataplanes: one backend per proxy mode, applying what core rendered.
+//!
+//! A dataplane makes no decisions about Services: it receives the desired [`Program`] of each
+//! family (and, for incremental syncs, the [`ChangeSet`]s), turns them into kernel calls with the
+//! core printers, reads back what the kernel holds to detect drift, and removes its objects when
+//! the mode changes.
+
+mod iptables;
+mod ipvs;
+mod ipvs_netlink;
+mod nftables;
+mod observe;
+
+use std::collections::BTreeSet;
+
+use tideway_core::config::{ProxyMode, ProxySettings};
+use tideway_core::program::{ChangeSet, Program};
+
+pub use iptables::{Iptables, IptablesBackend};
+pub use ipvs::Ipvs;
+pub use nftables::Nftables;
+
+use crate::exec::CommandError;
+
+/// What to apply.
+#[derive(Debug, Clone, Copy)]
+pub enum Update<'a> {
+    /// Replace everything this backend owns with the desired programs.
+    Full,
+    /// Apply these change sets (IPv4, IPv6) on top of the last applied programs.
+    Changes([&'a ChangeSet; 2]),
+}
+
+/// A difference between the kernel and the last applied programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The object (`chain ip tideway services`, `set KUBE-CLUSTER-IP`, ...).
+    pub object: String,
+    /// What differs.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Drift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.object, self.detail)
+    }
+}
+
+/// Objects a cleanup must leave alone because the new mode uses them too (iptables and IPVS
+/// share chain names such as `KUBE-SERVICES`).
+#[derive(Debug, Clone, Default)]
+pub struct Keep {
+    /// `(table, chain)` of iptables chains to keep.
+    pub chains: BTreeSet<(String, String)>,
+    /// `(table, chain, rule arguments)` of built-in chain jumps to keep.
+    pub jumps: BTreeSet<(String, String, String)>,
+}
+
+impl Keep {
+    /// Everything `programs` uses in iptables tables.
+    pub fn of(programs: [&Program; 2]) -> Keep {
+        let mut keep = Keep::default();
+        for p in programs {
+            if p.dialect == tideway_core::program::Dialect::Nftables {
+                continue;
+            }
+            for c in p.assemble().chains {
+                keep.chains.insert((c.def.table.to_string(), c.def.name.to_string()));
+            }
+            for (t, c, a) in tideway_core::render::iptables::text::builtin_jumps(p) {
+                keep.jumps.insert((t.to_string(), c, a));
+            }
+        }
+        keep
+    }
+}
+
+/// Why a kernel call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    /// A tool exited with an error.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// A tool's output could not be understood.
+    #[error("unexpected output from {tool}: {message}")]
+    Parse {
+        /// The tool.
+        tool: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// A netlink request failed.
+    #[error("netlink: {0}")]
+    Netlink(String),
+}
+
+/// A kernel backend.
+pub trait Dataplane: Send {
+    /// The mode it implements.
+    fn mode(&self) -> ProxyMode;
+
+    /// Programs `desired` ([IPv4, IPv6]) wholesale, or applies `update` on top of the last
+    /// programs. On error the kernel keeps what it had (one transaction where the kernel
+    /// offers one) and the caller must follow up with a full update.
+    fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError>;
+
+    /// Compares the kernel with `desired`; `deep` also compares set and map members, which is
+    /// slower at scale.
+    fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError>;
+
+    /// Removes every object of this backend except those in `keep`.
+    fn cleanup(&mut self, keep: &Keep) -> Result<(), DataplaneError>;
+
+    /// True when objects of this backend exist in the kernel (leftovers of an earlier run).
+    fn present(&mut self) -> Result<bool, DataplaneError>;
+}
+
+/// The dataplane for `settings.mode`.
+pub fn for_settings(settings: &ProxySettings) -> Box<dyn Dataplane> {
+    match settings.mode {
+        ProxyMode::Nftables => Box::new(Nftables::new()),
+        ProxyMode::Iptables => Box::new(Iptables::detect()),
+        ProxyMode::Ipvs => Box::new(Ipvs::new(Iptables::detect(), settings.ipvs.clone())),
+    }
+}

@@ -1,0 +1,113 @@
+//! Running the kernel tools (`nft`, `iptables-restore`, `ipset`, `ip`, `conntrack`) with errors
+//! that carry the command, its exit status and the input lines it complained about.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// A command that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{command}` failed ({status}): {stderr}{}", render_lines(.lines))]
+pub struct CommandError {
+    /// The command line.
+    pub command: String,
+    /// Exit status, or why it could not run.
+    pub status: String,
+    /// Its standard error, trimmed.
+    pub stderr: String,
+    /// The input lines the tool pointed at (with their numbers), when it named one.
+    pub lines: Vec<String>,
+}
+
+fn render_lines(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("\n  input around the error:\n    {}", lines.join("\n    "))
+    }
+}
+
+/// Runs `program args`, feeding `input` on stdin; returns stdout.
+pub fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, CommandError> {
+    let command = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let fail = |status: String, stderr: String| CommandError {
+        lines: input.map(|i| offending_lines(&stderr, i)).unwrap_or_default(),
+        command: command.clone(),
+        status,
+        stderr,
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(format!("cannot start: {e}"), String::new()))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A tool that rejects its input early closes stdin: its exit status tells why.
+        let _ = stdin.write_all(text.as_bytes());
+    }
+    let out = child.wait_with_output().map_err(|e| fail(format!("wait failed: {e}"), String::new()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(fail(out.status.to_string(), String::from_utf8_lossy(&out.stderr).trim().to_string()))
+    }
+}
+
+/// Finds the line numbers a tool reported (`line 5 failed`, `/dev/stdin:5:3-9: Error`) and
+/// returns those input lines with one line of context on each side.
+pub fn offending_lines(stderr: &str, input: &str) -> Vec<String> {
+    let mut numbers: Vec<usize> = Vec::new();
+    for part in stderr.split(|c: char| c.is_whitespace() || c == ',') {
+        if let Some(n) =
+            part.strip_prefix("/dev/stdin:").and_then(|r| r.split(':').next()).and_then(|n| n.parse().ok())
+        {
+            numbers.push(n);
+        }
+    }
+    let words: Vec<&str> = stderr.split_whitespace().collect();
+    for w in words.windows(2) {
+        if w[0] == "line"
+            && let Ok(n) = w[1].trim_end_matches(':').parse::<usize>()
+        {
+            numbers.push(n);
+        }
+    }
+    numbers.sort_unstable();
+    numbers.dedup();
+    let lines: Vec<&str> = input.lines().collect();
+    let mut out = Vec::new();
+    for n in numbers.into_iter().take(3) {
+        for i in n.saturating_sub(1).max(1)..=(n + 1).min(lines.len()) {
+            let marker = if i == n { ">" } else { " " };
+            out.push(format!("{marker}{i:>6}: {}", lines[i - 1]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_iptables_and_nft_line_numbers() {
+        let input = "a\nb\nc\nd\n";
+        assert_eq!(
+            offending_lines("iptables-restore: line 3 failed", input),
+            vec!["      2: b", ">     3: c", "      4: d"]
+        );
+        assert_eq!(offending_lines("/dev/stdin:2:1-4: Error: syntax error", input)[1], ">     2: b");
+        assert!(offending_lines("no numbers here", input).is_empty());
+    }
+
+    #[test]
+    fn reports_command_status_and_stderr() {
+        let e = run("sh", &["-c", "echo boom >&2; exit 3"], Some("x\n")).unwrap_err();
+        assert_eq!(e.command, "sh -c echo boom >&2; exit 3");
+        assert!(e.status.contains('3') && e.stderr == "boom", "{e}");
+        assert_eq!(run("sh", &["-c", "cat"], Some("hello")).unwrap(), "hello");
+        assert!(run("/nonexistent/tool", &[], None).unwrap_err().status.starts_with("cannot start"));
+    }
+}

@@ -1,0 +1,58 @@
+//! The agent's HTTP endpoints, where kube-proxy has them: `:10256` `/healthz` and `/livez`,
+//! `:10249` `/metrics`, `/proxyMode`, `/healthz`, plus `/api/v1/status`.
+
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+use crate::agent::AgentStatus;
+use crate::health::ProxyHealth;
+use crate::metrics::{CodeLabel, Metrics};
+
+#[derive(Clone)]
+struct HealthState {
+    health: Arc<ProxyHealth>,
+    metrics: Arc<Metrics>,
+}
+
+async fn healthz(State(s): State<HealthState>) -> impl IntoResponse {
+    let code = if s.health.healthy() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    s.metrics.healthz.get_or_create(&CodeLabel { code: code.as_u16().to_string() }).inc();
+    (code, axum::Json(s.health.body()))
+}
+
+async fn livez(State(s): State<HealthState>) -> impl IntoResponse {
+    let code = if s.health.live() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(s.health.body()))
+}
+
+/// `/healthz` and `/livez` (the LB health check for `externalTrafficPolicy: Cluster`).
+pub fn health_router(health: Arc<ProxyHealth>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .with_state(HealthState { health, metrics })
+}
+
+async fn proxy_mode(State(status): State<Arc<RwLock<AgentStatus>>>) -> String {
+    status.read().unwrap_or_else(|e| e.into_inner()).mode.map(|m| m.to_string()).unwrap_or_default()
+}
+
+async fn status(State(status): State<Arc<RwLock<AgentStatus>>>) -> impl IntoResponse {
+    axum::Json(status.read().unwrap_or_else(|e| e.into_inner()).clone())
+}
+
+/// `/metrics`, `/proxyMode`, `/healthz` and `/api/v1/status`.
+pub fn metrics_router(registry: Arc<Registry>, agent: Arc<RwLock<AgentStatus>>) -> Router {
+    Router::new()
+        .route("/proxyMode", get(proxy_mode))
+        .route("/api/v1/status", get(status))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(agent)
+        .merge(tideway_api::http::metrics_router(registry))
+}

@@ -1,0 +1,135 @@
+//! Prometheus metrics with kube-proxy's names (dashboards and e2e tests read them), plus a few
+//! of Tideway's own.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// `traffic_policy` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabel {
+    /// `internal` or `external`.
+    pub traffic_policy: String,
+}
+
+/// `code` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// HTTP status code.
+    pub code: String,
+}
+
+/// The agent's metrics.
+pub struct Metrics {
+    /// Every sync.
+    pub sync_duration: Histogram,
+    /// Full syncs.
+    pub full_sync_duration: Histogram,
+    /// Incremental syncs.
+    pub partial_sync_duration: Histogram,
+    /// Unix time of the last successful sync.
+    pub last_sync: Gauge<f64, AtomicU64>,
+    /// Service or EndpointSlice changes taken into account.
+    pub service_changes: Counter,
+    /// Failed nftables transactions.
+    pub nftables_failures: Counter,
+    /// Failed iptables restores (iptables and IPVS modes).
+    pub iptables_failures: Counter,
+    /// Services whose Local policy has no local endpoint.
+    pub no_local_endpoints: Family<PolicyLabel, Gauge>,
+    /// Stale UDP conntrack entries deleted.
+    pub conntrack_deleted: Counter,
+    /// Drift checks run.
+    pub drift_checks: Counter,
+    /// Drift found and repaired.
+    pub drift_repairs: Counter,
+    /// Proxy mode changes performed.
+    pub mode_switches: Counter,
+    /// `/healthz` answers by code.
+    pub healthz: Family<CodeLabel, Counter>,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them.
+    pub fn new(registry: &mut Registry) -> Metrics {
+        let buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        let m = Metrics {
+            sync_duration: buckets(),
+            full_sync_duration: buckets(),
+            partial_sync_duration: buckets(),
+            last_sync: Gauge::default(),
+            service_changes: Counter::default(),
+            nftables_failures: Counter::default(),
+            iptables_failures: Counter::default(),
+            no_local_endpoints: Family::default(),
+            conntrack_deleted: Counter::default(),
+            drift_checks: Counter::default(),
+            drift_repairs: Counter::default(),
+            mode_switches: Counter::default(),
+            healthz: Family::default(),
+        };
+        let r = registry;
+        r.register(
+            "kubeproxy_sync_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds",
+            m.sync_duration.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "Full sync latency in seconds",
+            m.full_sync_duration.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "Partial sync latency in seconds",
+            m.partial_sync_duration.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "The last time proxy rules were successfully synced",
+            m.last_sync.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_service_changes",
+            "Cumulative proxy rules Service changes",
+            m.service_changes.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+            "Failed nftables transactions",
+            m.nftables_failures.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures",
+            "Failed iptables restores",
+            m.iptables_failures.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints",
+            "Services with Local policy and no local endpoints",
+            m.no_local_endpoints.clone(),
+        );
+        r.register(
+            "kubeproxy_conntrack_reconciler_deleted_entries",
+            "Stale UDP conntrack entries deleted",
+            m.conntrack_deleted.clone(),
+        );
+        r.register(
+            "tideway_dataplane_drift_checks",
+            "Comparisons of the kernel with the applied rules",
+            m.drift_checks.clone(),
+        );
+        r.register(
+            "tideway_dataplane_drift_repairs",
+            "Differences between the kernel and the applied rules, repaired",
+            m.drift_repairs.clone(),
+        );
+        r.register("tideway_proxy_mode_switches", "Proxy mode changes performed", m.mode_switches.clone());
+        r.register("kubeproxy_proxy_healthz", "Proxy health checks by HTTP status", m.healthz.clone());
+        m
+    }
+}
