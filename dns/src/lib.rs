@@ -1,4 +1,35 @@
-//! Tideway cluster DNS.
+//! Tideway cluster DNS: the Kubernetes DNS specification (schema 1.1.0) and the CoreDNS
+//! behaviours clusters rely on, served by hickory-server, with forwarding and a cache for
+//! every other name.
+//!
+//! ```text
+//!  source (file:CLUSTER.yaml, later the API) --> SharedCluster (ClusterState + changes)
+//!                                                    |  changed() -> rebuild
+//!                                                    v
+//!                                  records::RecordIndex  (compact, label-indexed)
+//!                                                    |  ArcSwap
+//!  UDP: udp loop ---------+                          v
+//!                         +--> handler::Core::decide --> answer::answer(index, query)
+//!  TCP: hickory-server ---+        |  (checks: opcode, class,   |-> Answer (authoritative)
+//!       (RequestHandler)           |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
+//!                                  |                            '-> Forward
+//!                                  v
+//!                       Core::complete: forward::cache -> forward::Forwarder (UDP, TCP on TC)
+//!                                  |
+//!                                  v
+//!                       handler::wire::encode (TC for oversize UDP) --> client
+//!
+//!  ops: /health :8080, /ready :8181 (after sync), /metrics :9153 (CoreDNS names)
+//! ```
+//!
+//! * [`records`]: the index built from the cluster state: every lookup is O(1) or O(log n),
+//!   positive or negative.
+//! * [`answer`]: the pure decision function holding every spec and CoreDNS rule.
+//! * [`handler`]: hickory requests in, replies out; [`handler::DnsHandler`] is the
+//!   hickory-server `RequestHandler`.
+//! * [`forward`]: upstreams from a resolv.conf, the success/denial cache.
+//! * [`server`]: sockets, tasks, index updates, reload, lameduck, loop detection.
+//! * [`config`], [`ops`], [`metrics`], [`cli`]: settings, health/ready, Prometheus, `tideway dns`.
 
 #![forbid(unsafe_code)]
 

@@ -24,7 +24,8 @@ use crate::records::RecordIndex;
 /// Which code receives UDP queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpEngine {
-    /// [`crate::udp`]: answer in place, a task only for forwarded queries (default).
+    /// [`crate::udp`]: a thread per socket answering in place, bursts via `recvmmsg`/`sendmmsg`
+    /// (default).
     #[default]
     Native,
     /// hickory-server's `register_socket` (a task per datagram); kept for comparison.
@@ -139,6 +140,7 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     failure: watch::Receiver<Option<String>>,
     tasks: JoinSet<()>,
+    workers: Vec<crate::udp::Worker>,
 }
 
 async fn http_listener(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, ServeError> {
@@ -189,13 +191,16 @@ impl Server {
 
         let mut hickory = hickory_server::Server::new(DnsHandler::new(Arc::clone(&core)));
         hickory.register_listener(tcp, config.tcp_timeout, 64);
-        for udp in sockets.udp {
-            udp.set_nonblocking(true).map_err(err)?;
-            let udp = UdpSocket::from_std(udp).map_err(err)?;
+        let mut workers = Vec::new();
+        for (i, udp) in sockets.udp.into_iter().enumerate() {
             match config.udp_engine {
-                UdpEngine::Hickory => hickory.register_socket(udp),
+                UdpEngine::Hickory => {
+                    udp.set_nonblocking(true).map_err(err)?;
+                    hickory.register_socket(UdpSocket::from_std(udp).map_err(err)?);
+                }
                 UdpEngine::Native => {
-                    tasks.spawn(crate::udp::serve(Arc::new(udp), Arc::clone(&core), shutdown_rx.clone()));
+                    let runtime = tokio::runtime::Handle::current();
+                    workers.push(crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i).map_err(err)?);
                 }
             }
         }
@@ -255,6 +260,7 @@ impl Server {
             shutdown,
             failure,
             tasks,
+            workers,
         })
     }
 
@@ -318,6 +324,10 @@ impl Server {
             tokio::time::sleep(lameduck).await;
         }
         self.shutdown.send_replace(true);
+        let workers = std::mem::take(&mut self.workers);
+        workers.iter().for_each(crate::udp::Worker::stop);
+        let _ =
+            tokio::task::spawn_blocking(move || workers.into_iter().for_each(crate::udp::Worker::join)).await;
         while self.tasks.join_next().await.is_some() {}
     }
 }

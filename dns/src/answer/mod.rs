@@ -27,7 +27,7 @@ use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use crate::records::names::{pod_label_ip, reverse_ip, reverse_tree};
-use crate::records::{EndpointRecord, Kind, PodsMode, Port, RecordIndex, ServiceRecords};
+use crate::records::{EndpointRecord, Kind, PodsMode, Port, RecordIndex, Svc};
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -105,13 +105,13 @@ fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, dept
             let Some((svc_label, below)) = rel[..rel.len() - 2].split_last() else {
                 return cx.nodata();
             };
-            let Some(svc) = namespace.services.get(*svc_label) else {
+            let Some(svc) = ix.service(ns, namespace, svc_label) else {
                 return cx.nxdomain();
             };
             match below {
-                [] => cx.service(svc, depth),
-                [host] => cx.endpoint(svc, host),
-                [port, proto] => cx.port(svc, strip_underscore(port), strip_underscore(proto)),
+                [] => cx.service(&svc, depth),
+                [host] => cx.endpoint(&svc, host),
+                [port, proto] => cx.port(&svc, strip_underscore(port), strip_underscore(proto)),
                 _ => cx.nxdomain(),
             }
         }
@@ -134,9 +134,9 @@ fn reverse(cx: &Cx<'_>, lower: &Name) -> Outcome {
     if reverse_tree(labels).is_none() {
         return Outcome::Forward;
     }
-    match reverse_ip(labels).and_then(|ip| cx.ix.reverse.get(&ip)) {
+    match reverse_ip(labels).and_then(|ip| cx.ix.reverse(&ip)) {
         Some(names) => {
-            let answers = names.iter().map(|n| cx.record(cx.qname, RData::PTR(PTR(n.clone())))).collect();
+            let answers = names.into_iter().map(|n| cx.record(cx.qname, RData::PTR(PTR(n)))).collect();
             cx.answer(answers, Vec::new())
         }
         None => Outcome::Forward,
@@ -216,28 +216,27 @@ impl Cx<'_> {
     }
 
     /// `<svc>.<ns>.svc.<zone>`.
-    fn service(&self, svc: &ServiceRecords, depth: usize) -> Outcome {
-        match &svc.kind {
-            Kind::ExternalName(target) => self.external_name(target, depth),
-            Kind::ClusterIp(ips) => match self.qtype {
+    fn service(&self, svc: &Svc<'_>, depth: usize) -> Outcome {
+        match svc.kind() {
+            Kind::ExternalName(_) => match svc.external_name() {
+                Some(target) => self.external_name(target, depth),
+                None => self.nxdomain(),
+            },
+            Kind::ClusterIp => match self.qtype {
                 RecordType::A | RecordType::AAAA => {
-                    self.answer(self.addresses(self.qname, ips.iter().copied()), Vec::new())
+                    self.answer(self.addresses(self.qname, svc.cluster_ips().iter().copied()), Vec::new())
                 }
-                RecordType::SRV => {
-                    let candidates = svc.ports.len() * ips.len();
-                    let rows = svc.ports.iter().map(|p| (&[][..], &svc.fqdn, p.port));
-                    self.cluster_ip_srv(svc, ips, rows, candidates)
-                }
+                RecordType::SRV => self.cluster_ip_srv(svc, None),
                 _ => self.nodata(),
             },
-            Kind::Headless if svc.endpoints.is_empty() => self.nxdomain(),
-            Kind::Headless => self.endpoints(svc, &svc.endpoints, None),
+            Kind::Headless if svc.endpoints().is_empty() => self.nxdomain(),
+            Kind::Headless => self.endpoints(svc, svc.endpoints(), None),
         }
     }
 
     /// `<host>.<svc>.<ns>.svc.<zone>`: endpoint names, under headless and ClusterIP Services.
-    fn endpoint(&self, svc: &ServiceRecords, host: &[u8]) -> Outcome {
-        if matches!(svc.kind, Kind::ExternalName(_)) {
+    fn endpoint(&self, svc: &Svc<'_>, host: &[u8]) -> Outcome {
+        if matches!(svc.kind(), Kind::ExternalName(_)) {
             return self.nxdomain();
         }
         let eps = svc.endpoints_named(host);
@@ -248,66 +247,58 @@ impl Cx<'_> {
     }
 
     /// `_<port>._<proto>.<svc>.<ns>.svc.<zone>`.
-    fn port(&self, svc: &ServiceRecords, name: &[u8], proto: &[u8]) -> Outcome {
-        match &svc.kind {
+    fn port(&self, svc: &Svc<'_>, name: &[u8], proto: &[u8]) -> Outcome {
+        match svc.kind() {
             Kind::ExternalName(_) => self.nxdomain(),
-            Kind::ClusterIp(ips) => {
-                let matching = svc.ports.iter().filter(|p| p.matches(name, proto)).count();
-                if matching == 0 {
+            Kind::ClusterIp => {
+                if !svc.ports().iter().any(|p| svc.port_matches(p, name, proto)) {
                     return self.nxdomain();
                 }
                 match self.qtype {
                     RecordType::A | RecordType::AAAA => {
-                        self.answer(self.addresses(self.qname, ips.iter().copied()), Vec::new())
+                        self.answer(self.addresses(self.qname, svc.cluster_ips().iter().copied()), Vec::new())
                     }
-                    RecordType::SRV => {
-                        let rows = svc
-                            .ports
-                            .iter()
-                            .filter(|p| p.matches(name, proto))
-                            .map(|p| (&[][..], &svc.fqdn, p.port));
-                        self.cluster_ip_srv(svc, ips, rows, matching * ips.len())
-                    }
+                    RecordType::SRV => self.cluster_ip_srv(svc, Some((name, proto))),
                     _ => self.nodata(),
                 }
             }
             Kind::Headless => {
                 let any = svc
-                    .endpoints
+                    .endpoints()
                     .iter()
-                    .any(|ep| svc.endpoint_ports(ep).iter().any(|p| p.matches(name, proto)));
+                    .any(|ep| svc.endpoint_ports(ep).iter().any(|p| svc.port_matches(p, name, proto)));
                 if !any {
                     return self.nxdomain();
                 }
-                self.endpoints(svc, &svc.endpoints, Some((name, proto)))
+                self.endpoints(svc, svc.endpoints(), Some((name, proto)))
             }
         }
     }
 
-    fn cluster_ip_srv<'s>(
-        &self,
-        svc: &ServiceRecords,
-        ips: &[IpAddr],
-        rows: impl Iterator<Item = (&'s [u8], &'s Name, u16)>,
-        candidates: usize,
-    ) -> Outcome {
-        let answers = self.srv_rows(rows.collect(), candidates);
+    /// SRV for a ClusterIP Service: one row per (matching) port, target the Service name;
+    /// the weight counts a candidate per port and ClusterIP, as CoreDNS does.
+    fn cluster_ip_srv(&self, svc: &Svc<'_>, filter: Option<(&[u8], &[u8])>) -> Outcome {
+        let ips = svc.cluster_ips();
+        let fqdn = svc.fqdn();
+        let rows: Vec<(&[u8], u32, u16)> = svc
+            .ports()
+            .iter()
+            .filter(|p| filter.is_none_or(|(name, proto)| svc.port_matches(p, name, proto)))
+            .map(|p| (&[][..], 0, p.port))
+            .collect();
+        let candidates = rows.len() * ips.len();
+        let answers = self.srv_rows(rows, candidates, |_| fqdn.clone());
         let mut extra = Vec::new();
         if !answers.is_empty() {
-            self.glue(&svc.fqdn, ips.iter().copied(), &mut extra);
+            self.glue(&fqdn, ips.iter().copied(), &mut extra);
         }
         self.answer(answers, extra)
     }
 
     /// Records of a set of endpoint addresses: A/AAAA, or SRV rows for their ports. With a
     /// `(name, proto)` filter only endpoints and ports matching it count.
-    fn endpoints(
-        &self,
-        svc: &ServiceRecords,
-        eps: &[EndpointRecord],
-        filter: Option<(&[u8], &[u8])>,
-    ) -> Outcome {
-        let port_ok = |p: &Port| filter.is_none_or(|(name, proto)| p.matches(name, proto));
+    fn endpoints(&self, svc: &Svc<'_>, eps: &[EndpointRecord], filter: Option<(&[u8], &[u8])>) -> Outcome {
+        let port_ok = |p: &Port| filter.is_none_or(|(name, proto)| svc.port_matches(p, name, proto));
         let selected = |ep: &&EndpointRecord| filter.is_none() || svc.endpoint_ports(ep).iter().any(port_ok);
         match self.qtype {
             RecordType::A | RecordType::AAAA => {
@@ -315,26 +306,28 @@ impl Cx<'_> {
                 self.answer(self.addresses(self.qname, ips), Vec::new())
             }
             RecordType::SRV => {
-                let rows: Vec<(&[u8], &Name, u16)> = eps
+                let rows: Vec<(&[u8], u32, u16)> = eps
                     .iter()
-                    .flat_map(|ep| {
+                    .enumerate()
+                    .flat_map(|(i, ep)| {
                         svc.endpoint_ports(ep)
                             .iter()
                             .filter(|p| port_ok(p))
-                            .map(move |p| (&*ep.host, &ep.fqdn, p.port))
+                            .map(move |p| (svc.host(ep), i as u32, p.port))
                     })
                     .collect();
                 let candidates = rows.len();
-                let answers = self.srv_rows(rows, candidates);
+                let answers = self.srv_rows(rows, candidates, |i| svc.endpoint_fqdn(&eps[i as usize]));
                 let mut extra = Vec::new();
                 if !answers.is_empty() {
                     // Glue: every address of every target host, once.
                     let mut last: Option<&[u8]> = None;
                     for ep in eps.iter().filter(|ep| svc.endpoint_ports(ep).iter().any(port_ok)) {
-                        if last != Some(&*ep.host) {
-                            last = Some(&ep.host);
-                            let same = svc.endpoints_named(&ep.host);
-                            self.glue(&ep.fqdn, same.iter().map(|e| e.ip), &mut extra);
+                        let host = svc.host(ep);
+                        if last != Some(host) {
+                            last = Some(host);
+                            let fqdn = svc.endpoint_fqdn(ep);
+                            self.glue(&fqdn, svc.endpoints_named(host).iter().map(|e| e.ip), &mut extra);
                         }
                     }
                 }
@@ -344,15 +337,19 @@ impl Cx<'_> {
         }
     }
 
-    /// SRV rows `0 <100/candidates> <port> <target>`, one per distinct (target, port).
-    fn srv_rows(&self, mut rows: Vec<(&[u8], &Name, u16)>, candidates: usize) -> Vec<Record> {
+    /// SRV rows `0 <100/candidates> <port> <target>`, one per distinct (host, port); `target`
+    /// names the endpoint a row's second field refers to.
+    fn srv_rows(
+        &self,
+        mut rows: Vec<(&[u8], u32, u16)>,
+        candidates: usize,
+        target: impl Fn(u32) -> Name,
+    ) -> Vec<Record> {
         let weight = u16::try_from(100 / candidates.max(1)).unwrap_or(100).max(1);
         rows.sort_by(|a, b| a.0.cmp(b.0).then(a.2.cmp(&b.2)));
         rows.dedup_by(|a, b| a.0 == b.0 && a.2 == b.2);
         rows.into_iter()
-            .map(|(_, target, port)| {
-                self.record(self.qname, RData::SRV(SRV::new(0, weight, port, target.clone())))
-            })
+            .map(|(_, ep, port)| self.record(self.qname, RData::SRV(SRV::new(0, weight, port, target(ep)))))
             .collect()
     }
 

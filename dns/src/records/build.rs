@@ -1,98 +1,18 @@
 //! Building a [`RecordIndex`] from the cluster state.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
 use tideway_core::cluster::ClusterState;
-use tideway_core::model::{EndpointPort, Pod, Service, ServiceType};
+use tideway_core::model::{Endpoint, EndpointPort, Pod, Service, ServiceType};
+use tideway_core::net::Protocol;
 
-use super::names::{dashed_ip, is_host_label, name_from};
-use super::{EndpointRecord, IndexSettings, Kind, PodsMode, Port, RecordIndex, ServiceRecords};
-
-impl RecordIndex {
-    /// Builds the index for `state`. `serial` becomes the SOA serial (the time of the last
-    /// change, injected so building stays deterministic). The result counts as synced.
-    pub fn build(state: &ClusterState, settings: &IndexSettings, serial: u32) -> Self {
-        let zone = settings.zone.clone();
-        let zone_labels = zone.num_labels() as usize;
-        let ns_name =
-            Name::from_ascii("ns.dns").and_then(|n| n.append_domain(&zone)).unwrap_or_else(|_| zone.clone());
-        let soa = soa_record(&zone, &ns_name, settings.ttl, serial);
-        let mut index = RecordIndex {
-            soa,
-            zone,
-            zone_labels,
-            ttl: settings.ttl,
-            pods: settings.pods,
-            synced: true,
-            serial,
-            ns_name,
-            ns_addrs: Vec::new(),
-            namespaces: HashMap::new(),
-            reverse: HashMap::new(),
-            service_count: 0,
-            endpoint_count: 0,
-        };
-
-        // Pods by namespace/name, for `hostname` + `subdomain` endpoint names.
-        let pods: HashMap<(&str, &str), &Pod> =
-            state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect();
-        for pod in state.pods() {
-            let ns = index.namespaces.entry(lower(&pod.namespace)).or_default();
-            if settings.pods == PodsMode::Verified {
-                ns.pod_ips.extend(pod.ips.iter().copied());
-            }
-        }
-        for slice in state.endpoint_slices() {
-            index.namespaces.entry(lower(&slice.namespace)).or_default();
-        }
-
-        let mut endpoint_ptrs: BTreeMap<IpAddr, Vec<Name>> = BTreeMap::new();
-        for svc in state.services() {
-            let Some(records) = service_records(state, svc, &index.zone, &pods) else {
-                tracing::debug!(service = %svc.name, "service name is not a DNS label; not published");
-                continue;
-            };
-            for ep in records.endpoints.iter() {
-                endpoint_ptrs.entry(ep.ip).or_default().push(ep.fqdn.clone());
-            }
-            index.endpoint_count += records.endpoints.len();
-            index.service_count += 1;
-            if Some(&svc.name) == settings.dns_service.as_ref()
-                && let Kind::ClusterIp(ips) = &records.kind
-            {
-                index.ns_addrs = ips.to_vec();
-            }
-            index
-                .namespaces
-                .entry(lower(&svc.name.namespace))
-                .or_default()
-                .services
-                .insert(lower(&svc.name.name), records);
-        }
-        if index.ns_addrs.is_empty() {
-            index.ns_addrs = settings.fallback_ns_addrs.clone();
-        }
-
-        // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
-        index.reverse.extend(endpoint_ptrs.into_iter().map(|(ip, mut names)| {
-            names.dedup();
-            (ip, names)
-        }));
-        for ns in index.namespaces.values() {
-            for svc in ns.services.values() {
-                if let Kind::ClusterIp(ips) = &svc.kind {
-                    for ip in ips.iter() {
-                        index.reverse.insert(*ip, vec![svc.fqdn.clone()]);
-                    }
-                }
-            }
-        }
-        index
-    }
-}
+use super::names::{dashed_ip, is_host_label};
+use super::{
+    EndpointRecord, IndexSettings, Kind, PodsMode, Port, RecordIndex, ServiceRecords, Span, name_hash,
+};
 
 /// `<zone>. SOA ns.dns.<zone>. hostmaster.<zone>. <serial> 7200 1800 86400 <ttl>`, with TTL
 /// `min(ttl, 300)` as CoreDNS sets it; the minimum field makes negative caching follow `ttl`.
@@ -103,96 +23,268 @@ fn soa_record(zone: &Name, ns_name: &Name, ttl: u32, serial: u32) -> Record {
     Record::from_rdata(zone.clone(), ttl.min(300), RData::SOA(soa))
 }
 
-fn lower(s: &str) -> Box<[u8]> {
-    s.to_ascii_lowercase().into_bytes().into_boxed_slice()
+fn under(prefix: &str, zone: &Name) -> Name {
+    Name::from_ascii(prefix).and_then(|n| n.append_domain(zone)).unwrap_or_else(|_| zone.clone())
 }
 
-fn port(name: &str, protocol: tideway_core::net::Protocol, number: u16) -> Port {
-    Port { name: lower(name), protocol, port: number }
+fn lower(s: &str) -> Vec<u8> {
+    s.to_ascii_lowercase().into_bytes()
 }
 
-/// The records of one Service; `None` when its names cannot form DNS names.
-fn service_records(
-    state: &ClusterState,
-    svc: &Service,
-    zone: &Name,
-    pods: &HashMap<(&str, &str), &Pod>,
-) -> Option<ServiceRecords> {
-    let (ns, name) = (svc.name.namespace.as_str(), svc.name.name.as_str());
-    if !is_host_label(ns) || !is_host_label(name) {
-        return None;
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Build-time state: label interning and port-list dedup.
+struct Builder<'s> {
+    ix: RecordIndex,
+    labels: HashMap<Vec<u8>, Span>,
+    port_sets: HashMap<Vec<(String, Protocol, u16)>, u32>,
+    /// Wire length of `svc.<zone>.`, to reject names longer than 255 bytes.
+    suffix_len: usize,
+    pods: HashMap<(&'s str, &'s str), &'s Pod>,
+}
+
+impl Builder<'_> {
+    fn intern(&mut self, label: Vec<u8>) -> Span {
+        if let Some(span) = self.labels.get(&label) {
+            return *span;
+        }
+        let span = Span { start: len32(self.ix.text.len()), len: len32(label.len()) };
+        self.ix.text.extend_from_slice(&label);
+        self.labels.insert(label, span);
+        span
     }
-    let fqdn = name_from(&[name, ns, "svc"])?.append_domain(zone).ok()?.to_lowercase();
-    let kind = if svc.service_type == ServiceType::ExternalName {
-        // CoreDNS publishes ExternalName only when it is a host name, not an address.
-        let target = svc.external_name.as_deref().filter(|t| t.parse::<IpAddr>().is_err())?;
-        let mut target = Name::from_ascii(target).ok()?;
-        target.set_fqdn(true);
-        Kind::ExternalName(target)
-    } else if svc.headless || svc.cluster_ips.is_empty() {
-        Kind::Headless
-    } else {
-        Kind::ClusterIp(svc.cluster_ips.clone().into_boxed_slice())
-    };
-    let ports = svc.ports.iter().map(|p| port(&p.name, p.protocol, p.port)).collect();
 
-    let mut port_sets: Vec<Vec<EndpointPort>> = Vec::new();
-    let mut endpoints = Vec::new();
-    if !matches!(kind, Kind::ExternalName(_)) {
-        for slice in state.endpoint_slices_for(&svc.name) {
-            let set = match port_sets.iter().position(|p| *p == slice.ports) {
-                Some(i) => i,
-                None => {
-                    port_sets.push(slice.ports.clone());
-                    port_sets.len() - 1
-                }
+    /// True when `labels` under `svc.<zone>.` make a legal name.
+    fn fits(&self, labels: &[&str]) -> bool {
+        labels.iter().all(|l| is_host_label(l))
+            && labels.iter().map(|l| l.len() + 1).sum::<usize>() + self.suffix_len <= 255
+    }
+
+    fn port(&mut self, name: &str, protocol: Protocol, port: u16) -> Port {
+        Port { name: self.intern(lower(name)), protocol, port }
+    }
+
+    /// The index of `ports` in `port_sets`, adding it when new.
+    fn port_set(&mut self, ports: &[EndpointPort]) -> u32 {
+        let key: Vec<(String, Protocol, u16)> =
+            ports.iter().map(|p| (p.name.to_ascii_lowercase(), p.protocol, p.port)).collect();
+        if let Some(i) = self.port_sets.get(&key) {
+            return *i;
+        }
+        let start = len32(self.ix.ports.len());
+        for (name, protocol, port) in &key {
+            let p = self.port(name, *protocol, *port);
+            self.ix.ports.push(p);
+        }
+        let i = len32(self.ix.port_sets.len());
+        self.ix.port_sets.push(Span { start, len: len32(key.len()) });
+        self.port_sets.insert(key, i);
+        i
+    }
+
+    /// The endpoint's host label: its `hostname`, else the hostname of the pod it points to
+    /// when that pod's `subdomain` is this Service (how StatefulSet pods get stable names).
+    fn endpoint_host(&self, ep: &Endpoint, ns: &str, svc: &str) -> Option<String> {
+        if let Some(h) = ep.hostname.as_deref().filter(|h| is_host_label(h)) {
+            return Some(h.to_string());
+        }
+        let pod = self.pods.get(&(ns, ep.pod_name.as_deref()?))?;
+        if pod.subdomain.as_deref() != Some(svc) {
+            return None;
+        }
+        pod.hostname.as_deref().filter(|h| is_host_label(h)).map(str::to_string)
+    }
+
+    /// Adds one Service; false when its names cannot form DNS names.
+    fn service(
+        &mut self,
+        state: &ClusterState,
+        svc: &Service,
+        reverse: &mut Vec<(IpAddr, u32, u32)>,
+    ) -> bool {
+        let (ns, name) = (svc.name.namespace.as_str(), svc.name.name.as_str());
+        if !self.fits(&[name, ns]) {
+            return false;
+        }
+        let index = len32(self.ix.services.len());
+        let kind = if svc.service_type == ServiceType::ExternalName {
+            // CoreDNS publishes ExternalName only when it is a host name, not an address.
+            let Some(mut target) = svc
+                .external_name
+                .as_deref()
+                .filter(|t| t.parse::<IpAddr>().is_err())
+                .and_then(|t| Name::from_ascii(t).ok())
+            else {
+                return false;
             };
-            for ep in &slice.endpoints {
-                // publishNotReadyAddresses: the controller marks everything ready; honour the
-                // flag here too, so hand-written slices behave the same.
-                if !(ep.ready || svc.publish_not_ready_addresses) {
-                    continue;
-                }
-                let host = endpoint_host(ep, ns, name, pods);
-                for ip in &ep.addresses {
-                    let host = host.clone().unwrap_or_else(|| dashed_ip(*ip));
-                    let Some(fqdn) = Name::from_ascii(&host).ok().and_then(|h| h.append_domain(&fqdn).ok())
-                    else {
-                        continue;
-                    };
-                    endpoints.push(EndpointRecord {
-                        host: lower(&host),
-                        fqdn: fqdn.to_lowercase(),
-                        ip: *ip,
-                        ports: u16::try_from(set).unwrap_or(u16::MAX),
-                    });
+            target.set_fqdn(true);
+            self.ix.external_names.push(target);
+            Kind::ExternalName(len32(self.ix.external_names.len() - 1))
+        } else if svc.headless || svc.cluster_ips.is_empty() {
+            Kind::Headless
+        } else {
+            Kind::ClusterIp
+        };
+        let ips_start = len32(self.ix.ips.len());
+        if kind == Kind::ClusterIp {
+            self.ix.ips.extend(svc.cluster_ips.iter().copied());
+        }
+        let ports_start = len32(self.ix.ports.len());
+        for p in &svc.ports {
+            let port = self.port(&p.name, p.protocol, p.port);
+            self.ix.ports.push(port);
+        }
+        let ports = Span { start: ports_start, len: len32(self.ix.ports.len()) - ports_start };
+
+        // Ready endpoints (publishNotReadyAddresses: the controller marks everything ready;
+        // the flag is honoured here too, so hand-written slices behave the same).
+        let mut eps: Vec<(Vec<u8>, IpAddr, u32)> = Vec::new();
+        if !matches!(kind, Kind::ExternalName(_)) {
+            for slice in state.endpoint_slices_for(&svc.name) {
+                let set = self.port_set(&slice.ports);
+                for ep in slice.endpoints.iter().filter(|e| e.ready || svc.publish_not_ready_addresses) {
+                    let host = self.endpoint_host(ep, ns, name);
+                    for ip in &ep.addresses {
+                        let host = host.clone().unwrap_or_else(|| dashed_ip(*ip));
+                        if self.fits(&[&host, name, ns]) {
+                            eps.push((lower(&host), *ip, set));
+                        }
+                    }
                 }
             }
         }
+        eps.sort();
+        eps.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        let eps_start = len32(self.ix.endpoints.len());
+        for (host, ip, port_set) in eps {
+            let host = self.intern(host);
+            reverse.push((ip, index, len32(self.ix.endpoints.len())));
+            self.ix.endpoints.push(EndpointRecord { host, ip, port_set });
+        }
+        let record = ServiceRecords {
+            ns: self.intern(lower(ns)),
+            name: self.intern(lower(name)),
+            kind,
+            ips: Span { start: ips_start, len: len32(self.ix.ips.len()) - ips_start },
+            ports,
+            endpoints: Span { start: eps_start, len: len32(self.ix.endpoints.len()) - eps_start },
+        };
+        self.ix.services.push(record);
+        self.ix.namespaces.entry(lower(ns).into()).or_default();
+        true
     }
-    endpoints.sort_by(|a, b| a.host.cmp(&b.host).then(a.ip.cmp(&b.ip)));
-    endpoints.dedup_by(|a, b| a.host == b.host && a.ip == b.ip);
-    let port_sets = port_sets
-        .into_iter()
-        .map(|set| set.iter().map(|p| port(&p.name, p.protocol, p.port)).collect())
-        .collect();
-    Some(ServiceRecords { fqdn, kind, ports, endpoints: endpoints.into_boxed_slice(), port_sets })
 }
 
-/// The endpoint's host label: its `hostname`, else the hostname of the pod it points to when
-/// that pod's `subdomain` is this Service (how StatefulSet pods get stable names).
-fn endpoint_host(
-    ep: &tideway_core::model::Endpoint,
-    ns: &str,
-    svc: &str,
-    pods: &HashMap<(&str, &str), &Pod>,
-) -> Option<String> {
-    if let Some(h) = ep.hostname.as_deref().filter(|h| is_host_label(h)) {
-        return Some(h.to_string());
+impl RecordIndex {
+    /// Builds the index for `state`. `serial` becomes the SOA serial (the time of the last
+    /// change, injected so building stays deterministic). The result counts as synced.
+    pub fn build(state: &ClusterState, settings: &IndexSettings, serial: u32) -> Self {
+        let zone = settings.zone.clone();
+        let ns_name = under("ns.dns", &zone);
+        let svc_zone = under("svc", &zone);
+        let suffix_len = svc_zone.iter().map(|l| l.len() + 1).sum::<usize>() + 1;
+        let ix = RecordIndex {
+            soa: soa_record(&zone, &ns_name, settings.ttl, serial),
+            zone_labels: zone.num_labels() as usize,
+            zone,
+            ttl: settings.ttl,
+            pods: settings.pods,
+            synced: true,
+            serial,
+            ns_name,
+            ns_addrs: Vec::new(),
+            svc_zone,
+            text: Vec::new(),
+            namespaces: HashMap::new(),
+            services: Vec::with_capacity(state.service_count()),
+            by_name: Vec::with_capacity(state.service_count()),
+            by_hash: HashMap::default(),
+            ips: Vec::new(),
+            ports: Vec::new(),
+            port_sets: Vec::new(),
+            endpoints: Vec::new(),
+            external_names: Vec::new(),
+            reverse: HashMap::new(),
+            ptrs: Vec::new(),
+        };
+        let mut b = Builder {
+            ix,
+            labels: HashMap::new(),
+            port_sets: HashMap::new(),
+            suffix_len,
+            pods: state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect(),
+        };
+        for pod in state.pods() {
+            let ns = b.ix.namespaces.entry(lower(&pod.namespace).into()).or_default();
+            if settings.pods == PodsMode::Verified {
+                ns.pod_ips.extend(pod.ips.iter().copied());
+            }
+        }
+        for slice in state.endpoint_slices() {
+            b.ix.namespaces.entry(lower(&slice.namespace).into()).or_default();
+        }
+
+        let mut reverse: Vec<(IpAddr, u32, u32)> = Vec::new();
+        for svc in state.services() {
+            if !b.service(state, svc, &mut reverse) {
+                tracing::debug!(service = %svc.name, "names do not form DNS names; not published");
+                continue;
+            }
+            if Some(&svc.name) == settings.dns_service.as_ref() {
+                b.ix.ns_addrs = svc.cluster_ips.clone();
+            }
+        }
+        let mut ix = b.ix;
+        if ix.ns_addrs.is_empty() {
+            ix.ns_addrs = settings.fallback_ns_addrs.clone();
+        }
+
+        // Services by namespace, then name; and by hash.
+        ix.by_hash.reserve(ix.services.len());
+        let mut order: Vec<u32> = (0..len32(ix.services.len())).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&ix.services[a as usize], &ix.services[b as usize]);
+            (ix.text(a.ns), ix.text(a.name)).cmp(&(ix.text(b.ns), ix.text(b.name)))
+        });
+        for group in order.chunk_by(|&a, &b| ix.services[a as usize].ns == ix.services[b as usize].ns) {
+            let ns = ix.text(ix.services[group[0] as usize].ns).to_vec();
+            let span = Span { start: len32(ix.by_name.len()), len: len32(group.len()) };
+            ix.by_name.extend_from_slice(group);
+            for &i in group {
+                let h = name_hash(&ns, ix.text(ix.services[i as usize].name));
+                let slot = ix.by_hash.entry(h).or_insert(i);
+                if *slot != i {
+                    *slot = u32::MAX;
+                }
+            }
+            ix.namespaces.entry(ns.into()).or_default().services = span;
+        }
+
+        // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
+        for (i, svc) in ix.services.iter().enumerate() {
+            if svc.kind == Kind::ClusterIp {
+                reverse.extend(Span::of(&ix.ips, svc.ips).iter().map(|ip| (*ip, len32(i), u32::MAX)));
+            }
+        }
+        // Stable: per address, Services stay in name order, ClusterIP entries last.
+        reverse.sort_by_key(|r| r.0);
+        ix.reverse.reserve(reverse.len());
+        for group in reverse.chunk_by(|a, b| a.0 == b.0) {
+            let chosen: &[(IpAddr, u32, u32)] = match group.iter().position(|r| r.2 == u32::MAX) {
+                Some(at) => &group[at..=at],
+                None => group,
+            };
+            let span = Span { start: len32(ix.ptrs.len()), len: len32(chosen.len()) };
+            ix.ptrs.extend(chosen.iter().map(|r| (r.1, r.2)));
+            ix.reverse.insert(group[0].0, span);
+        }
+        ix.text.shrink_to_fit();
+        ix.ports.shrink_to_fit();
+        ix.ips.shrink_to_fit();
+        ix.endpoints.shrink_to_fit();
+        ix.ptrs.shrink_to_fit();
+        ix
     }
-    let pod = pods.get(&(ns, ep.pod_name.as_deref()?))?;
-    if pod.subdomain.as_deref() != Some(svc) {
-        return None;
-    }
-    pod.hostname.as_deref().filter(|h| is_host_label(h)).map(str::to_string)
 }
