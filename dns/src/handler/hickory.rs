@@ -64,7 +64,9 @@ impl RequestHandler for DnsHandler {
         );
         let edns = request.edns.as_ref().map(response_edns);
         let mut meta = response_metadata(request, &reply);
-        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
+        let rebuilt = wire::reply_question(request);
+        let builder =
+            MessageResponseBuilder::new(rebuilt.as_ref().unwrap_or(&request.queries), edns.as_ref());
         let empty = Reply::error(reply.rcode);
         let body = if truncated {
             meta.truncation = true;

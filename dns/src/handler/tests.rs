@@ -145,6 +145,22 @@ fn malformed_requests_get_formerr_or_are_dropped() {
 }
 
 #[test]
+fn questions_with_compression_pointers_are_not_echoed_verbatim() {
+    let core = core();
+    // Found by fuzzing: two questions, the first a pointer into the request's header. Echoed
+    // as-is it would point into the reply's (different) header and the reply would not parse.
+    let input = [1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 192, 0, 21, 0, 0, 0, 0, 0, 35, 0, 0, 1, 1];
+    let reply = ask(&core, &input).expect("a reply that parses");
+    assert_eq!(reply.metadata.response_code, ResponseCode::FormErr);
+    // One question `x.` whose root label is a pointer to byte 3 of the header (zero in the
+    // request, RA + rcode in the reply): the reply carries a fresh encoding of the question.
+    let q = [0x12, 0x34, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'x', 0xc0, 3, 0, 255, 0, 1];
+    let reply = ask(&core, &q).expect("a reply that parses");
+    assert_eq!(reply.metadata.response_code, ResponseCode::Refused);
+    assert_eq!(reply.queries[0].name().to_string(), "x.");
+}
+
+#[test]
 fn random_bytes_never_panic() {
     let core = core();
     // xorshift64*: deterministic, no dependency.

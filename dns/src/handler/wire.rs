@@ -12,10 +12,10 @@ use std::time::Instant;
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Edns, Header, Message, MessageType, Metadata, ResponseCode};
 use hickory_proto::rr::RecordType;
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncoder};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use hickory_server::zone_handler::MessageResponseBuilder;
+use hickory_server::zone_handler::{MessageResponseBuilder, Queries};
 
 use super::{Core, Reply, Step};
 use crate::forward::EDNS_PAYLOAD;
@@ -45,13 +45,47 @@ pub fn response_metadata(request: &Request, reply: &Reply) -> Metadata {
     meta
 }
 
+/// True when the wire-format question `bytes` contains a compression pointer.
+fn has_pointer(bytes: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(&len) = bytes.get(i) {
+        match len {
+            0 => return false,
+            l if l & 0xc0 != 0 => return true,
+            l => i += 1 + usize::from(l),
+        }
+    }
+    false
+}
+
+/// The question section a reply echoes, when the request's own bytes cannot be echoed:
+/// none for a request without exactly one question, and a fresh encoding when the question
+/// uses a compression pointer (it points into the request, whose header is not the reply's).
+pub fn reply_question(request: &Request) -> Option<Queries> {
+    let queries = request.queries.queries();
+    let rebuild = match queries {
+        [q] if has_pointer(request.queries.as_bytes()) => Some(q),
+        [_] => return None,
+        _ => None,
+    };
+    // A single name has nothing earlier to point to: its fresh encoding has no pointers.
+    let mut bytes = Vec::new();
+    if let Some(q) = rebuild {
+        q.original().emit(&mut BinEncoder::new(&mut bytes)).ok()?;
+    }
+    let count = usize::from(rebuild.is_some());
+    Queries::read(&mut BinDecoder::new(&bytes), count).ok()
+}
+
 /// Encodes `reply` to `request` in at most `max_size` bytes. Returns the bytes and whether
 /// the reply had to be truncated (then it is sent empty, with TC).
 pub fn encode(request: &Request, reply: &Reply, max_size: u16) -> Result<(Vec<u8>, bool), ProtoError> {
+    let rebuilt = reply_question(request);
+    let queries = rebuilt.as_ref().unwrap_or(&request.queries);
     let edns = request.edns.as_ref().map(response_edns);
     let meta = response_metadata(request, reply);
     let mut buf = Vec::with_capacity(512);
-    let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+    let response = MessageResponseBuilder::new(queries, edns.as_ref()).build(
         meta,
         reply.answers.iter(),
         reply.authorities.iter(),
@@ -67,7 +101,7 @@ pub fn encode(request: &Request, reply: &Reply, max_size: u16) -> Result<(Vec<u8
     buf.clear();
     let mut meta = meta;
     meta.truncation = true;
-    let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build_no_records(meta);
+    let response = MessageResponseBuilder::new(queries, edns.as_ref()).build_no_records(meta);
     let mut encoder = BinEncoder::new(&mut buf);
     encoder.set_max_size(max_size);
     response.destructive_emit(&mut encoder)?;
