@@ -8,15 +8,15 @@
 //!                                                    v
 //!                                  records::RecordIndex  (compact, label-indexed)
 //!                                                    |  ArcSwap
-//!  UDP: udp loop ---------+                          v
-//!                         +--> handler::Core::decide --> answer::answer(index, query)
-//!  TCP: hickory-server ---+        |  (checks: opcode, class,   |-> Answer (authoritative)
-//!       (RequestHandler)           |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
-//!                                  |                            '-> Forward
-//!                                  v
-//!                       Core::complete: forward::cache -> forward::Forwarder (UDP, TCP on TC)
-//!                                  |
-//!                                  v
+//!  UDP: worker threads -----+                        v
+//!       (recvmmsg/sendmmsg) +--> handler::Core::decide --> answer::answer(index, query)
+//!  TCP: hickory-server -----+        |  (checks: opcode, class,   |-> Answer (authoritative)
+//!       (RequestHandler)             |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
+//!                                    |                            '-> Forward
+//!                                    v
+//!                       Core::complete (async): forward::cache -> forward::Forwarder
+//!                                    |                            (UDP, TCP on TC)
+//!                                    v
 //!                       handler::wire::encode (TC for oversize UDP) --> client
 //!
 //!  ops: /health :8080, /ready :8181 (after sync), /metrics :9153 (CoreDNS names)
@@ -28,7 +28,7 @@
 //! * [`handler`]: hickory requests in, replies out; [`handler::DnsHandler`] is the
 //!   hickory-server `RequestHandler`.
 //! * [`forward`]: upstreams from a resolv.conf, the success/denial cache.
-//! * [`server`]: sockets, tasks, index updates, reload, lameduck, loop detection.
+//! * [`server`]: sockets, UDP workers, tasks, index updates, reload, lameduck, loop detection.
 //! * [`config`], [`ops`], [`metrics`], [`cli`]: settings, health/ready, Prometheus, `tideway dns`.
 
 #![forbid(unsafe_code)]

@@ -185,6 +185,9 @@ impl Server {
             Arc::clone(&metrics),
         ));
         let readiness = Arc::new(Readiness::default());
+        // A source that is already synced is served from its full index from the first query.
+        let mut built = None;
+        refresh_index(&core, &cluster, &settings.index, &mut built, &readiness);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (failure_tx, failure) = watch::channel(None);
         let mut tasks = JoinSet::new();
@@ -242,6 +245,7 @@ impl Server {
             Arc::clone(&settings),
             Arc::clone(&rebuild),
             Arc::clone(&readiness),
+            built,
             shutdown_rx.clone(),
         ));
         if config.loop_probe {
@@ -337,6 +341,46 @@ fn unix_now() -> u32 {
     u32::try_from(secs).unwrap_or(u32::MAX)
 }
 
+/// Rebuilds the index if the cluster is synced and something relevant changed since `built`
+/// (the settings the current index was built with).
+fn refresh_index(
+    core: &Core,
+    cluster: &SharedCluster,
+    wanted: &crate::records::IndexSettings,
+    built: &mut Option<crate::records::IndexSettings>,
+    readiness: &Readiness,
+) {
+    if !cluster.is_synced() {
+        if core.index().ttl() != wanted.ttl || core.index().zone() != &wanted.zone {
+            core.set_index(RecordIndex::unsynced(wanted));
+        }
+        return;
+    }
+    let mut state = cluster.lock();
+    let changes = state.take_changes();
+    if built.as_ref() == Some(wanted) && changes.services.is_empty() && !changes.pods {
+        return;
+    }
+    let started = Instant::now();
+    let index = RecordIndex::build(&state, wanted, unix_now());
+    drop(state);
+    let took = started.elapsed();
+    let m = core.metrics();
+    m.index_build_seconds.observe(took.as_secs_f64());
+    m.index_services.set(i64::try_from(index.service_count()).unwrap_or(i64::MAX));
+    m.index_endpoints.set(i64::try_from(index.endpoint_count()).unwrap_or(i64::MAX));
+    tracing::info!(
+        services = index.service_count(),
+        endpoints = index.endpoint_count(),
+        changed = changes.services.len(),
+        millis = took.as_secs_f64() * 1e3,
+        "cluster zone rebuilt"
+    );
+    core.set_index(index);
+    readiness.set_synced();
+    *built = Some(wanted.clone());
+}
+
 /// Keeps the index in step with the cluster and the settings: a full rebuild on every
 /// relevant change, swapped in atomically.
 async fn index_task(
@@ -345,37 +389,12 @@ async fn index_task(
     settings: Arc<Mutex<Settings>>,
     rebuild: Arc<Notify>,
     readiness: Arc<Readiness>,
+    mut built: Option<crate::records::IndexSettings>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut built: Option<crate::records::IndexSettings> = None;
     loop {
         let wanted = settings.lock().unwrap_or_else(|e| e.into_inner()).index.clone();
-        if cluster.is_synced() {
-            let mut state = cluster.lock();
-            let changes = state.take_changes();
-            if built.as_ref() != Some(&wanted) || !changes.services.is_empty() || changes.pods {
-                let started = Instant::now();
-                let index = RecordIndex::build(&state, &wanted, unix_now());
-                drop(state);
-                let took = started.elapsed();
-                let m = core.metrics();
-                m.index_build_seconds.observe(took.as_secs_f64());
-                m.index_services.set(i64::try_from(index.service_count()).unwrap_or(i64::MAX));
-                m.index_endpoints.set(i64::try_from(index.endpoint_count()).unwrap_or(i64::MAX));
-                tracing::info!(
-                    services = index.service_count(),
-                    endpoints = index.endpoint_count(),
-                    changed = changes.services.len(),
-                    millis = took.as_secs_f64() * 1e3,
-                    "cluster zone rebuilt"
-                );
-                core.set_index(index);
-                readiness.set_synced();
-                built = Some(wanted);
-            }
-        } else if core.index().ttl() != wanted.ttl || core.index().zone() != &wanted.zone {
-            core.set_index(RecordIndex::unsynced(&wanted));
-        }
+        refresh_index(&core, &cluster, &wanted, &mut built, &readiness);
         tokio::select! {
             _ = cluster.changed() => {}
             _ = rebuild.notified() => {}

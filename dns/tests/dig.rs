@@ -182,7 +182,7 @@ fn reload_and_lameduck() {
     let at = server.dns_addr;
     let mut new = server.settings();
     new.index.ttl = 30;
-    new.lameduck = Duration::from_millis(800);
+    new.lameduck = Duration::from_secs(3);
     server.apply(new).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !dig(at, &["+noall", "+answer", "web.ns1.svc.cluster.local"]).contains(" 30 IN A") {
@@ -196,7 +196,7 @@ fn reload_and_lameduck() {
 
     let (ready, health) = (server.ready_addr.unwrap(), server.health_addr.unwrap());
     let stopping = rt.spawn(server.shutdown());
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(100));
     assert_eq!(http_get(ready, "/ready").0, 503, "not ready during lameduck");
     assert_eq!(http_get(health, "/health").0, 200, "still healthy during lameduck");
     assert_eq!(lines(&dig(at, &["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"], "still serving");

@@ -27,12 +27,21 @@ fn core() -> &'static Core {
         ext.external_name = Some("web.ns1.svc.cluster.local".into());
         let snapshot = Snapshot {
             services: vec![
-                mk_service("ns1", "web").cluster_ip("10.96.0.10").cluster_ip("fd00:96::10").port("http", Tcp, 80).build(),
+                mk_service("ns1", "web")
+                    .cluster_ip("10.96.0.10")
+                    .cluster_ip("fd00:96::10")
+                    .port("http", Tcp, 80)
+                    .build(),
                 mk_service("ns1", "hl").headless().port("dns", Udp, 53).build(),
                 ext,
             ],
             endpoint_slices: vec![
-                mk_slice("ns1", "hl").port("dns", Udp, 53).ready("10.244.1.5", "a").hostname("h0").ready("10.244.2.5", "b").build(),
+                mk_slice("ns1", "hl")
+                    .port("dns", Udp, 53)
+                    .ready("10.244.1.5", "a")
+                    .hostname("h0")
+                    .ready("10.244.2.5", "b")
+                    .build(),
                 mk_slice("ns1", "hl").name("hl-v6").port("dns", Udp, 53).ready("fd00:244::5", "a").build(),
             ],
             ..Default::default()
