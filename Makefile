@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps lint purity generated check-generated unit build release
+.PHONY: demo test deps lint purity generated check-generated unit test-ipvs bench build release
 
 demo: build
 	./scripts/demo.sh
@@ -38,4 +38,14 @@ unit:
 		$(CARGO) test --workspace --locked --no-fail-fast; \
 	fi
 
-test: deps lint purity check-generated unit
+# The IPVS battery, in a VM (the host kernel has no IPVS); the rest of the dataplane battery
+# runs on the host in `unit`.
+test-ipvs:
+	./scripts/test-ipvs.sh
+
+# Benchmarks (print figures; docs/benchmarks.md records them).
+bench:
+	$(CARGO) bench -p tideway-core --bench planner
+	$(CARGO) bench -p tideway --bench agent
+
+test: deps lint purity check-generated unit test-ipvs

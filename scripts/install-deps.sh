@@ -6,7 +6,10 @@ set -euo pipefail
 # Packages the tests use at run time:
 #   nftables, iptables, ipset, conntrack, iproute2: the node agent's dataplanes and netns harness
 #   dnsutils: dig, for DNS tests
-PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils procps)
+#   ipvsadm, qemu-system-x86, linux-image-amd64, busybox-static, python3-venv: the IPVS tests,
+#     which boot Debian's kernel in a VM with virtme-ng (the host kernel has no IPVS)
+PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils procps
+  ipvsadm qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
@@ -19,4 +22,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# virtme-ng (PyPI) in its own virtualenv; scripts/test-ipvs.sh looks for it there.
+VNG_VENV="${TIDEWAY_VNG_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tideway/virtme-ng}"
+if [ ! -x "$VNG_VENV/bin/vng" ]; then
+  echo "installing virtme-ng into $VNG_VENV"
+  python3 -m venv "$VNG_VENV"
+  "$VNG_VENV/bin/pip" install -q virtme-ng
 fi

@@ -153,6 +153,20 @@ impl FileSource {
     }
 }
 
+/// Where a component's objects come from: a YAML file today, Kubernetes watchers and the lab
+/// later. A source writes into the [`SharedCluster`], marks it synced once it delivered a
+/// complete view, and keeps it current until the returned future is dropped.
+pub trait Source: Send + 'static {
+    /// Feeds `cluster` until cancelled.
+    fn run(self, cluster: SharedCluster) -> impl Future<Output = ()> + Send;
+}
+
+impl Source for FileSource {
+    fn run(self, cluster: SharedCluster) -> impl Future<Output = ()> + Send {
+        FileSource::run(self, cluster)
+    }
+}
+
 /// Puts the current version of every object in `keep` back into `snapshot`.
 fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot) {
     let wanted: BTreeMap<(&str, Option<&str>, &str), ()> =

@@ -98,7 +98,7 @@ impl Battery {
         done: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
         std::fs::write(self.c.path("cluster.yaml"), manifest(mode, extra)).expect("manifest");
-        eventually(Duration::from_secs(20), || match status(self.node(0))? {
+        eventually(patience(20.0), || match status(self.node(0))? {
             s if done(&s) => Ok(s),
             s => Err(format!("not there yet: {s}")),
         })
@@ -129,7 +129,7 @@ fn refused(ns: &Netns, src: Option<IpAddr>, dst: &str) -> (String, Duration) {
 fn assert_rejected(ns: &Netns, dst: &str) {
     let (e, took) = refused(ns, None, dst);
     assert!(e.contains("refused"), "{dst}: expected a reject, got {e:?}");
-    assert!(took < Duration::from_secs(1), "{dst}: reject took {took:?}");
+    assert!(took < patience(1.0), "{dst}: reject took {took:?}");
 }
 
 fn assert_dropped(ns: &Netns, src: Option<IpAddr>, dst: &str) {
@@ -218,7 +218,7 @@ fn behaviour(mode: &str) {
 
     // Status and metrics name what was programmed.
     let s = status(b.node(0)).expect("status");
-    assert_eq!(s["failures"], 0, "{s}");
+    assert_eq!(s["failures"], 0, "{s}\n{}", b.logs());
     assert_eq!(s["last_error"], serde_json::Value::Null, "{s}");
     let metrics = agent_get(b.node(0), "/metrics").expect("metrics");
     assert!(metrics.contains("kubeproxy_sync_proxy_rules_duration_seconds_count"), "{metrics}");
@@ -237,17 +237,20 @@ fn udp_conntrack(mode: &str) {
     let dns = addr("10.96.0.53:53");
     assert!(udp(a1, dns, 40000).is_err(), "no endpoints yet");
     b.rewrite(mode, &dns_slice("10.244.2.11", "node-b"), |_| true);
-    let a = eventually(Duration::from_secs(5), || udp(a1, dns, 40000))
-        .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    let a = eventually(patience(5.0), || udp(a1, dns, 40000)).unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
     assert_eq!(a.name, "b1");
     b.rewrite(mode, &dns_slice("10.244.2.12", "node-b"), |_| true);
-    let a = eventually(Duration::from_secs(5), || match udp(a1, dns, 40000)? {
+    let a = eventually(patience(5.0), || match udp(a1, dns, 40000)? {
         a if a.name == "b2" => Ok(a),
         a => Err(format!("still served by {a:?}")),
     });
     a.unwrap_or_else(|e| panic!("stale UDP flow kept: {e}\n{}", b.logs()));
-    let s = status(b.node(0)).expect("status");
-    assert!(s["conntrack_deleted"].as_u64().unwrap_or(0) >= 1, "{s}");
+    if mode != "ipvs" {
+        // IPVS moves the flow itself (the real server is deleted at once and
+        // expire_nodest_conn drops its connection entry); the others needed conntrack.
+        let s = status(b.node(0)).expect("status");
+        assert!(s["conntrack_deleted"].as_u64().unwrap_or(0) >= 1, "{s}");
+    }
 }
 
 /// Hand-made damage to the rules is found by the periodic check and repaired.
@@ -263,7 +266,7 @@ fn drift(mode: &str) {
         _ => "ipvsadm -D -t 10.96.0.10:80",
     };
     node.sh(damage);
-    let s = eventually(Duration::from_secs(15), || {
+    let s = eventually(patience(15.0), || {
         let s = status(node)?;
         if s["drift_repairs"].as_u64().unwrap_or(0) >= 1 { Ok(s) } else { Err(format!("no repair yet: {s}")) }
     })
@@ -285,7 +288,7 @@ fn restart(mode: &str) {
     b.spread(&b.c.client, "192.168.0.201:80", 2);
     b.agents[0] = start_agent(&mut b.c, 0, "cluster.yaml", &[]);
     let s = wait_synced(b.node(0), 0).unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
-    assert_eq!(s["failures"], 0, "{s}");
+    assert_eq!(s["failures"], 0, "{s}\n{}", b.logs());
     b.spread(&b.c.client, WEB, 4);
 }
 
@@ -320,7 +323,7 @@ fn failing_tool(mode: &str) {
                  spec: {clusterIP: 10.96.0.99, ports: [{name: p, port: 80}]}\n";
     std::fs::write(&fail, "").expect("fail marker");
     std::fs::write(b.c.path("cluster.yaml"), manifest(mode, extra)).expect("manifest");
-    let s = eventually(Duration::from_secs(10), || {
+    let s = eventually(patience(10.0), || {
         let s = status(b.node(0))?;
         if s["failures"].as_u64().unwrap_or(0) >= 1 { Ok(s) } else { Err(format!("no failure yet: {s}")) }
     })
@@ -331,7 +334,7 @@ fn failing_tool(mode: &str) {
     assert!(tcp(&b.c.client, addr("10.96.0.99:80")).is_err());
     // The tool recovers: the retry programs the new Service (it has no endpoints: reject).
     std::fs::remove_file(&fail).expect("remove marker");
-    eventually(Duration::from_secs(10), || match tcp(&b.c.client, addr("10.96.0.99:80")) {
+    eventually(patience(10.0), || match tcp(&b.c.client, addr("10.96.0.99:80")) {
         Err(e) if e.contains("refused") => Ok(()),
         other => Err(format!("{other:?}")),
     })
@@ -354,10 +357,20 @@ fn mode_switch(from: &str, to: &str) {
     assert_eq!(exchange(&mut conn).expect("open connection survives the switch").name, first.name);
     b.spread(b.pod(0, 0), WEB, 6);
     b.spread(&b.c.client, "192.168.0.201:80", 2);
-    for mode in [from, to].into_iter().filter(|m| *m != to) {
-        let leftover = leftovers(node, mode);
-        assert!(leftover.is_empty(), "{mode} rules left after switching to {to}: {leftover:?}");
+    if from == "ipvs" {
+        // IPVS keeps its virtual servers while they carry the open connection.
+        assert!(!s["retiring"].as_array().expect("retiring").is_empty(), "{s}");
+        drop(conn);
+        eventually(patience(15.0), || match leftovers(node, from) {
+            l if l.is_empty() => Ok(()),
+            l => Err(format!("{from} rules left after the connection closed: {l:?}")),
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    } else {
+        let left = leftovers(node, from);
+        assert!(left.is_empty(), "{from} rules left after switching to {to}: {left:?}");
     }
+    b.spread(b.pod(0, 0), WEB, 4);
 }
 
 /// Objects of `mode` present in the node's kernel.

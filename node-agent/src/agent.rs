@@ -24,7 +24,7 @@ use tideway_core::plan::{NodeContext, NodePortDestinations, Ruleset, Target, com
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
 
-use crate::dataplane::{self, Dataplane, Keep, Update};
+use crate::dataplane::{self, Dataplane, Keep, Retired, Update};
 use crate::health::{HealthServers, ProxyHealth};
 use crate::metrics::{Metrics, PolicyLabel};
 
@@ -70,6 +70,8 @@ pub struct AgentStatus {
     pub last_drift: Vec<String>,
     /// Mode switches performed.
     pub mode_switches: u64,
+    /// Backends of earlier modes still being removed, and what they wait for.
+    pub retiring: Vec<String>,
     /// The last error, if the last sync failed.
     pub last_error: Option<String>,
     /// Service ports programmed.
@@ -106,6 +108,7 @@ pub struct Agent {
     pending: BTreeSet<ServiceName>,
     last_full: Option<Instant>,
     leftovers_checked: bool,
+    retiring: Vec<(Box<dyn Dataplane>, Keep)>,
     status: Arc<RwLock<AgentStatus>>,
     metrics: Arc<Metrics>,
     health: Arc<ProxyHealth>,
@@ -140,6 +143,7 @@ impl Agent {
             pending: BTreeSet::new(),
             last_full: None,
             leftovers_checked: false,
+            retiring: Vec::new(),
             status,
             hc_servers: HealthServers::new(health.clone()),
             metrics,
@@ -267,25 +271,20 @@ impl Agent {
             return Err(msg);
         }
         if let Some(new) = new_dataplane
-            && let Some(mut old) = self.dataplane.replace(new)
+            && let Some(old) = self.dataplane.replace(new)
         {
-            let keep = Keep::of(programs);
-            let old_mode = old.mode();
-            match blocking(|| old.cleanup(&keep)) {
-                Ok(()) => {
-                    tracing::info!(from = %old_mode, to = %mode, "proxy mode switched; old rules removed")
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, from = %old_mode, "removing the previous mode's rules failed")
-                }
-            }
+            tracing::info!(from = %old.mode(), to = %mode, "proxy mode switched; removing the old mode's rules");
+            // A backend being retired in the new mode is adopted, not removed.
+            self.retiring.retain(|(d, _)| d.mode() != mode);
+            self.retiring.push((old, Keep::of(programs)));
             self.metrics.mode_switches.inc();
             self.set_status(|s| s.mode_switches += 1);
         }
         if !self.leftovers_checked {
             self.leftovers_checked = true;
-            self.clean_leftovers(&node.settings, programs);
+            self.find_leftovers(&node.settings, programs);
         }
+        self.retire();
 
         // Side effects of a successful sync.
         let udp_changed = full || !self.pending.is_empty();
@@ -355,22 +354,42 @@ impl Agent {
         Ok(())
     }
 
-    /// Removes rules a previous run left in another mode (kept objects are shared names the
-    /// current mode uses).
-    fn clean_leftovers(&self, settings: &ProxySettings, programs: [&Program; 2]) {
-        let keep = Keep::of(programs);
+    /// Queues for removal the rules a previous run left in another mode (kept objects are
+    /// shared names the current mode uses).
+    fn find_leftovers(&mut self, settings: &ProxySettings, programs: [&Program; 2]) {
         for other in ProxyMode::ALL.into_iter().filter(|m| *m != settings.mode) {
             let mut s = settings.clone();
             s.mode = other;
             let mut dp = dataplane::for_settings(&s);
-            let present = blocking(|| dp.present()).unwrap_or(false);
-            if present {
-                match blocking(|| dp.cleanup(&keep)) {
-                    Ok(()) => tracing::info!(mode = %other, "removed rules left by an earlier run"),
-                    Err(e) => tracing::warn!(mode = %other, error = %e, "could not remove leftover rules"),
-                }
+            if blocking(|| dp.present()).unwrap_or(false) {
+                tracing::info!(mode = %other, "removing rules left by an earlier run");
+                self.retiring.push((dp, Keep::of(programs)));
             }
         }
+    }
+
+    /// Moves the removal of retired backends forward; some wait for connections to drain.
+    pub fn retire(&mut self) {
+        if self.retiring.is_empty() {
+            return;
+        }
+        let mut waiting = Vec::new();
+        self.retiring.retain_mut(|(dp, keep)| match blocking(|| dp.cleanup(keep)) {
+            Ok(Retired::Done) => {
+                tracing::info!(mode = %dp.mode(), "old rules removed");
+                false
+            }
+            Ok(Retired::Draining(what)) => {
+                waiting.push(format!("{}: {what}", dp.mode()));
+                true
+            }
+            Err(e) => {
+                tracing::warn!(mode = %dp.mode(), error = %e, "removing old rules failed; will retry");
+                waiting.push(format!("{}: {e}", dp.mode()));
+                true
+            }
+        });
+        self.set_status(|s| s.retiring = waiting);
     }
 
     /// Compares the kernel with what was applied; on a difference, counts it and resyncs.
@@ -491,6 +510,7 @@ impl Agent {
             }
             if Instant::now() >= next_verify {
                 next_verify = Instant::now() + sync_period;
+                self.retire();
                 if let Err(e) = self.check_drift(true).await {
                     tracing::warn!(error = %e, "drift check failed");
                     force_full = true;

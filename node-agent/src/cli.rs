@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use prometheus_client::registry::Registry;
 use tideway_api::duration::parse_duration;
-use tideway_api::source::{FileSource, SharedCluster};
+use tideway_api::source::{FileSource, SharedCluster, Source};
 use tideway_core::config::ProxyMode;
 
 use crate::agent::{Agent, AgentOptions, AgentStatus};
@@ -64,7 +64,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     rt.block_on(async move {
         let cluster = SharedCluster::new();
         let source = FileSource::new(path, args.file_poll_interval);
-        tokio::spawn(source.run(cluster.clone()));
+        tokio::spawn(Source::run(source, cluster.clone()));
 
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));

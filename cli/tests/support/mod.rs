@@ -11,6 +11,14 @@ use tideway_tests::netns::{Cluster, Netns, eventually};
 
 pub(crate) const WEB: &str = "10.96.0.10:80";
 
+/// `secs` seconds, times `TIDEWAY_TEST_TIME_SCALE` (a VM without hardware acceleration runs
+/// everything several times slower).
+pub(crate) fn patience(secs: f64) -> Duration {
+    let scale =
+        std::env::var("TIDEWAY_TEST_TIME_SCALE").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(1.0);
+    Duration::from_secs_f64(secs * scale.max(1.0))
+}
+
 /// The Services of the battery, as Kubernetes YAML (`mode` goes into the ProxyConfig).
 pub(crate) fn manifest(mode: &str, extra: &str) -> String {
     let mut y = format!(
@@ -187,7 +195,7 @@ pub(crate) fn status(ns: &Netns) -> Result<serde_json::Value, String> {
 
 /// Waits until node `ns`'s agent completed a sync with `syncs` above `after`.
 pub(crate) fn wait_synced(ns: &Netns, after: u64) -> Result<serde_json::Value, String> {
-    eventually(Duration::from_secs(20), || {
+    eventually(patience(20.0), || {
         let s = status(ns)?;
         match s["syncs"].as_u64() {
             Some(n) if n > after && s["synced"] == true => Ok(s),

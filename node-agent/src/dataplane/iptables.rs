@@ -5,6 +5,7 @@
 //! the one already holding Kubernetes rules wins, then the one holding more rules, then nft.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
@@ -12,7 +13,7 @@ use tideway_core::program::{ChainRef, Program, name};
 use tideway_core::render::iptables::text;
 
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, Keep, Update};
+use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
 use crate::exec;
 
 /// Which iptables implementation the host uses.
@@ -42,6 +43,39 @@ const SERVICE_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE
 
 fn owned(chain: &str) -> bool {
     OWN_CHAINS.contains(&chain) || SERVICE_PREFIXES.iter().any(|p| chain.starts_with(p))
+}
+
+/// Lines mentioning `KUBE-` and rules (`-A`) in one variant's saved tables, both families.
+fn census(variant: &str) -> (usize, usize) {
+    let (mut kube, mut rules) = (0, 0);
+    for tool in ["iptables", "ip6tables"] {
+        if let Ok(out) = exec::run(&format!("{tool}-{variant}-save"), &[], None) {
+            for line in out.lines() {
+                kube += usize::from(line.contains("KUBE-"));
+                rules += usize::from(line.starts_with("-A "));
+            }
+        }
+    }
+    (kube, rules)
+}
+
+fn detect_backend() -> IptablesBackend {
+    choose_backend(census("legacy"), census("nft"))
+}
+
+/// The variant already holding Kubernetes rules wins, then the one holding more rules, then nft.
+fn choose_backend(legacy: (usize, usize), nft: (usize, usize)) -> IptablesBackend {
+    match (legacy, nft) {
+        ((lk, _), (nk, _)) if lk != nk => {
+            if lk > nk {
+                IptablesBackend::Legacy
+            } else {
+                IptablesBackend::Nft
+            }
+        }
+        ((_, lr), (_, nr)) if lr > nr => IptablesBackend::Legacy,
+        _ => IptablesBackend::Nft,
+    }
 }
 
 /// The iptables backend (also used by IPVS mode for its rules).
@@ -78,28 +112,44 @@ pub(super) fn split_args(s: &str) -> Vec<String> {
 /// iptables-save output: rule argument lines per (table, chain), in order.
 pub(super) type Saved = BTreeMap<(String, String), Vec<String>>;
 
+/// The filter and nat tables of `iptables-save` output.
+fn parse_saved(out: &str) -> Saved {
+    let mut saved = Saved::new();
+    let mut table = "";
+    for line in out.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.trim();
+        } else if table != "filter" && table != "nat" {
+            continue;
+        } else if let Some(decl) = line.strip_prefix(':') {
+            let chain = decl.split_whitespace().next().unwrap_or_default();
+            saved.entry((table.to_string(), chain.to_string())).or_default();
+        } else if let Some(rule) = line.strip_prefix("-A ") {
+            let (chain, args) = rule.split_once(' ').unwrap_or((rule, ""));
+            saved.entry((table.to_string(), chain.to_string())).or_default().push(args.to_string());
+        }
+    }
+    saved
+}
+
+/// Whether `chain` holds a rule jumping to `target`.
+fn has_jump(saved: &Saved, table: &str, chain: &str, target: &str) -> bool {
+    let jump = format!("-j {target}");
+    saved
+        .get(&(table.to_string(), chain.to_string()))
+        .is_some_and(|rules| rules.iter().any(|r| r.ends_with(&jump)))
+}
+
 impl Iptables {
     /// Uses the given backend.
     pub fn new(backend: IptablesBackend) -> Self {
         Iptables { backend }
     }
 
-    /// Detects the host's backend.
+    /// The host's backend, detected once per process (kube-proxy decides at start too).
     pub fn detect() -> Self {
-        let lines = |variant: &str, needle: &str| -> usize {
-            ["iptables", "ip6tables"]
-                .iter()
-                .filter_map(|t| exec::run(&format!("{t}-{variant}-save"), &[], None).ok())
-                .map(|out| out.lines().filter(|l| l.contains(needle)).count())
-                .sum()
-        };
-        let backend = match (lines("legacy", "KUBE-"), lines("nft", "KUBE-")) {
-            (l, n) if l > n => IptablesBackend::Legacy,
-            (l, n) if n > l => IptablesBackend::Nft,
-            _ if lines("legacy", "-A ") > lines("nft", "-A ") => IptablesBackend::Legacy,
-            _ => IptablesBackend::Nft,
-        };
-        Iptables { backend }
+        static DETECTED: OnceLock<IptablesBackend> = OnceLock::new();
+        Iptables { backend: *DETECTED.get_or_init(detect_backend) }
     }
 
     /// The detected backend.
@@ -124,40 +174,29 @@ impl Iptables {
         Ok(())
     }
 
-    /// Reads the filter and nat tables.
+    /// Reads the filter and nat tables (one `iptables-save`).
     pub(super) fn save(&self, family: IpFamily) -> Result<Saved, DataplaneError> {
-        let mut saved = Saved::new();
-        for table in ["filter", "nat"] {
-            let out = exec::run(&self.bin(family, "save"), &["-t", table], None)?;
-            for line in out.lines() {
-                if let Some(decl) = line.strip_prefix(':') {
-                    let chain = decl.split_whitespace().next().unwrap_or_default();
-                    saved.entry((table.to_string(), chain.to_string())).or_default();
-                } else if let Some(rule) = line.strip_prefix("-A ") {
-                    let (chain, args) = rule.split_once(' ').unwrap_or((rule, ""));
-                    saved.entry((table.to_string(), chain.to_string())).or_default().push(args.to_string());
-                }
-            }
-        }
-        Ok(saved)
+        Ok(parse_saved(&exec::run(&self.bin(family, "save"), &[], None)?))
     }
 
-    /// Makes sure every jump from a built-in chain exists (kube-proxy's EnsureRule(Prepend)).
-    pub(super) fn ensure_jumps(&self, p: &Program) -> Result<(), DataplaneError> {
+    /// Makes sure every jump from a built-in chain exists (kube-proxy's EnsureChain and
+    /// EnsureRule(Prepend)), reading what is there from `saved` instead of one `-C` per jump.
+    pub(super) fn ensure_jumps(&self, p: &Program, saved: &Saved) -> Result<(), DataplaneError> {
         let bin = self.bin(p.family, "");
+        let mut created = BTreeSet::new();
         for (table, chain, args) in text::builtin_jumps(p).into_iter().rev() {
             let argv = split_args(&args);
-            let mut check = vec!["-w", "5", "-t", table, "-C", &chain];
-            check.extend(argv.iter().map(String::as_str));
-            if exec::run(&bin, &check, None).is_err() {
-                // The target chain must exist first (kube-proxy's EnsureChain); "already
-                // exists" is fine, and any other failure shows up in the insert below.
-                let target = argv.last().map(String::as_str).unwrap_or_default();
-                let _ = exec::run(&bin, &["-w", "5", "-t", table, "-N", target], None);
-                let mut insert = vec!["-w", "5", "-t", table, "-I", &chain, "1"];
-                insert.extend(argv.iter().map(String::as_str));
-                exec::run(&bin, &insert, None)?;
+            let target = argv.last().map(String::as_str).unwrap_or_default();
+            if has_jump(saved, table, &chain, target) {
+                continue;
             }
+            let key = (table.to_string(), target.to_string());
+            if !saved.contains_key(&key) && created.insert(key) {
+                exec::run(&bin, &["-w", "5", "-t", table, "-N", target], None)?;
+            }
+            let mut insert = vec!["-w", "5", "-t", table, "-I", &chain, "1"];
+            insert.extend(argv.iter().map(String::as_str));
+            exec::run(&bin, &insert, None)?;
         }
         Ok(())
     }
@@ -165,11 +204,11 @@ impl Iptables {
     /// Full sync of one family: jumps, then every chain flushed and refilled in one restore,
     /// stale per-Service chains deleted.
     pub(super) fn full(&self, p: &Program) -> Result<(), DataplaneError> {
-        self.ensure_jumps(p)?;
+        let saved = self.save(p.family)?;
+        self.ensure_jumps(p, &saved)?;
         let desired: BTreeSet<(String, String)> =
             p.assemble().chains.iter().map(|c| (c.def.table.to_string(), c.def.name.to_string())).collect();
-        let stale: Vec<ChainRef> = self
-            .save(p.family)?
+        let stale: Vec<ChainRef> = saved
             .into_keys()
             .filter(|(t, c)| {
                 SERVICE_PREFIXES.iter().any(|pre| c.starts_with(pre))
@@ -189,10 +228,7 @@ impl Iptables {
         let mut drift = Counts::of(p).compare(&observed, false, label);
         for (table, chain, args) in text::builtin_jumps(p) {
             let target = args.rsplit(' ').next().unwrap_or_default();
-            let present = saved
-                .get(&(table.to_string(), chain.clone()))
-                .is_some_and(|rules| rules.iter().any(|r| r.ends_with(&format!("-j {target}"))));
-            if !present {
+            if !has_jump(&saved, table, &chain, target) {
                 drift.push(Drift {
                     object: format!("{label} chain {table}/{chain}"),
                     detail: format!("jump to {target} missing"),
@@ -282,8 +318,8 @@ impl Dataplane for Iptables {
         Ok(drift)
     }
 
-    fn cleanup(&mut self, keep: &Keep) -> Result<(), DataplaneError> {
-        self.remove(keep)
+    fn cleanup(&mut self, keep: &Keep) -> Result<Retired, DataplaneError> {
+        self.remove(keep).map(|()| Retired::Done)
     }
 
     fn present(&mut self) -> Result<bool, DataplaneError> {
@@ -294,6 +330,27 @@ impl Dataplane for Iptables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_filter_and_nat_from_one_save() {
+        let out = "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j KUBE-X\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n\
+                   :KUBE-SERVICES - [0:0]\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+                   COMMIT\n*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
+        let saved = parse_saved(out);
+        assert_eq!(saved.len(), 3, "{saved:?}");
+        assert!(has_jump(&saved, "nat", "PREROUTING", "KUBE-SERVICES"));
+        assert!(!has_jump(&saved, "nat", "OUTPUT", "KUBE-SERVICES"));
+        assert!(!saved.contains_key(&("mangle".to_string(), "PREROUTING".to_string())));
+        assert!(saved[&("nat".to_string(), "KUBE-SERVICES".to_string())].is_empty());
+    }
+
+    #[test]
+    fn backend_follows_kubernetes_rules_then_rule_count() {
+        assert_eq!(choose_backend((3, 10), (0, 50)), IptablesBackend::Legacy);
+        assert_eq!(choose_backend((0, 0), (2, 2)), IptablesBackend::Nft);
+        assert_eq!(choose_backend((0, 7), (0, 3)), IptablesBackend::Legacy);
+        assert_eq!(choose_backend((0, 0), (0, 0)), IptablesBackend::Nft);
+    }
 
     #[test]
     fn splits_quoted_arguments() {

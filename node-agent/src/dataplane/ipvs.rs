@@ -17,7 +17,7 @@ use tideway_core::render::ipvs::{DUMMY_INTERFACE, IPVS_IPS, set_name, text};
 use super::iptables::Iptables;
 use super::ipvs_netlink::IpvsNetlink;
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, Keep, Update};
+use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
 use crate::exec;
 
 /// Real servers still draining after this long are removed anyway.
@@ -32,10 +32,22 @@ pub struct Ipvs {
     settings: IpvsSettings,
     netlink: Option<IpvsNetlink>,
     draining: BTreeMap<(VsKey, RsKey), Instant>,
+    /// When the cleanup after a mode switch started.
+    retiring: Option<Instant>,
 }
 
 fn key(vs: &VirtualServer) -> VsKey {
     (vs.ip, vs.protocol, vs.port)
+}
+
+/// The protocol of an IP protocol number IPVS reports.
+fn protocol_of(number: u8) -> Option<Protocol> {
+    match number {
+        6 => Some(Protocol::Tcp),
+        17 => Some(Protocol::Udp),
+        132 => Some(Protocol::Sctp),
+        _ => None,
+    }
 }
 
 fn scheduler_module(s: &str) -> String {
@@ -45,7 +57,7 @@ fn scheduler_module(s: &str) -> String {
 impl Ipvs {
     /// An IPVS backend writing its rules with `iptables`.
     pub fn new(iptables: Iptables, settings: IpvsSettings) -> Self {
-        Ipvs { iptables, settings, netlink: None, draining: BTreeMap::new() }
+        Ipvs { iptables, settings, netlink: None, draining: BTreeMap::new(), retiring: None }
     }
 
     fn nl(&mut self) -> Result<&mut IpvsNetlink, DataplaneError> {
@@ -59,7 +71,9 @@ impl Ipvs {
     /// with a clearer error).
     fn prepare(&mut self) {
         for m in ["ip_vs", &scheduler_module(self.settings.scheduler.as_str()), "nf_conntrack"] {
-            let _ = exec::run("modprobe", &["-q", m], None);
+            if !std::path::Path::new("/sys/module").join(m).exists() {
+                let _ = exec::run("modprobe", &["-q", m], None);
+            }
         }
         let mut sysctls = vec![
             ("net/ipv4/vs/conntrack", "1"),
@@ -86,26 +100,15 @@ impl Ipvs {
         }
     }
 
-    fn ensure_dummy() -> Result<(), DataplaneError> {
-        if exec::run("ip", &["link", "show", DUMMY_INTERFACE], None).is_err() {
-            exec::run("ip", &["link", "add", DUMMY_INTERFACE, "type", "dummy"], None)?;
+    /// The addresses on the dummy interface, creating it when missing.
+    fn ensure_dummy() -> Result<BTreeSet<IpAddr>, DataplaneError> {
+        match exec::run("ip", &["-o", "addr", "show", "dev", DUMMY_INTERFACE], None) {
+            Ok(out) => Ok(parse_addresses(&out)),
+            Err(_) => {
+                exec::run("ip", &["link", "add", DUMMY_INTERFACE, "type", "dummy"], None)?;
+                Ok(BTreeSet::new())
+            }
         }
-        Ok(())
-    }
-
-    fn bound_addresses() -> Result<BTreeSet<IpAddr>, DataplaneError> {
-        let out = match exec::run("ip", &["-o", "addr", "show", "dev", DUMMY_INTERFACE], None) {
-            Ok(out) => out,
-            Err(_) => return Ok(BTreeSet::new()),
-        };
-        Ok(out
-            .lines()
-            .filter_map(|l| {
-                let mut words = l.split_whitespace();
-                words.find(|w| *w == "inet" || *w == "inet6")?;
-                words.next()?.split('/').next()?.parse().ok()
-            })
-            .collect())
     }
 
     fn change_addresses(add: &[IpAddr], del: &[IpAddr]) -> Result<(), DataplaneError> {
@@ -179,15 +182,7 @@ impl Ipvs {
         let current = self.nl()?.services()?;
         let current: BTreeMap<VsKey, (String, u32)> = current
             .into_iter()
-            .filter_map(|s| {
-                let proto = match s.protocol {
-                    6 => Protocol::Tcp,
-                    17 => Protocol::Udp,
-                    132 => Protocol::Sctp,
-                    _ => return None,
-                };
-                Some(((s.ip, proto, s.port), (s.scheduler, s.timeout)))
-            })
+            .filter_map(|s| Some(((s.ip, protocol_of(s.protocol)?, s.port), (s.scheduler, s.timeout))))
             .collect();
         for k in current.keys().filter(|k| !desired.contains_key(*k)) {
             self.nl()?.del_service(&k.0, k.1, k.2)?;
@@ -256,7 +251,9 @@ impl Ipvs {
     ) -> Result<(), DataplaneError> {
         let svc = (&vs.ip, vs.protocol, vs.port);
         let since = *self.draining.entry((key(vs), (ip, port))).or_insert_with(Instant::now);
-        if conns == 0 || since.elapsed() > DRAIN_LIMIT {
+        // As kube-proxy: only TCP drains; UDP and SCTP real servers go at once (their flows
+        // move on the next packet, since expire_nodest_conn is set).
+        if vs.protocol != Protocol::Tcp || conns == 0 || since.elapsed() > DRAIN_LIMIT {
             self.draining.remove(&(key(vs), (ip, port)));
             self.nl()?.del_dest(svc, &ip, port)
         } else if weight != 0 {
@@ -313,13 +310,12 @@ impl Dataplane for Ipvs {
         match update {
             Update::Full => {
                 self.prepare();
-                Self::ensure_dummy()?;
+                let have = Self::ensure_dummy()?;
                 for p in desired {
                     Self::ipset_full(p)?;
                     self.iptables.full(p)?;
                 }
                 let want = Self::desired_addresses(desired);
-                let have = Self::bound_addresses()?;
                 let add: Vec<IpAddr> = want.difference(&have).copied().collect();
                 let del: Vec<IpAddr> = have.difference(&want).copied().collect();
                 Self::change_addresses(&add, &del)?;
@@ -366,7 +362,9 @@ impl Dataplane for Ipvs {
             drift.extend(self.iptables.verify_rules(p, &format!("{} ipvs", p.family))?);
         }
         let want = Self::desired_addresses(desired);
-        let have = Self::bound_addresses()?;
+        let have = exec::run("ip", &["-o", "addr", "show", "dev", DUMMY_INTERFACE], None)
+            .map(|out| parse_addresses(&out))
+            .unwrap_or_default();
         if want != have {
             drift.push(Drift {
                 object: format!("interface {DUMMY_INTERFACE}"),
@@ -378,15 +376,7 @@ impl Dataplane for Ipvs {
             .nl()?
             .services()?
             .into_iter()
-            .filter_map(|s| {
-                Protocol::parse(match s.protocol {
-                    6 => "tcp",
-                    17 => "udp",
-                    132 => "sctp",
-                    _ => "",
-                })
-                .map(|p| (s.ip, p, s.port))
-            })
+            .filter_map(|s| Some((s.ip, protocol_of(s.protocol)?, s.port)))
             .collect();
         let wanted: BTreeSet<VsKey> = services.keys().copied().collect();
         if kernel != wanted {
@@ -428,21 +418,48 @@ impl Dataplane for Ipvs {
         Ok(drift)
     }
 
-    fn cleanup(&mut self, keep: &Keep) -> Result<(), DataplaneError> {
-        if let Ok(nl) = self.nl() {
-            nl.flush()?;
-        }
+    /// First call: the mode's iptables rules and ipsets go at once, so nothing new reaches
+    /// IPVS. The virtual servers and their addresses stay while they carry established
+    /// connections (up to [`DRAIN_LIMIT`]), then go too, with the UDP conntrack entries that
+    /// only IPVS could translate.
+    fn cleanup(&mut self, keep: &Keep) -> Result<Retired, DataplaneError> {
+        let since = *self.retiring.get_or_insert_with(Instant::now);
         self.draining.clear();
         self.iptables.remove(keep)?;
-        if exec::run("ip", &["link", "show", DUMMY_INTERFACE], None).is_ok() {
-            exec::run("ip", &["link", "del", DUMMY_INTERFACE], None)?;
-        }
         if let Ok(names) = exec::run("ipset", &["list", "-n"], None) {
             for n in names.lines().filter(|n| n.starts_with("KUBE-")) {
                 exec::run("ipset", &["destroy", n], None)?;
             }
         }
-        Ok(())
+        let services = match self.nl() {
+            Ok(nl) => nl.services()?,
+            Err(_) => Vec::new(),
+        };
+        let mut established = 0;
+        for s in &services {
+            if let Some(proto) = protocol_of(s.protocol) {
+                established += self.nl()?.dests(&s.ip, proto, s.port)?.iter().map(|d| d.active).sum::<u32>();
+            }
+        }
+        if established > 0 && since.elapsed() < DRAIN_LIMIT {
+            return Ok(Retired::Draining(format!("{established} established connections through IPVS")));
+        }
+        for s in services.iter().filter(|s| protocol_of(s.protocol) == Some(Protocol::Udp)) {
+            let (ip, port) = (s.ip.to_string(), s.port.to_string());
+            let _ = exec::run(
+                "conntrack",
+                &["-D", "-p", "udp", "--orig-dst", &ip, "--orig-port-dst", &port],
+                None,
+            );
+        }
+        if let Ok(nl) = self.nl() {
+            nl.flush()?;
+        }
+        if exec::run("ip", &["link", "show", DUMMY_INTERFACE], None).is_ok() {
+            exec::run("ip", &["link", "del", DUMMY_INTERFACE], None)?;
+        }
+        self.retiring = None;
+        Ok(Retired::Done)
     }
 
     fn present(&mut self) -> Result<bool, DataplaneError> {
@@ -452,4 +469,15 @@ impl Dataplane for Ipvs {
         let sets = exec::run("ipset", &["list", "-n"], None).unwrap_or_default();
         Ok(sets.lines().any(|n| n.starts_with("KUBE-") && (n.contains("CLUSTER-IP") || n.contains("IPVS"))))
     }
+}
+
+/// Addresses in `ip -o addr show` output.
+fn parse_addresses(out: &str) -> BTreeSet<IpAddr> {
+    out.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "inet" || *w == "inet6")?;
+            words.next()?.split('/').next()?.parse().ok()
+        })
+        .collect()
 }

@@ -94,6 +94,15 @@ pub enum DataplaneError {
     Netlink(String),
 }
 
+/// How far a [`Dataplane::cleanup`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retired {
+    /// Nothing of the backend is left.
+    Done,
+    /// Objects stay for established connections (what is waiting, for the status).
+    Draining(String),
+}
+
 /// A kernel backend.
 pub trait Dataplane: Send {
     /// The mode it implements.
@@ -108,8 +117,10 @@ pub trait Dataplane: Send {
     /// slower at scale.
     fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError>;
 
-    /// Removes every object of this backend except those in `keep`.
-    fn cleanup(&mut self, keep: &Keep) -> Result<(), DataplaneError>;
+    /// Removes this backend's objects except those in `keep` (after a mode switch, or when an
+    /// earlier run left them). Objects still carrying established connections may stay until
+    /// they drain: the caller repeats the call while it returns [`Retired::Draining`].
+    fn cleanup(&mut self, keep: &Keep) -> Result<Retired, DataplaneError>;
 
     /// True when objects of this backend exist in the kernel (leftovers of an earlier run).
     fn present(&mut self) -> Result<bool, DataplaneError>;

@@ -8,7 +8,7 @@ use tideway_core::program::Program;
 use tideway_core::render::nftables::{TABLE, text};
 
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, Keep, Update};
+use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
 use crate::exec;
 
 /// The nftables backend (drives the `nft` tool).
@@ -93,7 +93,7 @@ impl Dataplane for Nftables {
         Ok(drift)
     }
 
-    fn cleanup(&mut self, _keep: &Keep) -> Result<(), DataplaneError> {
+    fn cleanup(&mut self, _keep: &Keep) -> Result<Retired, DataplaneError> {
         let tables = Self::tables()?;
         let mut script = String::new();
         for fam in ["ip", "ip6"] {
@@ -104,7 +104,7 @@ impl Dataplane for Nftables {
         if !script.is_empty() {
             Self::nft(&["-f", "-"], Some(&script))?;
         }
-        Ok(())
+        Ok(Retired::Done)
     }
 
     fn present(&mut self) -> Result<bool, DataplaneError> {

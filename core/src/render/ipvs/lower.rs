@@ -24,11 +24,19 @@ pub const DUMMY_INTERFACE: &str = "kube-ipvs0";
 /// The ipset holding every address bound to the dummy interface.
 pub const IPVS_IPS: &str = "KUBE-IPVS-IPS";
 
-/// ipset name for a family (`KUBE-6-` prefix for IPv6, as kube-proxy).
+/// The longest ipset name the kernel accepts.
+const MAX_SET_NAME: usize = 31;
+
+/// ipset name for a family: kube-proxy's `KUBE-6-` prefix for IPv6, cut to 31 characters as
+/// kube-proxy does (`KUBE-6-LOAD-BALANCER-SOURCE-CIDR` becomes `KUBE-6-LOAD-BALANCER-SOURCE-CID`).
 pub fn set_name(family: IpFamily, name: &str) -> String {
     match family {
         IpFamily::V4 => name.to_string(),
-        IpFamily::V6 => name.replacen("KUBE-", "KUBE-6-", 1),
+        IpFamily::V6 => {
+            let mut n = name.replacen("KUBE-", "KUBE-6-", 1);
+            n.truncate(MAX_SET_NAME);
+            n
+        }
     }
 }
 
@@ -522,4 +530,22 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
     }
     frag.virtual_servers = vs;
     frag
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_set_names_fit_the_kernel_limit() {
+        assert_eq!(
+            set_name(IpFamily::V6, "KUBE-LOAD-BALANCER-SOURCE-CIDR"),
+            "KUBE-6-LOAD-BALANCER-SOURCE-CID"
+        );
+        assert_eq!(set_name(IpFamily::V6, "KUBE-CLUSTER-IP"), "KUBE-6-CLUSTER-IP");
+        assert_eq!(
+            set_name(IpFamily::V4, "KUBE-LOAD-BALANCER-SOURCE-CIDR"),
+            "KUBE-LOAD-BALANCER-SOURCE-CIDR"
+        );
+    }
 }

@@ -1,0 +1,356 @@
+//! Node-agent benchmarks on the real kernel (needs root; everything runs in network namespaces
+//! created for the purpose):
+//!
+//! * full sync of 10,000 Services x 10 endpoints: the agent (plan + render + apply) against a
+//!   bare `nft -f` / `iptables-restore` of the same rendered text;
+//! * one endpoint change at that scale, from the cluster event to the kernel;
+//! * new TCP connections per second through a ClusterIP with 10 and with 10,000 Services;
+//! * the `tideway agent` process's memory with 10,000 Services x 10 endpoints read from a file.
+//!
+//! `cargo bench -p tideway --bench agent` (`SERVICES=N` to change the scale).
+
+#![allow(clippy::print_stdout)]
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use prometheus_client::registry::Registry;
+use tideway_api::source::SharedCluster;
+use tideway_core::cluster::ClusterState;
+use tideway_core::config::ProxyMode;
+use tideway_core::net::Protocol;
+use tideway_core::net::IpFamily;
+use tideway_core::plan::compile;
+use tideway_core::render;
+use tideway_core::testing::{
+    mk_node, mk_node_context, mk_service, mk_slice, synthetic_cluster, synthetic_slice,
+};
+use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
+use tideway_node_agent::health::ProxyHealth;
+use tideway_node_agent::metrics::Metrics;
+use tideway_tests::netns::{Netns, is_root};
+
+const ENDPOINTS: usize = 10;
+const NODE: &str = "node-a";
+
+fn services() -> usize {
+    std::env::var("SERVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// `n` synthetic Services plus this node, as the agent's tracker holds them.
+fn cluster(n: usize) -> ClusterState {
+    let mut c = synthetic_cluster(n, ENDPOINTS);
+    c.apply_node(mk_node(NODE, "192.168.0.10", "zone-a"));
+    c.take_changes();
+    c
+}
+
+/// An agent over `state`, in `mode`, plus a tokio runtime to drive it.
+fn agent(state: ClusterState, mode: ProxyMode) -> (tokio::runtime::Runtime, Agent, SharedCluster) {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let shared = SharedCluster::new();
+    shared.update(|c| *c = state);
+    let opts = AgentOptions {
+        node: NODE.into(),
+        mode: Some(mode),
+        sync_period: None,
+        min_sync_period: None,
+        full_sync_period: Duration::from_secs(3600),
+    };
+    let metrics = Arc::new(Metrics::new(&mut Registry::default()));
+    let status = Arc::new(RwLock::new(AgentStatus::default()));
+    let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
+    let agent = Agent::new(opts, shared.clone(), status, metrics, health);
+    (rt, agent, shared)
+}
+
+/// The text a full sync hands the kernel tool, per family (empty families left out).
+fn rendered(mode: ProxyMode, state: &ClusterState) -> Vec<(IpFamily, String)> {
+    let ruleset = compile(state, &mk_node_context());
+    IpFamily::ALL
+        .into_iter()
+        .map(|f| {
+            let p = render::lower(mode, &ruleset, f);
+            let text = match mode {
+                ProxyMode::Nftables => render::nftables::text::program(&p),
+                _ => render::iptables::text::program(&p, &[]),
+            };
+            (f, text)
+        })
+        .collect()
+}
+
+fn bare_apply(mode: ProxyMode, texts: &[(IpFamily, String)]) {
+    match mode {
+        ProxyMode::Nftables => {
+            let all: String = texts.iter().map(|(_, t)| t.as_str()).collect();
+            pipe("nft", &["-f", "-"], &all);
+        }
+        _ => {
+            for (f, t) in texts {
+                let tool = if *f == IpFamily::V4 { "iptables-nft-restore" } else { "ip6tables-nft-restore" };
+                pipe(tool, &["--noflush", "--wait"], t);
+            }
+        }
+    }
+}
+
+fn pipe(tool: &str, args: &[&str], input: &str) {
+    let mut child = Command::new(tool)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tool");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{tool} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Full sync: agent vs bare tool, three samples each on a fresh namespace, then the same on a
+/// namespace that already holds the rules (the periodic resync).
+fn full_sync(mode: ProxyMode, n: usize) {
+    let state = cluster(n);
+    let texts = rendered(mode, &state);
+    let bytes: usize = texts.iter().map(|(_, t)| t.len()).sum();
+    let (mut first, mut resync, mut bare_first, mut bare_again) = (vec![], vec![], vec![], vec![]);
+    for i in 0..3 {
+        let ns = Netns::create(&format!("twbench-full-{i}"));
+        let s = state.clone();
+        let (a, b) = ns.run(move || {
+            let (rt, mut agent, _) = agent(s, mode);
+            let t = Instant::now();
+            rt.block_on(agent.sync(true)).expect("first sync");
+            let a = t.elapsed();
+            let t = Instant::now();
+            rt.block_on(agent.sync(true)).expect("resync");
+            (a, t.elapsed())
+        });
+        first.push(a);
+        resync.push(b);
+        let ns = Netns::create(&format!("twbench-bare-{i}"));
+        let texts = texts.clone();
+        let (a, b) = ns.run(move || {
+            let t = Instant::now();
+            bare_apply(mode, &texts);
+            let a = t.elapsed();
+            let t = Instant::now();
+            bare_apply(mode, &texts);
+            (a, t.elapsed())
+        });
+        bare_first.push(a);
+        bare_again.push(b);
+    }
+    let (first, resync, bare_first, bare_again) =
+        (median(first), median(resync), median(bare_first), median(bare_again));
+    println!("full sync, {mode}, {n} services x {ENDPOINTS} endpoints ({} KiB of rules):", bytes / 1024);
+    println!(
+        "  empty kernel:    agent {:>10}  bare apply {:>10}  ratio {:.2}",
+        ms(first),
+        ms(bare_first),
+        first.as_secs_f64() / bare_first.as_secs_f64()
+    );
+    println!(
+        "  rules in place:  agent {:>10}  bare apply {:>10}  ratio {:.2}",
+        ms(resync),
+        ms(bare_again),
+        resync.as_secs_f64() / bare_again.as_secs_f64()
+    );
+}
+
+/// One endpoint of one Service swapped back and forth: event into the tracker -> kernel.
+fn one_change(mode: ProxyMode, n: usize) {
+    let ns = Netns::create("twbench-change");
+    let state = cluster(n);
+    let samples = ns.run(move || {
+        let (rt, mut agent, shared) = agent(state, mode);
+        rt.block_on(agent.sync(true)).expect("first sync");
+        let mut samples = Vec::new();
+        for i in 0..30 {
+            let t = Instant::now();
+            shared.update(|c| {
+                c.apply_endpoint_slice(synthetic_slice(n / 2, ENDPOINTS, (i % 2 == 0).then_some(3)))
+            });
+            rt.block_on(agent.sync(false)).expect("sync");
+            samples.push(t.elapsed());
+        }
+        samples
+    });
+    let max = samples.iter().max().copied().unwrap_or_default();
+    println!(
+        "one endpoint change, {mode}, {n} services: median {}, max {} (30 changes)",
+        ms(median(samples)),
+        ms(max)
+    );
+}
+
+/// New connections per second from the node to a ClusterIP whose endpoint is a pod, with
+/// `n - 1` other Services programmed (the measured one sorts last).
+fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
+    let node = Netns::create("twbench-rate-node");
+    let pod = Netns::create("twbench-rate-pod");
+    node.sh(&format!(
+        "ip link add veth-pod type veth peer name eth0 netns {} && ip link set veth-pod up && \
+         ip addr add 10.244.1.1/32 dev veth-pod && ip route add 10.244.1.2/32 dev veth-pod && \
+         ip route add 10.96.0.0/12 dev lo && sysctl -qw net.ipv4.ip_forward=1",
+        pod.name
+    ));
+    pod.sh("ip addr add 10.244.1.2/32 dev eth0 && ip link set eth0 up && ip route add 10.244.1.1 dev eth0 && ip route add default via 10.244.1.1");
+    let listener = pod.run(|| TcpListener::bind("0.0.0.0:8080").expect("bind"));
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            drop(s);
+        }
+    });
+    let mut state = cluster(n.saturating_sub(1));
+    state.apply_service(
+        mk_service("zz-bench", "target").cluster_ip("10.97.0.1").port("http", Protocol::Tcp, 80).build(),
+    );
+    state.apply_endpoint_slice(
+        mk_slice("zz-bench", "target").port("http", Protocol::Tcp, 8080).ready("10.244.1.2", NODE).build(),
+    );
+    state.take_changes();
+    node.run(move || {
+        let (rt, mut agent, _) = agent(state, mode);
+        rt.block_on(agent.sync(true)).expect("sync");
+        let dst: SocketAddr = "10.97.0.1:80".parse().expect("addr");
+        let (deadline, mut count) = (Instant::now() + Duration::from_secs(3), 0u32);
+        let start = Instant::now();
+        while Instant::now() < deadline && count < 50_000 {
+            let s = TcpStream::connect_timeout(&dst, Duration::from_secs(1)).expect("connect");
+            socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).ok();
+            count += 1;
+        }
+        f64::from(count) / start.elapsed().as_secs_f64()
+    })
+}
+
+/// RSS of `tideway agent` after its first sync of `n` Services read from a YAML file.
+fn agent_memory(n: usize) {
+    let ns = Netns::create("twbench-rss");
+    let dir = std::env::temp_dir().join("twbench-rss");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("cluster.yaml");
+    std::fs::write(&file, manifest(n)).expect("manifest");
+    let log = dir.join("agent.log");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
+    let source = format!("file:{}", file.display());
+    let t = Instant::now();
+    let mut child = ns.spawn(bin, &["agent", "--node", NODE, "--source", &source], &log, &[]);
+    let status = ns.run(move || {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            assert!(Instant::now() < deadline, "agent never synced");
+            if let Ok(body) = http_get("127.0.0.1:10249", "/api/v1/status")
+                && body.contains("\"synced\":true")
+            {
+                return body;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let to_synced = t.elapsed();
+    let proc = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+    let field = |k: &str| {
+        proc.lines().find(|l| l.starts_with(k)).map(|l| l[k.len()..].trim().to_string()).unwrap_or_default()
+    };
+    let sync_ms =
+        status.split("\"last_sync_ms\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("?").to_string();
+    println!(
+        "tideway agent, {n} services x {ENDPOINTS} endpoints from a {} MiB file: RSS {} (peak {}), started to synced {}, first sync {sync_ms} ms",
+        std::fs::metadata(&file).map(|m| m.len() / (1 << 20)).unwrap_or(0),
+        field("VmRSS:"),
+        field("VmHWM:"),
+        ms(to_synced)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = TcpStream::connect(addr)?;
+    write!(s, "GET {path} HTTP/1.0\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// The synthetic cluster as Kubernetes YAML.
+fn manifest(n: usize) -> String {
+    let mut y = String::with_capacity(n * 1200);
+    y.push_str(&format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {NODE}}}\nstatus: {{addresses: [{{type: InternalIP, address: 192.168.0.10}}]}}\n"
+    ));
+    for i in 0..n {
+        let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
+        y.push_str(&format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+             spec: {{clusterIP: 10.96.{}.{}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}\n",
+            i / 250,
+            i % 250 + 1
+        ));
+        y.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints:\n"
+        ));
+        for j in 0..ENDPOINTS {
+            let k = i * ENDPOINTS + j;
+            let node = if j % 2 == 0 { "node-a" } else { "node-b" };
+            y.push_str(&format!(
+                "- {{addresses: [10.{}.{}.{}], nodeName: {node}, conditions: {{ready: true}}}}\n",
+                128 + k / 62500,
+                k / 250 % 250,
+                k % 250 + 1
+            ));
+        }
+    }
+    y
+}
+
+fn main() {
+    if !is_root() {
+        eprintln!("the agent benchmarks need root (network namespaces, nft, iptables)");
+        return;
+    }
+    let n = services();
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let run = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    for mode in [ProxyMode::Nftables, ProxyMode::Iptables] {
+        if run("full") {
+            full_sync(mode, n);
+        }
+        if run("change") {
+            one_change(mode, n);
+        }
+        if run("rate") {
+            let small = connection_rate(mode, 10);
+            let large = connection_rate(mode, n);
+            println!(
+                "new connections through a ClusterIP, {mode}: {small:.0}/s with 10 services, {large:.0}/s with {n} (ratio {:.2})",
+                large / small
+            );
+        }
+    }
+    if run("memory") {
+        agent_memory(n);
+    }
+}
