@@ -7,12 +7,15 @@
 # stime from /proc/PID/stat: the box is shared, so answers per server CPU-second is the fair
 # figure), the whole box's busy CPU (to show background load), and RSS/PSS.
 #
-# Usage: bench/dns/run.sh            (about 6 minutes plus a release build)
+# Usage: bench/dns/run.sh            (about 9 minutes plus a release build)
 #   DURATION=20   seconds per saturation run
 #   RATE=20000    queries per second of the fixed-rate latency run
+#   ROUNDS=3      alternating tideway/Knot rounds of the headline run (median reported)
 #   BENCH_DIR=... scratch directory (default: a new one under /tmp)
-#   SERVERS="tideway tideway-lowmem knot"   (tideway-lowmem: the same binary with the
-#                 allocator told to return freed memory at once, see docs/benchmarks.md)
+#   SERVERS="tideway tideway-lowmem tideway-hickory knot"
+#                 tideway-lowmem: the same binary, its allocator told to return freed memory
+#                 at once; tideway-hickory: UDP through hickory-server's own socket loop
+#                 (--udp-engine hickory) instead of the recvmmsg workers; see docs/benchmarks.md
 # Installs dnsperf, knot and bc from Debian when missing. Loopback only (ports 25353, 35353).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +23,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 B=${BENCH_DIR:-$(mktemp -d /tmp/tideway-dns-bench.XXXXXX)}
 DURATION=${DURATION:-20}
 RATE=${RATE:-20000}
-SERVERS=${SERVERS:-"tideway tideway-lowmem knot"}
+SERVERS=${SERVERS:-"tideway tideway-lowmem tideway-hickory knot"}
+ROUNDS=${ROUNDS:-3}
 KNOT_PORT=25353
 TW_PORT=35353
 
@@ -59,12 +63,13 @@ start_server() {
       sed "s/udp-workers: .*/udp-workers: $workers/" "$B/knot/knot.conf" > "$B/knot/run.conf"
       rm -rf "$B/knot/db/"*
       cmd=(knotd -c "$B/knot/run.conf") ;;
-    tideway|tideway-lowmem)
+    tideway|tideway-lowmem|tideway-hickory)
       port=$TW_PORT
       cmd=("$TIDEWAY" dns --source "file:$B/cluster.yaml" --listen "127.0.0.1:$TW_PORT"
            --upstream-resolv-conf "$B/empty-resolv.conf" --workers "$workers"
            --health-listen 127.0.0.1:38080 --ready-listen 127.0.0.1:38181 --metrics-listen 127.0.0.1:39153
-           --lameduck 0s --no-loop-probe ${TIDEWAY_ARGS:-}) ;;
+           --lameduck 0s --no-loop-probe ${TIDEWAY_ARGS:-})
+      [ "$name" = tideway-hickory ] && cmd+=(--udp-engine hickory) ;;
   esac
   local envs=()
   [ "$name" = tideway-lowmem ] && envs=(env MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0)
@@ -126,19 +131,34 @@ row() {
 }
 
 LABELS=()
+# 1. The headline comparison, alternating servers so both see the same background load:
+#    ROUNDS x (tideway, knot), pinned, saturating.
+ROUND_LABELS=()
+for r in $(seq 1 "$ROUNDS"); do
+  for S in tideway knot; do
+    [[ " $SERVERS " == *" $S "* ]] || continue
+    start_server "$S" 1 yes "$S-pin1-r$r"
+    measure "$S-pin1-q500-r$r" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500
+    ROUND_LABELS+=("$S-pin1-q500-r$r")
+    if [ "$S" = tideway ] && [ "$r" = 1 ]; then
+      grep -o 'millis=[0-9.]*' "$B/results/$S-pin1-r$r.server.log" | head -1 | sed 's/millis=/index build ms: /' > "$B/results/index-build.txt" || true
+    fi
+    stop_server
+  done
+done
+# 2. Everything else once per server.
 for S in $SERVERS; do
   start_server "$S" 1 yes "$S-pin1"
-  measure "$S-pin1-q500" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500")
+  if [ "$S" != tideway ] && [ "$S" != knot ]; then
+    measure "$S-pin1-q500" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500")
+  fi
   measure "$S-pin1-Q$RATE" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500 -Q "$RATE" -v; LABELS+=("$S-pin1-Q$RATE")
-  if [ "$S" != tideway-lowmem ]; then
+  if [ "$S" = tideway ] || [ "$S" = knot ]; then
     measure "$S-pin1-q500-POSONLY" "$B/q-positive.txt" yes -l 10 -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500-POSONLY")
     measure "$S-pin1-q500-NXONLY" "$B/q-nx.txt" yes -l 10 -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500-NXONLY")
   fi
-  if [ "$S" = tideway ]; then
-    grep -o 'millis=[0-9.]*' "$B/results/$S-pin1.server.log" | head -1 | sed 's/millis=/index build ms: /' > "$B/results/index-build.txt" || true
-  fi
   stop_server
-  [ "$S" = tideway-lowmem ] && continue
+  [ "$S" = tideway ] || [ "$S" = knot ] || continue
   start_server "$S" 2 no "$S-w2"
   measure "$S-w2-q500" "$B/queries.txt" no -l "$DURATION" -c 4 -T 2 -q 500; LABELS+=("$S-w2-q500")
   stop_server
@@ -160,10 +180,19 @@ if [[ "$SERVERS" == *tideway* && "$SERVERS" == *knot* ]]; then
   kill "$KPID" "$TPID"; wait "$KPID" "$TPID" 2>/dev/null || true
 fi
 
+eff() { awk '/Queries completed/{print $3}' "$B/results/$1.dnsperf" | { read -r n; read -r _ t _ hz _ < "$B/results/$1.meta"; echo "$n $t $hz" | awk '{printf "%.0f", $1 / ($2 / $3)}'; }; }
 {
   echo "| run | QPS | completed | server CPU s | answers per server CPU-s | avg ms | p50 / p99 / p99.9 ms | background CPU s | RSS / PSS MB before | RSS / PSS MB after | response codes |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
-  for l in "${LABELS[@]}"; do row "$l"; done
+  for l in "${ROUND_LABELS[@]}" "${LABELS[@]}"; do row "$l"; done
+  echo
+  if [[ " $SERVERS " == *" tideway "* && " $SERVERS " == *" knot "* ]]; then
+    for r in $(seq 1 "$ROUNDS"); do
+      t=$(eff "tideway-pin1-q500-r$r"); k=$(eff "knot-pin1-q500-r$r")
+      echo "round $r: tideway $t, knot $k answers per server CPU-s, ratio $(echo "$t $k" | awk '{printf "%.2f", $1 / $2}')"
+    done | tee "$B/results/rounds.txt"
+    echo "median ratio: $(awk '{print $NF}' "$B/results/rounds.txt" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')"
+  fi
   cat "$B/results/index-build.txt" 2>/dev/null || true
   echo "knotd $(dpkg-query -W -f='${Version}' knot), dnsperf $(dpkg-query -W -f='${Version}' dnsperf), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"
 } | tee "$B/results/table.md"

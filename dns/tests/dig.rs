@@ -235,3 +235,20 @@ fn forwarding_loops_are_detected() {
     rt.block_on(server_a.shutdown());
     rt.block_on(server_b.shutdown());
 }
+
+#[test]
+fn hickory_udp_engine_answers_the_same() {
+    if !have_dig() {
+        return;
+    }
+    let rt = runtime();
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), settings(&[]));
+    config.udp_engine = tideway_dns::server::UdpEngine::Hickory;
+    let server = rt.block_on(tideway_dns::server::Server::start(config, cluster())).unwrap();
+    let at = server.dns_addr;
+    assert_eq!(lines(&dig(at, &["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"]);
+    assert!(dig(at, &["+noall", "+comments", "nope.ns1.svc.cluster.local"]).contains("status: NXDOMAIN"));
+    let out = dig(at, &["+ignore", "+noedns", "+noall", "+comments", "big.ns1.svc.cluster.local"]);
+    assert!(out.contains(" tc") && out.contains("ANSWER: 0"), "{out}");
+    rt.block_on(server.shutdown());
+}
