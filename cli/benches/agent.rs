@@ -24,8 +24,8 @@ use prometheus_client::registry::Registry;
 use tideway_api::source::SharedCluster;
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::ProxyMode;
-use tideway_core::net::Protocol;
 use tideway_core::net::IpFamily;
+use tideway_core::net::Protocol;
 use tideway_core::plan::compile;
 use tideway_core::render;
 use tideway_core::testing::{
@@ -208,7 +208,7 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
     node.sh(&format!(
         "ip link add veth-pod type veth peer name eth0 netns {} && ip link set veth-pod up && \
          ip addr add 10.244.1.1/32 dev veth-pod && ip route add 10.244.1.2/32 dev veth-pod && \
-         ip route add 10.96.0.0/12 dev lo && sysctl -qw net.ipv4.ip_forward=1",
+         ip route add 10.96.0.0/12 dev veth-pod && sysctl -qw net.ipv4.ip_forward=1",
         pod.name
     ));
     pod.sh("ip addr add 10.244.1.2/32 dev eth0 && ip link set eth0 up && ip route add 10.244.1.1 dev eth0 && ip route add default via 10.244.1.1");

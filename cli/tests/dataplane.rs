@@ -51,11 +51,16 @@ struct Battery {
 
 impl Battery {
     fn start(test: &str, mode: &str, env: &[(&str, &str)]) -> Battery {
+        Battery::start_with(test, mode, env, "2s")
+    }
+
+    /// Agents checking for drift every `sync` only.
+    fn start_with(test: &str, mode: &str, env: &[(&str, &str)], sync: &str) -> Battery {
         let mut c = cluster(test);
         std::fs::write(c.path("cluster.yaml"), manifest(mode, "")).expect("manifest");
         let mut agents = Vec::new();
         for i in 0..2 {
-            agents.push(start_agent(&mut c, i, "cluster.yaml", env));
+            agents.push(start_agent_with(&mut c, i, "cluster.yaml", env, sync));
         }
         let b = Battery { c, mode: mode.to_string(), agents };
         for n in &b.c.nodes {
@@ -293,14 +298,17 @@ fn restart(mode: &str) {
 }
 
 /// A failing tool leaves the last good rules in place; the agent reports it and retries.
-fn failing_tool(mode: &str) {
+fn apply_error(mode: &str) {
     if !runnable(mode) {
         return;
+    }
+    if mode == "nftables" {
+        return nftables_rejects(mode);
     }
     let dir = std::env::temp_dir().join(format!("tw-wrap-{}-{mode}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("wrapper dir");
     let fail = dir.join("fail");
-    for tool in ["nft", "iptables-nft-restore", "iptables-legacy-restore", "ipset"] {
+    for tool in ["iptables-nft-restore", "iptables-legacy-restore", "ipset"] {
         let Ok(out) = std::process::Command::new("sh").args(["-c", &format!("command -v {tool}")]).output()
         else {
             continue;
@@ -340,6 +348,53 @@ fn failing_tool(mode: &str) {
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// nftables changes go to the kernel as one netlink transaction: a hand-made rule that still
+/// jumps to a chain the agent deletes makes the kernel refuse the whole change. The agent
+/// reports it, then a full resync (which replaces the table, hand-made rule included) brings
+/// the node to the desired state.
+fn nftables_rejects(mode: &str) {
+    // No periodic drift check: it would remove the hand-made rule before the change.
+    let b = Battery::start_with("rej-nftables", mode, &[], "1h");
+    let node = b.node(0);
+    let chains = node.sh("nft list table ip tideway");
+    let sticky = chains
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("chain "))
+        .map(|c| c.trim_end_matches('{').trim().trim_matches('"').to_string())
+        .find(|c| c.starts_with("service-") && c.contains("sticky"))
+        .unwrap_or_else(|| panic!("no chain for the sticky Service:\n{chains}"));
+    node.sh(&format!(
+        "nft add chain ip tideway hand-made && nft add rule ip tideway hand-made jump {sticky}"
+    ));
+    let without_sticky: String = manifest(mode, "")
+        .split("---\n")
+        .filter(|doc| !doc.contains("name: sticky"))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    std::fs::write(b.c.path("cluster.yaml"), without_sticky).expect("manifest");
+    eventually(patience(10.0), || {
+        let s = status(node)?;
+        if s["failures"].as_u64().unwrap_or(0) >= 1 { Ok(s) } else { Err(format!("no failure yet: {s}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    let log = b.c.log("agent-node-a.log");
+    assert!(
+        log.contains(&format!("delete chain {sticky}: Device or resource busy")),
+        "the error names the refused change:\n{log}"
+    );
+    // The retry is a full sync: the sticky chains and the hand-made one are gone, the rest serves.
+    eventually(patience(10.0), || {
+        let chains = node.sh("nft list table ip tideway");
+        let s = status(node)?;
+        if chains.contains("sticky") || chains.contains("hand-made") || !s["last_error"].is_null() {
+            return Err(format!("not converged: {s}\n{chains}"));
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    b.spread(&b.c.client, WEB, 4);
 }
 
 /// Switching modes keeps open connections and leaves nothing of the old mode behind.
@@ -419,7 +474,7 @@ macro_rules! modes {
             #[test]
             fn restart() { super::restart(stringify!($mode)) }
             #[test]
-            fn failing_tool() { super::failing_tool(stringify!($mode)) }
+            fn apply_error() { super::apply_error(stringify!($mode)) }
         }
     )*};
 }

@@ -145,6 +145,17 @@ pub(crate) fn cluster(test: &str) -> Cluster {
 
 /// Starts the agent on node `i` reading `file`; `env` may put wrapper tools first in PATH.
 pub(crate) fn start_agent(c: &mut Cluster, i: usize, file: &str, env: &[(&str, &str)]) -> usize {
+    start_agent_with(c, i, file, env, "2s")
+}
+
+/// [`start_agent`] with another sync period (how often the kernel is checked for drift).
+pub(crate) fn start_agent_with(
+    c: &mut Cluster,
+    i: usize,
+    file: &str,
+    env: &[(&str, &str)],
+    sync: &str,
+) -> usize {
     let node = c.nodes[i].name.clone();
     let source = format!("file:{}", c.path(file).display());
     let log = format!("agent-{node}.log");
@@ -159,7 +170,7 @@ pub(crate) fn start_agent(c: &mut Cluster, i: usize, file: &str, env: &[(&str, &
             "--min-sync-period",
             "100ms",
             "--sync-period",
-            "2s",
+            sync,
             "--file-poll-interval",
             "100ms",
         ],

@@ -8,6 +8,7 @@
 mod iptables;
 mod ipvs;
 mod ipvs_netlink;
+pub mod nft_netlink;
 mod nftables;
 mod observe;
 

@@ -1,4 +1,4 @@
-//! nftables: everything in `table ip tideway` and `table ip6 tideway`, one `nft -f` transaction
+//! nftables: everything in `table ip tideway` and `table ip6 tideway`, one netlink transaction
 //! per sync (both families together), so a failed sync changes nothing.
 
 use serde_json::Value;
@@ -7,14 +7,22 @@ use tideway_core::net::IpFamily;
 use tideway_core::program::Program;
 use tideway_core::render::nftables::{TABLE, text};
 
+use super::nft_netlink::NftNetlink;
 use super::observe::Counts;
 use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
 use crate::exec;
 
-/// The nftables backend (drives the `nft` tool).
-#[derive(Debug, Default)]
+/// The nftables backend: changes go over netlink in one transaction; reading back and
+/// cleaning up use the `nft` tool.
+#[derive(Default)]
 pub struct Nftables {
-    _private: (),
+    netlink: Option<NftNetlink>,
+}
+
+impl std::fmt::Debug for Nftables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nftables").field("connected", &self.netlink.is_some()).finish()
+    }
 }
 
 impl Nftables {
@@ -70,15 +78,19 @@ impl Dataplane for Nftables {
     }
 
     fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError> {
-        let script = match update {
-            Update::Full => desired.iter().map(|p| text::program(p)).collect::<String>(),
-            Update::Changes(cs) => desired.iter().zip(cs).map(|(p, c)| text::changes(p, c)).collect(),
-        };
-        if script.is_empty() {
-            return Ok(());
+        if self.netlink.is_none() {
+            self.netlink = Some(NftNetlink::open()?);
         }
-        Self::nft(&["-f", "-"], Some(&script))?;
-        Ok(())
+        let nl = self.netlink.as_mut().expect("just opened");
+        let result = match update {
+            Update::Full => nl.apply_full(desired),
+            Update::Changes(cs) => nl.apply_changes(desired, cs),
+        };
+        if result.is_err() {
+            // A fresh socket for the retry (nothing of this transaction was applied).
+            self.netlink = None;
+        }
+        result
     }
 
     fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError> {

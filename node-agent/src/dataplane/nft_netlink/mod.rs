@@ -1,0 +1,391 @@
+//! nftables over netlink: programs and change sets encoded as one `nf_tables` batch (one
+//! kernel transaction, as `nft -f` would send), without parsing rule text. At 10,000 Services
+//! this is several times faster than `nft -f`, whose parser dominates large updates; the
+//! messages match what `nft` sends for the same rules, so `nft list ruleset` reads the same.
+
+mod batch;
+mod expr;
+mod sets;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use netlink_sys::{Socket, SocketAddr};
+use tideway_core::net::IpFamily;
+use tideway_core::program::{ChangeSet, Element, Program, Set, SetRef};
+use tideway_core::render::nftables::TABLE;
+
+use super::DataplaneError;
+use batch::{Batch, NLM_F_CREATE, msg};
+use expr::SetIndex;
+
+const NETLINK_NETFILTER: isize = 12;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_CAPPED: u16 = 0x100;
+const NLM_F_ACK_TLVS: u16 = 0x200;
+const NLMSGERR_ATTR_MSG: u16 = 1;
+const TABLE_NAME: u16 = 1;
+const TABLE_FLAGS: u16 = 2;
+const TABLE_USERDATA: u16 = 6;
+const CHAIN_TABLE: u16 = 1;
+const CHAIN_HOOK: u16 = 4;
+const CHAIN_NAME: u16 = 3;
+const CHAIN_POLICY: u16 = 5;
+const CHAIN_TYPE: u16 = 7;
+const HOOK_NUM: u16 = 1;
+const HOOK_PRIORITY: u16 = 2;
+const RULE_TABLE: u16 = 1;
+const RULE_CHAIN: u16 = 2;
+/// The table comment `nft` shows.
+const TABLE_COMMENT: &str = "rules for tideway";
+
+/// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
+fn nfproto(f: IpFamily) -> u8 {
+    if f == IpFamily::V4 { 2 } else { 10 }
+}
+
+/// A netfilter netlink socket.
+pub struct NftNetlink {
+    socket: Socket,
+    seq: u32,
+}
+
+fn err(what: impl std::fmt::Display) -> DataplaneError {
+    DataplaneError::Netlink(what.to_string())
+}
+
+impl NftNetlink {
+    /// Opens the socket.
+    pub fn open() -> Result<Self, DataplaneError> {
+        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(|e| err(format!("netlink socket: {e}")))?;
+        socket.bind_auto().map_err(|e| err(format!("netlink bind: {e}")))?;
+        socket.connect(&SocketAddr::new(0, 0)).map_err(|e| err(format!("netlink connect: {e}")))?;
+        let _ = socket.set_cap_ack(true);
+        let _ = socket.set_ext_ack(true);
+        let _ = socket.set_rx_buf_sz(4 << 20);
+        let seq = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(1);
+        Ok(NftNetlink { socket, seq })
+    }
+
+    /// Replaces both families' tables with `desired` in one transaction.
+    pub fn apply_full(&mut self, desired: [&Program; 2]) -> Result<(), DataplaneError> {
+        let mut b = Batch::new(self.seq);
+        for p in desired {
+            full(&mut b, p);
+        }
+        self.commit(b)
+    }
+
+    /// Applies `changes` (per family) on top of what is programmed, in one transaction.
+    pub fn apply_changes(
+        &mut self,
+        desired: [&Program; 2],
+        changes: [&ChangeSet; 2],
+    ) -> Result<(), DataplaneError> {
+        let mut b = Batch::new(self.seq);
+        for (p, cs) in desired.into_iter().zip(changes) {
+            if cs.full {
+                full(&mut b, p);
+            } else {
+                incremental(&mut b, p, cs);
+            }
+        }
+        self.commit(b)
+    }
+
+    /// Sends the batch and collects the kernel's answer to every message.
+    fn commit(&mut self, b: Batch) -> Result<(), DataplaneError> {
+        let (bytes, what) = b.finish();
+        self.seq = self.seq.wrapping_add(what.len() as u32 + 2);
+        if what.is_empty() {
+            return Ok(());
+        }
+        // The whole batch goes in one datagram: the send buffer must hold it.
+        let want = bytes.len() + (64 << 10);
+        let _ = nix::sys::socket::setsockopt(&self.socket, nix::sys::socket::sockopt::SndBufForce, &want);
+        self.socket.set_non_blocking(false).map_err(|e| err(format!("netlink: {e}")))?;
+        self.socket
+            .send(&bytes, 0)
+            .map_err(|e| err(format!("sending {} bytes of nftables changes: {e}", bytes.len())))?;
+        // The kernel handles the batch within the send: every answer is queued by now.
+        self.socket.set_non_blocking(true).map_err(|e| err(format!("netlink: {e}")))?;
+        let describe: HashMap<u32, &str> = what.iter().map(|(s, w)| (*s, w.as_str())).collect();
+        let mut answered = 0;
+        let mut failures = Vec::new();
+        loop {
+            let buf = match self.socket.recv_from_full() {
+                Ok((buf, _)) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(err(format!("reading the kernel's answer: {e}"))),
+            };
+            for (seq, errno, message) in acks(&buf) {
+                answered += 1;
+                if errno != 0 {
+                    let os = std::io::Error::from_raw_os_error(-errno);
+                    let what = describe.get(&seq).copied().unwrap_or("the transaction");
+                    let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
+                    failures.push(format!("{what}: {os}{detail}"));
+                }
+            }
+        }
+        if !failures.is_empty() {
+            failures.dedup();
+            return Err(DataplaneError::Netlink(format!(
+                "nftables transaction rejected: {}",
+                failures.join("; ")
+            )));
+        }
+        if answered < what.len() {
+            return Err(err(format!("the kernel answered {answered} of {} nftables messages", what.len())));
+        }
+        Ok(())
+    }
+}
+
+/// `(sequence, errno, extended message)` of every ack or error in a datagram.
+fn acks(buf: &[u8]) -> Vec<(u32, i32, Option<String>)> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + 16 <= buf.len() {
+        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap_or_default()) as usize;
+        if len < 16 || off + len > buf.len() {
+            break;
+        }
+        let ty = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
+        let flags = u16::from_ne_bytes([buf[off + 6], buf[off + 7]]);
+        let payload = &buf[off + 16..off + len];
+        if ty == NLMSG_ERROR && payload.len() >= 20 {
+            let errno = i32::from_ne_bytes(payload[..4].try_into().unwrap_or_default());
+            let seq = u32::from_ne_bytes(payload[12..16].try_into().unwrap_or_default());
+            let orig_len = u32::from_ne_bytes(payload[4..8].try_into().unwrap_or_default()) as usize;
+            let mut message = None;
+            if flags & NLM_F_ACK_TLVS != 0 {
+                // Extended-ack attributes follow the original message: its header only when
+                // the ack is capped, else all of it.
+                let start = 4 + if flags & NLM_F_CAPPED != 0 { 16 } else { (orig_len + 3) & !3 };
+                let mut a = payload.get(start..).unwrap_or(&[]);
+                while a.len() >= 4 {
+                    let alen = u16::from_ne_bytes([a[0], a[1]]) as usize;
+                    let aty = u16::from_ne_bytes([a[2], a[3]]) & 0x3fff;
+                    if alen < 4 || alen > a.len() {
+                        break;
+                    }
+                    if aty == NLMSGERR_ATTR_MSG {
+                        message =
+                            Some(String::from_utf8_lossy(&a[4..alen]).trim_end_matches('\0').to_string());
+                    }
+                    a = &a[((alen + 3) & !3).min(a.len())..];
+                }
+            }
+            out.push((seq, errno, message));
+        }
+        off += (len + 3) & !3;
+    }
+    out
+}
+
+fn table(b: &mut Batch, fam: u8, comment: bool, what: &str) {
+    b.message(msg::NEWTABLE, fam, NLM_F_CREATE, what);
+    b.str(TABLE_NAME, TABLE);
+    b.be32(TABLE_FLAGS, 0);
+    if comment {
+        let mut u = vec![0u8, (TABLE_COMMENT.len() + 1) as u8];
+        u.extend_from_slice(TABLE_COMMENT.as_bytes());
+        u.push(0);
+        b.put(TABLE_USERDATA, &u);
+    }
+}
+
+fn chain(b: &mut Batch, fam: u8, c: &tideway_core::program::Chain) {
+    b.message(msg::NEWCHAIN, fam, NLM_F_CREATE, format!("add chain {}", c.name));
+    b.str(CHAIN_TABLE, TABLE);
+    b.str(CHAIN_NAME, &c.name);
+    if let Some(h) = c.hook {
+        b.str(
+            CHAIN_TYPE,
+            match h.kind {
+                tideway_core::program::ChainKind::Filter => "filter",
+                tideway_core::program::ChainKind::Nat => "nat",
+            },
+        );
+        b.be32(CHAIN_POLICY, 1);
+        let n = b.nest(CHAIN_HOOK);
+        let num = match h.hook {
+            tideway_core::program::Hook::Prerouting => 0,
+            tideway_core::program::Hook::Input => 1,
+            tideway_core::program::Hook::Forward => 2,
+            tideway_core::program::Hook::Output => 3,
+            tideway_core::program::Hook::Postrouting => 4,
+        };
+        b.be32(HOOK_NUM, num);
+        b.be32(HOOK_PRIORITY, h.priority as u32);
+        b.end(n);
+    }
+}
+
+fn flush_chain(b: &mut Batch, fam: u8, name: &str) {
+    b.message(msg::DELRULE, fam, 0, format!("flush chain {name}"));
+    b.str(RULE_TABLE, TABLE);
+    b.str(RULE_CHAIN, name);
+}
+
+fn delete_chain(b: &mut Batch, fam: u8, name: &str) {
+    b.message(msg::DELCHAIN, fam, 0, format!("delete chain {name}"));
+    b.str(CHAIN_TABLE, TABLE);
+    b.str(CHAIN_NAME, name);
+}
+
+/// The whole program: the table is recreated with everything in it.
+fn full(b: &mut Batch, p: &Program) {
+    let fam = nfproto(p.family);
+    let asm = p.assemble();
+    table(b, fam, false, "add table");
+    b.message(msg::DELTABLE, fam, 0, "delete table");
+    b.str(TABLE_NAME, TABLE);
+    table(b, fam, true, "recreate table");
+    for c in &asm.chains {
+        chain(b, fam, c.def);
+    }
+    let mut next_id = 1;
+    let mut index = SetIndex { sets: HashMap::new() };
+    for s in &asm.sets {
+        sets::declare(b, fam, TABLE, s.def, next_id);
+        if !s.elements.is_empty() {
+            sets::elements(b, fam, TABLE, s.def, &s.elements, Some(next_id), false);
+        }
+        index.sets.insert(&s.def.name, (s.def, Some(next_id)));
+        next_id += 1;
+    }
+    for c in &asm.chains {
+        for r in &c.rules {
+            expr::rule(b, fam, p.family, TABLE, &c.def.name, r, &index, &mut next_id);
+        }
+    }
+}
+
+/// Set definitions of a program by name (no elements gathered: cheap at any size).
+fn set_defs(p: &Program) -> HashMap<&str, &Set> {
+    p.fragments().flat_map(|f| f.sets.iter()).map(|s| (&*s.name, s)).collect()
+}
+
+/// Every element of one set in the program (for interval sets, which are rewritten whole).
+fn all_elements<'a>(p: &'a Program, set: &str) -> Vec<&'a Element> {
+    let mut out: Vec<&Element> = Vec::new();
+    for f in p.fragments() {
+        for s in f.sets.iter().filter(|s| &*s.name == set) {
+            out.extend(&s.elements);
+        }
+        out.extend(f.elements.iter().filter(|(r, _)| &*r.name == set).map(|(_, e)| e));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A change set: new objects first, references before their targets go away.
+fn incremental(b: &mut Batch, p: &Program, cs: &ChangeSet) {
+    let fam = nfproto(p.family);
+    let defs = set_defs(p);
+    let mut next_id = 1;
+    let mut index = SetIndex { sets: defs.iter().map(|(n, s)| (*n, (*s, None))).collect() };
+    for s in &cs.add_sets {
+        sets::declare(b, fam, TABLE, s, next_id);
+        index.sets.insert(&s.name, (s, Some(next_id)));
+        next_id += 1;
+    }
+    for c in &cs.add_chains {
+        chain(b, fam, c);
+    }
+    for c in &cs.flush_chains {
+        flush_chain(b, fam, &c.name);
+    }
+    for c in cs.add_chains.iter().chain(&cs.flush_chains) {
+        for r in c.rules.iter().chain(&c.tail) {
+            expr::rule(b, fam, p.family, TABLE, &c.name, r, &index, &mut next_id);
+        }
+    }
+    // Element changes, grouped by set; interval sets are rewritten whole.
+    let mut by_set: BTreeMap<&SetRef, (Vec<&Element>, Vec<&Element>)> = BTreeMap::new();
+    for (s, e) in &cs.delete_elements {
+        by_set.entry(s).or_default().1.push(e);
+    }
+    for (s, e) in &cs.add_elements {
+        by_set.entry(s).or_default().0.push(e);
+    }
+    let mut rewritten = BTreeSet::new();
+    for (s, (add, del)) in &by_set {
+        let Some((def, id)) = index.sets.get(&*s.name).copied() else { continue };
+        if def.flags.interval {
+            if rewritten.insert(&*s.name) {
+                sets::flush(b, fam, TABLE, &s.name);
+                let all = all_elements(p, &s.name);
+                if !all.is_empty() {
+                    sets::elements(b, fam, TABLE, def, &all, id, false);
+                }
+            }
+            continue;
+        }
+        if !del.is_empty() {
+            sets::elements(b, fam, TABLE, def, del, id, true);
+        }
+        if !add.is_empty() {
+            sets::elements(b, fam, TABLE, def, add, id, false);
+        }
+    }
+    for s in &cs.add_sets {
+        let elems: Vec<&Element> = s.elements.iter().collect();
+        if !elems.is_empty() && !rewritten.contains(&*s.name) {
+            let id = index.sets.get(&*s.name).and_then(|(_, id)| *id);
+            sets::elements(b, fam, TABLE, s, &elems, id, false);
+        }
+    }
+    for c in &cs.delete_chains {
+        flush_chain(b, fam, &c.name);
+    }
+    for c in &cs.delete_chains {
+        delete_chain(b, fam, &c.name);
+    }
+    for s in &cs.delete_sets {
+        sets::delete(b, fam, TABLE, &s.name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_acks_and_errors_with_their_messages() {
+        let mut buf = Vec::new();
+        // An ack for seq 5, then an error for seq 6 with an extended-ack message.
+        for (seq, errno, msg) in [(5u32, 0i32, None), (6, -17, Some("Set element exists"))] {
+            let mut payload = Vec::new();
+            payload.extend_from_slice(&errno.to_ne_bytes());
+            payload.extend_from_slice(&36u32.to_ne_bytes()); // original length
+            payload.extend_from_slice(&0u16.to_ne_bytes());
+            payload.extend_from_slice(&0u16.to_ne_bytes());
+            payload.extend_from_slice(&seq.to_ne_bytes());
+            payload.extend_from_slice(&0u32.to_ne_bytes());
+            let mut flags = NLM_F_CAPPED;
+            if let Some(m) = msg {
+                flags |= NLM_F_ACK_TLVS;
+                let alen = 4 + m.len() + 1;
+                payload.extend_from_slice(&(alen as u16).to_ne_bytes());
+                payload.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+                payload.extend_from_slice(m.as_bytes());
+                payload.push(0);
+                payload.resize((payload.len() + 3) & !3, 0);
+            }
+            let len = 16 + payload.len();
+            buf.extend_from_slice(&(len as u32).to_ne_bytes());
+            buf.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+            buf.extend_from_slice(&flags.to_ne_bytes());
+            buf.extend_from_slice(&seq.to_ne_bytes());
+            buf.extend_from_slice(&0u32.to_ne_bytes());
+            buf.extend_from_slice(&payload);
+        }
+        assert_eq!(acks(&buf), vec![(5, 0, None), (6, -17, Some("Set element exists".to_string()))]);
+    }
+}
