@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps lint purity generated check-generated unit test-ipvs bench build release
+.PHONY: demo test deps lint purity generated check-generated unit test-ipvs bench bench-dns fuzz-dns build release
 
 demo: build
 	./scripts/demo.sh
@@ -46,6 +46,14 @@ test-ipvs:
 # Benchmarks (print figures; docs/benchmarks.md records them).
 bench:
 	$(CARGO) bench -p tideway-core --bench planner
-	$(CARGO) bench -p tideway --bench agent
+	TIDEWAY_IPTABLES_BACKEND=legacy $(CARGO) bench -p tideway --bench agent
+
+# DNS against Knot on the same zone (installs dnsperf and knot; about 10 minutes).
+bench-dns:
+	./bench/dns/run.sh
+
+# Fuzz the DNS query path for 60 s (installs cargo-fuzz; nightly adds AddressSanitizer).
+fuzz-dns:
+	./dns/fuzz/run.sh 60
 
 test: deps lint purity check-generated unit test-ipvs

@@ -32,6 +32,7 @@ use tideway_core::testing::{
     mk_node, mk_node_context, mk_service, mk_slice, synthetic_cluster, synthetic_slice,
 };
 use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
+use tideway_node_agent::dataplane::IPTABLES_BACKEND_ENV;
 use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_tests::netns::{Netns, is_root};
@@ -103,12 +104,19 @@ fn bare_apply(mode: ProxyMode, texts: &[(IpFamily, String)]) {
             pipe("nft", &["-f", "-"], &all);
         }
         _ => {
+            let variant = iptables_variant();
             for (f, t) in texts {
-                let tool = if *f == IpFamily::V4 { "iptables-nft-restore" } else { "ip6tables-nft-restore" };
-                pipe(tool, &["--noflush", "--wait"], t);
+                let tool = if *f == IpFamily::V4 { "iptables" } else { "ip6tables" };
+                pipe(&format!("{tool}-{variant}-restore"), &["--noflush", "--wait"], t);
             }
         }
     }
+}
+
+/// The iptables backend both the agent and the bare apply use (`TIDEWAY_IPTABLES_BACKEND`;
+/// `make bench` picks legacy, as iptables-nft-restore needs hours at 10,000 Services).
+fn iptables_variant() -> String {
+    std::env::var(IPTABLES_BACKEND_ENV).unwrap_or_else(|_| "nft".into())
 }
 
 fn pipe(tool: &str, args: &[&str], input: &str) {
@@ -159,7 +167,15 @@ fn full_sync(mode: ProxyMode, n: usize) {
     }
     let (first, resync, bare_first, bare_again) =
         (median(first), median(resync), median(bare_first), median(bare_again));
-    println!("full sync, {mode}, {n} services x {ENDPOINTS} endpoints ({} KiB of rules):", bytes / 1024);
+    let backend = if mode == ProxyMode::Iptables {
+        format!(" (iptables-{})", iptables_variant())
+    } else {
+        String::new()
+    };
+    println!(
+        "full sync, {mode}{backend}, {n} services x {ENDPOINTS} endpoints ({} KiB of rules):",
+        bytes / 1024
+    );
     println!(
         "  empty kernel:    agent {:>10}  bare apply {:>10}  ratio {:.2}",
         ms(first),

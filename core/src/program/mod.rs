@@ -91,6 +91,20 @@ impl Program {
         std::iter::once(&self.base).chain(self.services.values())
     }
 
+    /// Rules in the program (chain rules and contributions), without assembling it.
+    pub fn rule_count(&self) -> usize {
+        self.fragments()
+            .map(|f| {
+                f.rules.len()
+                    + f.chains
+                        .iter()
+                        .chain(&f.shared_chains)
+                        .map(|c| c.rules.len() + c.tail.len())
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Flattens the program: contributions placed into their chains and sets.
     pub fn assemble(&self) -> Assembled<'_> {
         let mut out = Assembled::default();

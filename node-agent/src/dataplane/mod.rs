@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use tideway_core::config::{ProxyMode, ProxySettings};
 use tideway_core::program::{ChangeSet, Program};
 
-pub use iptables::{Iptables, IptablesBackend};
+pub use iptables::{BACKEND_ENV as IPTABLES_BACKEND_ENV, Iptables, IptablesBackend};
 pub use ipvs::Ipvs;
 pub use nftables::Nftables;
 
