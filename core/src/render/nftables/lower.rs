@@ -437,8 +437,11 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
         }
     }
 
+    // Hairpin: an endpoint reaching itself through the Service. Only a pod on this node can
+    // (a remote pod's connections are translated on its own node, or arrive as external
+    // traffic that is masqueraded anyway), so the set holds local endpoints only.
     if plan.has_endpoints {
-        for ep in plan.reachable_endpoints() {
+        for ep in plan.reachable_endpoints().into_iter().filter(|ep| ep.local) {
             out.elem("hairpin", smallvec![Value::Ip(ep.ip), Value::Ip(ep.ip)], None);
         }
     }
