@@ -22,8 +22,10 @@ for l in sys.stdin:
 mkdir -p target/vm && status="$PWD/target/vm/status" && rm -f "$status"
 echo "booting $kernel for: $bin $filter"
 # The VM's exit status is not the command's: the command writes it to a file on the host.
+# QEMU reopens its standard output by path and would truncate a log file the caller
+# redirected it to, so the output goes through a pipe.
 vng --run "$kernel" --user root --disable-kvm --memory 2G --cpus 2 --rwdir "$PWD/target/vm" --cwd "$PWD/cli" --exec \
-  "TIDEWAY_REQUIRE_IPVS=1 TIDEWAY_TEST_TIME_SCALE=10 $bin $filter --test-threads 1; echo \$? > $status"
+  "TIDEWAY_REQUIRE_IPVS=1 TIDEWAY_TEST_TIME_SCALE=10 $bin $filter --test-threads 1; echo \$? > $status" 2>&1 | cat
 rc=$(cat "$status" 2>/dev/null || echo 1)
 rm -f "$status"
 exit "$rc"
