@@ -50,35 +50,36 @@ enum Command {
     Whoami(whoami::WhoamiArgs),
 }
 
-/// Allocator settings `tideway dns` runs with: return freed memory to the system at once
-/// instead of keeping arenas committed, which keeps a long-running server's resident memory
-/// close to what its index needs (the cluster file's parse buffers would otherwise stay
-/// resident). mimalloc reads them at start-up, so the process re-executes itself once with them.
-const DNS_ALLOCATOR_ENV: [(&str, &str); 2] =
+/// Allocator settings the long-running commands (`agent`, `dns`) run with: return freed memory
+/// to the system at once instead of keeping arenas committed, which keeps resident memory close
+/// to what the process holds (the cluster file's parse buffers and a full sync's scratch space
+/// would otherwise stay resident; measured in docs/benchmarks.md at no CPU cost). mimalloc reads
+/// them at start-up, so the process re-executes itself once with them.
+const SERVER_ALLOCATOR_ENV: [(&str, &str); 2] =
     [("MIMALLOC_ARENA_EAGER_COMMIT", "0"), ("MIMALLOC_PURGE_DELAY", "0")];
 
-fn with_dns_allocator_settings() {
+fn with_server_allocator_settings() {
     use std::os::unix::process::CommandExt;
-    if DNS_ALLOCATOR_ENV.iter().all(|(k, _)| std::env::var_os(k).is_some()) {
+    if SERVER_ALLOCATOR_ENV.iter().all(|(k, _)| std::env::var_os(k).is_some()) {
         return;
     }
     let Ok(exe) = std::env::current_exe() else { return };
     let mut cmd = std::process::Command::new(exe);
     cmd.args(std::env::args_os().skip(1));
-    for (k, v) in DNS_ALLOCATOR_ENV {
+    for (k, v) in SERVER_ALLOCATOR_ENV {
         if std::env::var_os(k).is_none() {
             cmd.env(k, v);
         }
     }
     // Only returns on failure; the server then runs with the default settings.
     let err = cmd.exec();
-    eprintln!("warning: could not apply the DNS allocator settings: {err}");
+    eprintln!("warning: could not apply the allocator settings: {err}");
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Dns(_)) {
-        with_dns_allocator_settings();
+    if matches!(cli.command, Command::Dns(_) | Command::Agent(_)) {
+        with_server_allocator_settings();
     }
     let result = match &cli.command {
         Command::Plan(a) => plan::run(a),
