@@ -15,6 +15,8 @@
 //! | externalIPs                  | 192.168.0.150+    | fd00:192::150+   |
 //! | LoadBalancer IPs             | 192.168.0.200+    | fd00:192::200+   |
 
+pub mod random;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 

@@ -10,109 +10,20 @@ use std::collections::BTreeSet;
 
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::ProxyMode;
-use tideway_core::model::{EndpointSlice, Service};
 use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::plan::{NodeContext, compile};
 use tideway_core::program::{ChangeSet, KernelState, ProgramState, diff};
 use tideway_core::render;
 use tideway_core::testing::*;
 
-/// A small deterministic PRNG (xorshift), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn random_service(rng: &mut Rng, i: u64) -> Service {
-    let name = format!("svc{i}");
-    let mut b =
-        mk_service("ns", &name).cluster_ip(&format!("10.96.0.{}", i + 1)).port("http", Protocol::Tcp, 80);
-    if rng.below(4) == 0 {
-        b = b.cluster_ip(&format!("fd00:96::{:x}", i + 1));
-    }
-    if rng.below(3) == 0 {
-        b = b.port("dns", Protocol::Udp, 53);
-    }
-    match rng.below(5) {
-        0 => b = b.node_port(30000 + i as u16),
-        1 => b = b.node_port(30000 + i as u16).lb_ip(&format!("192.168.0.{}", 200 + i % 20)),
-        _ => {}
-    }
-    if rng.below(4) == 0 {
-        // Sometimes two Services claim the same externalIP and port.
-        b = b.external_ip(&format!("192.168.0.{}", 150 + rng.below(3)));
-    }
-    if rng.below(3) == 0 {
-        b = b.etp_local();
-    }
-    if rng.below(5) == 0 {
-        b = b.itp_local();
-    }
-    if rng.below(5) == 0 {
-        b = b.affinity(600);
-    }
-    if rng.below(6) == 0 {
-        b = b.source_range("192.168.0.0/24");
-    }
-    b.build()
-}
-
-fn random_slice(rng: &mut Rng, i: u64, v6: bool) -> EndpointSlice {
-    let name = format!("svc{i}");
-    let mut s = mk_slice("ns", &name).name(&format!("{name}-{}", if v6 { "v6" } else { "v4" }));
-    s = s.port("http", Protocol::Tcp, 8080).port("dns", Protocol::Udp, 5353);
-    for j in 0..rng.below(5) {
-        let node = if rng.below(2) == 0 { "node-a" } else { "node-b" };
-        let addr = if v6 {
-            format!("fd00:244:1::{:x}", 16 * i + j + 1)
-        } else {
-            format!("10.244.{}.{}", i % 200, j + 1)
-        };
-        let (ready, serving, terminating) = match rng.below(6) {
-            0 => (false, true, true),
-            1 => (false, false, false),
-            _ => (true, true, false),
-        };
-        s = s.endpoint(&addr, node, ready, serving, terminating);
-    }
-    s.build()
-}
-
-fn mutate(rng: &mut Rng, c: &mut ClusterState) {
-    let i = rng.below(24);
-    match rng.below(5) {
-        0 => {
-            c.delete_service(&tideway_core::model::ServiceName::new("ns", format!("svc{i}")));
-        }
-        1 | 2 => {
-            c.apply_service(random_service(rng, i));
-        }
-        _ => {
-            let v6 = rng.below(4) == 0;
-            if rng.below(6) == 0 {
-                c.delete_endpoint_slice("ns", &format!("svc{i}-{}", if v6 { "v6" } else { "v4" }));
-            } else {
-                c.apply_endpoint_slice(random_slice(rng, i, v6));
-            }
-        }
-    }
-}
+use tideway_core::testing::random::{Rng, mutate};
 
 fn walk(mode: ProxyMode, seed: u64, steps: usize) {
     let node: NodeContext = mk_node_context();
     let mut rng = Rng(seed);
     let mut cluster = ClusterState::new();
     for _ in 0..30 {
-        mutate(&mut rng, &mut cluster);
+        mutate(&mut rng, &mut cluster, 24);
     }
     cluster.take_changes();
     let mut ruleset = compile(&cluster, &node);
@@ -126,7 +37,7 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
         .collect();
     for step in 0..steps {
         let before: Vec<_> = states.iter().map(|(s, _)| s.program().clone()).collect();
-        mutate(&mut rng, &mut cluster);
+        mutate(&mut rng, &mut cluster, 24);
         let changes = cluster.take_changes();
         let changed = ruleset.update(&cluster, &changes.services);
         let fresh = compile(&cluster, &node);

@@ -8,8 +8,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::ProxyMode;
-use tideway_core::model::{EndpointSlice, Service, ServiceName};
-use tideway_core::net::{IpFamily, Protocol};
+use tideway_core::net::IpFamily;
 use tideway_core::plan::compile;
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
@@ -115,83 +114,7 @@ fn every_fixture_lists_the_same_as_nft() {
     }
 }
 
-/// A small deterministic PRNG (xorshift), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
-fn service(rng: &mut Rng, i: u64) -> Service {
-    let mut b = mk_service("ns", &format!("svc{i}")).cluster_ip(&format!("10.96.0.{}", i + 1)).port(
-        "http",
-        Protocol::Tcp,
-        80,
-    );
-    if rng.below(4) == 0 {
-        b = b.cluster_ip(&format!("fd00:96::{:x}", i + 1));
-    }
-    if rng.below(3) == 0 {
-        b = b.port("dns", Protocol::Udp, 53);
-    }
-    match rng.below(4) {
-        0 => b = b.node_port(30000 + i as u16),
-        1 => b = b.node_port(30000 + i as u16).lb_ip(&format!("192.168.0.{}", 200 + i)),
-        _ => {}
-    }
-    if rng.below(4) == 0 {
-        b = b.etp_local();
-    }
-    if rng.below(5) == 0 {
-        b = b.itp_local();
-    }
-    if rng.below(4) == 0 {
-        b = b.affinity(600);
-    }
-    if rng.below(4) == 0 {
-        b = b.source_range(["192.168.0.0/24", "10.1.0.0/16", "172.16.5.0/24"][rng.below(3) as usize]);
-    }
-    b.build()
-}
-
-fn slice(rng: &mut Rng, i: u64, v6: bool) -> EndpointSlice {
-    let name = format!("svc{i}");
-    let mut s = mk_slice("ns", &name).name(&format!("{name}-{}", if v6 { "v6" } else { "v4" }));
-    s = s.port("http", Protocol::Tcp, 8080).port("dns", Protocol::Udp, 5353);
-    for j in 0..rng.below(5) {
-        let node = if rng.below(2) == 0 { "node-a" } else { "node-b" };
-        let addr =
-            if v6 { format!("fd00:244:1::{:x}", 16 * i + j + 1) } else { format!("10.244.{}.{}", i, j + 1) };
-        let (ready, serving, terminating) = match rng.below(6) {
-            0 => (false, true, true),
-            1 => (false, false, false),
-            _ => (true, true, false),
-        };
-        s = s.endpoint(&addr, node, ready, serving, terminating);
-    }
-    s.build()
-}
-
-fn mutate(rng: &mut Rng, c: &mut ClusterState) {
-    let i = rng.below(16);
-    match rng.below(5) {
-        0 => {
-            c.delete_service(&ServiceName::new("ns", format!("svc{i}")));
-        }
-        1 | 2 => {
-            c.apply_service(service(rng, i));
-        }
-        _ => {
-            let v6 = rng.below(4) == 0;
-            c.apply_endpoint_slice(slice(rng, i, v6));
-        }
-    }
-}
+use tideway_core::testing::random::{Rng, mutate};
 
 #[test]
 fn incremental_changes_list_the_same_as_a_full_nft_load() {
@@ -203,7 +126,7 @@ fn incremental_changes_list_the_same_as_a_full_nft_load() {
     let mut rng = Rng(4242);
     let mut cluster = ClusterState::new();
     for _ in 0..20 {
-        mutate(&mut rng, &mut cluster);
+        mutate(&mut rng, &mut cluster, 16);
     }
     cluster.take_changes();
     let mut ruleset = compile(&cluster, &node);
@@ -216,7 +139,7 @@ fn incremental_changes_list_the_same_as_a_full_nft_load() {
     let mut nl = open(&nl_ns);
     nl.apply_full([states[0].program(), states[1].program()]).expect("initial apply");
     for step in 0..60 {
-        mutate(&mut rng, &mut cluster);
+        mutate(&mut rng, &mut cluster, 16);
         let changes = cluster.take_changes();
         let changed = ruleset.update(&cluster, &changes.services);
         let mut sets: Vec<ChangeSet> = Vec::new();
