@@ -6,6 +6,35 @@ use crate::model::ServicePortName;
 use crate::net::join_host_port;
 use crate::plan::Backend;
 
+/// Fixed chains the iptables and IPVS renderers create (per-Service chains aside).
+const FIXED_CHAINS: &[&str] = &[
+    "KUBE-SERVICES",
+    "KUBE-EXTERNAL-SERVICES",
+    "KUBE-NODEPORTS",
+    "KUBE-NODE-PORT",
+    "KUBE-FORWARD",
+    "KUBE-PROXY-FIREWALL",
+    "KUBE-POSTROUTING",
+    "KUBE-MARK-MASQ",
+    "KUBE-LOAD-BALANCER",
+    "KUBE-SOURCE-RANGES-FIREWALL",
+    "KUBE-IPVS-FILTER",
+];
+
+/// Prefixes of the hashed per-Service and per-endpoint chains.
+const SERVICE_CHAIN_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+
+/// True for a hashed per-Service or per-endpoint iptables chain (`KUBE-SVC-…`, `KUBE-SEP-…`, …).
+pub fn is_service_chain(chain: &str) -> bool {
+    SERVICE_CHAIN_PREFIXES.iter().any(|p| chain.starts_with(p))
+}
+
+/// True for any iptables chain the iptables or IPVS renderers create: what a backend may
+/// remove when it cleans up.
+pub fn is_own_chain(chain: &str) -> bool {
+    FIXED_CHAINS.contains(&chain) || is_service_chain(chain)
+}
+
 const BASE32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
 /// RFC 4648 base32 (standard alphabet, with padding), as Go's `base32.StdEncoding`.
@@ -125,5 +154,37 @@ mod tests {
             nft_name("endpoint", &nft_endpoint_base(&s, &ep("10.180.0.1", 80))),
             "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"
         );
+    }
+
+    #[test]
+    fn every_iptables_and_ipvs_chain_counts_as_own() {
+        use crate::config::ProxyMode;
+        use crate::net::IpFamily;
+        use crate::testing::random::{Rng, random_service, random_slice};
+        let mut rng = Rng(7);
+        let mut cluster = crate::cluster::ClusterState::new();
+        for i in 0..24 {
+            cluster.apply_service(random_service(&mut rng, i));
+            cluster.apply_endpoint_slice(random_slice(&mut rng, i, false));
+            cluster.apply_endpoint_slice(random_slice(&mut rng, i, true));
+        }
+        let ruleset = crate::plan::compile(&cluster, &crate::testing::mk_node_context());
+        for mode in [ProxyMode::Iptables, ProxyMode::Ipvs] {
+            for family in IpFamily::ALL {
+                let lowered = crate::render::lower(mode, &ruleset, family);
+                for chain in &lowered.assemble().chains {
+                    if ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"].contains(&&*chain.def.name)
+                    {
+                        continue; // built-in chains the program adds jumps to
+                    }
+                    assert!(
+                        is_own_chain(&chain.def.name),
+                        "{mode} chain {} is not recognised",
+                        chain.def.name
+                    );
+                }
+            }
+        }
+        assert!(is_service_chain("KUBE-SEP-SXIVWICOYRO3J4NJ") && !is_own_chain("KUBE-KUBELET-CANARY"));
     }
 }

@@ -11,6 +11,7 @@ use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
 use tideway_core::program::{ChainRef, Program, name};
 use tideway_core::render::iptables::text;
+use tideway_core::render::names::{is_own_chain, is_service_chain};
 
 use super::observe::Counts;
 use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
@@ -23,26 +24,6 @@ pub enum IptablesBackend {
     Nft,
     /// iptables-legacy.
     Legacy,
-}
-
-/// Chains this project creates in iptables and IPVS modes (besides per-Service chains).
-const OWN_CHAINS: &[&str] = &[
-    "KUBE-SERVICES",
-    "KUBE-EXTERNAL-SERVICES",
-    "KUBE-NODEPORTS",
-    "KUBE-NODE-PORT",
-    "KUBE-FORWARD",
-    "KUBE-PROXY-FIREWALL",
-    "KUBE-POSTROUTING",
-    "KUBE-MARK-MASQ",
-    "KUBE-LOAD-BALANCER",
-    "KUBE-SOURCE-RANGES-FIREWALL",
-    "KUBE-IPVS-FILTER",
-];
-const SERVICE_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
-
-fn owned(chain: &str) -> bool {
-    OWN_CHAINS.contains(&chain) || SERVICE_PREFIXES.iter().any(|p| chain.starts_with(p))
 }
 
 /// Overrides the backend detection.
@@ -233,10 +214,7 @@ impl Iptables {
             p.assemble().chains.iter().map(|c| (c.def.table.to_string(), c.def.name.to_string())).collect();
         let stale: Vec<ChainRef> = saved
             .into_keys()
-            .filter(|(t, c)| {
-                SERVICE_PREFIXES.iter().any(|pre| c.starts_with(pre))
-                    && !desired.contains(&(t.clone(), c.clone()))
-            })
+            .filter(|(t, c)| is_service_chain(c) && !desired.contains(&(t.clone(), c.clone())))
             .map(|(t, c)| ChainRef { table: if t == "nat" { "nat" } else { "filter" }, name: name(&c) })
             .collect();
         self.restore(p.family, &text::program(p, &stale))
@@ -270,7 +248,7 @@ impl Iptables {
             };
             let bin = self.bin(family, "");
             for ((table, chain), rules) in &saved {
-                if owned(chain) {
+                if is_own_chain(chain) {
                     continue;
                 }
                 for args in rules {
@@ -279,7 +257,7 @@ impl Iptables {
                         .jumps
                         .iter()
                         .any(|(t, c, a)| t == table && c == chain && a.ends_with(&format!("-j {target}")));
-                    if owned(target) && !kept {
+                    if is_own_chain(target) && !kept {
                         let mut del = vec!["-w", "5", "-t", table.as_str(), "-D", chain.as_str()];
                         let argv = split_args(args);
                         del.extend(argv.iter().map(String::as_str));
@@ -291,7 +269,9 @@ impl Iptables {
             for table in ["filter", "nat"] {
                 let gone: Vec<&String> = saved
                     .keys()
-                    .filter(|(t, c)| t == table && owned(c) && !keep.chains.contains(&(t.clone(), c.clone())))
+                    .filter(|(t, c)| {
+                        t == table && is_own_chain(c) && !keep.chains.contains(&(t.clone(), c.clone()))
+                    })
                     .map(|(_, c)| c)
                     .collect();
                 if gone.is_empty() {
@@ -310,7 +290,7 @@ impl Iptables {
     pub(super) fn has_chains(&self) -> Result<bool, DataplaneError> {
         for family in IpFamily::ALL {
             if let Ok(saved) = self.save(family)
-                && saved.keys().any(|(_, c)| owned(c))
+                && saved.keys().any(|(_, c)| is_own_chain(c))
             {
                 return Ok(true);
             }
