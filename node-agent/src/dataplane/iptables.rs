@@ -51,6 +51,22 @@ fn detect_backend() -> IptablesBackend {
     choose_backend(census("legacy"), census("nft"))
 }
 
+/// The backend `TIDEWAY_IPTABLES_BACKEND` names, if it names one (anything else is reported
+/// and ignored: detection decides).
+fn backend_override(value: Option<&str>) -> Option<IptablesBackend> {
+    match value? {
+        "nft" => Some(IptablesBackend::Nft),
+        "legacy" => Some(IptablesBackend::Legacy),
+        other => {
+            tracing::warn!(
+                value = other,
+                "{BACKEND_ENV} must be nft or legacy; detecting the backend instead"
+            );
+            None
+        }
+    }
+}
+
 /// The variant already holding Kubernetes rules wins, then the one holding more rules, then nft.
 fn choose_backend(legacy: (usize, usize), nft: (usize, usize)) -> IptablesBackend {
     match (legacy, nft) {
@@ -138,11 +154,8 @@ impl Iptables {
     /// detected once per process (kube-proxy decides at start too).
     pub fn detect() -> Self {
         static DETECTED: OnceLock<IptablesBackend> = OnceLock::new();
-        let backend = match std::env::var(BACKEND_ENV).as_deref() {
-            Ok("nft") => IptablesBackend::Nft,
-            Ok("legacy") => IptablesBackend::Legacy,
-            _ => *DETECTED.get_or_init(detect_backend),
-        };
+        let backend = backend_override(std::env::var(BACKEND_ENV).ok().as_deref())
+            .unwrap_or_else(|| *DETECTED.get_or_init(detect_backend));
         Iptables { backend }
     }
 
@@ -353,6 +366,14 @@ mod tests {
         assert_eq!(choose_backend((0, 0), (2, 2)), IptablesBackend::Nft);
         assert_eq!(choose_backend((0, 7), (0, 3)), IptablesBackend::Legacy);
         assert_eq!(choose_backend((0, 0), (0, 0)), IptablesBackend::Nft);
+    }
+
+    #[test]
+    fn backend_override_names_nft_or_legacy_only() {
+        assert_eq!(backend_override(Some("nft")), Some(IptablesBackend::Nft));
+        assert_eq!(backend_override(Some("legacy")), Some(IptablesBackend::Legacy));
+        assert_eq!(backend_override(Some("Legacy ")), None);
+        assert_eq!(backend_override(None), None);
     }
 
     #[test]
