@@ -1,12 +1,32 @@
 #!/usr/bin/env bash
-# The demo: compile the example cluster for a node, show the rules, and explain where packets go.
+# The demo: install what is missing, build tideway, start the lab (the built-in demo: seed 003's
+# kind + MetalLB setup without either), and walk the tour: 100 curls from an outside client
+# split across two pods, the cluster DNS from a pod, the rules kube-proxy users know, a packet
+# traced through them, and a live switch of the proxy mode. The lab keeps running afterwards;
+# `./target/debug/tideway lab down` removes it. Needs root (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/debug/tideway
-file=examples/cluster.yaml
+if [ "$(id -u)" -ne 0 ]; then
+  echo "the demo builds network namespaces: run it as root (sudo make demo)" >&2
+  exit 1
+fi
+./scripts/install-deps.sh
+cargo build -p tideway
+T=./target/debug/tideway
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
-step $bin plan -f $file --node node-a --mode nftables
-step $bin trace -f $file --node node-a --src 192.168.0.100 --dst 192.168.0.200:80 --from external
-step $bin trace -f $file --node node-a --src 10.244.1.9 --dst 192.168.0.200:80 --from pod
-step $bin trace -f $file --node node-b --src 10.244.2.9 --dst 10.96.0.30:80 --from pod
-step $bin plan -f $file --node node-b --mode iptables
+"$T" lab down --name demo >/dev/null 2>&1 || true
+step "$T" lab up --detach
+LB=$("$T" lab status --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print([x for x in s["services"] if x["name"]=="svc1"][0]["externalIPs"][0])')
+step "$T" lab exec mypc -- curl -s "$LB"
+printf '\n\033[1m$ for i in $(seq 100); do tideway lab exec mypc -- curl -s %s | grep Hostname; done | sort | uniq -c\033[0m\n' "$LB"
+for i in $(seq 100); do "$T" lab exec mypc -- curl -s "$LB" | grep Hostname; done | sort | uniq -c
+step "$T" lab exec mypc -- ip neigh show "$LB"
+step "$T" lab exec webpod1 -- dig +search +short svc2
+step "$T" lab exec myk8s-worker -- iptables -t nat -S KUBE-SERVICES
+step "$T" trace -f /run/tideway-lab/demo/cluster.yaml --node myk8s-worker --src 172.18.0.100 --dst "$LB:80" --from external
+sed 's/mode: iptables/mode: nftables/' examples/demo.yaml > /tmp/tideway-demo-nftables.yaml
+step "$T" lab apply -f /tmp/tideway-demo-nftables.yaml
+sleep 2
+step "$T" lab status
+step "$T" lab exec myk8s-worker -- nft list map ip tideway service-ips
+printf '\nThe lab keeps running: try the commands above, `%s lab status`, and `%s lab down` to remove it.\n' "$T" "$T"

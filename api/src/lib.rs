@@ -1,8 +1,10 @@
-//! Tideway's public contract and Kubernetes edge.
+//! Tideway's public contract: the custom resources and the conversions from Kubernetes objects
+//! into the core model. No client, no runtime: sources (the `tideway-sources` crate) feed
+//! objects through these conversions.
 //!
 //! ```text
-//!  YAML file / kube watcher --> k8s-openapi objects --convert--> tideway_core::model
-//!                                       ProxyConfig CRD --crd::proxy_config--> core settings
+//!  YAML file / kube watcher / lab --> k8s-openapi objects --convert--> tideway_core::model
+//!                                     tideway.io CRDs --crd::*--> core config and status types
 //! ```
 //! * [`crd`]: custom resource types; their OpenAPI schemas are generated from these structs.
 //! * [`convert`]: one conversion per kind, returning a [`ConvertError`] naming object and field.
@@ -18,6 +20,5 @@ pub mod duration;
 mod error;
 pub mod http;
 pub mod manifest;
-pub mod source;
 
 pub use error::ConvertError;

@@ -5,7 +5,8 @@
 //!   bare `nft -f` / `iptables-restore` of the same rendered text;
 //! * one endpoint change at that scale, from the cluster event to the kernel;
 //! * new TCP connections per second through a ClusterIP with 10 and with 10,000 Services;
-//! * the `tideway agent` process's memory with 10,000 Services x 10 endpoints read from a file.
+//! * the `tideway agent` process's memory and time to first sync with 10,000 Services x 10
+//!   endpoints read from a file, and listed by a stand-in Kubernetes API server.
 //!
 //! `cargo bench -p tideway --bench agent` (`SERVICES=N` to change the scale).
 
@@ -21,7 +22,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
-use tideway_api::source::SharedCluster;
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
@@ -35,6 +35,7 @@ use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
 use tideway_node_agent::dataplane::IPTABLES_BACKEND_ENV;
 use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
+use tideway_sources::SharedCluster;
 use tideway_tests::netns::{Netns, is_root};
 
 const ENDPOINTS: usize = 10;
@@ -301,18 +302,55 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
     })
 }
 
-/// RSS of `tideway agent` after its first sync of `n` Services read from a YAML file.
-fn agent_memory(n: usize) {
-    let ns = Netns::create("twbench-rss");
-    let dir = std::env::temp_dir().join("twbench-rss");
+/// Where the measured agent process reads the cluster from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum From {
+    File,
+    Kubernetes,
+}
+
+/// What one `tideway agent` process did: start to synced, first sync, RSS and peak (KiB).
+struct ProcessFigures {
+    to_synced: Duration,
+    sync_ms: String,
+    rss_kib: u64,
+    peak_kib: u64,
+}
+
+/// Starts `tideway agent` on `n` Services x 10 endpoints read from a YAML file or listed by a
+/// stand-in API server (the same objects), and measures it once synced.
+fn agent_process(n: usize, from: From) -> ProcessFigures {
+    let tag = if from == From::File { "file" } else { "kube" };
+    let ns = Netns::create(&format!("twbench-rss-{tag}"));
+    let dir = std::env::temp_dir().join(format!("twbench-rss-{tag}"));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("cluster.yaml");
-    std::fs::write(&file, manifest(n)).expect("manifest");
+    let text = manifest(n);
+    let mut _server = None;
+    let source: Vec<String> = match from {
+        From::File => {
+            std::fs::write(&file, &text).expect("manifest");
+            vec!["--source".into(), format!("file:{}", file.display())]
+        }
+        From::Kubernetes => {
+            let server = tideway_tests::fake_api::BackgroundApi::start(Some(&ns.name));
+            server.preload_yaml(&text);
+            let kubeconfig = server.api.kubeconfig(&dir);
+            _server = Some(server);
+            vec![
+                "--source".into(),
+                "kubernetes".into(),
+                "--kubeconfig".into(),
+                kubeconfig.display().to_string(),
+            ]
+        }
+    };
     let log = dir.join("agent.log");
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
-    let source = format!("file:{}", file.display());
+    let mut args = vec!["agent", "--node", NODE];
+    args.extend(source.iter().map(String::as_str));
     let t = Instant::now();
-    let mut child = ns.spawn(bin, &["agent", "--node", NODE, "--source", &source], &log, &[]);
+    let mut child = ns.spawn(bin, &args, &log, &[]);
     let status = ns.run(move || {
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
@@ -326,22 +364,42 @@ fn agent_memory(n: usize) {
         }
     });
     let to_synced = t.elapsed();
+    // Settled: the allocator returns what loading needed.
+    std::thread::sleep(Duration::from_secs(2));
     let proc = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-    let field = |k: &str| {
-        proc.lines().find(|l| l.starts_with(k)).map(|l| l[k.len()..].trim().to_string()).unwrap_or_default()
+    let kib = |k: &str| {
+        proc.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l[k.len()..].trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
     };
     let sync_ms =
         status.split("\"last_sync_ms\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("?").to_string();
-    println!(
-        "tideway agent, {n} services x {ENDPOINTS} endpoints from a {} MiB file: RSS {} (peak {}), started to synced {}, first sync {sync_ms} ms",
-        std::fs::metadata(&file).map(|m| m.len() / (1 << 20)).unwrap_or(0),
-        field("VmRSS:"),
-        field("VmHWM:"),
-        ms(to_synced)
-    );
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
+    ProcessFigures { to_synced, sync_ms, rss_kib: kib("VmRSS:"), peak_kib: kib("VmHWM:") }
+}
+
+/// The agent process reading `n` Services from a file, then from the Kubernetes API.
+fn agent_memory(n: usize) {
+    let file = agent_process(n, From::File);
+    let kube = agent_process(n, From::Kubernetes);
+    for (name, f) in [("YAML file", &file), ("Kubernetes API (list + watch)", &kube)] {
+        println!(
+            "tideway agent, {n} services x {ENDPOINTS} endpoints from the {name}: RSS {} MiB (peak {} MiB), started to synced {}, first sync {} ms",
+            f.rss_kib / 1024,
+            f.peak_kib / 1024,
+            ms(f.to_synced),
+            f.sync_ms
+        );
+    }
+    println!(
+        "kubernetes / file: RSS ratio {:.2}, peak ratio {:.2}, started-to-synced ratio {:.2}",
+        kube.rss_kib as f64 / file.rss_kib.max(1) as f64,
+        kube.peak_kib as f64 / file.peak_kib.max(1) as f64,
+        kube.to_synced.as_secs_f64() / file.to_synced.as_secs_f64()
+    );
 }
 
 fn http_get(addr: &str, path: &str) -> std::io::Result<String> {

@@ -3,6 +3,8 @@
 //! * `plan` / `trace`: compile a cluster manifest for a node; print its rules or follow a packet.
 //! * `agent`: the node agent (see `tideway_node_agent`).
 //! * `dns`: the cluster DNS server (see `tideway_dns`).
+//! * `operator`: LoadBalancer IPs, announcers and rollout status (see `tideway_operator`).
+//! * `lab`: the whole system in network namespaces on this host (see `tideway_lab`).
 //! * `whoami`: the echo server pods run in the lab and the dataplane tests.
 //! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
 
@@ -22,7 +24,6 @@ use clap::{Parser, Subcommand};
 // Planning allocates many small objects; mimalloc halves full-sync time over glibc malloc.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use kube::CustomResourceExt;
 
 /// Tideway: cluster networking for Kubernetes (service proxy, cluster DNS, LB IPs).
 #[derive(Debug, Parser)]
@@ -44,8 +45,16 @@ enum Command {
     Agent(tideway_node_agent::cli::AgentArgs),
     /// Run the cluster DNS server.
     Dns(tideway_dns::cli::DnsArgs),
-    /// Print the CustomResourceDefinitions as YAML.
-    Crdgen,
+    /// Run the operator: LoadBalancer IPs, announcers, ProxyConfig rollout status.
+    Operator(tideway_operator::cli::OperatorArgs),
+    /// Run the whole system on this host in network namespaces (up, exec, apply, status, down).
+    Lab(tideway_lab::cli::LabArgs),
+    /// Print the CustomResourceDefinitions as YAML (or write one file each into --dir).
+    Crdgen {
+        /// Write `<name>.yaml` files into this directory instead of printing.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Answer TCP lines, HTTP GETs and UDP datagrams with a name and the peer address.
     Whoami(whoami::WhoamiArgs),
 }
@@ -78,7 +87,7 @@ fn with_server_allocator_settings() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Dns(_) | Command::Agent(_)) {
+    if matches!(cli.command, Command::Dns(_) | Command::Agent(_) | Command::Operator(_)) {
         with_server_allocator_settings();
     }
     let result = match &cli.command {
@@ -86,7 +95,9 @@ fn main() -> ExitCode {
         Command::Trace(a) => trace::run(a),
         Command::Agent(a) => tideway_node_agent::cli::run(a),
         Command::Dns(a) => tideway_dns::cli::run(a),
-        Command::Crdgen => crdgen(),
+        Command::Operator(a) => tideway_operator::cli::run(a),
+        Command::Lab(a) => tideway_lab::cli::run(a),
+        Command::Crdgen { dir } => crdgen(dir.as_deref()),
         Command::Whoami(a) => whoami::run(a),
     };
     match result {
@@ -98,8 +109,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn crdgen() -> anyhow::Result<i32> {
-    let crd = tideway_api::crd::ProxyConfig::crd();
-    print!("{}", serde_saphyr::to_string(&crd)?);
+/// Prints every CRD as one multi-document YAML stream, or writes one file per CRD into `dir`
+/// (`<plural>.<group>.yaml`, the chart's layout).
+fn crdgen(dir: Option<&std::path::Path>) -> anyhow::Result<i32> {
+    for (i, crd) in tideway_api::crd::all().iter().enumerate() {
+        let yaml = serde_saphyr::to_string(crd)?;
+        match dir {
+            Some(dir) => {
+                let name = crd.metadata.name.as_deref().unwrap_or("crd");
+                std::fs::write(dir.join(format!("{name}.yaml")), yaml)?;
+            }
+            None if i == 0 => print!("{yaml}"),
+            None => print!("---\n{yaml}"),
+        }
+    }
     Ok(0)
 }

@@ -19,22 +19,14 @@ fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
 }
 
-/// Skips (with a note) when the test cannot run here; fails instead when the environment
-/// says it must run (`TIDEWAY_REQUIRE_IPVS=1` in the VM).
-fn runnable(mode: &str) -> bool {
-    if !tideway_tests::netns::is_root() {
-        eprintln!("skipping: dataplane tests need root");
-        return false;
-    }
-    if mode == "ipvs" && !ipvs_available() {
-        assert!(
-            std::env::var_os("TIDEWAY_REQUIRE_IPVS").is_none(),
-            "IPVS required but the kernel has no ip_vs"
-        );
-        eprintln!("skipping: this kernel has no IPVS (run `make test-ipvs`)");
-        return false;
-    }
-    true
+/// Fails, saying why, when the test cannot run here: it needs root, and IPVS needs a kernel
+/// with `ip_vs` (`make test-ipvs` boots one; `make unit` leaves the IPVS tests out).
+fn require(mode: &str) {
+    tideway_tests::netns::require_root("the dataplane battery");
+    assert!(
+        mode != "ipvs" || ipvs_available(),
+        "this kernel has no IPVS (ip_vs): run the IPVS tests with `make test-ipvs`, which boots a kernel that has it"
+    );
 }
 
 fn ipvs_available() -> bool {
@@ -145,9 +137,7 @@ fn assert_dropped(ns: &Netns, src: Option<IpAddr>, dst: &str) {
 
 /// The Service behaviours users try first, through every mode's real kernel rules.
 fn behaviour(mode: &str) {
-    if !runnable(mode) {
-        return;
-    }
+    require(mode);
     let mut b = Battery::start(&format!("beh-{mode}"), mode, &[]);
     // A host process on a NodePort's port: it must never see the NodePort's traffic.
     let host = b.c.spawn_on(0, &["whoami", "--name", "host", "--listen", "0.0.0.0:30080"], "host.log", &[]);
@@ -234,9 +224,7 @@ fn behaviour(mode: &str) {
 /// UDP: a client that kept its source port across "no endpoints" and endpoint changes is
 /// served by the current endpoint at once (stale conntrack entries are deleted).
 fn udp_conntrack(mode: &str) {
-    if !runnable(mode) {
-        return;
-    }
+    require(mode);
     let b = Battery::start(&format!("udp-{mode}"), mode, &[]);
     let a1 = b.pod(0, 0);
     let dns = addr("10.96.0.53:53");
@@ -253,16 +241,19 @@ fn udp_conntrack(mode: &str) {
     if mode != "ipvs" {
         // IPVS moves the flow itself (the real server is deleted at once and
         // expire_nodest_conn drops its connection entry); the others needed conntrack.
-        let s = status(b.node(0)).expect("status");
-        assert!(s["conntrack_deleted"].as_u64().unwrap_or(0) >= 1, "{s}");
+        // The status is written once the sync's other side effects are done, a moment after
+        // the kernel already serves b2.
+        let counted = eventually(patience(5.0), || match status(b.node(0))? {
+            s if s["conntrack_deleted"].as_u64().unwrap_or(0) >= 1 => Ok(s),
+            s => Err(format!("no conntrack deletion counted: {s}")),
+        });
+        counted.unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
     }
 }
 
 /// Hand-made damage to the rules is found by the periodic check and repaired.
 fn drift(mode: &str) {
-    if !runnable(mode) {
-        return;
-    }
+    require(mode);
     let b = Battery::start(&format!("drift-{mode}"), mode, &[]);
     let node = b.node(0);
     let damage = match mode {
@@ -282,9 +273,7 @@ fn drift(mode: &str) {
 
 /// Stopping the agent leaves traffic flowing; starting it again changes nothing.
 fn restart(mode: &str) {
-    if !runnable(mode) {
-        return;
-    }
+    require(mode);
     let mut b = Battery::start(&format!("rst-{mode}"), mode, &[]);
     let agent = b.agents[0];
     b.c.stop(agent);
@@ -299,32 +288,14 @@ fn restart(mode: &str) {
 
 /// A failing tool leaves the last good rules in place; the agent reports it and retries.
 fn apply_error(mode: &str) {
-    if !runnable(mode) {
-        return;
-    }
+    require(mode);
     if mode == "nftables" {
         return nftables_rejects(mode);
     }
     let dir = std::env::temp_dir().join(format!("tw-wrap-{}-{mode}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("wrapper dir");
     let fail = dir.join("fail");
-    for tool in ["iptables-nft-restore", "iptables-legacy-restore", "ipset"] {
-        let Ok(out) = std::process::Command::new("sh").args(["-c", &format!("command -v {tool}")]).output()
-        else {
-            continue;
-        };
-        let real = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if real.is_empty() {
-            continue;
-        }
-        let script = format!(
-            "#!/bin/sh\nif [ -e {} ]; then echo 'injected failure' >&2; exit 1; fi\nexec {real} \"$@\"\n",
-            fail.display()
-        );
-        let path = dir.join(tool);
-        std::fs::write(&path, script).expect("wrapper");
-        std::process::Command::new("chmod").arg("+x").arg(&path).status().expect("chmod");
-    }
+    let when_failing = format!("if [ -e {} ]; then echo 'injected failure' >&2; exit 1; fi", fail.display());
+    wrap_tools(&dir, &["iptables-nft-restore", "iptables-legacy-restore", "ipset"], &when_failing);
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
     let b = Battery::start(&format!("fail-{mode}"), mode, &[("PATH", &path)]);
     let extra = "---\napiVersion: v1\nkind: Service\nmetadata: {name: late, namespace: demo}\n\
@@ -399,9 +370,8 @@ fn nftables_rejects(mode: &str) {
 
 /// Switching modes keeps open connections and leaves nothing of the old mode behind.
 fn mode_switch(from: &str, to: &str) {
-    if !runnable(from) || !runnable(to) {
-        return;
-    }
+    require(from);
+    require(to);
     let b = Battery::start(&format!("sw-{from}-{to}"), from, &[]);
     let node = b.node(0);
     let mut conn = connect(b.pod(0, 0), None, addr(WEB)).expect("connect");
@@ -499,4 +469,126 @@ fn switch_nftables_to_ipvs() {
 #[test]
 fn switch_ipvs_to_iptables() {
     mode_switch("ipvs", "iptables");
+}
+
+/// Puts wrappers for `tools` (those installed) in `dir`: each runs the shell line `first`,
+/// then the real tool.
+fn wrap_tools(dir: &std::path::Path, tools: &[&str], first: &str) {
+    std::fs::create_dir_all(dir).expect("wrapper dir");
+    for tool in tools {
+        let out = std::process::Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
+        let real = out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+        if real.is_empty() {
+            continue;
+        }
+        let path = dir.join(tool);
+        std::fs::write(&path, format!("#!/bin/sh\n{first}\nexec {real} \"$@\"\n")).expect("wrapper");
+        std::process::Command::new("chmod").arg("+x").arg(&path).status().expect("chmod");
+    }
+}
+
+/// Wrappers for the iptables restore tools that hang (as a very long kernel write would) while
+/// `marker` exists, writing their pid to `pid_file` first.
+fn hanging_restore_tools(dir: &std::path::Path, marker: &std::path::Path, pid_file: &std::path::Path) {
+    let hang =
+        format!("if [ -e {} ]; then echo $$ > {}; exec sleep 60; fi", marker.display(), pid_file.display());
+    wrap_tools(dir, &["iptables-nft-restore", "iptables-legacy-restore"], &hang);
+}
+
+#[test]
+fn sigterm_stops_the_agent_within_a_second_even_inside_a_kernel_write() {
+    require("iptables");
+    let mut c = cluster("stop");
+    let (dir, marker, pid_file) = (c.path("tools"), c.path("hang"), c.path("restore.pid"));
+    hanging_restore_tools(&dir, &marker, &pid_file);
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    std::fs::write(c.path("cluster.yaml"), manifest("iptables", "")).expect("manifest");
+    let agent = start_agent(&mut c, 0, "cluster.yaml", &[("PATH", &path)]);
+    wait_synced(&c.nodes[0].ns, 0).unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    // The next sync hangs inside iptables-restore.
+    std::fs::write(&marker, "").expect("marker");
+    let extra = "---\napiVersion: v1\nkind: Service\nmetadata: {name: late, namespace: demo}\n\
+                 spec: {clusterIP: 10.96.0.99, ports: [{name: p, port: 80}]}\n";
+    std::fs::write(c.path("cluster.yaml"), manifest("iptables", extra)).expect("manifest");
+    let pid = eventually(patience(10.0), || {
+        std::fs::read_to_string(&pid_file)
+            .map_err(|e| e.to_string())?
+            .trim()
+            .parse::<i32>()
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|e| {
+        panic!("the sync never reached iptables-restore: {e}\n{}", c.log("agent-node-a.log"))
+    });
+    let asked = Instant::now();
+    c.stop(agent);
+    let took = asked.elapsed();
+    assert!(took < Duration::from_millis(1500), "stopped after {took:?}\n{}", c.log("agent-node-a.log"));
+    // The hung child was cancelled, not left behind; the rules of the last sync stay.
+    eventually(Duration::from_secs(2), || {
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            Err(format!("{pid} still runs"))
+        } else {
+            Ok(())
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let rules = c.nodes[0].ns.sh("iptables-save -t nat");
+    assert!(rules.contains("KUBE-SERVICES") && !rules.contains("10.96.0.99"), "{rules}");
+}
+
+#[test]
+fn without_cap_net_admin_the_agent_stops_at_once_and_names_it() {
+    tideway_tests::netns::require_root("dropping privileges for this test");
+    let started = Instant::now();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_tideway")])
+        .args(["agent", "--node", "node-a", "--source", "file:/nonexistent.yaml"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs CAP_NET_ADMIN"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// The manifest with NodePorts on every local address, localhost NodePorts as given.
+fn all_addresses_manifest(mode: &str, localhost: bool) -> String {
+    let settings =
+        format!("clusterCIDRs: [10.244.0.0/16], nodePortAddresses: [all], localhostNodePorts: {localhost}}}");
+    let out = manifest(mode, "").replace("clusterCIDRs: [10.244.0.0/16]}", &settings);
+    assert!(out.contains("localhostNodePorts"), "the ProxyConfig line changed shape");
+    out
+}
+
+#[test]
+fn localhost_node_ports_answer_on_127_0_0_1_in_iptables_mode_only() {
+    require("iptables");
+    let mut c = cluster("localnp");
+    std::fs::write(c.path("cluster.yaml"), all_addresses_manifest("iptables", true)).expect("manifest");
+    start_agent(&mut c, 0, "cluster.yaml", &[]);
+    let node = &c.nodes[0].ns;
+    wait_synced(node, 0).unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    // As kube-proxy: route_localnet on, kubelet's anti-martian rule in place, and a NodePort
+    // on 127.0.0.1 reaches a pod (masqueraded: the pod cannot answer 127.0.0.1).
+    assert_eq!(node.sh("sysctl -n net.ipv4.conf.all.route_localnet").trim(), "1");
+    let filter = node.sh("iptables-save -t filter");
+    assert!(
+        filter.contains("-A INPUT -j KUBE-FIREWALL")
+            && filter.contains("block incoming localnet connections"),
+        "{filter}"
+    );
+    let answer = eventually(patience(5.0), || tcp(node, addr("127.0.0.1:30080")))
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    assert!(["a1", "a2", "b1", "b2"].contains(&answer.name.as_str()), "{answer:?}");
+    assert_ne!(answer.peer.ip().to_string(), "127.0.0.1", "masqueraded");
+    // Switched off: 127.0.0.1 is no NodePort address any more.
+    let s = status(node).unwrap();
+    std::fs::write(c.path("cluster.yaml"), all_addresses_manifest("iptables", false)).expect("manifest");
+    wait_synced(node, s["syncs"].as_u64().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    eventually(patience(5.0), || match tcp(node, addr("127.0.0.1:30080")) {
+        Err(e) if e.contains("refused") => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
 }

@@ -183,6 +183,10 @@ pub struct ProxySettings {
     pub masquerade_bit: u8,
     /// Where NodePorts are served.
     pub node_port_addresses: NodePortAddresses,
+    /// Accept NodePort connections on 127.0.0.1 as kube-proxy's iptables mode does
+    /// (`--iptables-localhost-nodeports`, default on): iptables mode and IPv4 only, and only
+    /// when `node_port_addresses` takes loopback in (`All`, or a CIDR holding 127.0.0.1).
+    pub localhost_node_ports: bool,
     /// Only program Services whose `service-proxy-name` label equals this.
     pub service_proxy_name: Option<String>,
     /// Full resync interval.
@@ -202,6 +206,7 @@ impl Default for ProxySettings {
             masquerade_all: false,
             masquerade_bit: 14,
             node_port_addresses: NodePortAddresses::default(),
+            localhost_node_ports: true,
             service_proxy_name: None,
             sync_period: Duration::from_secs(30),
             min_sync_period: Duration::from_secs(1),
@@ -276,6 +281,8 @@ impl LabelSelector {
 pub struct ProxyConfig {
     /// Object name.
     pub name: String,
+    /// `metadata.generation` (0 when the source has none).
+    pub generation: i64,
     /// Nodes this config applies to.
     pub node_selector: LabelSelector,
     /// Higher wins when several configs match a node.
@@ -309,6 +316,7 @@ mod tests {
     fn cfg(name: &str, priority: i32, sel: &[(&str, &str)], mode: ProxyMode) -> ProxyConfig {
         ProxyConfig {
             name: name.into(),
+            generation: 1,
             node_selector: LabelSelector { match_labels: labels(sel), match_expressions: vec![] },
             priority,
             settings: ProxySettings { mode, ..Default::default() },

@@ -22,11 +22,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod announce;
 pub mod cluster;
 pub mod config;
 pub mod conntrack;
+pub mod drain;
+pub mod ipam;
+pub mod l2;
 pub mod model;
 pub mod net;
+pub mod operator;
 pub mod plan;
 pub mod program;
 pub mod render;

@@ -22,8 +22,8 @@ use std::net::IpAddr;
 
 use crate::config::{NodePortAddresses, ProxySettings};
 use crate::model::{
-    Endpoint, EndpointPort, EndpointSlice, IpMode, LABEL_ZONE, LoadBalancerIngress, Node, Service,
-    ServiceName, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
+    Endpoint, EndpointPort, EndpointSlice, IpMode, LABEL_ZONE, LoadBalancerIngress, LoadBalancerRequest,
+    Node, Service, ServiceName, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
 };
 use crate::net::{IpFamily, IpNet, Protocol};
 use crate::plan::NodeContext;
@@ -77,7 +77,7 @@ pub fn mk_node_context() -> NodeContext {
 pub fn mk_node(name: &str, addr: &str, zone: &str) -> Node {
     let mut labels = BTreeMap::new();
     labels.insert(LABEL_ZONE.to_string(), zone.to_string());
-    Node { name: name.into(), labels, ips: vec![ip(addr)], pod_cidrs: vec![], deleting: false }
+    Node { name: name.into(), labels, ips: vec![ip(addr)], pod_cidrs: vec![], deleting: false, ready: true }
 }
 
 /// Fluent Service builder.
@@ -131,6 +131,18 @@ impl ServiceBuilder {
             ip_mode: IpMode::Vip,
         });
         self
+    }
+    /// Makes it a LoadBalancer Service asking the address allocator for an address.
+    pub fn load_balancer(mut self) -> Self {
+        self.0.service_type = ServiceType::LoadBalancer;
+        self.0.load_balancer.get_or_insert_with(Box::default);
+        self
+    }
+    /// Makes it a LoadBalancer Service and edits what it asks of the allocator.
+    pub fn lb_request(self, f: impl FnOnce(&mut LoadBalancerRequest)) -> Self {
+        let mut b = self.load_balancer();
+        f(b.0.load_balancer.as_mut().expect("set by load_balancer"));
+        b
     }
     /// Adds an LB ingress IP in Proxy mode.
     pub fn lb_ip_proxy_mode(mut self, addr: &str) -> Self {

@@ -6,18 +6,25 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use tideway_api::source::{FileSource, SharedCluster};
+use tideway_sources::kube::{KubeSource, Role};
+use tideway_sources::metrics::SourceMetrics;
+use tideway_sources::{FileSource, SharedCluster, SourceSpec};
 
-use crate::config::{Settings, SettingsSource, check_ttl, parse_service_name, parse_upstream};
+use crate::config::{Settings, SettingsSource, check_ttl, external_zone, parse_service_name, parse_upstream};
 use crate::records::PodsMode;
 use crate::server::{Server, ServerConfig, UdpEngine};
 
 /// Serve cluster DNS for the objects of a source.
 #[derive(Debug, Args)]
 pub struct DnsArgs {
-    /// Where Services, EndpointSlices and Pods come from: `file:CLUSTER.yaml` (re-read on change).
+    /// Where Services, EndpointSlices, Namespaces and Pods come from: `kubernetes` (the default
+    /// in a pod), `file:CLUSTER.yaml` (re-read on change) or `lab:DIR` (a running `tideway lab`).
     #[arg(long)]
-    pub source: String,
+    pub source: Option<String>,
+    /// kubeconfig for `--source kubernetes` (default: `KUBECONFIG`, `~/.kube/config`, then the
+    /// in-cluster ServiceAccount).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// UDP and TCP listen address.
     #[arg(long, default_value = "0.0.0.0:53")]
     pub listen: SocketAddr,
@@ -36,6 +43,17 @@ pub struct DnsArgs {
     /// TTL of cluster records (0..=3600).
     #[arg(long, default_value_t = 5)]
     pub ttl: u32,
+    /// A zone in which `<svc>.<ns>.<ZONE>` resolves to the Service's LoadBalancer and external
+    /// IPs (CoreDNS's `k8s_external`), e.g. `example.org`.
+    #[arg(long)]
+    pub external_zone: Option<String>,
+    /// TTL of the external zone's records (0..=3600).
+    #[arg(long, default_value_t = 5)]
+    pub external_ttl: u32,
+    /// Give a pod a Service's ClusterIP (A, AAAA, SRV) only once the agent on the pod's node
+    /// reports the Service programmed (its NodeProxyState); SERVFAIL until then.
+    #[arg(long)]
+    pub require_programmed: bool,
     /// The Service `ns.dns.<zone>` and the apex NS stand for.
     #[arg(long, default_value = "kube-system/kube-dns")]
     pub dns_service: String,
@@ -95,8 +113,12 @@ fn init_logging() {
 fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
     let mut base = Settings::new(&args.zone)?;
     base.index.ttl = check_ttl(args.ttl)?;
-    base.index.pods = args.pods.parse::<PodsMode>().map_err(anyhow::Error::msg)?;
+    base.index.pods = args.pods.parse::<PodsMode>()?;
     base.index.dns_service = Some(parse_service_name(&args.dns_service)?);
+    base.index.require_programmed = args.require_programmed;
+    if let Some(zone) = &args.external_zone {
+        base.index.external = Some(external_zone(zone, args.external_ttl, &base.index.zone)?);
+    }
     if !args.listen.ip().is_unspecified() {
         base.index.fallback_ns_addrs = vec![args.listen.ip()];
     }
@@ -110,11 +132,12 @@ fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
 /// forwarding loop was detected.
 pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
     init_logging();
-    let Some(path) = args.source.strip_prefix("file:") else {
-        bail!("--source must be file:CLUSTER.yaml (got {:?})", args.source);
-    };
+    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
     let source = settings_source(args)?;
     let settings = source.load()?;
+    let watch_pods = settings.index.pods == PodsMode::Verified;
+    let require_programmed = settings.index.require_programmed;
+    let source_metrics = SourceMetrics::default();
     let udp_engine = match args.udp_engine.as_str() {
         "native" => UdpEngine::Native,
         "hickory" => UdpEngine::Hickory,
@@ -129,6 +152,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         udp_sockets: workers,
         udp_engine,
         loop_probe: !args.no_loop_probe,
+        source_metrics: Some(source_metrics.clone()),
         ..ServerConfig::new(args.listen, settings)
     };
     let reload_interval = duration("reload-interval", &args.reload_interval)?.max(Duration::from_millis(100));
@@ -137,11 +161,23 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let path = PathBuf::from(path);
     runtime.block_on(async move {
         let cluster = SharedCluster::new();
-        tokio::spawn(FileSource::new(path, Duration::from_secs(1)).run(cluster.clone()));
-        let server = Server::start(config, cluster).await?;
+        let server = Server::start(config, cluster.clone()).await?;
+        match spec {
+            SourceSpec::File(path) => {
+                tokio::spawn(FileSource::new(path, Duration::from_secs(1)).run(cluster));
+            }
+            SourceSpec::Lab(dir) => {
+                tokio::spawn(tideway_sources::lab::LabDir::new(dir).source().run(cluster));
+            }
+            SourceSpec::Kubernetes => {
+                let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                let role =
+                    Role::Dns { pods: watch_pods || require_programmed, node_states: require_programmed };
+                tokio::spawn(KubeSource::new(client, role, source_metrics).run(cluster));
+            }
+        }
         let code = serve_until_stopped(&server, &source, reload_interval).await?;
         server.shutdown().await;
         Ok(code)

@@ -7,6 +7,8 @@
 //! ttl: 30                      # record TTL, 0..=3600 (CoreDNS `ttl`)
 //! pods: insecure               # disabled | insecure | verified
 //! dnsService: kube-system/kube-dns
+//! externalZone: example.org    # LoadBalancer and external IPs (CoreDNS `k8s_external`)
+//! externalTtl: 5
 //! upstreams: [10.0.0.2, "10.0.0.3:5353"]   # instead of the resolv.conf
 //! resolvConf: /etc/resolv.conf
 //! forward: {timeout: 2s, maxConcurrent: 1000}
@@ -21,6 +23,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hickory_proto::rr::Name;
 use serde::Deserialize;
 use tideway_api::duration::parse_duration;
 use tideway_core::model::ServiceName;
@@ -28,7 +31,7 @@ use tideway_core::model::ServiceName;
 use crate::forward::cache::CacheSettings;
 use crate::forward::{ForwardSettings, parse_resolv_conf};
 use crate::handler::Options;
-use crate::records::{IndexSettings, PodsMode};
+use crate::records::{ExternalZone, IndexSettings, PodsMode, ZoneError};
 
 /// Everything about serving that can change without restarting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +54,7 @@ impl Settings {
     /// Defaults for `zone`.
     pub fn new(zone: &str) -> Result<Self, ConfigError> {
         Ok(Settings {
-            index: IndexSettings::new(zone).map_err(ConfigError::Invalid)?,
+            index: IndexSettings::new(zone)?,
             forward: ForwardSettings::default(),
             resolv_conf: None,
             cache: CacheSettings::default(),
@@ -90,6 +93,9 @@ pub enum ConfigError {
     /// A value is out of range or malformed.
     #[error("{0}")]
     Invalid(String),
+    /// A zone name is not one.
+    #[error(transparent)]
+    Zone(#[from] ZoneError),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -98,6 +104,8 @@ struct FileSettings {
     ttl: Option<u32>,
     pods: Option<String>,
     dns_service: Option<String>,
+    external_zone: Option<String>,
+    external_ttl: Option<u32>,
     upstreams: Option<Vec<String>>,
     resolv_conf: Option<PathBuf>,
     forward: Option<FileForward>,
@@ -142,6 +150,20 @@ pub fn parse_service_name(s: &str) -> Result<ServiceName, ConfigError> {
     }
 }
 
+/// The external zone `zone` with `ttl`; it may neither be, hold nor sit inside the cluster
+/// zone `cluster`.
+pub fn external_zone(zone: &str, ttl: u32, cluster: &Name) -> Result<ExternalZone, ConfigError> {
+    let mut ext = ExternalZone::new(zone)?;
+    if ext.zone.zone_of(cluster) || cluster.zone_of(&ext.zone) {
+        return Err(ConfigError::Invalid(format!(
+            "external zone {} overlaps the cluster zone {cluster}",
+            ext.zone
+        )));
+    }
+    ext.ttl = check_ttl(ttl)?;
+    Ok(ext)
+}
+
 /// Checks the TTL range CoreDNS allows.
 pub fn check_ttl(ttl: u32) -> Result<u32, ConfigError> {
     if ttl > 3600 {
@@ -180,10 +202,19 @@ fn apply(
         s.index.ttl = check_ttl(ttl)?;
     }
     if let Some(p) = f.pods {
-        s.index.pods = p.parse::<PodsMode>().map_err(ConfigError::Invalid)?;
+        s.index.pods = p.parse::<PodsMode>().map_err(|e| ConfigError::Invalid(e.to_string()))?;
     }
     if let Some(d) = f.dns_service {
         s.index.dns_service = Some(parse_service_name(&d)?);
+    }
+    if f.external_zone.is_some() || f.external_ttl.is_some() {
+        let zone = match (&f.external_zone, &s.index.external) {
+            (Some(z), _) => z.clone(),
+            (None, Some(e)) => e.zone.to_string(),
+            (None, None) => return Err(ConfigError::Invalid("externalTtl without externalZone".into())),
+        };
+        let ttl = f.external_ttl.or(s.index.external.as_ref().map(|e| e.ttl)).unwrap_or(5);
+        s.index.external = Some(external_zone(&zone, ttl, &s.index.zone)?);
     }
     if let Some(r) = f.resolv_conf {
         s.resolv_conf = Some(r);
@@ -326,5 +357,17 @@ mod tests {
         assert!(parse("upstreams: [nope]\n").unwrap_err().to_string().contains("invalid upstream"));
         assert!(parse("lameduck: soon\n").unwrap_err().to_string().contains("lameduck"));
         assert!(parse("ttl: 5\nunknown: 1\n").is_err(), "unknown fields are errors");
+        let overlap = parse("externalZone: svc.cluster.local\n").unwrap_err().to_string();
+        assert!(overlap.contains("overlaps the cluster zone"), "{overlap}");
+        assert!(parse("externalZone: local\n").is_err(), "a zone holding the cluster zone");
+        assert!(parse("externalTtl: 30\n").unwrap_err().to_string().contains("without externalZone"));
+        assert!(parse("externalZone: example.org\nexternalTtl: 9999\n").is_err());
+    }
+
+    #[test]
+    fn the_external_zone_comes_from_the_file() {
+        let s = parse("externalZone: Example.ORG\nexternalTtl: 30\n").unwrap();
+        let ext = s.index.external.unwrap();
+        assert_eq!((ext.zone.to_string().as_str(), ext.ttl), ("example.org.", 30));
     }
 }

@@ -232,6 +232,7 @@ pub struct Metrics {
     pub(crate) index_services: Gauge,
     pub(crate) index_endpoints: Gauge,
     pub(crate) index_build_seconds: Histogram,
+    pub(crate) not_programmed: Counter,
 }
 
 /// CoreDNS's `zone` label: the default Corefile has a single `.:53` server block.
@@ -270,6 +271,7 @@ impl Metrics {
             panics: Counter::default(),
             reload_failed: Counter::default(),
             index_services: Gauge::default(),
+            not_programmed: Counter::default(),
             index_endpoints: Gauge::default(),
             index_build_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
         };
@@ -344,6 +346,11 @@ impl Metrics {
             "coredns_reload_failed",
             "Counter of the number of failed reload attempts.",
             m.reload_failed.clone(),
+        );
+        r.register(
+            "tideway_dns_not_programmed",
+            "ClusterIP answers held back (SERVFAIL) because the asking pod's node had not programmed the Service yet.",
+            m.not_programmed.clone(),
         );
         r.register(
             "tideway_dns_index_services",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prometheus_client::registry::Registry;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
-use tideway_api::source::SharedCluster;
+use tideway_sources::SharedCluster;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -53,6 +53,8 @@ pub struct ServerConfig {
     pub loop_probe: bool,
     /// Serving settings.
     pub settings: Settings,
+    /// The source's counters, served on `/metrics` with the server's own.
+    pub source_metrics: Option<tideway_sources::metrics::SourceMetrics>,
 }
 
 impl ServerConfig {
@@ -68,6 +70,7 @@ impl ServerConfig {
             tcp_timeout: Duration::from_secs(10),
             loop_probe: false,
             settings,
+            source_metrics: None,
         }
     }
 }
@@ -177,6 +180,9 @@ impl Server {
 
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(dns_addr, &mut registry));
+        if let Some(m) = &config.source_metrics {
+            m.register(&mut registry);
+        }
         let core = Arc::new(Core::new(
             RecordIndex::unsynced(&settings.index),
             Forwarder::new(settings.forward.clone(), Arc::clone(&metrics)),
@@ -341,13 +347,16 @@ fn unix_now() -> u32 {
     u32::try_from(secs).unwrap_or(u32::MAX)
 }
 
-/// Rebuilds the index if the cluster is synced and something relevant changed since `built`
-/// (the settings the current index was built with).
+/// What the current index was built from: its settings, and the fingerprint of the node
+/// reports it gates on (0 without `--require-programmed`).
+type Built = Option<(crate::records::IndexSettings, u64)>;
+
+/// Rebuilds the index if the cluster is synced and something relevant changed since `built`.
 fn refresh_index(
     core: &Core,
     cluster: &SharedCluster,
     wanted: &crate::records::IndexSettings,
-    built: &mut Option<crate::records::IndexSettings>,
+    built: &mut Built,
     readiness: &Readiness,
 ) {
     if !cluster.is_synced() {
@@ -358,7 +367,13 @@ fn refresh_index(
     }
     let mut state = cluster.lock();
     let changes = state.take_changes();
-    if built.as_ref() == Some(wanted) && changes.services.is_empty() && !changes.pods {
+    let reports = match built {
+        Some((_, f)) if changes.node_states.is_empty() => *f,
+        _ if wanted.require_programmed => crate::records::programmed_fingerprint(&state),
+        _ => 0,
+    };
+    let same = built.as_ref().is_some_and(|(s, f)| s == wanted && *f == reports);
+    if same && changes.services.is_empty() && !changes.pods && !changes.namespaces {
         return;
     }
     let started = Instant::now();
@@ -378,7 +393,7 @@ fn refresh_index(
     );
     core.set_index(index);
     readiness.set_synced();
-    *built = Some(wanted.clone());
+    *built = Some((wanted.clone(), reports));
 }
 
 /// Keeps the index in step with the cluster and the settings: a full rebuild on every
@@ -389,7 +404,7 @@ async fn index_task(
     settings: Arc<Mutex<Settings>>,
     rebuild: Arc<Notify>,
     readiness: Arc<Readiness>,
-    mut built: Option<crate::records::IndexSettings>,
+    mut built: Built,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {

@@ -5,10 +5,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Upstream, cluster, dig, have_dig, http_get, runtime, settings, start};
-use tideway_api::source::SharedCluster;
+use common::{Upstream, cluster, dig, http_get, require_dig, runtime, settings, start};
 use tideway_core::testing::mk_service;
 use tideway_dns::server::{ServerConfig, Sockets};
+use tideway_sources::SharedCluster;
 
 fn lines(s: &str) -> Vec<&str> {
     s.lines().filter(|l| !l.trim().is_empty()).collect()
@@ -16,9 +16,7 @@ fn lines(s: &str) -> Vec<&str> {
 
 #[test]
 fn answers_over_udp_and_tcp() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let server = start(&rt, cluster(), settings(&[]));
     let at = server.dns_addr;
@@ -36,10 +34,20 @@ fn answers_over_udp_and_tcp() {
     );
     assert!(out.contains("flags: qr aa rd ra"), "{out}");
     assert!(
-        out.contains("_HTTP._tcp.Web.NS1.svc.cluster.local. 5 IN SRV 0 100 80 web.ns1.svc.cluster.local."),
+        out.contains("_HTTP._tcp.Web.NS1.svc.cluster.local. 5 IN SRV 0 100 80 Web.NS1.svc.cluster.local."),
         "{out}"
     );
-    assert!(out.contains("web.ns1.svc.cluster.local. 5 IN A 10.96.0.10"), "{out}");
+    assert!(out.contains("Web.NS1.svc.cluster.local. 5 IN A 10.96.0.10"), "{out}");
+    // ... and the negative answer's SOA is owned by the zone as the query spells it.
+    let out = dig(at, &["+noall", "+authority", "nope.ns1.svc.Cluster.LOCAL"]);
+    assert!(out.starts_with("Cluster.LOCAL. 5 IN SOA ns.dns.cluster.local."), "{out}");
+    // A Namespace without Services: NODATA; a missing one: NXDOMAIN.
+    let out = dig(at, &["+noall", "+comments", "quiet.svc.cluster.local"]);
+    assert!(out.contains("status: NOERROR") && out.contains("ANSWER: 0"), "{out}");
+    for name in ["web.quiet.svc.cluster.local", "missing.svc.cluster.local"] {
+        let out = dig(at, &["+noall", "+comments", name]);
+        assert!(out.contains("status: NXDOMAIN"), "{name}: {out}");
+    }
     // NXDOMAIN and NODATA carry the SOA; dns-version answers.
     let out = dig(at, &["+noall", "+comments", "+authority", "nope.ns1.svc.cluster.local"]);
     assert!(out.contains("status: NXDOMAIN") && out.contains("flags: qr aa"), "{out}");
@@ -53,9 +61,7 @@ fn answers_over_udp_and_tcp() {
 
 #[test]
 fn oversized_udp_answers_are_truncated_and_complete_over_tcp() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let server = start(&rt, cluster(), settings(&[]));
     let at = server.dns_addr;
@@ -68,14 +74,19 @@ fn oversized_udp_answers_are_truncated_and_complete_over_tcp() {
     // A small answer fits without TC.
     let out = dig(at, &["+ignore", "+noedns", "+noall", "+comments", "web.ns1.svc.cluster.local"]);
     assert!(!out.contains(" tc"), "{out}");
+    // SRV rows that fit 512 bytes only without their targets' addresses: the additional
+    // section goes, TC stays clear (RFC 2181 §9); with room, the addresses come along.
+    let srv = "_http._tcp.mid.ns1.svc.cluster.local";
+    let out = dig(at, &["+ignore", "+noedns", "+noall", "+comments", srv, "SRV"]);
+    assert!(!out.contains(" tc") && out.contains("ANSWER: 6, AUTHORITY: 0, ADDITIONAL: 0"), "{out}");
+    let out = dig(at, &["+ignore", "+bufsize=1232", "+noall", "+comments", srv, "SRV"]);
+    assert!(!out.contains(" tc") && out.contains("ANSWER: 6, AUTHORITY: 0, ADDITIONAL: 7"), "{out}");
     rt.block_on(server.shutdown());
 }
 
 #[test]
 fn forwarding_cache_and_external_names() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let upstream = Upstream::start(&rt);
     let server = start(&rt, cluster(), settings(&[upstream.addr]));
@@ -120,9 +131,7 @@ fn forwarding_cache_and_external_names() {
 
 #[test]
 fn refuses_any_and_zone_transfers() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let server = start(&rt, cluster(), settings(&[]));
     let at = server.dns_addr;
@@ -136,9 +145,7 @@ fn refuses_any_and_zone_transfers() {
 
 #[test]
 fn servfail_before_sync_then_changes_apply_at_once() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let cluster = SharedCluster::new();
     let server = start(&rt, cluster.clone(), settings(&[]));
@@ -174,9 +181,7 @@ fn servfail_before_sync_then_changes_apply_at_once() {
 
 #[test]
 fn reload_and_lameduck() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let server = start(&rt, cluster(), settings(&[]));
     let at = server.dns_addr;
@@ -237,10 +242,30 @@ fn forwarding_loops_are_detected() {
 }
 
 #[test]
+fn load_balancer_ips_resolve_in_the_external_zone() {
+    require_dig();
+    let rt = runtime();
+    let mut settings = settings(&[]);
+    settings.index.external = Some(tideway_dns::records::ExternalZone::new("example.org").unwrap());
+    let server = start(&rt, cluster(), settings);
+    let at = server.dns_addr;
+    assert_eq!(lines(&dig(at, &["+short", "lb.ns1.example.org"])), ["192.0.2.100"]);
+    let out = dig(at, &["+noall", "+answer", "_http._tcp.LB.ns1.example.org", "SRV"]);
+    assert!(out.contains("IN SRV 0 100 80 LB.ns1.example.org."), "{out}");
+    let out = dig(at, &["+noall", "+comments", "+authority", "web.ns1.example.org"]);
+    assert!(
+        out.contains("status: NXDOMAIN") && out.contains("example.org. 5 IN SOA ns1.dns.example.org."),
+        "{out}"
+    );
+    assert!(dig(at, &["+noall", "+answer", "example.org", "SOA"]).contains("hostmaster.dns.example.org."));
+    // The cluster zone answers as before.
+    assert_eq!(lines(&dig(at, &["+short", "lb.ns1.svc.cluster.local"])), ["10.96.0.11"]);
+    rt.block_on(server.shutdown());
+}
+
+#[test]
 fn hickory_udp_engine_answers_the_same() {
-    if !have_dig() {
-        return;
-    }
+    require_dig();
     let rt = runtime();
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), settings(&[]));
     config.udp_engine = tideway_dns::server::UdpEngine::Hickory;
@@ -250,5 +275,10 @@ fn hickory_udp_engine_answers_the_same() {
     assert!(dig(at, &["+noall", "+comments", "nope.ns1.svc.cluster.local"]).contains("status: NXDOMAIN"));
     let out = dig(at, &["+ignore", "+noedns", "+noall", "+comments", "big.ns1.svc.cluster.local"]);
     assert!(out.contains(" tc") && out.contains("ANSWER: 0"), "{out}");
+    let out = dig(
+        at,
+        &["+ignore", "+noedns", "+noall", "+comments", "_http._tcp.mid.ns1.svc.cluster.local", "SRV"],
+    );
+    assert!(!out.contains(" tc") && out.contains("ANSWER: 6, AUTHORITY: 0, ADDITIONAL: 0"), "{out}");
     rt.block_on(server.shutdown());
 }

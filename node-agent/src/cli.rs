@@ -5,16 +5,20 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
 use tideway_api::duration::parse_duration;
-use tideway_api::source::{FileSource, SharedCluster, Source};
 use tideway_core::config::ProxyMode;
+use tideway_sources::kube::{KubeNodeStateSink, KubeSource, Role};
+use tideway_sources::lab::{LabDir, LabNodeStateSink};
+use tideway_sources::metrics::SourceMetrics;
+use tideway_sources::{FileSource, SharedCluster, Source, SourceSpec};
 
 use crate::agent::{Agent, AgentOptions, AgentStatus};
 use crate::health::ProxyHealth;
 use crate::metrics::Metrics;
+use crate::report::{self, ReportSettings};
 
 /// Program this node's dataplane from a source of cluster objects.
 #[derive(Debug, Args)]
@@ -22,9 +26,14 @@ pub struct AgentArgs {
     /// This node's name (a Node object in the source).
     #[arg(long)]
     pub node: String,
-    /// Where objects come from: `file:CLUSTER.yaml` (re-read when it changes).
+    /// Where objects come from: `kubernetes` (the default in a pod), `file:CLUSTER.yaml`
+    /// (re-read when it changes) or `lab:DIR` (a running `tideway lab`).
     #[arg(long)]
-    pub source: String,
+    pub source: Option<String>,
+    /// kubeconfig for `--source kubernetes` (default: `KUBECONFIG`, `~/.kube/config`, then the
+    /// in-cluster ServiceAccount).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// Override the mode of the node's ProxyConfig.
     #[arg(long)]
     pub mode: Option<ProxyMode>,
@@ -48,28 +57,50 @@ pub struct AgentArgs {
     pub file_poll_interval: Duration,
 }
 
-fn source_path(s: &str) -> anyhow::Result<PathBuf> {
-    match s.split_once(':') {
-        Some(("file", path)) if !path.is_empty() => Ok(PathBuf::from(path)),
-        _ => bail!("unsupported --source {s:?} (expected file:PATH)"),
-    }
-}
+/// How long a stop may take: whatever the agent is doing (a long kernel write, a child
+/// process), it is gone this long after SIGTERM.
+const STOP_WITHIN: Duration = Duration::from_millis(900);
 
 /// Runs the agent until SIGINT or SIGTERM. Rules stay programmed on exit, so a restart
-/// causes no gap.
+/// causes no gap. Without `CAP_NET_ADMIN` it stops at once, saying so.
 pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
-    let path = source_path(&args.source)?;
+    if !crate::caps::has_net_admin() {
+        anyhow::bail!(
+            "tideway agent needs CAP_NET_ADMIN to program this node's rules: run it as root, or \
+             grant the capability (securityContext.capabilities.add: [NET_ADMIN])"
+        );
+    }
+    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
     tracing_subscriber_init();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let cluster = SharedCluster::new();
-        let source = FileSource::new(path, args.file_poll_interval);
-        tokio::spawn(Source::run(source, cluster.clone()));
-
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
+        let source_metrics = SourceMetrics::new(&mut registry);
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
+        match spec {
+            SourceSpec::File(path) => {
+                tokio::spawn(Source::run(FileSource::new(path, args.file_poll_interval), cluster.clone()));
+            }
+            SourceSpec::Lab(dir) => {
+                let dir = LabDir::new(dir);
+                tokio::spawn(Source::run(dir.source(), cluster.clone()));
+                let sink = Arc::new(LabNodeStateSink(dir));
+                let settings = ReportSettings { min_interval: Duration::from_secs(1), ..Default::default() };
+                tokio::spawn(report::run(status.clone(), sink, settings, std::future::pending()));
+            }
+            SourceSpec::Kubernetes => {
+                let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                let role = Role::Agent { node: args.node.clone() };
+                tokio::spawn(KubeSource::new(client.clone(), role, source_metrics).run(cluster.clone()));
+                let sink = Arc::new(KubeNodeStateSink::new(client));
+                let report =
+                    report::run(status.clone(), sink, ReportSettings::default(), std::future::pending());
+                tokio::spawn(report);
+            }
+        }
         let health = Arc::new(ProxyHealth::new(args.sync_period.unwrap_or(Duration::from_secs(30))));
 
         let healthz = tokio::net::TcpListener::bind(args.healthz_bind_address)
@@ -92,24 +123,30 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         };
         let agent = Agent::new(opts, cluster, status, metrics, health);
         tracing::info!(node = %args.node, "agent started");
-        agent.run(shutdown_signal()).await;
+        agent.run(stop_signal()).await;
         tracing::info!("agent stopped; rules stay programmed");
         Ok(0)
     })
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+/// Resolves on SIGINT or SIGTERM. The signal is watched by a task of its own, so it is seen
+/// even while the sync loop is inside a long kernel write; if the loop has not returned
+/// `STOP_WITHIN` later, running children are killed (their writes are transactions) and the
+/// process exits with the rules it has.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tideway_sources::shutdown_signal().await;
+        let _ = tx.send(());
+        std::thread::spawn(|| {
+            std::thread::sleep(STOP_WITHIN);
+            tracing::warn!("still busy after a stop was asked; stopping now, rules stay programmed");
+            crate::exec::kill_running();
+            std::process::exit(0);
+        });
+    });
+    async move {
+        let _ = rx.await;
     }
 }
 

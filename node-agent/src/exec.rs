@@ -1,8 +1,10 @@
 //! Running the kernel tools (`nft`, `iptables-restore`, `ipset`, `ip`, `conntrack`) with errors
 //! that carry the command, its exit status and the input lines it complained about.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
 /// A command that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -10,12 +12,47 @@ use std::process::{Command, Stdio};
 pub struct CommandError {
     /// The command line.
     pub command: String,
-    /// Exit status, or why it could not run.
-    pub status: String,
+    /// How it ended.
+    pub status: CommandStatus,
     /// Its standard error, trimmed.
     pub stderr: String,
     /// The input lines the tool pointed at (with their numbers), when it named one.
     pub lines: Vec<String>,
+}
+
+/// How a command that did not succeed ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandStatus {
+    /// It could not be started (the tool is missing, or not executable).
+    NotStarted(std::io::ErrorKind),
+    /// Waiting for it failed.
+    Lost(std::io::ErrorKind),
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it.
+    Killed(i32),
+}
+
+impl std::fmt::Display for CommandStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommandStatus::NotStarted(kind) => write!(f, "cannot start: {kind}"),
+            CommandStatus::Lost(kind) => write!(f, "wait failed: {kind}"),
+            CommandStatus::Exited(code) => write!(f, "exit status {code}"),
+            CommandStatus::Killed(signal) => write!(f, "killed by signal {signal}"),
+        }
+    }
+}
+
+impl CommandStatus {
+    fn of(status: std::process::ExitStatus) -> CommandStatus {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => CommandStatus::Exited(code),
+            (None, Some(signal)) => CommandStatus::Killed(signal),
+            (None, None) => CommandStatus::Exited(-1),
+        }
+    }
 }
 
 fn render_lines(lines: &[String]) -> String {
@@ -26,10 +63,40 @@ fn render_lines(lines: &[String]) -> String {
     }
 }
 
+/// The children running now, so that a stop can cancel them instead of waiting them out.
+static RUNNING: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+/// A child's entry in [`RUNNING`], removed when the wait for it ends.
+struct Running(u32);
+
+impl Running {
+    fn register(pid: u32) -> Running {
+        RUNNING.lock().unwrap_or_else(|e| e.into_inner()).insert(pid);
+        Running(pid)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.0);
+    }
+}
+
+/// Kills every child still running (`iptables-restore`, `ipset`, ...). Their writes are
+/// transactions: a killed one changes nothing.
+pub fn kill_running() {
+    for pid in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        if let Ok(pid) = i32::try_from(*pid) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
 /// Runs `program args`, feeding `input` on stdin; returns stdout.
 pub fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, CommandError> {
     let command = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
-    let fail = |status: String, stderr: String| CommandError {
+    let fail = |status: CommandStatus, stderr: String| CommandError {
         lines: input.map(|i| offending_lines(&stderr, i)).unwrap_or_default(),
         command: command.clone(),
         status,
@@ -41,17 +108,18 @@ pub fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| fail(format!("cannot start: {e}"), String::new()))?;
+        .map_err(|e| fail(CommandStatus::NotStarted(e.kind()), e.to_string()))?;
+    let _running = Running::register(child.id());
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
         // A tool that rejects its input early closes stdin: its exit status tells why.
         let _ = stdin.write_all(text.as_bytes());
     }
-    let out = child.wait_with_output().map_err(|e| fail(format!("wait failed: {e}"), String::new()))?;
+    let out = child.wait_with_output().map_err(|e| fail(CommandStatus::Lost(e.kind()), e.to_string()))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         Ok(stdout)
     } else {
-        Err(fail(out.status.to_string(), String::from_utf8_lossy(&out.stderr).trim().to_string()))
+        Err(fail(CommandStatus::of(out.status), String::from_utf8_lossy(&out.stderr).trim().to_string()))
     }
 }
 
@@ -106,8 +174,11 @@ mod tests {
     fn reports_command_status_and_stderr() {
         let e = run("sh", &["-c", "echo boom >&2; exit 3"], Some("x\n")).unwrap_err();
         assert_eq!(e.command, "sh -c echo boom >&2; exit 3");
-        assert!(e.status.contains('3') && e.stderr == "boom", "{e}");
+        assert_eq!((e.status, e.stderr.as_str()), (CommandStatus::Exited(3), "boom"), "{e}");
+        assert!(e.to_string().contains("(exit status 3)"), "{e}");
         assert_eq!(run("sh", &["-c", "cat"], Some("hello")).unwrap(), "hello");
-        assert!(run("/nonexistent/tool", &[], None).unwrap_err().status.starts_with("cannot start"));
+        let missing = run("/nonexistent/tool", &[], None).unwrap_err();
+        assert_eq!(missing.status, CommandStatus::NotStarted(std::io::ErrorKind::NotFound));
+        assert_eq!(run("sh", &["-c", "kill -9 $$"], None).unwrap_err().status, CommandStatus::Killed(9));
     }
 }

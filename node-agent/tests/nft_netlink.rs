@@ -15,7 +15,7 @@ use tideway_core::render;
 use tideway_core::render::nftables::text;
 use tideway_core::testing::*;
 use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
-use tideway_tests::netns::{Netns, is_root};
+use tideway_tests::netns::{Netns, require_root};
 
 /// The ruleset as JSON, normalized: no handles, set elements sorted (hash sets list in hash
 /// order), objects sorted by kind and name so creation order does not matter.
@@ -91,10 +91,7 @@ fn open(ns: &Netns) -> NftNetlink {
 
 #[test]
 fn every_fixture_lists_the_same_as_nft() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return;
-    }
+    require_root("reading nftables back over netlink");
     for path in tideway_tests::fixtures() {
         let f = tideway_tests::load(&path);
         let ruleset = compile(&f.cluster, &f.node);
@@ -118,10 +115,7 @@ use tideway_core::testing::random::{Rng, mutate};
 
 #[test]
 fn incremental_changes_list_the_same_as_a_full_nft_load() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return;
-    }
+    require_root("reading nftables back over netlink");
     let node = mk_node_context();
     let mut rng = Rng(4242);
     let mut cluster = ClusterState::new();
@@ -169,10 +163,7 @@ fn incremental_changes_list_the_same_as_a_full_nft_load() {
 
 #[test]
 fn a_refused_transaction_changes_nothing() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return;
-    }
+    require_root("reading nftables back over netlink");
     let path =
         tideway_tests::fixtures().into_iter().find(|p| p.ends_with("basic.yaml")).expect("basic fixture");
     let f = tideway_tests::load(&path);

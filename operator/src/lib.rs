@@ -1,9 +1,22 @@
-//! The Tideway operator (not implemented yet).
+//! The Tideway operator: the cluster-wide decisions, made by one leader-elected replica.
 //!
-//! Its place in the system: a leader-elected Deployment that reconciles `ProxyConfig`
-//! objects into the configuration each node must run (the resolution rule already lives in
-//! `tideway_core::config::resolve_proxy_config`, so agents and the operator agree), allocates
-//! LoadBalancer IPs from pools, decides which nodes may receive external traffic under each
-//! Service's `externalTrafficPolicy`, and rolls node reports up into CRD status.
+//! ```text
+//!  source (Kubernetes watchers / file) --> SharedCluster
+//!      | reconcile::run (while leading): take changes -> tideway_core::operator::Reconciler
+//!      |     addresses (ipam), announcers (announce), ProxyConfig rollout, pool status, Events
+//!      v
+//!  ClusterWriter: server-side apply of Service status, L2Announcements, CRD status; Events
+//!  election::run: a coordination.k8s.io Lease decides who leads (tideway_core::operator::lease)
+//!  http: /healthz /readyz /metrics /api/v1/status
+//! ```
+//! Every decision is in `tideway_core::operator`; this crate moves data between the source,
+//! the decisions and the writer, and says who may write.
 
 #![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod election;
+pub mod http;
+pub mod metrics;
+pub mod reconcile;
+pub mod writer;

@@ -23,6 +23,15 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// What a privileged test says when it cannot run: it fails, it never passes by skipping.
+pub const NEEDS_ROOT: &str = "needs root (network namespaces, the kernel's rules); run the tests as \
+     root, or leave every privileged test out explicitly with `TIDEWAY_SKIP_PRIVILEGED=1 make unit`";
+
+/// Fails the calling test, naming `what`, unless it runs as root.
+pub fn require_root(what: &str) {
+    assert!(is_root(), "{what} {NEEDS_ROOT}");
+}
+
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// A network namespace, deleted (with its processes) on drop.

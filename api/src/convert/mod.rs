@@ -5,5 +5,5 @@ mod node;
 mod service;
 
 pub use endpoint_slice::endpoint_slice;
-pub use node::{node, pod};
+pub use node::{namespace, node, pod};
 pub use service::service;

@@ -1,7 +1,7 @@
-//! `v1/Node` and `v1/Pod` -> [`Node`], [`Pod`].
+//! `v1/Node`, `v1/Pod` and `v1/Namespace` -> [`Node`], [`Pod`], [`Namespace`].
 
 use k8s_openapi::api::core::v1 as k8s;
-use tideway_core::model::{Node, Pod};
+use tideway_core::model::{Namespace, Node, Pod};
 
 use crate::error::{ConvertError, Ctx};
 
@@ -38,6 +38,12 @@ pub fn node(n: &k8s::Node) -> Result<Node, ConvertError> {
         ips,
         pod_cidrs,
         deleting: n.metadata.deletion_timestamp.is_some(),
+        ready: n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_none_or(|c| c.status == "True"),
     })
 }
 
@@ -69,4 +75,13 @@ pub fn pod(p: &k8s::Pod) -> Result<Pod, ConvertError> {
         node_name: spec.node_name,
         labels: p.metadata.labels.clone().unwrap_or_default(),
     })
+}
+
+/// Converts a Namespace.
+pub fn namespace(n: &k8s::Namespace) -> Result<Namespace, ConvertError> {
+    let name = n.metadata.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        return Err(Ctx::new("Namespace", None, &name).err("metadata.name", "is required"));
+    }
+    Ok(Namespace { name, labels: n.metadata.labels.clone().unwrap_or_default() })
 }

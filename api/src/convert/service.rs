@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tideway_core::model::{
-    DEFAULT_AFFINITY_TIMEOUT, IpMode, LoadBalancerIngress, Service, ServiceName, ServicePort, ServiceType,
-    SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
+    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,
+    DEFAULT_AFFINITY_TIMEOUT, IpMode, LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName,
+    ServicePort, ServiceType, SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
 };
 use tideway_core::net::IpFamily;
 
@@ -145,7 +146,47 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
         return Err(cx.err("spec.externalName", "is required for type ExternalName"));
     }
     out.publish_not_ready_addresses = spec.publish_not_ready_addresses.unwrap_or(false);
+    out.generation = meta.generation.unwrap_or(0);
+    if service_type == ServiceType::LoadBalancer {
+        out.load_balancer = Some(Box::new(load_balancer_request(svc, &spec)));
+    }
     Ok(out)
+}
+
+/// What the Service asks of the address allocator. An unreadable request is kept as an error
+/// for the operator to report: proxies still program the Service.
+fn load_balancer_request(svc: &k8s::Service, spec: &k8s::ServiceSpec) -> LoadBalancerRequest {
+    let annotations = svc.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(|v| v.trim().to_string());
+    let mut req = LoadBalancerRequest {
+        class: spec.load_balancer_class.clone().filter(|c| !c.is_empty()),
+        pool: annotation(ANNOTATION_ADDRESS_POOL).filter(|p| !p.is_empty()),
+        sharing_key: annotation(ANNOTATION_ALLOW_SHARED_IP).filter(|k| !k.is_empty()),
+        selector: spec.selector.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut wanted: Vec<(String, String)> = Vec::new();
+    if let Some(ip) = spec.load_balancer_ip.as_deref().filter(|ip| !ip.is_empty()) {
+        wanted.push(("spec.loadBalancerIP".into(), ip.to_string()));
+    }
+    if let Some(list) = annotation(ANNOTATION_LOAD_BALANCER_IPS) {
+        let field = format!("metadata.annotations[{ANNOTATION_LOAD_BALANCER_IPS}]");
+        wanted.extend(
+            list.split(',').filter(|s| !s.trim().is_empty()).map(|s| (field.clone(), s.trim().into())),
+        );
+    }
+    for (field, value) in wanted {
+        match value.parse() {
+            Ok(ip) if !req.ips.contains(&ip) => req.ips.push(ip),
+            Ok(_) => {}
+            Err(_) => {
+                req.error = Some(format!("{field}: {value:?} is not a valid IP address"));
+                req.ips.clear();
+                break;
+            }
+        }
+    }
+    req
 }
 
 fn policy(cx: &Ctx, field: &str, value: Option<&str>) -> Result<TrafficPolicy, ConvertError> {

@@ -1,5 +1,78 @@
-//! Custom resources (schemas generated from these types by `tideway crdgen`).
+//! Custom resources of group `tideway.io`, version `v1alpha1` (schemas generated from these
+//! types by `tideway crdgen`).
+//!
+//! | kind | scope | written by | read by |
+//! |---|---|---|---|
+//! | [`ProxyConfig`] | cluster | users (spec), operator (status) | agents, operator |
+//! | [`NodeProxyState`] | cluster, one per node, owned by the Node | that node's agent | operator, DNS, users |
+//! | [`LoadBalancerPool`] | cluster | users (spec), operator (status) | operator |
+//! | [`L2Announcement`] | namespaced, one per LoadBalancer Service | operator | agents, users |
 
+mod conditions;
+mod l2_announcement;
+mod load_balancer_pool;
+mod node_proxy_state;
 mod proxy_config;
+mod schema;
 
-pub use proxy_config::{IpvsSpec, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config};
+pub use conditions::conditions;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+pub use l2_announcement::{
+    L2Announcement, L2AnnouncementSpec, LABEL_NODE, l2_announcement, l2_announcement_object,
+};
+pub use load_balancer_pool::{
+    L2Settings, LoadBalancerPool, LoadBalancerPoolSpec, LoadBalancerPoolStatus, ServiceAllocation,
+    load_balancer_pool, load_balancer_pool_status,
+};
+pub use node_proxy_state::{
+    NodeProxyState, NodeProxyStateSpec, NodeProxyStateStatus, node_proxy_state, node_proxy_state_status,
+    node_state_from,
+};
+pub use proxy_config::{
+    IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config, proxy_config_status,
+};
+use tideway_core::config::{LabelSelector as CoreSelector, SelectorOp, SelectorRequirement};
+
+use crate::error::{ConvertError, Ctx};
+
+/// Every CustomResourceDefinition, in the order `crdgen` prints them.
+pub fn all()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    use kube::CustomResourceExt;
+    vec![ProxyConfig::crd(), NodeProxyState::crd(), LoadBalancerPool::crd(), L2Announcement::crd()]
+}
+
+/// Converts a Kubernetes label selector at `field`; an unknown operator names itself.
+pub(crate) fn selector(
+    cx: &Ctx,
+    field: &str,
+    sel: Option<&LabelSelector>,
+) -> Result<CoreSelector, ConvertError> {
+    let Some(sel) = sel else {
+        return Ok(CoreSelector::default());
+    };
+    let mut out = CoreSelector {
+        match_labels: sel.match_labels.clone().unwrap_or_default(),
+        match_expressions: vec![],
+    };
+    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+        let op = match e.operator.as_str() {
+            "In" => SelectorOp::In,
+            "NotIn" => SelectorOp::NotIn,
+            "Exists" => SelectorOp::Exists,
+            "DoesNotExist" => SelectorOp::DoesNotExist,
+            other => {
+                return Err(cx.err(
+                    format!("{field}.matchExpressions[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ));
+            }
+        };
+        out.match_expressions.push(SelectorRequirement {
+            key: e.key.clone(),
+            op,
+            values: e.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}

@@ -1,13 +1,15 @@
 //! The `ProxyConfig` CRD: proxy mode and settings per node selector.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
+
+use super::schema;
 use serde::{Deserialize, Serialize};
 use tideway_core::config::{
-    DetectLocal, IpvsSettings, LabelSelector as CoreSelector, NodePortAddresses, ProxyConfig as CoreConfig,
-    ProxyMode, ProxySettings, SelectorOp, SelectorRequirement,
+    DetectLocal, IpvsSettings, NodePortAddresses, ProxyConfig as CoreConfig, ProxyMode, ProxySettings,
 };
+use tideway_core::operator::rollout::ConfigStatus;
 
 use crate::duration::parse_duration;
 use crate::error::{ConvertError, Ctx};
@@ -22,12 +24,20 @@ use crate::error::{ConvertError, Ctx};
     status = "ProxyConfigStatus",
     shortname = "pxc",
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
-    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Selected","type":"integer","jsonPath":".status.nodesSelected"}"#,
+    printcolumn = r#"{"name":"Programmed","type":"integer","jsonPath":".status.nodesProgrammed"}"#,
+    printcolumn = r#"{"name":"Failing","type":"integer","jsonPath":".status.nodesFailing"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyConfigSpec {
     /// `nftables` (default), `iptables` or `ipvs`.
+    // The schema only admits these values; the type stays a string so that an object written
+    // before the schema existed still decodes and is reported instead of breaking the watch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::proxy_mode")]
     pub mode: Option<String>,
     /// Nodes this config applies to (empty: every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -40,6 +50,7 @@ pub struct ProxyConfigSpec {
     pub cluster_cidrs: Vec<String>,
     /// `ClusterCIDR` (default) or `NodeCIDR`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::detect_local_mode")]
     pub detect_local_mode: Option<String>,
     /// Masquerade every connection to a ClusterIP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,6 +61,11 @@ pub struct ProxyConfigSpec {
     /// `["primary"]` (default), `["all"]`, or CIDRs selecting node addresses for NodePorts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_port_addresses: Vec<String>,
+    /// Serve NodePorts on 127.0.0.1 too, as kube-proxy's iptables mode does (default true;
+    /// iptables mode and IPv4 only, when `nodePortAddresses` takes in loopback: `["all"]` or a
+    /// CIDR holding 127.0.0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localhost_node_ports: Option<bool>,
     /// Full resync interval (default `30s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_period: Option<String>,
@@ -70,6 +86,7 @@ pub struct ProxyConfigSpec {
 pub struct IpvsSpec {
     /// rr (default), wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq or mh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::ipvs_scheduler")]
     pub scheduler: Option<String>,
     /// Stop nodes answering ARP for service addresses.
     #[serde(default, rename = "strictARP", skip_serializing_if = "Option::is_none")]
@@ -85,19 +102,56 @@ pub struct IpvsSpec {
     pub udp_timeout: Option<String>,
 }
 
-/// Observed state, rolled up from nodes.
+/// Observed state, rolled up by the operator from every node's `NodeProxyState`.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyConfigStatus {
-    /// Generation the status describes.
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Valid`, `Applied`, ...
+    /// Nodes whose configuration this object is (selector match and highest precedence).
+    #[serde(default)]
+    pub nodes_selected: i32,
+    /// Selected nodes whose agent reports this config's current generation programmed.
+    #[serde(default)]
+    pub nodes_programmed: i32,
+    /// Selected nodes whose agent reports an error.
+    #[serde(default)]
+    pub nodes_failing: i32,
+    /// Up to ten failing nodes and their errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<NodeFailure>,
+    /// `Ready`, `Progressing` and `Degraded`, with reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Nodes currently running this config.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<i32>,
+}
+
+/// A node that could not program its configuration.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFailure {
+    /// Node name.
+    pub node: String,
+    /// The agent's last error.
+    pub message: String,
+}
+
+/// The status the operator writes for `status`, keeping condition transition times from
+/// `previous`.
+pub fn proxy_config_status(status: &ConfigStatus, previous: &[Condition], now: &Time) -> ProxyConfigStatus {
+    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    ProxyConfigStatus {
+        observed_generation: Some(status.observed_generation),
+        nodes_selected: count(status.selected),
+        nodes_programmed: count(status.programmed),
+        nodes_failing: count(status.failing),
+        failures: status
+            .failures
+            .iter()
+            .map(|(node, message)| NodeFailure { node: node.clone(), message: message.clone() })
+            .collect(),
+        conditions: super::conditions(&status.conditions, previous, status.observed_generation, now),
+    }
 }
 
 /// Converts a `ProxyConfig` into core settings; an invalid field names itself.
@@ -109,7 +163,8 @@ pub fn proxy_config(pc: &ProxyConfig) -> Result<CoreConfig, ConvertError> {
     }
     Ok(CoreConfig {
         name,
-        node_selector: selector(&cx, pc.spec.node_selector.as_ref())?,
+        generation: pc.metadata.generation.unwrap_or(0),
+        node_selector: super::selector(&cx, "spec.nodeSelector", pc.spec.node_selector.as_ref())?,
         priority: pc.spec.priority.unwrap_or(0),
         settings: settings_from_spec(&cx, &pc.spec)?,
     })
@@ -141,6 +196,7 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
             .filter(|b| *b <= 31)
             .ok_or_else(|| cx.err("spec.masqueradeBit", format!("{bit} is out of range 0-31")))?;
     }
+    s.localhost_node_ports = spec.localhost_node_ports.unwrap_or(true);
     s.node_port_addresses = match spec.node_port_addresses.as_slice() {
         [] => NodePortAddresses::Primary,
         [one] if one == "primary" => NodePortAddresses::Primary,
@@ -155,7 +211,7 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     };
     let dur = |field: &str, v: &Option<String>, default| -> Result<_, ConvertError> {
         v.as_deref()
-            .map(|d| parse_duration(d).map_err(|e| cx.err(field, e)))
+            .map(|d| parse_duration(d).map_err(|e| cx.err(field, e.to_string())))
             .transpose()
             .map(|d| d.unwrap_or(default))
     };
@@ -175,34 +231,4 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
         };
     }
     Ok(s)
-}
-
-fn selector(cx: &Ctx, sel: Option<&LabelSelector>) -> Result<CoreSelector, ConvertError> {
-    let Some(sel) = sel else {
-        return Ok(CoreSelector::default());
-    };
-    let mut out = CoreSelector {
-        match_labels: sel.match_labels.clone().unwrap_or_default(),
-        match_expressions: vec![],
-    };
-    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
-        let op = match e.operator.as_str() {
-            "In" => SelectorOp::In,
-            "NotIn" => SelectorOp::NotIn,
-            "Exists" => SelectorOp::Exists,
-            "DoesNotExist" => SelectorOp::DoesNotExist,
-            other => {
-                return Err(cx.err(
-                    format!("spec.nodeSelector.matchExpressions[{i}].operator"),
-                    format!("unknown operator {other:?}"),
-                ));
-            }
-        };
-        out.match_expressions.push(SelectorRequirement {
-            key: e.key.clone(),
-            op,
-            values: e.values.clone().unwrap_or_default(),
-        });
-    }
-    Ok(out)
 }

@@ -2,12 +2,17 @@
 
 mod endpoint;
 mod node;
+mod pool;
 mod service;
+mod status;
 
 pub use endpoint::{Endpoint, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
-pub use node::{LABEL_ZONE, Node, Pod};
+pub use node::{LABEL_ZONE, Namespace, Node, Pod};
+pub use pool::{L2Settings, LoadBalancerPool};
 pub use service::{
-    DEFAULT_AFFINITY_TIMEOUT, IpMode, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, LoadBalancerIngress, Service,
-    ServiceName, ServicePort, ServicePortName, ServiceType, SessionAffinity, TargetPort, TrafficDistribution,
-    TrafficPolicy,
+    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,
+    DEFAULT_AFFINITY_TIMEOUT, IpMode, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, LoadBalancerIngress,
+    LoadBalancerRequest, Service, ServiceName, ServicePort, ServicePortName, ServiceType, SessionAffinity,
+    TargetPort, TrafficDistribution, TrafficPolicy, service_watch_selector,
 };
+pub use status::{L2Announcement, NodeProxyState, report_due};

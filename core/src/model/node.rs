@@ -1,4 +1,5 @@
-//! Nodes and Pods: what the planner needs about the node it runs on, and what DNS needs about pods.
+//! Nodes, Pods and Namespaces: what the planner needs about the node it runs on, and what DNS and
+//! the allocator need about pods and namespaces.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -23,6 +24,8 @@ pub struct Node {
     pub pod_cidrs: Vec<IpNet>,
     /// True when `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// False when the node's `Ready` condition is present and not `True`.
+    pub ready: bool,
 }
 
 impl Node {
@@ -52,6 +55,15 @@ pub struct Pod {
     pub subdomain: Option<String>,
     /// `spec.nodeName`.
     pub node_name: Option<String>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A Namespace (DNS tells an empty namespace from a missing one; pool selectors match its labels).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespace {
+    /// Name.
+    pub name: String,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
 }

@@ -12,6 +12,24 @@ use crate::net::{IpFamily, IpNet, Protocol};
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
 /// Label the EndpointSlice controller puts on slices (and users on Services) of headless Services.
 pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+/// Annotation asking for specific LoadBalancer IPs (comma-separated; one per family for
+/// dual-stack), the successor of the deprecated `spec.loadBalancerIP`.
+pub const ANNOTATION_LOAD_BALANCER_IPS: &str = "tideway.io/load-balancer-ips";
+/// Annotation naming the `LoadBalancerPool` to allocate from.
+pub const ANNOTATION_ADDRESS_POOL: &str = "tideway.io/address-pool";
+/// Annotation with a sharing key: Services with the same key may share one LoadBalancer IP.
+pub const ANNOTATION_ALLOW_SHARED_IP: &str = "tideway.io/allow-shared-ip";
+
+/// The label selector a service proxy's Service and EndpointSlice watches use: kube-proxy's
+/// `!service-proxy-name,!headless` for the default proxy. A named proxy also programs
+/// unlabelled Services, which no selector can say together with "or labelled with my name", so
+/// its watches only leave out headless objects and [`Service::is_proxied_by`] decides.
+pub fn service_watch_selector(proxy_name: Option<&str>) -> String {
+    match proxy_name {
+        None => format!("!{LABEL_SERVICE_PROXY_NAME},!{LABEL_HEADLESS}"),
+        Some(_) => format!("!{LABEL_HEADLESS}"),
+    }
+}
 
 /// A namespaced Service name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -154,6 +172,25 @@ pub struct ServicePort {
     pub node_port: Option<u16>,
 }
 
+/// What a LoadBalancer Service asks of the address allocator (kept for type LoadBalancer only,
+/// boxed so other Services pay one pointer).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LoadBalancerRequest {
+    /// `spec.loadBalancerClass`.
+    pub class: Option<String>,
+    /// Requested addresses: `spec.loadBalancerIP` and [`ANNOTATION_LOAD_BALANCER_IPS`].
+    pub ips: Vec<IpAddr>,
+    /// [`ANNOTATION_ADDRESS_POOL`].
+    pub pool: Option<String>,
+    /// [`ANNOTATION_ALLOW_SHARED_IP`].
+    pub sharing_key: Option<String>,
+    /// `spec.selector` (sharing without `Cluster` policy needs identical selectors).
+    pub selector: BTreeMap<String, String>,
+    /// Why the request could not be read (an unparsable annotation); the allocator reports it
+    /// instead of allocating, while proxies still program the Service.
+    pub error: Option<String>,
+}
+
 /// A Service, converted once at the edge and validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Service {
@@ -189,6 +226,10 @@ pub struct Service {
     pub publish_not_ready_addresses: bool,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
+    /// `metadata.generation` (0 when the source has none): what agents report as programmed.
+    pub generation: i64,
+    /// The allocator's view of a LoadBalancer Service.
+    pub load_balancer: Option<Box<LoadBalancerRequest>>,
 }
 
 impl Service {
@@ -211,6 +252,8 @@ impl Service {
             external_name: None,
             publish_not_ready_addresses: false,
             labels: BTreeMap::new(),
+            generation: 0,
+            load_balancer: None,
         }
     }
 

@@ -4,7 +4,10 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DetectLocal, NodePortAddresses, ProxySettings};
+use crate::config::{DetectLocal, NodePortAddresses, ProxyMode, ProxySettings};
+
+/// `127.0.0.1`, where localhost NodePorts are served.
+const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 use crate::model::Node;
 use crate::net::{IpFamily, IpNet};
 
@@ -70,9 +73,76 @@ impl NodeContext {
             NodePortAddresses::Primary => {
                 NodePortDestinations::Ips(self.primary_ip(family).into_iter().collect())
             }
-            NodePortAddresses::Cidrs(cidrs) => NodePortDestinations::Ips(
-                self.ips_of(family).into_iter().filter(|ip| cidrs.iter().any(|c| c.contains(ip))).collect(),
-            ),
+            NodePortAddresses::Cidrs(cidrs) => {
+                let mut ips: Vec<IpAddr> = self
+                    .ips_of(family)
+                    .into_iter()
+                    .filter(|ip| cidrs.iter().any(|c| c.contains(ip)))
+                    .collect();
+                if self.localhost_node_ports(family) {
+                    ips.push(LOCALHOST);
+                }
+                NodePortDestinations::Ips(ips)
+            }
         }
+    }
+
+    /// True when NodePorts of `family` are also served on 127.0.0.1 (kube-proxy's iptables
+    /// mode: `route_localnet` and the `KUBE-FIREWALL` anti-martian rule come with it). The
+    /// nftables and IPVS modes never do it, nor does IPv6 (`::1` cannot be routed).
+    pub fn localhost_node_ports(&self, family: IpFamily) -> bool {
+        let s = &self.settings;
+        let takes_loopback = match &s.node_port_addresses {
+            NodePortAddresses::All => true,
+            NodePortAddresses::Primary => false,
+            NodePortAddresses::Cidrs(cidrs) => cidrs.iter().any(|c| c.contains(&LOCALHOST)),
+        };
+        s.localhost_node_ports && s.mode == ProxyMode::Iptables && family == IpFamily::V4 && takes_loopback
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{mk_node, net};
+
+    fn context(mode: ProxyMode, addresses: NodePortAddresses, localhost: bool) -> NodeContext {
+        let mut node = mk_node("node-a", "192.168.0.10", "zone-a");
+        node.ips.push("fd00::10".parse().unwrap());
+        let settings = ProxySettings {
+            mode,
+            node_port_addresses: addresses,
+            localhost_node_ports: localhost,
+            ..Default::default()
+        };
+        NodeContext::from_node(&node, settings)
+    }
+
+    #[test]
+    fn localhost_node_ports_follow_kube_proxys_iptables_mode() {
+        use NodePortAddresses::{All, Cidrs, Primary};
+        use ProxyMode::{Iptables, Ipvs, Nftables};
+        let loopback = || Cidrs(vec![net("127.0.0.0/8"), net("192.168.0.0/24")]);
+        let cases = [
+            (Iptables, All, true, true),
+            (Iptables, All, false, false),
+            (Iptables, Primary, true, false),
+            (Iptables, loopback(), true, true),
+            (Iptables, Cidrs(vec![net("192.168.0.0/24")]), true, false),
+            (Nftables, All, true, false),
+            (Ipvs, All, true, false),
+        ];
+        for (mode, addresses, setting, want) in cases {
+            let c = context(mode, addresses.clone(), setting);
+            assert_eq!(c.localhost_node_ports(IpFamily::V4), want, "{mode} {addresses:?} {setting}");
+            assert!(!c.localhost_node_ports(IpFamily::V6), "never IPv6");
+        }
+        // A CIDR holding 127.0.0.1 puts it among the NodePort addresses in iptables mode only.
+        let ips = |mode| match context(mode, loopback(), true).node_port_destinations(IpFamily::V4) {
+            NodePortDestinations::Ips(ips) => ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            NodePortDestinations::AllLocal => vec!["all".into()],
+        };
+        assert_eq!(ips(Iptables), ["192.168.0.10", "127.0.0.1"]);
+        assert_eq!(ips(Nftables), ["192.168.0.10"]);
     }
 }

@@ -241,6 +241,8 @@ pub struct NodePlan {
     pub local_cidrs: Vec<IpNet>,
     /// Where NodePorts are captured.
     pub node_ports: NodePortDestinations,
+    /// NodePorts are served on 127.0.0.1 too ([`NodeContext::localhost_node_ports`]).
+    pub localhost_node_ports: bool,
     /// Masquerade every ClusterIP connection.
     pub masquerade_all: bool,
     /// The masquerade mark bit.
@@ -286,6 +288,22 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
+    /// Where health-check NodePort servers listen: the NodePort addresses of every family
+    /// (every local address is the IPv4 wildcard; an IPv6 wildcard would claim IPv4 too).
+    pub fn health_check_addresses(&self) -> Vec<IpAddr> {
+        let mut out = Vec::new();
+        for np in self.families.values() {
+            match &np.node_ports {
+                NodePortDestinations::Ips(ips) => out.extend(ips.iter().copied()),
+                NodePortDestinations::AllLocal if np.family == IpFamily::V4 => {
+                    out.push(IpAddr::from([0u8, 0, 0, 0]));
+                }
+                NodePortDestinations::AllLocal => {}
+            }
+        }
+        out
+    }
+
     /// A ruleset with no Services.
     pub fn empty(node: &NodeContext) -> Self {
         let families = IpFamily::ALL
@@ -296,6 +314,7 @@ impl Ruleset {
                     node_ips: node.ips_of(family),
                     local_cidrs: node.local_cidrs(family),
                     node_ports: node.node_port_destinations(family),
+                    localhost_node_ports: node.localhost_node_ports(family),
                     masquerade_all: node.settings.masquerade_all,
                     masquerade_mark: node.settings.masquerade_mark(),
                 };
@@ -451,5 +470,31 @@ fn describe(f: &Frontend) -> String {
     match f {
         Frontend::Ip { ip, protocol, port } => format!("{}/{protocol}", join_host_port(ip, *port)),
         Frontend::NodePort { family, protocol, port } => format!("NodePort {port}/{protocol} ({family})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{NodePortAddresses, ProxySettings};
+    use crate::testing::{mk_node, net};
+
+    fn addresses(setting: NodePortAddresses) -> Vec<String> {
+        let mut node = mk_node("node-a", "192.168.0.10", "zone-a");
+        node.ips.push("fd00::10".parse().unwrap());
+        let settings = ProxySettings { node_port_addresses: setting, ..Default::default() };
+        let ruleset = Ruleset::empty(&NodeContext::from_node(&node, settings));
+        ruleset.health_check_addresses().iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn health_checks_listen_where_node_ports_are_served() {
+        assert_eq!(
+            addresses(NodePortAddresses::All),
+            ["0.0.0.0"],
+            "one wildcard: IPv6's would take IPv4 too"
+        );
+        assert_eq!(addresses(NodePortAddresses::Primary), ["192.168.0.10", "fd00::10"]);
+        assert_eq!(addresses(NodePortAddresses::Cidrs(vec![net("fd00::/64")])), ["fd00::10"]);
     }
 }

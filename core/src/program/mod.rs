@@ -17,7 +17,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 pub use diff::{ChangeSet, ProgramState, diff};
 pub use intern::name;
 pub use ir::*;
-pub use state::KernelState;
+pub use state::{KernelState, Refused};
 
 use crate::model::ServicePortName;
 use crate::net::IpFamily;

@@ -8,6 +8,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use super::{ChainRef, ChangeSet, Element, Program, Rule, SetRef, VirtualServer};
+
+/// A change the kernel would refuse, and what it names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Adding something that is already there.
+    #[error("{0} already exists")]
+    Exists(String),
+    /// Changing or deleting something that is not there.
+    #[error("no {0}")]
+    Missing(String),
+}
 use crate::net::Protocol;
 
 /// Chains, set members and virtual servers, as programmed.
@@ -44,82 +55,91 @@ impl KernelState {
     }
 
     /// Applies `cs` (computed for the new program `p`), failing like the kernel would.
-    pub fn apply(&mut self, cs: &ChangeSet, p: &Program) -> Result<(), String> {
+    pub fn apply(&mut self, cs: &ChangeSet, p: &Program) -> Result<(), Refused> {
         if cs.full {
             *self = KernelState::of(p);
             return Ok(());
         }
         for s in &cs.add_sets {
             if self.sets.insert(s.id(), s.elements.iter().cloned().collect()).is_some() {
-                return Err(format!("set {} already exists", s.name));
+                return Err(Refused::Exists(format!("set {}", s.name)));
             }
         }
         for c in &cs.add_chains {
             if self.chains.insert(c.id(), c.rules.clone()).is_some() {
-                return Err(format!("chain {} already exists", c.name));
+                return Err(Refused::Exists(format!("chain {}", c.name)));
             }
             self.tails.insert(c.id(), c.tail.clone());
         }
         for c in &cs.flush_chains {
-            let rules =
-                self.chains.get_mut(&c.id()).ok_or_else(|| format!("flush of missing chain {}", c.name))?;
+            let rules = self
+                .chains
+                .get_mut(&c.id())
+                .ok_or_else(|| Refused::Missing(format!("chain {} to flush", c.name)))?;
             *rules = c.rules.clone();
             self.tails.insert(c.id(), c.tail.clone());
         }
         for (c, r) in &cs.delete_rules {
-            let rules =
-                self.chains.get_mut(c).ok_or_else(|| format!("rule delete in missing chain {}", c.name))?;
+            let rules = self
+                .chains
+                .get_mut(c)
+                .ok_or_else(|| Refused::Missing(format!("chain {} to delete a rule of", c.name)))?;
             let i = rules
                 .iter()
                 .position(|x| x == r)
-                .ok_or_else(|| format!("rule to delete not found in {}", c.name))?;
+                .ok_or_else(|| Refused::Missing(format!("rule to delete in {}", c.name)))?;
             rules.remove(i);
         }
         for (s, e) in &cs.delete_elements {
-            let set =
-                self.sets.get_mut(s).ok_or_else(|| format!("element delete in missing set {}", s.name))?;
+            let set = self
+                .sets
+                .get_mut(s)
+                .ok_or_else(|| Refused::Missing(format!("set {} to delete an element of", s.name)))?;
             if !set.remove(e) {
-                return Err(format!("element to delete not found in {}: {e:?}", s.name));
+                return Err(Refused::Missing(format!("element to delete in {}: {e:?}", s.name)));
             }
         }
         for (s, e) in &cs.add_elements {
-            let set = self.sets.get_mut(s).ok_or_else(|| format!("element add to missing set {}", s.name))?;
+            let set = self
+                .sets
+                .get_mut(s)
+                .ok_or_else(|| Refused::Missing(format!("set {} to add an element to", s.name)))?;
             if !set.insert(e.clone()) {
-                return Err(format!("element added twice to {}: {e:?}", s.name));
+                return Err(Refused::Exists(format!("element of {}: {e:?}", s.name)));
             }
         }
         for (c, r) in &cs.add_rules {
             self.chains
                 .get_mut(c)
-                .ok_or_else(|| format!("rule add to missing chain {}", c.name))?
+                .ok_or_else(|| Refused::Missing(format!("chain {} to add a rule to", c.name)))?
                 .push(r.clone());
         }
         for c in &cs.delete_chains {
             if self.chains.remove(c).is_none() {
-                return Err(format!("delete of missing chain {}", c.name));
+                return Err(Refused::Missing(format!("chain {} to delete", c.name)));
             }
             self.tails.remove(c);
         }
         for s in &cs.delete_sets {
             if self.sets.remove(s).is_none() {
-                return Err(format!("delete of missing set {}", s.name));
+                return Err(Refused::Missing(format!("set {} to delete", s.name)));
             }
         }
         for v in &cs.delete_virtual_servers {
             self.virtual_servers
                 .remove(&(v.ip, v.protocol, v.port))
-                .ok_or("delete of missing virtual server")?;
+                .ok_or_else(|| Refused::Missing(format!("virtual server {}:{} to delete", v.ip, v.port)))?;
         }
         for (_, v) in &cs.update_virtual_servers {
             let slot = self
                 .virtual_servers
                 .get_mut(&(v.ip, v.protocol, v.port))
-                .ok_or("update of missing virtual server")?;
+                .ok_or_else(|| Refused::Missing(format!("virtual server {}:{} to update", v.ip, v.port)))?;
             *slot = v.clone();
         }
         for v in &cs.add_virtual_servers {
             if self.virtual_servers.insert((v.ip, v.protocol, v.port), v.clone()).is_some() {
-                return Err("virtual server added twice".into());
+                return Err(Refused::Exists(format!("virtual server {}:{}", v.ip, v.port)));
             }
         }
         Ok(())

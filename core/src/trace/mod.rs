@@ -32,14 +32,19 @@ pub enum Origin {
     External,
 }
 
+/// An origin the tracer does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown origin {0:?} (expected pod, node or external)")]
+pub struct UnknownOrigin(pub String);
+
 impl std::str::FromStr for Origin {
-    type Err = String;
+    type Err = UnknownOrigin;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "pod" => Ok(Origin::Pod),
             "node" => Ok(Origin::Node),
             "external" => Ok(Origin::External),
-            other => Err(format!("unknown origin {other:?} (expected pod, node or external)")),
+            other => Err(UnknownOrigin(other.to_string())),
         }
     }
 }

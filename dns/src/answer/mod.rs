@@ -18,7 +18,13 @@
 //!   `<ns>.svc.<zone>`), both with the zone SOA in the authority section; SERVFAIL instead of
 //!   NXDOMAIN until the index has seen a full sync.
 //!
-//! Answers keep the case of the query name; all matching is case-insensitive.
+//! * The external zone, when configured: see [`external`].
+//! * `--require-programmed`: [`gate`] holds a ClusterIP back from a pod until its node has the
+//!   Service's rules.
+//!
+//! Answers keep the case of the query name: owner names, the zone in SOA and NS answers and
+//! the Service part of SRV targets are spelled as the query spelled them; all matching is
+//! case-insensitive.
 
 use std::net::IpAddr;
 
@@ -26,9 +32,13 @@ use hickory_proto::op::{LowerQuery, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
+pub use programmed::{Gate, gate};
+
 use crate::records::names::{pod_label_ip, reverse_ip, reverse_tree};
 use crate::records::{EndpointRecord, Kind, PodsMode, Port, RecordIndex, Svc};
 
+mod external;
+mod programmed;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -75,7 +85,12 @@ pub fn answer(index: &RecordIndex, query: &LowerQuery) -> Outcome {
 }
 
 fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, depth: usize) -> Outcome {
-    let cx = Cx { ix, qname, qtype };
+    if let Some(ext) = &ix.external
+        && ext.zone.zone_of(lower)
+    {
+        return external::answer(ix, ext, qname, lower, qtype);
+    }
+    let cx = Cx::cluster(ix, qname, qtype);
     let total = lower.num_labels() as usize;
     if total < ix.zone_labels || !ix.zone.zone_of(lower) {
         return reverse(&cx, lower);
@@ -91,7 +106,7 @@ fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, dept
     }
     let rel = &rel[..rel_len];
     match rel {
-        [] => cx.apex(),
+        [] => cx.apex("ns.dns", &ix.ns_addrs),
         [b"dns-version"] if qtype == RecordType::TXT => {
             let txt = RData::TXT(TXT::new(vec![SCHEMA_VERSION.to_string()]));
             cx.answer(vec![Record::from_rdata(qname.clone(), VERSION_TTL, txt)], Vec::new())
@@ -148,16 +163,24 @@ fn strip_underscore(label: &[u8]) -> &[u8] {
     label.strip_prefix(b"_").unwrap_or(label)
 }
 
-/// One query being answered.
+/// One query being answered, in the cluster zone or the external one.
 struct Cx<'a> {
     ix: &'a RecordIndex,
     qname: &'a Name,
     qtype: RecordType,
+    /// The zone's record TTL, its SOA and its depth in labels.
+    ttl: u32,
+    soa: &'a Record,
+    zone_labels: usize,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    fn cluster(ix: &'a RecordIndex, qname: &'a Name, qtype: RecordType) -> Self {
+        Cx { ix, qname, qtype, ttl: ix.ttl, soa: &ix.soa, zone_labels: ix.zone_labels }
+    }
+
     fn record(&self, owner: &Name, data: RData) -> Record {
-        Record::from_rdata(owner.clone(), self.ix.ttl, data)
+        Record::from_rdata(owner.clone(), self.ttl, data)
     }
 
     /// A positive answer, or NODATA when `answers` is empty.
@@ -171,16 +194,40 @@ impl Cx<'_> {
     fn nodata(&self) -> Outcome {
         Outcome::Answer(Answer {
             rcode: ResponseCode::NoError,
-            authority: vec![self.ix.soa.clone()],
+            authority: vec![self.soa()],
             ..Answer::default()
         })
+    }
+
+    /// The zone as the query spells it.
+    fn zone_name(&self) -> Name {
+        self.qname.trim_to(self.zone_labels)
+    }
+
+    /// The zone's SOA, owned by the zone as the query spells it.
+    fn soa(&self) -> Record {
+        let mut soa = self.soa.clone();
+        soa.name = self.zone_name();
+        soa
+    }
+
+    /// `<svc>.<ns>.svc.<zone>` as the query spells it (the query is at or below it).
+    fn service_name(&self) -> Name {
+        self.qname.trim_to(self.ix.zone_labels + 3)
+    }
+
+    /// `<host>.<svc>.<ns>.svc.<zone>`: the endpoint's host label, the rest as the query spells it.
+    fn endpoint_name(&self, svc: &Svc<'_>, ep: &EndpointRecord) -> Name {
+        Name::from_labels([svc.host(ep)])
+            .and_then(|host| host.append_domain(&self.service_name()))
+            .unwrap_or_else(|_| svc.endpoint_fqdn(ep))
     }
 
     /// NXDOMAIN, or SERVFAIL while the index has not seen a full sync: a denial would be
     /// cached downstream for a name that may well exist (kubernetes/dns#186).
     fn nxdomain(&self) -> Outcome {
         let rcode = if self.ix.synced { ResponseCode::NXDomain } else { ResponseCode::ServFail };
-        Outcome::Answer(Answer { rcode, authority: vec![self.ix.soa.clone()], ..Answer::default() })
+        Outcome::Answer(Answer { rcode, authority: vec![self.soa()], ..Answer::default() })
     }
 
     /// A/AAAA records (per the query type) of `ips`, owned by `owner`.
@@ -202,13 +249,17 @@ impl Cx<'_> {
         }));
     }
 
-    fn apex(&self) -> Outcome {
+    /// The zone's apex: its SOA, and NS `<ns_prefix>.<zone>` with `ns_addrs` as glue.
+    fn apex(&self, ns_prefix: &str, ns_addrs: &[IpAddr]) -> Outcome {
         match self.qtype {
-            RecordType::SOA => self.answer(vec![self.ix.soa.clone()], Vec::new()),
+            RecordType::SOA => self.answer(vec![self.soa()], Vec::new()),
             RecordType::NS => {
-                let ns = self.record(self.qname, RData::NS(NS(self.ix.ns_name.clone())));
+                let ns_name = Name::from_ascii(ns_prefix)
+                    .and_then(|n| n.append_domain(self.qname))
+                    .unwrap_or_else(|_| self.qname.clone());
+                let ns = self.record(self.qname, RData::NS(NS(ns_name.clone())));
                 let mut glue = Vec::new();
-                self.glue(&self.ix.ns_name, self.ix.ns_addrs.iter().copied(), &mut glue);
+                self.glue(&ns_name, ns_addrs.iter().copied(), &mut glue);
                 self.answer(vec![ns], glue)
             }
             _ => self.nodata(),
@@ -279,7 +330,7 @@ impl Cx<'_> {
     /// the weight counts a candidate per port and ClusterIP, as CoreDNS does.
     fn cluster_ip_srv(&self, svc: &Svc<'_>, filter: Option<(&[u8], &[u8])>) -> Outcome {
         let ips = svc.cluster_ips();
-        let fqdn = svc.fqdn();
+        let fqdn = self.service_name();
         let rows: Vec<(&[u8], u32, u16)> = svc
             .ports()
             .iter()
@@ -317,7 +368,7 @@ impl Cx<'_> {
                     })
                     .collect();
                 let candidates = rows.len();
-                let answers = self.srv_rows(rows, candidates, |i| svc.endpoint_fqdn(&eps[i as usize]));
+                let answers = self.srv_rows(rows, candidates, |i| self.endpoint_name(svc, &eps[i as usize]));
                 let mut extra = Vec::new();
                 if !answers.is_empty() {
                     // Glue: every address of every target host, once.
@@ -326,7 +377,7 @@ impl Cx<'_> {
                         let host = svc.host(ep);
                         if last != Some(host) {
                             last = Some(host);
-                            let fqdn = svc.endpoint_fqdn(ep);
+                            let fqdn = self.endpoint_name(svc, ep);
                             self.glue(&fqdn, svc.endpoints_named(host).iter().map(|e| e.ip), &mut extra);
                         }
                     }

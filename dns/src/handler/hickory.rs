@@ -2,7 +2,7 @@
 //!
 //! hickory-server parses the request and owns the connection; this converts the request into
 //! a [`Step`], completes it, and hands the reply back as a hickory `MessageResponse`. The reply
-//! is also encoded once with [`wire::encode`] to apply the same UDP truncation as the native
+//! is also fitted once with [`wire::encode`] to apply the same UDP truncation as the native
 //! path and to measure the response size for the metrics.
 
 use std::sync::Arc;
@@ -50,16 +50,13 @@ impl RequestHandler for DnsHandler {
             Proto::Udp => udp_limit(request),
             Proto::Tcp => u16::MAX,
         };
-        let (size, truncated) = match wire::encode(request, &reply, limit) {
-            Ok((bytes, truncated)) => (bytes.len(), truncated),
-            Err(_) => (0, false),
-        };
+        let fitted = wire::encode(request, &reply, limit).ok();
         self.core.metrics.response(
             proto,
             request.queries.queries().first().map_or(hickory_proto::rr::RecordType::NULL, |q| q.query_type()),
             reply.rcode,
             reply.source,
-            size,
+            fitted.as_ref().map_or(0, |f| f.bytes.len()),
             started.elapsed().as_secs_f64(),
         );
         let edns = request.edns.as_ref().map(response_edns);
@@ -67,13 +64,8 @@ impl RequestHandler for DnsHandler {
         let rebuilt = wire::reply_question(request);
         let builder =
             MessageResponseBuilder::new(rebuilt.as_ref().unwrap_or(&request.queries), edns.as_ref());
-        let empty = Reply::error(reply.rcode);
-        let body = if truncated {
-            meta.truncation = true;
-            &empty
-        } else {
-            &reply
-        };
+        let (body, truncated) = fitted.map_or((reply, false), |f| (f.reply, f.truncated));
+        meta.truncation = truncated;
         let response = builder.build(
             meta,
             body.answers.iter(),

@@ -23,7 +23,7 @@ use hickory_server::server::Request;
 use tokio::sync::Notify;
 
 pub use self::hickory::DnsHandler;
-use crate::answer::{self, Answer, Outcome};
+use crate::answer::{self, Answer, Gate, Outcome};
 use crate::forward::cache::{Cache, CacheKey};
 use crate::forward::{ForwardError, Forwarder};
 use crate::metrics::{Metrics, Source};
@@ -271,7 +271,12 @@ impl Core {
         }
         let dnssec_ok = request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
         let upstream = |name: Name| Upstream { name, qtype, qclass: query.query_class(), dnssec_ok };
-        match answer::answer(&self.index.load(), query) {
+        let index = self.index.load();
+        if answer::gate(&index, query, request.src().ip()) == Gate::NotProgrammed {
+            self.metrics.not_programmed.inc();
+            return Step::Reply(Reply::error(ResponseCode::ServFail));
+        }
+        match answer::answer(&index, query) {
             Outcome::Answer(a) => Step::Reply(self.finish(Reply::authoritative(a))),
             Outcome::Chase { answer, target } => Step::Chase { answer, target: upstream(target) },
             Outcome::Forward => Step::Forward(upstream(original_name(query))),

@@ -3,7 +3,8 @@
 //! [`handle_bytes`] is the whole synchronous query path on raw bytes; the UDP loop and the
 //! fuzz target call it. Parsing errors follow hickory-server: fewer than 12 bytes (no header)
 //! are dropped, anything else unparsable gets FORMERR. A reply larger than the client's UDP
-//! size is replaced by an empty one with TC set, so the client retries over TCP.
+//! size loses its additional section first; only when its answer section does not fit is TC
+//! set (with the whole RRsets that fit), so the client retries over TCP.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,13 +78,51 @@ pub fn reply_question(request: &Request) -> Option<Queries> {
     Queries::read(&mut BinDecoder::new(&bytes), count).ok()
 }
 
-/// Encodes `reply` to `request` in at most `max_size` bytes. Returns the bytes and whether
-/// the reply had to be truncated (then it is sent empty, with TC).
-pub fn encode(request: &Request, reply: &Reply, max_size: u16) -> Result<(Vec<u8>, bool), ProtoError> {
+/// A reply as sent: its bytes, the records that fit, and whether the answer section had to
+/// be cut (TC set).
+#[derive(Debug)]
+pub struct Fitted {
+    /// The wire message.
+    pub bytes: Vec<u8>,
+    /// The records in it.
+    pub reply: Reply,
+    /// TC: the answer section did not fit whole.
+    pub truncated: bool,
+}
+
+/// The ways to shrink `reply`, best first, as RFC 2181 §9 and CoreDNS do it: the additional
+/// section goes first without TC (it is only a help); only when the answer section itself
+/// does not fit is TC set, keeping as many whole RRsets as fit (leading CNAMEs first).
+pub fn shrink(reply: &Reply) -> impl Iterator<Item = (Reply, bool)> + '_ {
+    let without_additionals =
+        (!reply.additionals.is_empty()).then(|| (Reply { additionals: Vec::new(), ..reply.clone() }, false));
+    let mut ends: Vec<usize> = Vec::new();
+    for (i, r) in reply.answers.iter().enumerate() {
+        let next = reply.answers.get(i + 1);
+        if next.is_none_or(|n| n.name != r.name || n.record_type() != r.record_type()) {
+            ends.push(i + 1);
+        }
+    }
+    ends.pop();
+    let cut = ends.into_iter().rev().chain([0]).map(|keep| {
+        let answers = reply.answers[..keep].to_vec();
+        (Reply { answers, authorities: Vec::new(), additionals: Vec::new(), ..reply.clone() }, true)
+    });
+    without_additionals.into_iter().chain(cut)
+}
+
+/// `reply` to `request` in wire format with TC as given, or `None` over `max_size` bytes.
+fn emit(
+    request: &Request,
+    reply: &Reply,
+    truncated: bool,
+    max_size: u16,
+) -> Result<Option<Vec<u8>>, ProtoError> {
     let rebuilt = reply_question(request);
     let queries = rebuilt.as_ref().unwrap_or(&request.queries);
     let edns = request.edns.as_ref().map(response_edns);
-    let meta = response_metadata(request, reply);
+    let mut meta = response_metadata(request, reply);
+    meta.truncation = truncated;
     let mut buf = Vec::with_capacity(512);
     let response = MessageResponseBuilder::new(queries, edns.as_ref()).build(
         meta,
@@ -94,18 +133,30 @@ pub fn encode(request: &Request, reply: &Reply, max_size: u16) -> Result<(Vec<u8
     );
     let mut encoder = BinEncoder::new(&mut buf);
     encoder.set_max_size(max_size);
-    let info = response.destructive_emit(&mut encoder)?;
-    if !info.truncation {
-        return Ok((buf, false));
+    let counts = response.destructive_emit(&mut encoder)?.counts();
+    // hickory stops at the size limit, counting what it wrote: every record went in, or not.
+    let fits = usize::from(counts.answers) == reply.answers.len()
+        && usize::from(counts.authorities) == reply.authorities.len()
+        && usize::from(counts.additionals) == reply.additionals.len() + usize::from(edns.is_some());
+    Ok(fits.then_some(buf))
+}
+
+/// Encodes `reply` to `request` in at most `max_size` bytes, shrunk by [`shrink`] when it
+/// does not fit whole.
+pub fn encode(request: &Request, reply: &Reply, max_size: u16) -> Result<Fitted, ProtoError> {
+    if let Some(bytes) = emit(request, reply, false, max_size)? {
+        return Ok(Fitted { bytes, reply: reply.clone(), truncated: false });
     }
-    buf.clear();
-    let mut meta = meta;
-    meta.truncation = true;
-    let response = MessageResponseBuilder::new(queries, edns.as_ref()).build_no_records(meta);
-    let mut encoder = BinEncoder::new(&mut buf);
-    encoder.set_max_size(max_size);
-    response.destructive_emit(&mut encoder)?;
-    Ok((buf, true))
+    for (smaller, truncated) in shrink(reply) {
+        if let Some(bytes) = emit(request, &smaller, truncated, max_size)? {
+            return Ok(Fitted { bytes, reply: smaller, truncated });
+        }
+    }
+    // Not even the question fits (cannot happen within 512 bytes); say so.
+    let empty =
+        Reply { answers: Vec::new(), authorities: Vec::new(), additionals: Vec::new(), ..reply.clone() };
+    let bytes = emit(request, &empty, true, u16::MAX)?.unwrap_or_default();
+    Ok(Fitted { bytes, reply: empty, truncated: true })
 }
 
 /// What [`handle_bytes`] decided.
@@ -145,10 +196,10 @@ fn respond(core: &Core, request: &Request, reply: &Reply, proto: Proto, started:
         Proto::Tcp => u16::MAX,
     };
     let bytes = match encode(request, reply, limit) {
-        Ok((bytes, _)) => bytes,
+        Ok(fitted) => fitted.bytes,
         Err(e) => {
             tracing::warn!(error = %e, "cannot encode a reply; sending SERVFAIL");
-            encode(request, &Reply::error(ResponseCode::ServFail), limit).ok()?.0
+            encode(request, &Reply::error(ResponseCode::ServFail), limit).ok()?.bytes
         }
     };
     core.metrics.response(
@@ -206,4 +257,44 @@ pub fn handle_bytes(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) ->
 pub(crate) fn record_request(core: &Core, request: &Request, proto: Proto, size: usize) {
     let dnssec_ok = request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
     core.metrics.request(proto, request.src().is_ipv6(), qtype_of(request), size, dnssec_ok);
+}
+
+#[cfg(test)]
+mod tests {
+    use hickory_proto::rr::rdata::{A, CNAME};
+    use hickory_proto::rr::{Name, RData, Record};
+
+    use super::*;
+
+    fn a(name: &str, last: u8) -> Record {
+        Record::from_rdata(Name::from_ascii(name).unwrap(), 5, RData::A(A::new(10, 0, 0, last)))
+    }
+
+    #[test]
+    fn additionals_go_first_then_whole_rrsets_with_tc() {
+        let cname = Record::from_rdata(
+            Name::from_ascii("x.").unwrap(),
+            5,
+            RData::CNAME(CNAME(Name::from_ascii("y.").unwrap())),
+        );
+        let reply = Reply {
+            answers: vec![cname.clone(), a("y.", 1), a("y.", 2), a("z.", 3)],
+            additionals: vec![a("t.", 9)],
+            ..Reply::error(ResponseCode::NoError)
+        };
+        let steps: Vec<(Vec<Record>, usize, bool)> =
+            shrink(&reply).map(|(r, tc)| (r.answers, r.additionals.len(), tc)).collect();
+        assert_eq!(
+            steps,
+            vec![
+                (reply.answers.clone(), 0, false),
+                (vec![cname.clone(), a("y.", 1), a("y.", 2)], 0, true),
+                (vec![cname], 0, true),
+                (Vec::new(), 0, true),
+            ]
+        );
+        // Nothing to drop from the additional section: straight to cutting RRsets.
+        let bare = Reply { answers: vec![a("y.", 1), a("y.", 2)], ..Reply::error(ResponseCode::NoError) };
+        assert_eq!(shrink(&bare).map(|(r, tc)| (r.answers.len(), tc)).collect::<Vec<_>>(), vec![(0, true)]);
+    }
 }

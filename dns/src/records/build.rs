@@ -9,9 +9,11 @@ use tideway_core::cluster::ClusterState;
 use tideway_core::model::{Endpoint, EndpointPort, Pod, Service, ServiceType};
 use tideway_core::net::Protocol;
 
+use super::external::external_addresses;
 use super::names::{dashed_ip, is_host_label};
 use super::{
-    EndpointRecord, IndexSettings, Kind, PodsMode, Port, RecordIndex, ServiceRecords, Span, name_hash,
+    EndpointRecord, ExternalIndex, IndexSettings, Kind, PodsMode, Port, ProgrammedIndex, RecordIndex,
+    ServiceRecords, Span, name_hash,
 };
 
 /// `<zone>. SOA ns.dns.<zone>. hostmaster.<zone>. <serial> 7200 1800 86400 <ttl>`, with TTL
@@ -131,12 +133,18 @@ impl Builder<'_> {
         if kind == Kind::ClusterIp {
             self.ix.ips.extend(svc.cluster_ips.iter().copied());
         }
+        let ips = Span { start: ips_start, len: len32(self.ix.ips.len()) - ips_start };
         let ports_start = len32(self.ix.ports.len());
         for p in &svc.ports {
             let port = self.port(&p.name, p.protocol, p.port);
             self.ix.ports.push(port);
         }
         let ports = Span { start: ports_start, len: len32(self.ix.ports.len()) - ports_start };
+        let external_start = len32(self.ix.ips.len());
+        if self.ix.external.is_some() && !matches!(kind, Kind::ExternalName(_)) {
+            self.ix.ips.extend(external_addresses(svc));
+        }
+        let external = Span { start: external_start, len: len32(self.ix.ips.len()) - external_start };
 
         // Ready endpoints (publishNotReadyAddresses: the controller marks everything ready;
         // the flag is honoured here too, so hand-written slices behave the same).
@@ -167,9 +175,11 @@ impl Builder<'_> {
             ns: self.intern(lower(ns)),
             name: self.intern(lower(name)),
             kind,
-            ips: Span { start: ips_start, len: len32(self.ix.ips.len()) - ips_start },
+            ips,
             ports,
             endpoints: Span { start: eps_start, len: len32(self.ix.endpoints.len()) - eps_start },
+            external,
+            generation: svc.generation,
         };
         self.ix.services.push(record);
         self.ix.namespaces.entry(lower(ns).into()).or_default();
@@ -193,7 +203,6 @@ impl RecordIndex {
             pods: settings.pods,
             synced: true,
             serial,
-            ns_name,
             ns_addrs: Vec::new(),
             svc_zone,
             text: Vec::new(),
@@ -208,6 +217,8 @@ impl RecordIndex {
             external_names: Vec::new(),
             reverse: HashMap::new(),
             ptrs: Vec::new(),
+            external: settings.external.as_ref().map(|e| ExternalIndex::new(e, serial)),
+            programmed: None,
         };
         let mut b = Builder {
             ix,
@@ -216,6 +227,11 @@ impl RecordIndex {
             suffix_len,
             pods: state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect(),
         };
+        // A namespace exists when its Namespace object does, or (sources without Namespace
+        // objects) when anything lives in it.
+        for ns in state.namespaces() {
+            b.ix.namespaces.entry(lower(&ns.name).into()).or_default();
+        }
         for pod in state.pods() {
             let ns = b.ix.namespaces.entry(lower(&pod.namespace).into()).or_default();
             if settings.pods == PodsMode::Verified {
@@ -234,6 +250,9 @@ impl RecordIndex {
             }
             if Some(&svc.name) == settings.dns_service.as_ref() {
                 b.ix.ns_addrs = svc.cluster_ips.clone();
+                if let Some(ext) = &mut b.ix.external {
+                    ext.ns_addrs = external_addresses(svc);
+                }
             }
         }
         let mut ix = b.ix;
@@ -279,6 +298,13 @@ impl RecordIndex {
             let span = Span { start: len32(ix.ptrs.len()), len: len32(chosen.len()) };
             ix.ptrs.extend(chosen.iter().map(|r| (r.1, r.2)));
             ix.reverse.insert(group[0].0, span);
+        }
+        if settings.require_programmed {
+            let programmed = ProgrammedIndex::build(state, |name| {
+                let (ns, svc) = (lower(&name.namespace), lower(&name.name));
+                ix.service(&ns, ix.namespace(&ns)?, &svc).map(|s| s.id())
+            });
+            ix.programmed = Some(programmed);
         }
         ix.text.shrink_to_fit();
         ix.ports.shrink_to_fit();

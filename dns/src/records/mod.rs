@@ -12,7 +12,14 @@
 //! about 2 MB instead of the ~1.3 KB per record of a generic zone store.
 
 mod build;
+mod external;
 pub mod names;
+mod programmed;
+
+pub(crate) use external::ExternalIndex;
+pub use external::ExternalZone;
+pub(crate) use programmed::ProgrammedIndex;
+pub use programmed::programmed_fingerprint;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -35,15 +42,20 @@ pub enum PodsMode {
     Verified,
 }
 
+/// A pods mode CoreDNS does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pods mode {0:?} (disabled, insecure or verified)")]
+pub struct UnknownPodsMode(pub String);
+
 impl FromStr for PodsMode {
-    type Err = String;
+    type Err = UnknownPodsMode;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "disabled" => Ok(PodsMode::Disabled),
             "insecure" => Ok(PodsMode::Insecure),
             "verified" => Ok(PodsMode::Verified),
-            other => Err(format!("unknown pods mode {other:?} (disabled, insecure or verified)")),
+            other => Err(UnknownPodsMode(other.to_string())),
         }
     }
 }
@@ -61,27 +73,51 @@ pub struct IndexSettings {
     pub dns_service: Option<ServiceName>,
     /// Addresses for `ns.dns.<zone>` when that Service does not exist (the listen address).
     pub fallback_ns_addrs: Vec<IpAddr>,
+    /// The external zone for LoadBalancer and external IPs, if any.
+    pub external: Option<ExternalZone>,
+    /// Give a pod a Service's ClusterIP only once its node's agent reports the Service
+    /// programmed (`--require-programmed`).
+    pub require_programmed: bool,
 }
 
 impl IndexSettings {
     /// Settings for `zone` with CoreDNS's defaults (TTL 5, pods disabled, `kube-system/kube-dns`).
-    pub fn new(zone: &str) -> Result<Self, String> {
+    pub fn new(zone: &str) -> Result<Self, ZoneError> {
         Ok(IndexSettings {
             zone: parse_zone(zone)?,
             ttl: 5,
             pods: PodsMode::Disabled,
             dns_service: Some(ServiceName::new("kube-system", "kube-dns")),
             fallback_ns_addrs: Vec::new(),
+            external: None,
+            require_programmed: false,
         })
     }
 }
 
+/// A zone name that cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneError {
+    /// Not a domain name.
+    #[error("invalid zone {zone:?}: {reason}")]
+    Invalid {
+        /// What was given.
+        zone: String,
+        /// Why it is not a name.
+        reason: String,
+    },
+    /// The root: every name would be ours.
+    #[error("a zone cannot be the root")]
+    Root,
+}
+
 /// Parses a zone name into its lower-case, fully qualified form.
-pub fn parse_zone(zone: &str) -> Result<Name, String> {
-    let mut name = Name::from_ascii(zone).map_err(|e| format!("invalid zone {zone:?}: {e}"))?;
+pub fn parse_zone(zone: &str) -> Result<Name, ZoneError> {
+    let mut name = Name::from_ascii(zone)
+        .map_err(|e| ZoneError::Invalid { zone: zone.to_string(), reason: e.to_string() })?;
     name.set_fqdn(true);
     if name.is_root() {
-        return Err("the cluster zone cannot be the root".into());
+        return Err(ZoneError::Root);
     }
     Ok(name.to_lowercase())
 }
@@ -176,6 +212,10 @@ pub(crate) struct ServiceRecords {
     ports: Span,
     /// Ready endpoint addresses, sorted by host label.
     endpoints: Span,
+    /// External and LoadBalancer addresses (the external zone's records).
+    external: Span,
+    /// `metadata.generation`, what agents report programmed.
+    generation: i64,
 }
 
 /// One namespace: its Services and, in `verified` mode, its pod addresses.
@@ -191,11 +231,22 @@ pub(crate) struct Namespace {
 pub(crate) struct Svc<'a> {
     ix: &'a RecordIndex,
     rec: &'a ServiceRecords,
+    id: u32,
 }
 
 impl<'a> Svc<'a> {
     pub(crate) fn kind(&self) -> Kind {
         self.rec.kind
+    }
+
+    /// Its place in the index (what node reports are keyed by).
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// `metadata.generation`.
+    pub(crate) fn generation(&self) -> i64 {
+        self.rec.generation
     }
 
     /// `<svc>.<ns>.svc.<zone>.`
@@ -205,6 +256,11 @@ impl<'a> Svc<'a> {
 
     pub(crate) fn cluster_ips(&self) -> &'a [IpAddr] {
         Span::of(&self.ix.ips, self.rec.ips)
+    }
+
+    /// `spec.externalIPs` and LoadBalancer ingress addresses.
+    pub(crate) fn external_ips(&self) -> &'a [IpAddr] {
+        Span::of(&self.ix.ips, self.rec.external)
     }
 
     pub(crate) fn external_name(&self) -> Option<&'a Name> {
@@ -261,8 +317,6 @@ pub struct RecordIndex {
     pub(crate) pods: PodsMode,
     pub(crate) synced: bool,
     pub(crate) serial: u32,
-    /// `ns.dns.<zone>.`
-    pub(crate) ns_name: Name,
     /// The zone's SOA record (owner: the zone), used at the apex and in every negative answer.
     pub(crate) soa: Record,
     pub(crate) ns_addrs: Vec<IpAddr>,
@@ -288,6 +342,10 @@ pub struct RecordIndex {
     reverse: HashMap<IpAddr, Span>,
     /// `(service, endpoint)`; endpoint `u32::MAX` stands for the Service name itself.
     ptrs: Vec<(u32, u32)>,
+    /// The external zone, when configured.
+    pub(crate) external: Option<ExternalIndex>,
+    /// Node reports, with `--require-programmed`.
+    pub(crate) programmed: Option<ProgrammedIndex>,
 }
 
 impl RecordIndex {
@@ -350,14 +408,14 @@ impl RecordIndex {
             Some(&i) if i != u32::MAX => {
                 let rec = self.services.get(i as usize)?;
                 let found = self.text(rec.name) == name && self.text(rec.ns) == ns_label;
-                return found.then_some(Svc { ix: self, rec });
+                return found.then_some(Svc { ix: self, rec, id: i });
             }
             Some(_) => {}
         }
         let ids = Span::of(&self.by_name, ns.services);
         let name_of = |i: u32| self.services.get(i as usize).map_or(&[][..], |s| self.text(s.name));
         let at = ids.binary_search_by(|&i| name_of(i).cmp(name)).ok()?;
-        Some(Svc { ix: self, rec: self.services.get(ids[at] as usize)? })
+        Some(Svc { ix: self, rec: self.services.get(ids[at] as usize)?, id: ids[at] })
     }
 
     /// The PTR targets of `ip`.
@@ -366,7 +424,7 @@ impl RecordIndex {
         let names = Span::of(&self.ptrs, *span)
             .iter()
             .filter_map(|&(s, e)| {
-                let svc = Svc { ix: self, rec: self.services.get(s as usize)? };
+                let svc = Svc { ix: self, rec: self.services.get(s as usize)?, id: s };
                 Some(match self.endpoints.get(e as usize) {
                     Some(ep) => svc.endpoint_fqdn(ep),
                     None => svc.fqdn(),

@@ -13,24 +13,30 @@ use std::time::Duration;
 use hickory_proto::op::{Edns, Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::{A, SOA};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
-use tideway_api::source::SharedCluster;
 use tideway_core::cluster::Snapshot;
-use tideway_core::model::{Service, ServiceType};
+use tideway_core::model::{Namespace, Service, ServiceType};
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 use tideway_dns::config::Settings;
 use tideway_dns::server::{Server, ServerConfig, Sockets};
+use tideway_sources::SharedCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::runtime::Runtime;
 
 /// The test cluster: namespace `ns1` with a ClusterIP Service, a headless Service with two
-/// ready endpoints (and one terminating), a large headless Service for truncation, and an
-/// ExternalName pointing at the test upstream.
+/// ready endpoints (and one terminating), a large and a middling headless Service for
+/// truncation, a LoadBalancer Service, and an ExternalName pointing at the test upstream;
+/// namespace `quiet` is empty.
 pub fn snapshot() -> Snapshot {
     let mut ext = mk_service("ns1", "ext").build();
     ext.service_type = ServiceType::ExternalName;
     ext.external_name = Some("ext.upstream.test".into());
+    // Six SRV rows fit 512 bytes; with their targets' addresses they do not.
+    let mut mid = mk_slice("ns1", "mid").port("http", Tcp, 80);
+    for i in 0..6 {
+        mid = mid.ready(&format!("10.244.8.{i}"), "node-a");
+    }
     let mut big = mk_slice("ns1", "big").port("http", Tcp, 80);
     for i in 0..120 {
         big = big.ready(&format!("10.244.9.{i}"), "node-a");
@@ -39,6 +45,8 @@ pub fn snapshot() -> Snapshot {
         mk_service("ns1", "web").cluster_ip("10.96.0.10").port("http", Tcp, 80).build(),
         mk_service("ns1", "hl").headless().port("http", Tcp, 80).build(),
         mk_service("ns1", "big").headless().port("http", Tcp, 80).build(),
+        mk_service("ns1", "mid").headless().port("http", Tcp, 80).build(),
+        mk_service("ns1", "lb").cluster_ip("10.96.0.11").port("http", Tcp, 80).lb_ip("192.0.2.100").build(),
         mk_service("kube-system", "kube-dns").cluster_ip("10.96.0.53").build(),
         ext,
     ];
@@ -52,7 +60,11 @@ pub fn snapshot() -> Snapshot {
                 .endpoint("10.244.2.6", "node-b", false, true, true)
                 .build(),
             big.build(),
+            mid.build(),
         ],
+        namespaces: ["ns1", "kube-system", "quiet"]
+            .map(|name| Namespace { name: name.into(), labels: Default::default() })
+            .into(),
         ..Default::default()
     }
 }
@@ -95,13 +107,12 @@ pub fn start_with(rt: &Runtime, cluster: SharedCluster, settings: Settings, sock
     rt.block_on(Server::start_with(config, cluster, sockets)).expect("server starts")
 }
 
-/// True when `dig` is installed (`make test` installs dnsutils); prints why a test is skipped.
-pub fn have_dig() -> bool {
-    let ok = Command::new("dig").arg("-v").output().is_ok();
-    if !ok {
-        eprintln!("SKIP: dig (dnsutils) is not installed");
-    }
-    ok
+/// Fails the calling test unless `dig` is installed (`make deps` installs dnsutils).
+pub fn require_dig() {
+    assert!(
+        Command::new("dig").arg("-v").output().is_ok(),
+        "dig is not installed: `make deps` installs dnsutils"
+    );
 }
 
 /// Runs `dig @addr -p port <args>` with a bounded timeout and returns stdout.

@@ -9,9 +9,10 @@ use std::sync::OnceLock;
 
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
-use tideway_core::program::{ChainRef, Program, name};
+use tideway_core::program::Program;
+use tideway_core::render::iptables::stale_chains;
 use tideway_core::render::iptables::text;
-use tideway_core::render::names::{is_own_chain, is_service_chain};
+use tideway_core::render::names::is_own_chain;
 
 use super::observe::Counts;
 use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
@@ -223,13 +224,7 @@ impl Iptables {
         }
         let saved = self.save(p.family)?;
         self.ensure_jumps(p, &saved)?;
-        let desired: BTreeSet<(String, String)> =
-            p.assemble().chains.iter().map(|c| (c.def.table.to_string(), c.def.name.to_string())).collect();
-        let stale: Vec<ChainRef> = saved
-            .into_keys()
-            .filter(|(t, c)| is_service_chain(c) && !desired.contains(&(t.clone(), c.clone())))
-            .map(|(t, c)| ChainRef { table: if t == "nat" { "nat" } else { "filter" }, name: name(&c) })
-            .collect();
+        let stale = stale_chains(p, saved.keys().map(|(t, c)| (t.as_str(), c.as_str())));
         self.restore(p.family, &text::program(p, &stale))
     }
 

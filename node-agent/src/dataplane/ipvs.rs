@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use tideway_core::config::{IpvsSettings, ProxyMode};
+use tideway_core::drain;
 use tideway_core::net::Protocol;
 use tideway_core::program::{ChangeSet, Program, SetRef, VirtualServer};
 use tideway_core::render::ipvs::{DUMMY_INTERFACE, IPVS_IPS, set_name, text};
@@ -215,52 +216,45 @@ impl Ipvs {
         Ok(())
     }
 
-    /// Real servers of one virtual server: add, reweight, and drain the removed ones.
+    /// Real servers of one virtual server: add, reweight, and drain the removed ones, as
+    /// core's [`drain::steps`] decides.
     fn sync_dests(&mut self, vs: &VirtualServer) -> Result<(), DataplaneError> {
         let svc = (&vs.ip, vs.protocol, vs.port);
         let current = self.nl()?.dests(&vs.ip, vs.protocol, vs.port)?;
-        let want: BTreeMap<RsKey, u32> = vs.real_servers.iter().map(|r| ((r.ip, r.port), r.weight)).collect();
-        for d in &current {
-            let rk = (d.ip, d.port);
-            match want.get(&rk) {
-                Some(w) if *w != d.weight => {
-                    self.draining.remove(&(key(vs), rk));
-                    self.nl()?.set_dest(svc, &d.ip, d.port, *w)?;
+        let present: Vec<drain::Present> = current
+            .iter()
+            .map(|d| drain::Present {
+                ip: d.ip,
+                port: d.port,
+                weight: d.weight,
+                connections: d.active + d.inactive,
+                draining_for: self.draining.get(&(key(vs), (d.ip, d.port))).map(Instant::elapsed),
+            })
+            .collect();
+        for ((ip, port), step) in drain::steps(vs.protocol, &vs.real_servers, &present, DRAIN_LIMIT) {
+            let rk = (key(vs), (ip, port));
+            match step {
+                drain::Step::Add(w) => self.nl()?.add_dest(svc, &ip, port, w)?,
+                drain::Step::Reweight(w) => {
+                    self.draining.remove(&rk);
+                    self.nl()?.set_dest(svc, &ip, port, w)?;
                 }
-                Some(_) => {
-                    self.draining.remove(&(key(vs), rk));
+                drain::Step::Keep => {
+                    self.draining.remove(&rk);
                 }
-                None => self.drain(vs, d.ip, d.port, d.weight, d.active + d.inactive)?,
-            }
-        }
-        for ((ip, port), w) in &want {
-            if !current.iter().any(|d| d.ip == *ip && d.port == *port) {
-                self.nl()?.add_dest(svc, ip, *port, *w)?;
+                drain::Step::Drain => {
+                    self.draining.entry(rk).or_insert_with(Instant::now);
+                    if present.iter().any(|p| p.ip == ip && p.port == port && p.weight != 0) {
+                        self.nl()?.set_dest(svc, &ip, port, 0)?;
+                    }
+                }
+                drain::Step::Delete => {
+                    self.draining.remove(&rk);
+                    self.nl()?.del_dest(svc, &ip, port)?;
+                }
             }
         }
         Ok(())
-    }
-
-    fn drain(
-        &mut self,
-        vs: &VirtualServer,
-        ip: IpAddr,
-        port: u16,
-        weight: u32,
-        conns: u32,
-    ) -> Result<(), DataplaneError> {
-        let svc = (&vs.ip, vs.protocol, vs.port);
-        let since = *self.draining.entry((key(vs), (ip, port))).or_insert_with(Instant::now);
-        // As kube-proxy: only TCP drains; UDP and SCTP real servers go at once (their flows
-        // move on the next packet, since expire_nodest_conn is set).
-        if vs.protocol != Protocol::Tcp || conns == 0 || since.elapsed() > DRAIN_LIMIT {
-            self.draining.remove(&(key(vs), (ip, port)));
-            self.nl()?.del_dest(svc, &ip, port)
-        } else if weight != 0 {
-            self.nl()?.set_dest(svc, &ip, port, 0)
-        } else {
-            Ok(())
-        }
     }
 
     /// Deletes drained real servers that no longer carry connections.

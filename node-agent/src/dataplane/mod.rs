@@ -8,6 +8,8 @@
 mod iptables;
 mod ipvs;
 mod ipvs_netlink;
+pub mod memory;
+pub(crate) mod netlink;
 pub mod nft_netlink;
 mod nftables;
 mod observe;
@@ -92,7 +94,46 @@ pub enum DataplaneError {
     },
     /// A netlink request failed.
     #[error("netlink: {0}")]
-    Netlink(String),
+    Netlink(#[from] NetlinkError),
+}
+
+/// Why a netlink exchange failed; errnos are kept, not folded into text.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    /// The socket failed (open, send, receive).
+    #[error("{context}: {source}")]
+    Socket {
+        /// What was being done.
+        context: &'static str,
+        /// The OS error (its `raw_os_error` is the errno).
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel refused messages.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused(Vec<Refusal>),
+    /// The kernel's answer did not parse or did not add up.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// One message the kernel refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {}{}", std::io::Error::from_raw_os_error(*.errno), .message.as_ref().map(|m| format!(" ({m})")).unwrap_or_default())]
+pub struct Refusal {
+    /// What the message asked.
+    pub what: String,
+    /// The errno the kernel answered (positive).
+    pub errno: i32,
+    /// The kernel's extended message, if any.
+    pub message: Option<String>,
+}
+
+impl NetlinkError {
+    /// The socket error of `context`.
+    pub fn socket(context: &'static str) -> impl FnOnce(std::io::Error) -> DataplaneError {
+        move |source| DataplaneError::Netlink(NetlinkError::Socket { context, source })
+    }
 }
 
 /// How far a [`Dataplane::cleanup`] got.
@@ -127,11 +168,33 @@ pub trait Dataplane: Send {
     fn present(&mut self) -> Result<bool, DataplaneError>;
 }
 
+/// Makes the dataplane for a mode's settings: [`for_settings`] in a real agent, a
+/// [`memory::SharedKernel`] in tests of the sync loop.
+pub type Factory = Box<dyn Fn(&ProxySettings) -> Box<dyn Dataplane> + Send + Sync>;
+
 /// The dataplane for `settings.mode`.
 pub fn for_settings(settings: &ProxySettings) -> Box<dyn Dataplane> {
     match settings.mode {
         ProxyMode::Nftables => Box::new(Nftables::new()),
         ProxyMode::Iptables => Box::new(Iptables::detect()),
         ProxyMode::Ipvs => Box::new(Ipvs::new(Iptables::detect(), settings.ipvs.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netlink_refusals_keep_their_errno() {
+        let refusal =
+            Refusal { what: "add element".into(), errno: 17, message: Some("Set element exists".into()) };
+        let e = DataplaneError::from(NetlinkError::Refused(vec![refusal.clone()]));
+        assert_eq!(e.to_string(), "netlink: add element: File exists (os error 17) (Set element exists)");
+        let DataplaneError::Netlink(NetlinkError::Refused(r)) = e else { panic!("typed") };
+        assert_eq!(r[0].errno, 17);
+        let socket = NetlinkError::socket("netlink bind")(std::io::Error::from_raw_os_error(1));
+        let DataplaneError::Netlink(NetlinkError::Socket { source, .. }) = socket else { panic!("typed") };
+        assert_eq!(source.raw_os_error(), Some(1));
     }
 }

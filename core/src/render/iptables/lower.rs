@@ -27,6 +27,8 @@ const KUBE_FORWARD: &str = "KUBE-FORWARD";
 const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
 const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
 const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
+/// kubelet's anti-martian chain, which kube-proxy writes too when it serves localhost NodePorts.
+const KUBE_FIREWALL: &str = "KUBE-FIREWALL";
 
 fn cref(table: &'static str, chain: &str) -> ChainRef {
     ChainRef { table, name: name(chain) }
@@ -150,6 +152,9 @@ pub fn base(np: &NodePlan) -> Fragment {
     for name in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL] {
         chains.push(Chain::new(FILTER, name, vec![]));
     }
+    if np.localhost_node_ports {
+        localnet_firewall(&mut chains);
+    }
     chains.push(Chain::new(
         FILTER,
         KUBE_FORWARD,
@@ -168,10 +173,13 @@ pub fn base(np: &NodePlan) -> Fragment {
     // NodePorts: "this must be the last rule in this chain".
     let np_comment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
     let tail = match &np.node_ports {
-        NodePortDestinations::AllLocal => vec![r(
-            vec![comment(np_comment), Match::DstLocal(true), Match::Dst(np.family.loopback_net(), true)],
-            KUBE_NODEPORTS,
-        )],
+        NodePortDestinations::AllLocal => {
+            let mut m = vec![comment(np_comment), Match::DstLocal(true)];
+            if !np.localhost_node_ports {
+                m.push(Match::Dst(np.family.loopback_net(), true));
+            }
+            vec![r(m, KUBE_NODEPORTS)]
+        }
         NodePortDestinations::Ips(ips) => {
             ips.iter().map(|ip| r(vec![comment(np_comment), host(*ip)], KUBE_NODEPORTS)).collect()
         }
@@ -192,6 +200,28 @@ pub fn base(np: &NodePlan) -> Fragment {
     ));
     chains.push(Chain::new(NAT, KUBE_MARK_MASQ, vec![Rule::new(vec![], Action::MarkOr(mark))]));
     Fragment { chains, ..Fragment::default() }
+}
+
+/// Serving NodePorts on 127.0.0.1 needs `route_localnet`, which would let outside packets
+/// addressed to 127.0.0.0/8 in: kube-proxy then writes kubelet's `KUBE-FIREWALL` rule that
+/// drops them (kubernetes issue 90259), jumped to first from INPUT and OUTPUT.
+fn localnet_firewall(chains: &mut Vec<Chain>) {
+    for c in chains.iter_mut().filter(|c| c.table == FILTER && c.builtin) {
+        if matches!(&*c.name, "INPUT" | "OUTPUT") {
+            c.rules.insert(0, Rule::new(vec![], jump(KUBE_FIREWALL)));
+        }
+    }
+    let loopback = IpFamily::V4.loopback_net();
+    let drop = Rule::new(
+        vec![
+            comment("block incoming localnet connections"),
+            Match::Dst(loopback, false),
+            Match::Src(loopback, true),
+            Match::Ct(CtState::NotRelatedEstablishedDnat),
+        ],
+        Action::Verdict(Verdict::Drop),
+    );
+    chains.push(Chain::new(FILTER, KUBE_FIREWALL, vec![drop]));
 }
 
 /// Lowers one service port exactly as kube-proxy writes it.

@@ -4,3 +4,54 @@ mod lower;
 pub mod text;
 
 pub use lower::{FILTER, LARGE_CLUSTER_ENDPOINTS, NAT, base, is_large, lower, lower_plan};
+
+use crate::program::{ChainRef, Program, name};
+use crate::render::names::is_service_chain;
+
+/// The per-Service chains among `present` (`(table, chain)` as the kernel lists them) that
+/// `p` no longer has: what a full sync deletes. Fixed chains and chains of others stay.
+pub fn stale_chains<'a>(p: &Program, present: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<ChainRef> {
+    let assembled = p.assemble();
+    let desired: std::collections::BTreeSet<(&str, &str)> =
+        assembled.chains.iter().map(|c| (c.def.table, &*c.def.name)).collect();
+    present
+        .into_iter()
+        .filter(|(t, c)| is_service_chain(c) && !desired.contains(&(*t, *c)))
+        .map(|(t, c)| ChainRef { table: if t == NAT { NAT } else { FILTER }, name: name(c) })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{IpFamily, Protocol};
+    use crate::testing::{mk_node_context, mk_service, mk_slice};
+
+    #[test]
+    fn only_per_service_chains_the_program_lost_are_stale() {
+        let mut cluster = crate::cluster::ClusterState::new();
+        cluster.apply_service(
+            mk_service("ns1", "web").cluster_ip("10.96.0.10").port("http", Protocol::Tcp, 80).build(),
+        );
+        cluster.apply_endpoint_slice(
+            mk_slice("ns1", "web").port("http", Protocol::Tcp, 8080).ready("10.244.1.5", "node-a").build(),
+        );
+        let p = lower(&crate::plan::compile(&cluster, &mk_node_context()), IpFamily::V4);
+        let assembled = p.assemble();
+        let mut present: Vec<(&str, &str)> =
+            assembled.chains.iter().map(|c| (c.def.table, &*c.def.name)).collect();
+        present.extend([
+            (NAT, "KUBE-SVC-GONE000000000000"),
+            (NAT, "KUBE-SEP-GONE000000000000"),
+            (FILTER, "KUBE-SERVICES"),
+            (FILTER, "SOMEONE-ELSES"),
+            (FILTER, "KUBE-FIREWALL"),
+        ]);
+        let stale: Vec<(&str, String)> =
+            stale_chains(&p, present).into_iter().map(|c| (c.table, c.name.to_string())).collect();
+        assert_eq!(
+            stale,
+            [(NAT, "KUBE-SVC-GONE000000000000".to_string()), (NAT, "KUBE-SEP-GONE000000000000".into())]
+        );
+    }
+}

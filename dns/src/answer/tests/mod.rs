@@ -7,7 +7,7 @@
 use hickory_proto::op::{LowerQuery, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use tideway_core::cluster::{ClusterState, Snapshot};
-use tideway_core::model::{Pod, ServiceType};
+use tideway_core::model::{Namespace, Pod, ServiceType};
 use tideway_core::net::Protocol::{Tcp, Udp};
 use tideway_core::testing::{mk_service, mk_slice};
 
@@ -107,6 +107,8 @@ pub(crate) fn fixture() -> ClusterState {
             pod("testns", "web-0", "172.0.1.1", Some("web-0"), Some("sts")),
             pod("podns", "foo", "10.240.0.1", None, None),
         ],
+        // A namespace with nothing in it: it exists all the same.
+        namespaces: vec![Namespace { name: "emptyns".into(), labels: Default::default() }],
         ..Default::default()
     };
     ClusterState::from_snapshot(snapshot)
@@ -192,5 +194,7 @@ fn run(index: &RecordIndex, cases: &[Case]) {
     );
 }
 
+mod external;
 mod names;
+mod programmed;
 mod records;

@@ -31,6 +31,11 @@ fn negative_answers() {
             nodata("svc.cluster.local.", NS),
             nodata("testns.svc.cluster.local.", NS),
             nodata("dns.cluster.local.", A),
+            // A Namespace without Services exists (CoreDNS asks the Namespace lister).
+            nodata("emptyns.svc.cluster.local.", A),
+            nodata("EmptyNS.svc.cluster.local.", SRV),
+            nxdomain("svc1.emptyns.svc.cluster.local.", A),
+            nxdomain("_http._tcp.svc1.emptyns.svc.cluster.local.", SRV),
             // NXDOMAIN: the name does not exist.
             nxdomain("svc0.testns.svc.cluster.local.", A),
             nxdomain("svc0.testns.svc.cluster.local.", AAAA),
@@ -105,10 +110,55 @@ fn query_case_is_kept_and_matching_ignores_it() {
                 "_HTTP._Tcp.svc1.testns.SVC.cluster.local.",
                 SRV,
                 &[
-                    "_HTTP._Tcp.svc1.testns.SVC.cluster.local. 5 IN SRV 0 100 80 svc1.testns.svc.cluster.local.",
+                    "_HTTP._Tcp.svc1.testns.SVC.cluster.local. 5 IN SRV 0 100 80 svc1.testns.SVC.cluster.local.",
                 ],
-                &["svc1.testns.svc.cluster.local. 5 IN A 10.0.0.1"],
+                &["svc1.testns.SVC.cluster.local. 5 IN A 10.0.0.1"],
             ),
+            // SRV targets under a headless Service: the endpoint's label, then the query's case.
+            ok(
+                "_Web._TCP.STS.TestNS.svc.cluster.local.",
+                SRV,
+                &[
+                    "_Web._TCP.STS.TestNS.svc.cluster.local. 5 IN SRV 0 100 8080 web-0.STS.TestNS.svc.cluster.local.",
+                ],
+                &["web-0.STS.TestNS.svc.cluster.local. 5 IN A 172.0.1.1"],
+            ),
+            // The apex: SOA and NS in the query's case, the NS target and its glue too.
+            ok(
+                "Cluster.LOCAL.",
+                SOA,
+                &[
+                    "Cluster.LOCAL. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1499347823 7200 1800 86400 5",
+                ],
+                &[],
+            ),
+            ok(
+                "Cluster.LOCAL.",
+                NS,
+                &["Cluster.LOCAL. 5 IN NS ns.dns.Cluster.LOCAL."],
+                &["ns.dns.Cluster.LOCAL. 5 IN A 10.0.0.10"],
+            ),
+            // Negative answers: the SOA is owned by the zone as the query spells it.
+            Case {
+                name: "Nope.TestNS.svc.Cluster.Local.",
+                qtype: A,
+                rcode: ResponseCode::NXDomain,
+                answer: &[],
+                authority: &[
+                    "Cluster.Local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1499347823 7200 1800 86400 5",
+                ],
+                extra: &[],
+            },
+            Case {
+                name: "SVC1.TestNS.svc.Cluster.Local.",
+                qtype: TXT,
+                rcode: ResponseCode::NoError,
+                answer: &[],
+                authority: &[
+                    "Cluster.Local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1499347823 7200 1800 86400 5",
+                ],
+                extra: &[],
+            },
             ok(
                 "Dup-Name.HDLS1.testns.svc.cluster.local.",
                 A,
@@ -164,6 +214,13 @@ fn pod_records() {
             ),
             nodata("10-240-0-1.podns.pod.cluster.local.", AAAA),
             nodata("podns.pod.cluster.local.", A),
+            nodata("emptyns.pod.cluster.local.", A),
+            ok(
+                "10-240-0-9.emptyns.pod.cluster.local.",
+                A,
+                &["10-240-0-9.emptyns.pod.cluster.local. 5 IN A 10.240.0.9"],
+                &[],
+            ),
             nxdomain("10-240-0-1.pod-nons.pod.cluster.local.", A),
             nxdomain("pod-nons.pod.cluster.local.", A),
             nxdomain("not-an-ip.podns.pod.cluster.local.", A),

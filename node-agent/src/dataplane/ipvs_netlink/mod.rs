@@ -5,10 +5,10 @@ mod msg;
 
 use std::net::IpAddr;
 
-use netlink_sys::{Socket, SocketAddr, constants::NETLINK_GENERIC};
+use netlink_sys::{Socket, constants::NETLINK_GENERIC};
 use tideway_core::net::Protocol;
 
-use super::DataplaneError;
+use super::{DataplaneError, NetlinkError, Refusal};
 use msg::{Attrs, Reply, cmd};
 
 pub(crate) use msg::{DestEntry, ServiceEntry};
@@ -20,36 +20,24 @@ pub(crate) struct IpvsNetlink {
     seq: u32,
 }
 
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Netlink(what.to_string())
-}
-
-fn errno_text(errno: i32) -> String {
-    std::io::Error::from_raw_os_error(-errno).to_string()
-}
-
 impl IpvsNetlink {
     /// Connects and resolves the IPVS family; fails when the `ip_vs` module is not loaded.
     pub(crate) fn open() -> Result<Self, DataplaneError> {
-        let mut socket = Socket::new(NETLINK_GENERIC).map_err(|e| err(format!("netlink socket: {e}")))?;
-        socket.bind_auto().map_err(|e| err(format!("netlink bind: {e}")))?;
-        socket.connect(&SocketAddr::new(0, 0)).map_err(|e| err(format!("netlink connect: {e}")))?;
-        let _ = socket.set_rx_buf_sz(8 << 20);
+        let socket = super::netlink::netlink_socket(NETLINK_GENERIC, 8 << 20)?;
         let mut nl = IpvsNetlink { socket, family: msg::GENL_ID_CTRL, seq: 0 };
         let attrs = Attrs::default().string(msg::CTRL_ATTR_FAMILY_NAME, "IPVS");
-        let replies = nl
-            .request(msg::CTRL_CMD_GETFAMILY, 1, attrs, false)
-            .map_err(|e| err(format!("resolving the IPVS family (is the ip_vs module loaded?): {e}")))?;
-        nl.family = replies
-            .iter()
-            .find_map(|p| msg::decode_family_id(p))
-            .ok_or_else(|| err("no IPVS family id in the controller's reply"))?;
+        let what = "resolving the IPVS family (is the ip_vs module loaded?)";
+        let replies = nl.request(what, msg::CTRL_CMD_GETFAMILY, 1, attrs, false)?;
+        nl.family = replies.iter().find_map(|p| msg::decode_family_id(p)).ok_or_else(|| {
+            DataplaneError::from(NetlinkError::Protocol("no IPVS family id in the controller's reply".into()))
+        })?;
         Ok(nl)
     }
 
     /// Sends one request and collects the payloads of its replies.
     fn request(
         &mut self,
+        what: &str,
         command: u8,
         version: u8,
         attrs: Attrs,
@@ -58,24 +46,28 @@ impl IpvsNetlink {
         self.seq = self.seq.wrapping_add(1);
         let flags = msg::NLM_F_REQUEST | if dump { msg::NLM_F_DUMP } else { msg::NLM_F_ACK };
         let m = msg::message(self.family, flags, self.seq, command, version, &attrs);
-        self.socket.send(&m, 0).map_err(|e| err(format!("send: {e}")))?;
+        self.socket.send(&m, 0).map_err(NetlinkError::socket("sending an IPVS request"))?;
         let mut payloads = Vec::new();
         loop {
-            let (buf, _) = self.socket.recv_from_full().map_err(|e| err(format!("receive: {e}")))?;
-            for reply in msg::replies(&buf).map_err(err)? {
+            let (buf, _) =
+                self.socket.recv_from_full().map_err(NetlinkError::socket("receiving IPVS replies"))?;
+            for reply in msg::replies(&buf).map_err(NetlinkError::Protocol)? {
                 match reply {
                     Reply::Data(p) => payloads.push(p.to_vec()),
                     Reply::Done => return Ok(payloads),
                     Reply::Error(0) if !dump => return Ok(payloads),
                     Reply::Error(0) => {}
-                    Reply::Error(e) => return Err(err(errno_text(e))),
+                    Reply::Error(e) => {
+                        let refusal = Refusal { what: what.to_string(), errno: -e, message: None };
+                        return Err(NetlinkError::Refused(vec![refusal]).into());
+                    }
                 }
             }
         }
     }
 
     fn ipvs(&mut self, command: u8, attrs: Attrs, dump: bool) -> Result<Vec<Vec<u8>>, DataplaneError> {
-        self.request(command, msg::IPVS_GENL_VERSION, attrs, dump)
+        self.request(&format!("IPVS command {command}"), command, msg::IPVS_GENL_VERSION, attrs, dump)
     }
 
     /// Every virtual server.

@@ -3,13 +3,14 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::dataplane::netlink::align4;
+pub(crate) use crate::dataplane::netlink::{Attrs, attrs};
+
 pub(crate) const NLMSG_ERROR: u16 = 2;
 pub(crate) const NLMSG_DONE: u16 = 3;
 pub(crate) const NLM_F_REQUEST: u16 = 0x1;
 pub(crate) const NLM_F_ACK: u16 = 0x4;
 pub(crate) const NLM_F_DUMP: u16 = 0x300;
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 
 pub(crate) const GENL_ID_CTRL: u16 = 16;
 pub(crate) const CTRL_CMD_GETFAMILY: u8 = 3;
@@ -73,42 +74,6 @@ const FWD_MASQ: u32 = 0;
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
-/// Attribute builder (type-length-value, 4-byte aligned).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Attrs(pub(crate) Vec<u8>);
-
-impl Attrs {
-    pub(crate) fn put(mut self, ty: u16, value: &[u8]) -> Self {
-        let len = 4 + value.len();
-        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
-        self.0.extend_from_slice(&ty.to_ne_bytes());
-        self.0.extend_from_slice(value);
-        self.0.resize(align4(self.0.len()), 0);
-        self
-    }
-    pub(crate) fn u16(self, ty: u16, v: u16) -> Self {
-        self.put(ty, &v.to_ne_bytes())
-    }
-    pub(crate) fn u32(self, ty: u16, v: u32) -> Self {
-        self.put(ty, &v.to_ne_bytes())
-    }
-    pub(crate) fn be16(self, ty: u16, v: u16) -> Self {
-        self.put(ty, &v.to_be_bytes())
-    }
-    pub(crate) fn string(self, ty: u16, s: &str) -> Self {
-        let mut v = s.as_bytes().to_vec();
-        v.push(0);
-        self.put(ty, &v)
-    }
-    pub(crate) fn nested(self, ty: u16, inner: Attrs) -> Self {
-        self.put(ty | NLA_F_NESTED, &inner.0)
-    }
-}
 
 fn addr_bytes(ip: &IpAddr) -> [u8; 16] {
     let mut b = [0u8; 16];
@@ -216,23 +181,6 @@ pub(crate) fn replies(buf: &[u8]) -> Result<Vec<Reply<'_>>, String> {
         off += align4(len);
     }
     Ok(out)
-}
-
-/// Iterates attributes: (type without flags, value).
-pub(crate) fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if buf.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
-        let ty = u16::from_ne_bytes([buf[2], buf[3]]) & NLA_TYPE_MASK;
-        if len < 4 || len > buf.len() {
-            return None;
-        }
-        let value = &buf[4..len];
-        buf = &buf[align4(len).min(buf.len())..];
-        Some((ty, value))
-    })
 }
 
 fn find(buf: &[u8], ty: u16) -> Option<&[u8]> {

@@ -9,12 +9,12 @@ mod sets;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use netlink_sys::{Socket, SocketAddr};
+use netlink_sys::Socket;
 use tideway_core::net::IpFamily;
 use tideway_core::program::{ChangeSet, Element, Program, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
 
-use super::DataplaneError;
+use super::{DataplaneError, NetlinkError, Refusal};
 use batch::{Batch, NLM_F_CREATE, msg};
 use expr::SetIndex;
 
@@ -49,19 +49,12 @@ pub struct NftNetlink {
     seq: u32,
 }
 
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Netlink(what.to_string())
-}
-
 impl NftNetlink {
     /// Opens the socket.
     pub fn open() -> Result<Self, DataplaneError> {
-        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(|e| err(format!("netlink socket: {e}")))?;
-        socket.bind_auto().map_err(|e| err(format!("netlink bind: {e}")))?;
-        socket.connect(&SocketAddr::new(0, 0)).map_err(|e| err(format!("netlink connect: {e}")))?;
+        let socket = super::netlink::netlink_socket(NETLINK_NETFILTER, 4 << 20)?;
         let _ = socket.set_cap_ack(true);
         let _ = socket.set_ext_ack(true);
-        let _ = socket.set_rx_buf_sz(4 << 20);
         let seq = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
@@ -105,12 +98,10 @@ impl NftNetlink {
         // The whole batch goes in one datagram: the send buffer must hold it.
         let want = bytes.len() + (64 << 10);
         let _ = nix::sys::socket::setsockopt(&self.socket, nix::sys::socket::sockopt::SndBufForce, &want);
-        self.socket.set_non_blocking(false).map_err(|e| err(format!("netlink: {e}")))?;
-        self.socket
-            .send(&bytes, 0)
-            .map_err(|e| err(format!("sending {} bytes of nftables changes: {e}", bytes.len())))?;
+        self.socket.set_non_blocking(false).map_err(NetlinkError::socket("blocking mode"))?;
+        self.socket.send(&bytes, 0).map_err(NetlinkError::socket("sending nftables changes"))?;
         // The kernel handles the batch within the send: every answer is queued by now.
-        self.socket.set_non_blocking(true).map_err(|e| err(format!("netlink: {e}")))?;
+        self.socket.set_non_blocking(true).map_err(NetlinkError::socket("non-blocking mode"))?;
         let describe: HashMap<u32, &str> = what.iter().map(|(s, w)| (*s, w.as_str())).collect();
         let mut answered = 0;
         let mut failures = Vec::new();
@@ -118,27 +109,23 @@ impl NftNetlink {
             let buf = match self.socket.recv_from_full() {
                 Ok((buf, _)) => buf,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(err(format!("reading the kernel's answer: {e}"))),
+                Err(e) => return Err(NetlinkError::socket("reading the kernel's answer")(e)),
             };
             for (seq, errno, message) in acks(&buf) {
                 answered += 1;
                 if errno != 0 {
-                    let os = std::io::Error::from_raw_os_error(-errno);
-                    let what = describe.get(&seq).copied().unwrap_or("the transaction");
-                    let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
-                    failures.push(format!("{what}: {os}{detail}"));
+                    let what = describe.get(&seq).copied().unwrap_or("the transaction").to_string();
+                    failures.push(Refusal { what, errno: -errno, message });
                 }
             }
         }
         if !failures.is_empty() {
             failures.dedup();
-            return Err(DataplaneError::Netlink(format!(
-                "nftables transaction rejected: {}",
-                failures.join("; ")
-            )));
+            return Err(NetlinkError::Refused(failures).into());
         }
         if answered < what.len() {
-            return Err(err(format!("the kernel answered {answered} of {} nftables messages", what.len())));
+            let e = format!("the kernel answered {answered} of {} nftables messages", what.len());
+            return Err(NetlinkError::Protocol(e).into());
         }
         Ok(())
     }

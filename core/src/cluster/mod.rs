@@ -1,13 +1,21 @@
 //! The cluster state every component reads from, with kube-proxy-style change tracking.
 //!
 //! Sources (a YAML file, kube-runtime watchers, the lab) call the event-shaped methods
-//! (`apply_*`, `delete_*`, `reset`); no-op updates are dropped, so `take_changes` reports only
-//! Services whose rules or records can actually differ.
+//! (`apply_*`, `delete_*`, `replace_*` for one kind after a relist, `reset` for everything);
+//! no-op updates are dropped, so `take_changes` reports only what can actually differ.
+
+mod store;
+mod written;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use store::Store;
+
 use crate::config::ProxyConfig;
-use crate::model::{EndpointSlice, Node, Pod, Service, ServiceName};
+use crate::model::{
+    EndpointSlice, L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod, Service,
+    ServiceName,
+};
 
 /// What changed since the last [`ClusterState::take_changes`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,12 +28,30 @@ pub struct Changes {
     pub pods: bool,
     /// True when any ProxyConfig changed.
     pub proxy_configs: bool,
+    /// True when any Namespace changed.
+    pub namespaces: bool,
+    /// Nodes whose `NodeProxyState` changed.
+    pub node_states: BTreeSet<String>,
+    /// Services whose `L2Announcement` changed.
+    pub announcements: BTreeSet<ServiceName>,
+    /// True when any `LoadBalancerPool` changed.
+    pub pools: bool,
 }
 
 impl Changes {
     /// True when nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.nodes.is_empty() && !self.pods && !self.proxy_configs
+        self == &Changes::default()
+    }
+
+    /// True when these changes can alter the rules or announcements of node `node`: Services
+    /// or their slices, the node itself, ProxyConfigs, announcements. (Other nodes, their
+    /// reports, pools, pods and namespaces cannot.)
+    pub fn affect_proxy(&self, node: &str) -> bool {
+        !self.services.is_empty()
+            || self.nodes.contains(node)
+            || self.proxy_configs
+            || !self.announcements.is_empty()
     }
 
     /// Folds `other` into `self`.
@@ -34,10 +60,14 @@ impl Changes {
         self.nodes.extend(other.nodes);
         self.pods |= other.pods;
         self.proxy_configs |= other.proxy_configs;
+        self.namespaces |= other.namespaces;
+        self.node_states.extend(other.node_states);
+        self.announcements.extend(other.announcements);
+        self.pools |= other.pools;
     }
 }
 
-/// A full set of objects, as read from a file or a watcher's initial list.
+/// A full set of objects, as read from a file or every watcher's initial list.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Services.
@@ -50,20 +80,32 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     /// ProxyConfigs.
     pub proxy_configs: Vec<ProxyConfig>,
+    /// Namespaces.
+    pub namespaces: Vec<Namespace>,
+    /// NodeProxyStates.
+    pub node_states: Vec<NodeProxyState>,
+    /// L2Announcements.
+    pub announcements: Vec<L2Announcement>,
+    /// LoadBalancerPools.
+    pub pools: Vec<LoadBalancerPool>,
 }
 
 type ObjectKey = (String, String);
 
-/// Services, EndpointSlices, Nodes, Pods and ProxyConfigs, indexed for the planner and DNS.
+/// Every kind Tideway reads, indexed for the planner, DNS and the operator.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
-    services: BTreeMap<ServiceName, Service>,
+    services: Store<ServiceName, Service>,
     /// namespace -> slice name -> slice (lookups by `&str`, no allocation).
     slices: BTreeMap<String, BTreeMap<String, EndpointSlice>>,
     slices_by_service: BTreeMap<ServiceName, BTreeSet<String>>,
-    nodes: BTreeMap<String, Node>,
-    pods: BTreeMap<ObjectKey, Pod>,
-    proxy_configs: BTreeMap<String, ProxyConfig>,
+    nodes: Store<String, Node>,
+    pods: Store<ObjectKey, Pod>,
+    proxy_configs: Store<String, ProxyConfig>,
+    namespaces: Store<String, Namespace>,
+    node_states: Store<String, NodeProxyState>,
+    announcements: Store<ServiceName, L2Announcement>,
+    pools: Store<String, LoadBalancerPool>,
     changes: Changes,
 }
 
@@ -84,22 +126,27 @@ impl ClusterState {
 
     /// Inserts or updates a Service; returns false when nothing changed.
     pub fn apply_service(&mut self, svc: Service) -> bool {
-        if self.services.get(&svc.name) == Some(&svc) {
-            return false;
+        let name = svc.name.clone();
+        let changed = self.services.apply(name.clone(), svc);
+        if changed {
+            self.changes.services.insert(name);
         }
-        self.changes.services.insert(svc.name.clone());
-        self.services.insert(svc.name.clone(), svc);
-        true
+        changed
     }
 
     /// Removes a Service; returns false when it was absent.
     pub fn delete_service(&mut self, name: &ServiceName) -> bool {
-        if self.services.remove(name).is_some() {
+        let removed = self.services.delete(name).is_some();
+        if removed {
             self.changes.services.insert(name.clone());
-            true
-        } else {
-            false
         }
+        removed
+    }
+
+    /// Replaces every Service (after a relist), recording only real differences.
+    pub fn replace_services(&mut self, services: Vec<Service>) {
+        let changed = self.services.replace(services.into_iter().map(|s| (s.name.clone(), s)));
+        self.changes.services.extend(changed);
     }
 
     /// The Service called `name`.
@@ -152,6 +199,23 @@ impl ClusterState {
         true
     }
 
+    /// Replaces every EndpointSlice (after a relist), recording only real differences.
+    pub fn replace_endpoint_slices(&mut self, slices: Vec<EndpointSlice>) {
+        let keep: BTreeSet<ObjectKey> =
+            slices.iter().map(|s| (s.namespace.clone(), s.name.clone())).collect();
+        let gone: Vec<ObjectKey> = self
+            .endpoint_slices()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+            .filter(|k| !keep.contains(k))
+            .collect();
+        for (ns, name) in &gone {
+            self.delete_endpoint_slice(ns, name);
+        }
+        for slice in slices {
+            self.apply_endpoint_slice(slice);
+        }
+    }
+
     fn unindex_slice(&mut self, svc: &ServiceName, slice: &str) {
         if let Some(set) = self.slices_by_service.get_mut(svc) {
             set.remove(slice);
@@ -175,25 +239,31 @@ impl ClusterState {
         self.slices.values().flat_map(BTreeMap::values)
     }
 
-    // === Nodes, Pods, ProxyConfigs ===
+    // === Nodes ===
 
     /// Inserts or updates a Node; returns false when nothing changed.
     pub fn apply_node(&mut self, node: Node) -> bool {
-        if self.nodes.get(&node.name) == Some(&node) {
-            return false;
+        let name = node.name.clone();
+        let changed = self.nodes.apply(name.clone(), node);
+        if changed {
+            self.changes.nodes.insert(name);
         }
-        self.changes.nodes.insert(node.name.clone());
-        self.nodes.insert(node.name.clone(), node);
-        true
+        changed
     }
 
     /// Removes a Node.
     pub fn delete_node(&mut self, name: &str) -> bool {
-        let removed = self.nodes.remove(name).is_some();
+        let removed = self.nodes.delete(name).is_some();
         if removed {
             self.changes.nodes.insert(name.to_string());
         }
         removed
+    }
+
+    /// Replaces every Node (after a relist).
+    pub fn replace_nodes(&mut self, nodes: Vec<Node>) {
+        let changed = self.nodes.replace(nodes.into_iter().map(|n| (n.name.clone(), n)));
+        self.changes.nodes.extend(changed);
     }
 
     /// The Node called `name`.
@@ -206,22 +276,26 @@ impl ClusterState {
         self.nodes.values()
     }
 
+    // === Pods, Namespaces, ProxyConfigs ===
+
     /// Inserts or updates a Pod.
     pub fn apply_pod(&mut self, pod: Pod) -> bool {
-        let key = (pod.namespace.clone(), pod.name.clone());
-        if self.pods.get(&key) == Some(&pod) {
-            return false;
-        }
-        self.pods.insert(key, pod);
-        self.changes.pods = true;
-        true
+        let changed = self.pods.apply((pod.namespace.clone(), pod.name.clone()), pod);
+        self.changes.pods |= changed;
+        changed
     }
 
     /// Removes a Pod.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) -> bool {
-        let removed = self.pods.remove(&(namespace.to_string(), name.to_string())).is_some();
+        let removed = self.pods.delete(&(namespace.to_string(), name.to_string())).is_some();
         self.changes.pods |= removed;
         removed
+    }
+
+    /// Replaces every Pod (after a relist).
+    pub fn replace_pods(&mut self, pods: Vec<Pod>) {
+        let changed = self.pods.replace(pods.into_iter().map(|p| ((p.namespace.clone(), p.name.clone()), p)));
+        self.changes.pods |= !changed.is_empty();
     }
 
     /// Every Pod.
@@ -229,21 +303,54 @@ impl ClusterState {
         self.pods.values()
     }
 
+    /// Inserts or updates a Namespace.
+    pub fn apply_namespace(&mut self, ns: Namespace) -> bool {
+        let changed = self.namespaces.apply(ns.name.clone(), ns);
+        self.changes.namespaces |= changed;
+        changed
+    }
+
+    /// Removes a Namespace.
+    pub fn delete_namespace(&mut self, name: &str) -> bool {
+        let removed = self.namespaces.delete(name).is_some();
+        self.changes.namespaces |= removed;
+        removed
+    }
+
+    /// Replaces every Namespace (after a relist).
+    pub fn replace_namespaces(&mut self, namespaces: Vec<Namespace>) {
+        let changed = self.namespaces.replace(namespaces.into_iter().map(|n| (n.name.clone(), n)));
+        self.changes.namespaces |= !changed.is_empty();
+    }
+
+    /// The Namespace called `name`.
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.get(name)
+    }
+
+    /// Every Namespace.
+    pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.namespaces.values()
+    }
+
     /// Inserts or updates a ProxyConfig.
     pub fn apply_proxy_config(&mut self, config: ProxyConfig) -> bool {
-        if self.proxy_configs.get(&config.name) == Some(&config) {
-            return false;
-        }
-        self.proxy_configs.insert(config.name.clone(), config);
-        self.changes.proxy_configs = true;
-        true
+        let changed = self.proxy_configs.apply(config.name.clone(), config);
+        self.changes.proxy_configs |= changed;
+        changed
     }
 
     /// Removes a ProxyConfig.
     pub fn delete_proxy_config(&mut self, name: &str) -> bool {
-        let removed = self.proxy_configs.remove(name).is_some();
+        let removed = self.proxy_configs.delete(name).is_some();
         self.changes.proxy_configs |= removed;
         removed
+    }
+
+    /// Replaces every ProxyConfig (after a relist).
+    pub fn replace_proxy_configs(&mut self, configs: Vec<ProxyConfig>) {
+        let changed = self.proxy_configs.replace(configs.into_iter().map(|c| (c.name.clone(), c)));
+        self.changes.proxy_configs |= !changed.is_empty();
     }
 
     /// Every ProxyConfig.
@@ -255,56 +362,25 @@ impl ClusterState {
 
     /// Replaces everything with `snapshot`, recording only real differences as changes.
     pub fn reset(&mut self, snapshot: Snapshot) {
-        let keep: BTreeSet<ServiceName> = snapshot.services.iter().map(|s| s.name.clone()).collect();
-        let gone: Vec<ServiceName> = self.services.keys().filter(|k| !keep.contains(*k)).cloned().collect();
-        gone.iter().for_each(|k| {
-            self.delete_service(k);
-        });
-        snapshot.services.into_iter().for_each(|s| {
-            self.apply_service(s);
-        });
+        self.replace_services(snapshot.services);
+        self.replace_endpoint_slices(snapshot.endpoint_slices);
+        self.replace_nodes(snapshot.nodes);
+        self.replace_pods(snapshot.pods);
+        self.replace_proxy_configs(snapshot.proxy_configs);
+        self.replace_namespaces(snapshot.namespaces);
+        self.replace_node_states(snapshot.node_states);
+        self.replace_announcements(snapshot.announcements);
+        self.replace_pools(snapshot.pools);
+    }
 
-        let keep: BTreeSet<ObjectKey> =
-            snapshot.endpoint_slices.iter().map(|s| (s.namespace.clone(), s.name.clone())).collect();
-        let gone: Vec<ObjectKey> = self
-            .endpoint_slices()
-            .map(|s| (s.namespace.clone(), s.name.clone()))
-            .filter(|k| !keep.contains(k))
-            .collect();
-        gone.iter().for_each(|(ns, n)| {
-            self.delete_endpoint_slice(ns, n);
-        });
-        snapshot.endpoint_slices.into_iter().for_each(|s| {
-            self.apply_endpoint_slice(s);
-        });
+    /// The changes waiting to be taken.
+    pub fn changes(&self) -> &Changes {
+        &self.changes
+    }
 
-        let keep: BTreeSet<String> = snapshot.nodes.iter().map(|n| n.name.clone()).collect();
-        let gone: Vec<String> = self.nodes.keys().filter(|k| !keep.contains(*k)).cloned().collect();
-        gone.iter().for_each(|n| {
-            self.delete_node(n);
-        });
-        snapshot.nodes.into_iter().for_each(|n| {
-            self.apply_node(n);
-        });
-
-        let keep: BTreeSet<ObjectKey> =
-            snapshot.pods.iter().map(|p| (p.namespace.clone(), p.name.clone())).collect();
-        let gone: Vec<ObjectKey> = self.pods.keys().filter(|k| !keep.contains(*k)).cloned().collect();
-        gone.iter().for_each(|(ns, n)| {
-            self.delete_pod(ns, n);
-        });
-        snapshot.pods.into_iter().for_each(|p| {
-            self.apply_pod(p);
-        });
-
-        let keep: BTreeSet<String> = snapshot.proxy_configs.iter().map(|c| c.name.clone()).collect();
-        let gone: Vec<String> = self.proxy_configs.keys().filter(|k| !keep.contains(*k)).cloned().collect();
-        gone.iter().for_each(|n| {
-            self.delete_proxy_config(n);
-        });
-        snapshot.proxy_configs.into_iter().for_each(|c| {
-            self.apply_proxy_config(c);
-        });
+    /// True when changes are waiting to be taken.
+    pub fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
     }
 
     /// Returns and clears the accumulated changes.

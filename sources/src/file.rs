@@ -1,88 +1,13 @@
-//! Cluster sources: where a component's [`ClusterState`] comes from.
-//!
-//! Every component owns a [`SharedCluster`]; a source (a YAML file today, Kubernetes watchers
-//! and the lab later) writes objects into it with the event-shaped `ClusterState` API and wakes
-//! the consumer, which takes the accumulated changes.
+//! The file source: a multi-document Kubernetes YAML file, re-read when it changes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use tideway_api::manifest::{self, LoadError, ObjectRef};
 use tideway_core::cluster::{ClusterState, Snapshot};
-use tokio::sync::{Notify, watch};
 
-use crate::manifest::{self, LoadError, ObjectRef};
-
-/// A cluster state shared between a source and its consumer.
-#[derive(Clone)]
-pub struct SharedCluster {
-    state: Arc<Mutex<ClusterState>>,
-    changed: Arc<Notify>,
-    synced: watch::Sender<bool>,
-    errors: Arc<Mutex<Vec<LoadError>>>,
-}
-
-impl Default for SharedCluster {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl SharedCluster {
-    /// An empty, not-yet-synced state.
-    pub fn new() -> Self {
-        SharedCluster {
-            state: Arc::default(),
-            changed: Arc::new(Notify::new()),
-            synced: watch::channel(false).0,
-            errors: Arc::default(),
-        }
-    }
-
-    /// Locks the state (hold it briefly; never across an await).
-    pub fn lock(&self) -> MutexGuard<'_, ClusterState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Mutates the state and wakes the consumer.
-    pub fn update<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
-        let r = f(&mut self.lock());
-        self.changed.notify_one();
-        r
-    }
-
-    /// Waits until the state may have changed since the last call.
-    pub async fn changed(&self) {
-        self.changed.notified().await;
-    }
-
-    /// Records that the source delivered its first complete view.
-    pub fn mark_synced(&self) {
-        self.synced.send_replace(true);
-        self.changed.notify_one();
-    }
-
-    /// True once the source delivered a complete view.
-    pub fn is_synced(&self) -> bool {
-        *self.synced.borrow()
-    }
-
-    /// Waits for the first complete view.
-    pub async fn wait_synced(&self) {
-        let mut rx = self.synced.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
-    }
-
-    /// Problems found in the source's input the last time it was read.
-    pub fn errors(&self) -> Vec<LoadError> {
-        self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn set_errors(&self, errors: Vec<LoadError>) {
-        *self.errors.lock().unwrap_or_else(|e| e.into_inner()) = errors;
-    }
-}
+use crate::shared::{InvalidObjects, ObjectKey, SharedCluster};
 
 /// Reads a manifest file and re-reads it whenever it changes.
 ///
@@ -115,7 +40,7 @@ impl FileSource {
             tracing::warn!(error = %e, "invalid object skipped");
         }
         cluster.update(|s| s.reset(snapshot));
-        cluster.set_errors(m.errors.clone());
+        cluster.replace_invalid(invalid_objects(&m.errors));
         Ok(m.errors)
     }
 
@@ -153,20 +78,6 @@ impl FileSource {
     }
 }
 
-/// Where a component's objects come from: a YAML file today, Kubernetes watchers and the lab
-/// later. A source writes into the [`SharedCluster`], marks it synced once it delivered a
-/// complete view, and keeps it current until the returned future is dropped.
-pub trait Source: Send + 'static {
-    /// Feeds `cluster` until cancelled.
-    fn run(self, cluster: SharedCluster) -> impl Future<Output = ()> + Send;
-}
-
-impl Source for FileSource {
-    fn run(self, cluster: SharedCluster) -> impl Future<Output = ()> + Send {
-        FileSource::run(self, cluster)
-    }
-}
-
 /// Puts the current version of every object in `keep` back into `snapshot`.
 fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot) {
     let wanted: BTreeMap<(&str, Option<&str>, &str), ()> =
@@ -185,6 +96,31 @@ fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot)
     snapshot
         .proxy_configs
         .extend(state.proxy_configs().filter(|c| has("ProxyConfig", None, &c.name)).cloned());
+    snapshot.namespaces.extend(state.namespaces().filter(|n| has("Namespace", None, &n.name)).cloned());
+    snapshot
+        .node_states
+        .extend(state.node_states().filter(|n| has("NodeProxyState", None, &n.node)).cloned());
+    snapshot.pools.extend(state.pools().filter(|p| has("LoadBalancerPool", None, p.name())).cloned());
+    snapshot.announcements.extend(
+        state
+            .announcements()
+            .filter(|a| has("L2Announcement", Some(&a.service.namespace), &a.service.name))
+            .cloned(),
+    );
+}
+
+/// The file's errors keyed by object (a document that names no object is keyed by its place).
+fn invalid_objects(errors: &[LoadError]) -> InvalidObjects {
+    errors
+        .iter()
+        .map(|e| {
+            let key = match &e.object {
+                Some(o) => ObjectKey::new(&o.kind, o.namespace.as_deref(), &o.name),
+                None => ObjectKey::new("Document", None, format!("{}#{}", e.file, e.document)),
+            };
+            (key, e.to_string())
+        })
+        .collect()
 }
 
 #[cfg(test)]

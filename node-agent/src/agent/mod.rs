@@ -11,22 +11,51 @@
 //! backoff as a full sync. Switching mode programs the new backend first, then removes the
 //! old one's objects.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
-use tideway_api::source::SharedCluster;
 use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
+use tideway_core::l2::announced_by;
 use tideway_core::model::ServiceName;
 use tideway_core::net::{IpFamily, Protocol};
-use tideway_core::plan::{NodeContext, NodePortDestinations, Ruleset, Target, compile};
+use tideway_core::plan::{NodeContext, Ruleset, Target, compile};
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
+use tideway_sources::SharedCluster;
+use tokio::time::Instant;
 
-use crate::dataplane::{self, Dataplane, Keep, Retired, Update};
+mod run;
+mod status;
+
+pub use status::AgentStatus;
+
+use crate::announcer::Announcer;
+use crate::dataplane::{self, Dataplane, DataplaneError, Keep, Retired, Update};
 use crate::health::{HealthServers, ProxyHealth};
 use crate::metrics::{Metrics, PolicyLabel};
+
+/// Why a sync or a drift check did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The source has no Node of this name.
+    #[error("Node {0:?} not found in the source")]
+    NodeNotFound(String),
+    /// The dataplane refused the update; the kernel keeps its previous rules.
+    #[error("applying the rules: {0}")]
+    Apply(#[source] DataplaneError),
+    /// The kernel could not be read back.
+    #[error("reading the kernel back: {0}")]
+    Verify(#[source] DataplaneError),
+    /// A new mode's rules, just applied, do not read back as applied: the old mode stays.
+    #[error("the {mode} rules just applied do not read back: {drift:?}")]
+    Unverified {
+        /// The new mode.
+        mode: ProxyMode,
+        /// What differs.
+        drift: Vec<String>,
+    },
+}
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -41,49 +70,6 @@ pub struct AgentOptions {
     pub min_sync_period: Option<Duration>,
     /// A full resync happens at least this often.
     pub full_sync_period: Duration,
-}
-
-/// What the agent reports about itself (`/api/v1/status`).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct AgentStatus {
-    /// Node name.
-    pub node: String,
-    /// Mode programmed.
-    pub mode: Option<ProxyMode>,
-    /// The first sync completed.
-    pub synced: bool,
-    /// Unix time of the last successful sync.
-    pub last_sync: Option<f64>,
-    /// Unix time of the last full sync.
-    pub last_full_sync: Option<f64>,
-    /// Duration of the last sync, milliseconds.
-    pub last_sync_ms: f64,
-    /// Successful syncs.
-    pub syncs: u64,
-    /// Of which full.
-    pub full_syncs: u64,
-    /// Failed syncs.
-    pub failures: u64,
-    /// Times the kernel differed from what was applied and a full sync repaired it.
-    pub drift_repairs: u64,
-    /// What differed the last time.
-    pub last_drift: Vec<String>,
-    /// Mode switches performed.
-    pub mode_switches: u64,
-    /// Backends of earlier modes still being removed, and what they wait for.
-    pub retiring: Vec<String>,
-    /// The last error, if the last sync failed.
-    pub last_error: Option<String>,
-    /// Service ports programmed.
-    pub service_ports: usize,
-    /// Planner warnings (frontend conflicts).
-    pub warnings: Vec<String>,
-    /// Objects the source skipped as invalid.
-    pub invalid_objects: Vec<String>,
-    /// Health-check NodePorts served.
-    pub health_check_ports: Vec<u16>,
-    /// Stale UDP conntrack entries deleted.
-    pub conntrack_deleted: u64,
 }
 
 struct Planned {
@@ -102,6 +88,7 @@ impl Planned {
 pub struct Agent {
     opts: AgentOptions,
     cluster: SharedCluster,
+    factory: dataplane::Factory,
     dataplane: Option<Box<dyn Dataplane>>,
     planned: Option<Planned>,
     needs_full: bool,
@@ -113,15 +100,20 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     health: Arc<ProxyHealth>,
     hc_servers: HealthServers,
+    announcer: Option<Announcer>,
 }
 
 fn unix_now() -> f64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// Runs blocking kernel work without stalling the runtime's other tasks.
+/// Runs blocking kernel work without stalling the runtime's other tasks (on a single-threaded
+/// runtime, as in tests with a paused clock, there are none to stall).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 impl Agent {
@@ -137,6 +129,7 @@ impl Agent {
         Agent {
             opts,
             cluster,
+            factory: Box::new(dataplane::for_settings),
             dataplane: None,
             planned: None,
             needs_full: true,
@@ -148,19 +141,26 @@ impl Agent {
             hc_servers: HealthServers::new(health.clone()),
             metrics,
             health,
+            announcer: None,
         }
+    }
+
+    /// The same agent, its dataplanes made by `factory` (tests use an in-memory kernel).
+    pub fn with_dataplanes(mut self, factory: dataplane::Factory) -> Agent {
+        self.factory = factory;
+        self
     }
 
     fn set_status(&self, f: impl FnOnce(&mut AgentStatus)) {
         f(&mut self.status.write().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// The settings that apply to this node now.
-    fn settings_for(&self, labels: &std::collections::BTreeMap<String, String>) -> ProxySettings {
+    /// The settings that apply to this node now, and the config they come from.
+    fn settings_for(&self, labels: &BTreeMap<String, String>) -> (ProxySettings, Option<(String, i64)>) {
         let state = self.cluster.lock();
-        let mut s = resolve_proxy_config(state.proxy_configs(), labels)
-            .map(|c| c.settings.clone())
-            .unwrap_or_default();
+        let config = resolve_proxy_config(state.proxy_configs(), labels);
+        let from = config.map(|c| (c.name.clone(), c.generation));
+        let mut s = config.map(|c| c.settings.clone()).unwrap_or_default();
         if let Some(m) = self.opts.mode {
             s.mode = m;
         }
@@ -170,7 +170,7 @@ impl Agent {
         if let Some(p) = self.opts.min_sync_period {
             s.min_sync_period = p;
         }
-        s
+        (s, from)
     }
 
     /// Sync and verification periods currently in force.
@@ -186,21 +186,23 @@ impl Agent {
 
     /// Plans and programs what changed; a full sync when asked, after errors, when the node
     /// or its settings changed, and every `full_sync_period`.
-    pub async fn sync(&mut self, force_full: bool) -> Result<(), String> {
+    pub async fn sync(&mut self, force_full: bool) -> Result<(), SyncError> {
         let started = Instant::now();
-        let (node, changes, eligible) = {
+        let (node, changes, eligible, config) = {
             let mut state = self.cluster.lock();
             let changes = state.take_changes();
             let node = state.node(&self.opts.node).cloned();
             drop(state);
             let Some(node) = node else {
-                let e = format!("Node {:?} not found in the source", self.opts.node);
-                self.set_status(|s| s.last_error = Some(e.clone()));
+                let e = SyncError::NodeNotFound(self.opts.node.clone());
+                self.set_status(|s| s.last_error = Some(e.to_string()));
                 return Err(e);
             };
             let eligible = !node.deleting;
-            (NodeContext::from_node(&node, self.settings_for(&node.labels)), changes, eligible)
+            let (settings, config) = self.settings_for(&node.labels);
+            (NodeContext::from_node(&node, settings), changes, eligible, config)
         };
+        self.announce(&node);
         self.health.set_node_eligible(eligible);
         self.health.set_sync_period(node.settings.sync_period);
         self.metrics.service_changes.inc_by(changes.services.len() as u64);
@@ -211,10 +213,14 @@ impl Agent {
             force_full || self.needs_full || periodic || self.planned.as_ref().is_none_or(|p| p.node != node);
 
         // Plan.
+        let mut generations = BTreeMap::new();
         let mut planned = match self.planned.take() {
             Some(p) if !full => p,
             _ => {
-                let ruleset = compile(&self.cluster.lock(), &node);
+                let state = self.cluster.lock();
+                let ruleset = compile(&state, &node);
+                generations = state.services().map(|s| (s.name.clone(), s.generation)).collect();
+                drop(state);
                 let programs = IpFamily::ALL.map(|f| ProgramState::new(render::lower(mode, &ruleset, f)));
                 full = true;
                 Planned { node: node.clone(), ruleset, programs }
@@ -222,7 +228,12 @@ impl Agent {
         };
         let mut change_sets: Vec<ChangeSet> = Vec::new();
         if !full {
-            let changed = planned.ruleset.update(&self.cluster.lock(), &self.pending);
+            let state = self.cluster.lock();
+            let changed = planned.ruleset.update(&state, &self.pending);
+            for name in &self.pending {
+                generations.insert(name.clone(), state.service(name).map_or(-1, |s| s.generation));
+            }
+            drop(state);
             for (i, family) in IpFamily::ALL.into_iter().enumerate() {
                 if render::needs_full(mode, &planned.ruleset, planned.programs[i].program()) {
                     full = true;
@@ -238,37 +249,35 @@ impl Agent {
             if full {
                 planned.programs =
                     IpFamily::ALL.map(|f| ProgramState::new(render::lower(mode, &planned.ruleset, f)));
+                generations =
+                    self.cluster.lock().services().map(|s| (s.name.clone(), s.generation)).collect();
             }
         }
 
         // Apply.
         let switching = self.dataplane.as_ref().is_some_and(|d| d.mode() != mode);
-        let mut new_dataplane = if self.dataplane.is_none() || switching {
-            Some(dataplane::for_settings(&node.settings))
-        } else {
-            None
-        };
+        let mut new_dataplane =
+            if self.dataplane.is_none() || switching { Some((self.factory)(&node.settings)) } else { None };
         let dp: &mut Box<dyn Dataplane> = match new_dataplane.as_mut() {
             Some(d) => d,
             None => self.dataplane.as_mut().expect("dataplane exists"),
         };
         let programs = planned.programs();
         let update = if full { Update::Full } else { Update::Changes([&change_sets[0], &change_sets[1]]) };
-        let applied = blocking(|| dp.apply(programs, update));
-        if let Err(e) = applied {
-            let msg = e.to_string();
-            tracing::error!(error = %msg, %mode, full, "sync failed; the kernel keeps its previous rules");
-            match mode {
-                ProxyMode::Nftables => self.metrics.nftables_failures.inc(),
-                _ => self.metrics.iptables_failures.inc(),
+        let mut applied = blocking(|| dp.apply(programs, update)).map_err(SyncError::Apply);
+        if applied.is_ok() && switching {
+            // The old mode goes only once the new one reads back as applied.
+            applied = match blocking(|| dp.verify(programs, true)) {
+                Ok(drift) if drift.is_empty() => Ok(()),
+                Ok(drift) => Err(SyncError::Unverified {
+                    mode,
+                    drift: drift.iter().map(ToString::to_string).collect(),
+                }),
+                Err(e) => Err(SyncError::Verify(e)),
             };
-            self.needs_full = true;
-            self.planned = Some(planned);
-            self.set_status(|s| {
-                s.failures += 1;
-                s.last_error = Some(msg.clone());
-            });
-            return Err(msg);
+        }
+        if let Err(e) = applied {
+            return Err(self.failed(e, mode, full, planned));
         }
         if let Some(new) = new_dataplane
             && let Some(old) = self.dataplane.replace(new)
@@ -293,6 +302,9 @@ impl Agent {
         if full {
             self.last_full = Some(Instant::now());
         }
+        if planned.ruleset.families.get(&IpFamily::V4).is_some_and(|f| f.localhost_node_ports) {
+            enable_route_localnet();
+        }
         let mut deleted = 0;
         if udp_changed && planned.ruleset.services.values().any(|p| p.name.protocol == Protocol::Udp) {
             match blocking(|| crate::conntrack::clean(&planned.ruleset)) {
@@ -301,7 +313,7 @@ impl Agent {
             }
         }
         self.metrics.conntrack_deleted.inc_by(deleted as u64);
-        let addresses = health_addresses(&planned.ruleset);
+        let addresses = planned.ruleset.health_check_addresses();
         let hc_errors = self.hc_servers.sync(&planned.ruleset.health_checks, &addresses).await;
         for e in &hc_errors {
             tracing::warn!(error = %e, "health check server");
@@ -348,10 +360,65 @@ impl Agent {
             s.invalid_objects = invalid;
             s.health_check_ports = ports;
             s.conntrack_deleted += deleted as u64;
+            s.proxy_config = config;
+            s.endpoints = planned.ruleset.services.values().map(|p| p.cluster_endpoints.len()).sum();
+            s.rules = planned.programs().iter().map(|p| p.rule_count()).sum();
+            s.last_sync_duration = Some(elapsed);
+            record_programmed(&mut s.programmed, generations, full);
         });
         tracing::debug!(%mode, full, ms = elapsed.as_millis() as u64, "synced");
         self.planned = Some(planned);
         Ok(())
+    }
+
+    /// Records a failed sync: the kernel keeps its previous rules, the next attempt is full.
+    fn failed(&mut self, e: SyncError, mode: ProxyMode, full: bool, planned: Planned) -> SyncError {
+        let msg = e.to_string();
+        tracing::error!(error = %msg, %mode, full, "sync failed; the kernel keeps its previous rules");
+        match mode {
+            ProxyMode::Nftables => self.metrics.nftables_failures.inc(),
+            _ => self.metrics.iptables_failures.inc(),
+        };
+        self.needs_full = true;
+        self.planned = Some(planned);
+        self.set_status(|s| {
+            s.failures += 1;
+            s.last_error = Some(msg);
+        });
+        e
+    }
+
+    /// Answers ARP for the LoadBalancer IPs the operator chose this node to announce (the
+    /// announcer starts with the first one, on the interface holding the node's address).
+    fn announce(&mut self, node: &NodeContext) {
+        let wanted = announced_by(&self.opts.node, self.cluster.lock().announcements());
+        if self.announcer.is_none() && !wanted.is_empty() {
+            let Some(ip) =
+                node.ips.iter().copied().find(|ip| ip.is_ipv4()).or_else(|| node.ips.first().copied())
+            else {
+                return;
+            };
+            match Announcer::start(ip) {
+                Ok(a) => self.announcer = Some(a),
+                Err(e) => {
+                    let msg = e.to_string();
+                    if self.status.read().unwrap_or_else(|e| e.into_inner()).announcer_error.as_deref()
+                        != Some(&msg)
+                    {
+                        tracing::error!(error = %msg, "cannot announce LoadBalancer IPs");
+                    }
+                    self.set_status(|s| s.announcer_error = Some(msg));
+                    return;
+                }
+            }
+        }
+        if let Some(a) = &self.announcer {
+            a.set(wanted.clone());
+            self.set_status(|s| {
+                s.announcing = wanted.into_iter().collect();
+                s.announcer_error = None;
+            });
+        }
     }
 
     /// Queues for removal the rules a previous run left in another mode (kept objects are
@@ -360,7 +427,7 @@ impl Agent {
         for other in ProxyMode::ALL.into_iter().filter(|m| *m != settings.mode) {
             let mut s = settings.clone();
             s.mode = other;
-            let mut dp = dataplane::for_settings(&s);
+            let mut dp = (self.factory)(&s);
             if blocking(|| dp.present()).unwrap_or(false) {
                 tracing::info!(mode = %other, "removing rules left by an earlier run");
                 self.retiring.push((dp, Keep::of(programs)));
@@ -393,7 +460,7 @@ impl Agent {
     }
 
     /// Compares the kernel with what was applied; on a difference, counts it and resyncs.
-    pub async fn check_drift(&mut self, deep: bool) -> Result<bool, String> {
+    pub async fn check_drift(&mut self, deep: bool) -> Result<bool, SyncError> {
         let (Some(planned), Some(dp)) = (self.planned.as_ref(), self.dataplane.as_mut()) else {
             return Ok(false);
         };
@@ -402,7 +469,7 @@ impl Agent {
         }
         self.metrics.drift_checks.inc();
         let programs = planned.programs();
-        let drift = blocking(|| dp.verify(programs, deep)).map_err(|e| e.to_string())?;
+        let drift = blocking(|| dp.verify(programs, deep)).map_err(SyncError::Verify)?;
         if drift.is_empty() {
             return Ok(false);
         }
@@ -422,101 +489,32 @@ impl Agent {
     }
 }
 
-/// Where health-check NodePort servers listen: the node's NodePort addresses.
-fn health_addresses(ruleset: &Ruleset) -> Vec<std::net::IpAddr> {
-    let mut out = Vec::new();
-    for np in ruleset.families.values() {
-        match &np.node_ports {
-            NodePortDestinations::Ips(ips) => out.extend(ips.iter().copied()),
-            // Every address: the IPv4 wildcard (an IPv6 wildcard would also claim IPv4).
-            NodePortDestinations::AllLocal if np.family == IpFamily::V4 => {
-                out.push(std::net::IpAddr::from([0u8, 0, 0, 0]));
-            }
-            NodePortDestinations::AllLocal => {}
+/// Localhost NodePorts need `route_localnet` (kube-proxy sets it once, and never back).
+fn enable_route_localnet() {
+    match crate::sysctl::ensure(crate::sysctl::ROUTE_LOCALNET, "1") {
+        Ok(true) => tracing::info!("set route_localnet=1 to serve NodePorts on 127.0.0.1"),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot set route_localnet; NodePorts on 127.0.0.1 will not answer")
         }
     }
-    out
 }
 
-impl Agent {
-    /// Runs until `shutdown` resolves: waits for the source's first complete view, then syncs
-    /// on every change (at most every `minSyncPeriod`), retries failures with backoff, and
-    /// checks for drift every `syncPeriod`.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        tokio::select! {
-            _ = self.cluster.wait_synced() => {}
-            _ = &mut shutdown => return,
-        }
-        let mut dirty = true;
-        let mut force_full = false;
-        let mut last_start: Option<Instant> = None;
-        let mut retry_at: Option<Instant> = None;
-        let mut backoff = Duration::from_millis(500);
-        let mut next_verify = Instant::now();
-        loop {
-            let (min_period, sync_period) = self.periods();
-            if !dirty && retry_at.is_none() {
-                let wake = tokio::time::Instant::from_std(next_verify);
-                tokio::select! {
-                    _ = self.cluster.changed() => {
-                        dirty = true;
-                        self.health.queued();
-                    }
-                    _ = tokio::time::sleep_until(wake) => {}
-                    _ = &mut shutdown => return,
-                }
-            }
-            if let Some(at) = retry_at
-                && !dirty
-                && Instant::now() < at
-            {
-                tokio::select! {
-                    _ = self.cluster.changed() => {
-                        dirty = true;
-                        self.health.queued();
-                    }
-                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {}
-                    _ = &mut shutdown => return,
-                }
-            }
-            let retry_due = retry_at.is_some_and(|t| Instant::now() >= t);
-            if dirty || retry_due {
-                if let Some(t) = last_start {
-                    let earliest = tokio::time::Instant::from_std(t + min_period);
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(earliest) => {}
-                        _ = &mut shutdown => return,
-                    }
-                }
-                last_start = Some(Instant::now());
-                dirty = false;
-                match self.sync(force_full).await {
-                    Ok(()) => {
-                        retry_at = None;
-                        force_full = false;
-                        backoff = Duration::from_millis(500);
-                        if self.cheap_verify()
-                            && let Err(e) = self.check_drift(false).await
-                        {
-                            tracing::warn!(error = %e, "drift check failed");
-                        }
-                    }
-                    Err(_) => {
-                        retry_at = Some(Instant::now() + backoff);
-                        backoff = (backoff * 2).min(sync_period);
-                    }
-                }
-            }
-            if Instant::now() >= next_verify {
-                next_verify = Instant::now() + sync_period;
-                self.retire();
-                if let Err(e) = self.check_drift(true).await {
-                    tracing::warn!(error = %e, "drift check failed");
-                    force_full = true;
-                    dirty = true;
-                }
-            }
+/// Folds the generations of what a sync applied into the programmed map: a full sync replaces
+/// it, a partial one updates the Services it planned (-1 marks a Service that is gone).
+fn record_programmed(
+    programmed: &mut BTreeMap<ServiceName, i64>,
+    applied: BTreeMap<ServiceName, i64>,
+    full: bool,
+) {
+    if full {
+        programmed.clear();
+    }
+    for (name, generation) in applied {
+        if generation < 0 {
+            programmed.remove(&name);
+        } else {
+            programmed.insert(name, generation);
         }
     }
 }

@@ -1,0 +1,223 @@
+//! The `NodeProxyState` CRD: what one node's agent has programmed, written by that agent with
+//! server-side apply (field manager `tideway-agent`) and owned by its Node.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tideway_core::config::ProxyMode;
+use tideway_core::model::{NodeProxyState as CoreState, ServiceName};
+
+use super::schema;
+use crate::error::{ConvertError, Ctx};
+
+/// One per node, named after it. The spec only names the node; everything else is status.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "tideway.io",
+    version = "v1alpha1",
+    kind = "NodeProxyState",
+    status = "NodeProxyStateStatus",
+    shortname = "nps",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode"}"#,
+    printcolumn = r#"{"name":"Config","type":"string","jsonPath":".status.proxyConfig"}"#,
+    printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
+    printcolumn = r#"{"name":"Services","type":"integer","jsonPath":".status.servicePorts"}"#,
+    printcolumn = r#"{"name":"Rules","type":"integer","jsonPath":".status.rules"}"#,
+    printcolumn = r#"{"name":"Drift","type":"integer","jsonPath":".status.driftRepairs"}"#,
+    printcolumn = r#"{"name":"Last Sync","type":"date","jsonPath":".status.lastSyncTime"}"#,
+    printcolumn = r#"{"name":"Error","type":"string","priority":1,"jsonPath":".status.lastError"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProxyStateSpec {
+    /// The node this report is about.
+    pub node_name: String,
+}
+
+/// What the agent programmed.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProxyStateStatus {
+    /// Mode programmed (`nftables`, `iptables`, `ipvs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The `ProxyConfig` in force (absent: no config matched, defaults apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_config: Option<String>,
+    /// Its `metadata.generation` when it was programmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_config_generation: Option<i64>,
+    /// The first sync completed and the last one succeeded.
+    #[serde(default)]
+    pub ready: bool,
+    /// When the last successful sync finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::date_time")]
+    pub last_sync_time: Option<Time>,
+    /// How long the last sync took, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_duration_seconds: Option<f64>,
+    /// Service ports programmed.
+    #[serde(default)]
+    pub service_ports: i64,
+    /// Endpoints programmed, over every Service port.
+    #[serde(default)]
+    pub endpoints: i64,
+    /// Kernel objects programmed (rules, map elements, virtual servers).
+    #[serde(default)]
+    pub rules: i64,
+    /// Drift repairs since the agent started.
+    #[serde(default)]
+    pub drift_repairs: i64,
+    /// The last error, while it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// `namespace/name` -> the Service's `metadata.generation` last applied and verified.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::generation_map")]
+    pub programmed_services: BTreeMap<String, i64>,
+    /// True when `programmedServices` was cut to the report size limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub programmed_services_truncated: bool,
+    /// LoadBalancer IPs this node answers ARP / neighbour solicitations for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub announcing: Vec<String>,
+}
+
+fn time(t: std::time::SystemTime) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::try_from(t).ok().map(Time)
+}
+
+/// The object an agent applies for `state`, owned by its Node (`node_uid`) so it goes with it.
+pub fn node_proxy_state(state: &CoreState, node_uid: Option<&str>) -> NodeProxyState {
+    let mut obj = NodeProxyState::new(&state.node, NodeProxyStateSpec { node_name: state.node.clone() });
+    obj.metadata = ObjectMeta {
+        name: Some(state.node.clone()),
+        owner_references: node_uid.map(|uid| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: state.node.clone(),
+                uid: uid.to_string(),
+                ..Default::default()
+            }]
+        }),
+        ..Default::default()
+    };
+    obj.status = Some(node_proxy_state_status(state));
+    obj
+}
+
+/// The status an agent reports for `state`.
+pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
+    NodeProxyStateStatus {
+        mode: state.mode.map(|m| m.to_string()),
+        proxy_config: state.proxy_config.clone(),
+        proxy_config_generation: state.proxy_config_generation,
+        ready: state.ready,
+        last_sync_time: state.last_sync.and_then(time),
+        last_sync_duration_seconds: state.last_sync_duration.map(|d| d.as_secs_f64()),
+        service_ports: state.service_ports as i64,
+        endpoints: state.endpoints as i64,
+        rules: state.rules as i64,
+        drift_repairs: state.drift_repairs as i64,
+        last_error: state.last_error.clone(),
+        programmed_services: state.programmed.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        programmed_services_truncated: state.programmed_truncated,
+        announcing: state.announcing.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// Reads a report back (operator, DNS). An object without status is a node whose agent has
+/// not reported yet.
+pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let cx = Ctx::new("NodeProxyState", None, &name);
+    if name.is_empty() {
+        return Err(cx.err("metadata.name", "is required"));
+    }
+    let st = obj.status.clone().unwrap_or_default();
+    let mode = st
+        .mode
+        .as_deref()
+        .map(|m| m.parse::<ProxyMode>().map_err(|e| cx.err("status.mode", e.to_string())))
+        .transpose()?;
+    let mut programmed = BTreeMap::new();
+    for (key, generation) in &st.programmed_services {
+        let Some((ns, svc)) = key.split_once('/') else {
+            return Err(cx.err(format!("status.programmedServices[{key}]"), "expected namespace/name"));
+        };
+        programmed.insert(ServiceName::new(ns, svc), *generation);
+    }
+    let mut announcing = Vec::new();
+    for (i, ip) in st.announcing.iter().enumerate() {
+        announcing.push(cx.ip(format!("status.announcing[{i}]"), ip)?);
+    }
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(CoreState {
+        node: obj.spec.node_name.clone().if_empty(name),
+        mode,
+        proxy_config: st.proxy_config,
+        proxy_config_generation: st.proxy_config_generation,
+        ready: st.ready,
+        last_sync: st.last_sync_time.map(|t| std::time::SystemTime::from(t.0)),
+        last_sync_duration: st.last_sync_duration_seconds.and_then(|s| Duration::try_from_secs_f64(s).ok()),
+        service_ports: count(st.service_ports),
+        endpoints: count(st.endpoints),
+        rules: count(st.rules),
+        drift_repairs: count(st.drift_repairs),
+        last_error: st.last_error,
+        programmed,
+        programmed_truncated: st.programmed_services_truncated,
+        announcing,
+    })
+}
+
+trait IfEmpty {
+    fn if_empty(self, other: String) -> String;
+}
+
+impl IfEmpty for String {
+    fn if_empty(self, other: String) -> String {
+        if self.is_empty() { other } else { self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    #[test]
+    fn reports_round_trip() {
+        let mut state = CoreState {
+            node: "node-a".into(),
+            mode: Some(ProxyMode::Iptables),
+            proxy_config: Some("default".into()),
+            proxy_config_generation: Some(3),
+            ready: true,
+            last_sync: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+            last_sync_duration: Some(Duration::from_millis(12)),
+            service_ports: 4,
+            endpoints: 9,
+            rules: 120,
+            drift_repairs: 1,
+            last_error: None,
+            programmed: BTreeMap::new(),
+            programmed_truncated: false,
+            announcing: vec!["172.18.255.200".parse().unwrap()],
+        };
+        state.programmed.insert(ServiceName::new("default", "web"), 2);
+        let obj = node_proxy_state(&state, Some("uid-1"));
+        let json = serde_json::to_value(&obj).unwrap();
+        assert_eq!(json["status"]["lastSyncTime"], "2023-11-14T22:13:20Z");
+        assert_eq!(json["status"]["programmedServices"]["default/web"], 2);
+        assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
+        let back = node_state_from(&serde_json::from_value(json).unwrap()).unwrap();
+        assert_eq!(back, state);
+    }
+}

@@ -1,0 +1,456 @@
+//! `tideway lab` end to end (root): the seed experiments on the built-in demo, traffic
+//! policies, Services without endpoints, scaling, live mode switches with an open connection,
+//! ARP and failover of the announcer, and `lab down` after a crash. Each test runs its own lab
+//! (labs are independent: each has its own LAN namespace).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tideway");
+const DEMO: &str = include_str!("../../examples/demo.yaml");
+
+/// `secs` seconds, longer in a slow VM (`TIDEWAY_TEST_TIME_SCALE`).
+fn patience(secs: f64) -> Duration {
+    let scale =
+        std::env::var("TIDEWAY_TEST_TIME_SCALE").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(1.0);
+    Duration::from_secs_f64(secs * scale.max(1.0))
+}
+
+struct TestLab {
+    name: String,
+    dir: std::path::PathBuf,
+}
+
+fn tideway(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("tideway runs")
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl TestLab {
+    /// A lab of `text` (in `mode` when given), up and working.
+    fn up(name: &str, text: &str, mode: Option<&str>) -> TestLab {
+        tideway_tests::netns::require_root("the lab");
+        let dir = std::env::temp_dir().join(format!("tideway-lab-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("lab.yaml");
+        std::fs::write(&file, text).unwrap();
+        let lab = TestLab { name: name.to_string(), dir };
+        let file = file.display().to_string();
+        let mut args = vec!["lab", "up", "--detach", "--name", name, "-f", &file];
+        if let Some(m) = mode {
+            args.extend(["--mode", m]);
+        }
+        ok(tideway(&args), "lab up");
+        lab
+    }
+
+    fn exec(&self, target: &str, cmd: &[&str]) -> Output {
+        let mut args = vec!["lab", "exec", "--name", &self.name, target, "--"];
+        args.extend(cmd);
+        tideway(&args)
+    }
+
+    /// The `Hostname:` a curl from `from` to `url` got, or why not.
+    fn curl(&self, from: &str, url: &str) -> Result<String, String> {
+        let out = self.exec(from, &["curl", "-s", "--max-time", "2", url]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("Hostname: ").map(str::to_string))
+            .ok_or_else(|| format!("curl {url} from {from}: exit {:?} {text}", out.status.code()))
+    }
+
+    /// The whole whoami answer.
+    fn curl_body(&self, from: &str, url: &str) -> String {
+        String::from_utf8_lossy(&self.exec(from, &["curl", "-s", "--max-time", "2", url]).stdout).into_owned()
+    }
+
+    fn apply(&self, text: &str) {
+        let file = self.dir.join(format!("apply-{}.yaml", Instant::now().elapsed().as_nanos()));
+        std::fs::write(&file, text).unwrap();
+        ok(tideway(&["lab", "apply", "--name", &self.name, "-f", &file.display().to_string()]), "lab apply");
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&ok(tideway(&["lab", "status", "--json", "--name", &self.name]), "lab status"))
+            .unwrap()
+    }
+
+    /// The first LoadBalancer address of Service `svc`, once assigned.
+    fn lb_ip(&self, svc: &str) -> String {
+        eventually(patience(10.0), || {
+            let s = self.status();
+            let svc = s["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == svc)
+                .cloned()
+                .ok_or("no such Service")?;
+            svc["externalIPs"][0].as_str().map(str::to_string).ok_or_else(|| format!("no address yet: {svc}"))
+        })
+        .unwrap()
+    }
+
+    fn announcer(&self, svc: &str) -> Option<String> {
+        let s = self.status();
+        s["services"].as_array()?.iter().find(|x| x["name"] == svc)?["announcer"].as_str().map(str::to_string)
+    }
+
+    /// What the lab looked like: its status, and each node's connection-tracking table.
+    fn diagnose(&self) -> String {
+        let mut out = format!("lab status: {}\n", self.status());
+        for n in self.status()["nodes"].as_array().into_iter().flatten() {
+            let name = n["name"].as_str().unwrap_or_default();
+            let ct = self.exec(name, &["conntrack", "-L"]);
+            out += &format!("conntrack on {name}:\n{}\n", String::from_utf8_lossy(&ct.stdout));
+        }
+        out
+    }
+
+    fn mac_of(&self, node: &str) -> String {
+        let out = ok(self.exec(node, &["cat", "/sys/class/net/eth0/address"]), "read a MAC");
+        out.trim().to_string()
+    }
+
+    fn neighbour(&self, from: &str, ip: &str) -> String {
+        String::from_utf8_lossy(&self.exec(from, &["ip", "neigh", "show", ip]).stdout).into_owned()
+    }
+}
+
+impl Drop for TestLab {
+    fn drop(&mut self) {
+        let _ = tideway(&["lab", "down", "--name", &self.name]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn eventually<T>(within: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn split(lab: &TestLab, from: &str, url: &str, n: usize) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for _ in 0..n {
+        let who = lab.curl(from, url).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+        *seen.entry(who).or_default() += 1;
+    }
+    seen
+}
+
+#[test]
+fn without_root_the_lab_refuses_at_once_and_says_why() {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "lab", "up", "--name", "noroot"])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs root (CAP_NET_ADMIN"), "{err}");
+}
+
+#[test]
+fn the_seed_experiments_work_on_the_demo() {
+    let lab = TestLab::up("seed", DEMO, None);
+    let lb = lab.lb_ip("svc1");
+    // 100 curls from the outside client split across both pods.
+    let seen = split(&lab, "mypc", &lb, 100);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (pod, n) in &seen {
+        assert!((30..=70).contains(n), "{pod} served {n} of 100: {seen:?}");
+    }
+    // From a pod: the Service by name through the search path, and its ClusterIP.
+    let by_name = lab.curl("webpod1", "http://svc2").expect("svc2 by name from a pod");
+    assert!(by_name.starts_with("webpod"), "{by_name}");
+    let cip = lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc3").unwrap()["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    lab.curl("webpod2", &cip).expect("a ClusterIP from a pod");
+    let dig = String::from_utf8_lossy(&lab.exec("webpod1", &["dig", "+search", "+short", "svc3"]).stdout)
+        .into_owned();
+    assert_eq!(dig.trim(), cip);
+    // A NodePort from the outside client, on a node without a pod of the Service.
+    let np =
+        lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc1").unwrap()["ports"]
+            [0]
+        .as_str()
+        .unwrap()
+        .split(['/', ':'])
+        .nth(1)
+        .unwrap()
+        .to_string();
+    lab.curl("mypc", &format!("172.18.0.3:{np}")).expect("NodePort on myk8s-worker3");
+    // ARP for the address resolves to the announcing node's MAC.
+    let announcer = lab.announcer("svc1").expect("an announcer");
+    let neigh = lab.neighbour("mypc", &lb);
+    assert!(neigh.contains(&lab.mac_of(&announcer)), "{neigh} is not {announcer}'s MAC");
+}
+
+const LOCAL: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: local}\nspec:\n  type: LoadBalancer\n  externalTrafficPolicy: Local\n  selector: {app: webpod}\n  ports: [{port: 80}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: empty}\nspec:\n  type: LoadBalancer\n  selector: {app: nothing}\n  ports: [{port: 80}]\n";
+
+#[test]
+fn traffic_policies_and_services_without_endpoints() {
+    let lab = TestLab::up("policy", &format!("{DEMO}{LOCAL}"), Some("nftables"));
+    // Cluster: the pod sees a node's address (masqueraded); Local: the client's own.
+    let cluster = lab.curl_body("mypc", &lab.lb_ip("svc1"));
+    assert!(
+        cluster.contains("RemoteAddr: 172.18.0.") && !cluster.contains("RemoteAddr: 172.18.0.100:"),
+        "{cluster}"
+    );
+    let local_ip = lab.lb_ip("local");
+    let local = eventually(patience(5.0), || {
+        let body = lab.curl_body("mypc", &local_ip);
+        if body.contains("RemoteAddr: 172.18.0.100:") { Ok(body) } else { Err(body) }
+    });
+    local.expect("ETP Local keeps the client address");
+    let announcer = lab.announcer("local").expect("announced");
+    assert!(
+        announcer == "myk8s-worker" || announcer == "myk8s-worker2",
+        "only nodes with a pod: {announcer}"
+    );
+    // No endpoints: refused at once, not a timeout, on its NodePort and its ClusterIP (its
+    // LoadBalancer IP is not announced at all while nothing serves, as MetalLB does).
+    let svc =
+        lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "empty").cloned().unwrap();
+    assert!(svc["announcer"].is_null(), "{svc}");
+    let node_port = svc["ports"][0].as_str().unwrap().split(['/', ':']).nth(1).unwrap().to_string();
+    let cluster_ip = svc["clusterIP"].as_str().unwrap().to_string();
+    for (from, url) in [("mypc", format!("172.18.0.4:{node_port}")), ("webpod1", cluster_ip)] {
+        let t = Instant::now();
+        let out = lab.exec(from, &["curl", "-s", "--max-time", "5", &url]);
+        assert_eq!(out.status.code(), Some(7), "connection refused (curl exit 7) from {from} to {url}");
+        assert!(t.elapsed() < Duration::from_secs(2), "refused after {:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn scale_to_zero_and_back() {
+    let lab = TestLab::up("scale", DEMO, Some("iptables"));
+    let lb = lab.lb_ip("svc1");
+    lab.curl("mypc", &lb).expect("served");
+    let no_pods: String =
+        DEMO.split("\n---").filter(|d| !d.contains("kind: Pod")).collect::<Vec<_>>().join("\n---");
+    lab.apply(&no_pods);
+    eventually(patience(5.0), || {
+        match lab.exec("mypc", &["curl", "-s", "--max-time", "2", &lb]).status.code() {
+            Some(7) => Ok(()),
+            other => Err(format!("curl exit {other:?}")),
+        }
+    })
+    .expect("refused with no pods");
+    lab.apply(DEMO);
+    eventually(patience(5.0), || lab.curl("mypc", &lb)).expect("served again");
+}
+
+const WORKER4: &str = "---\napiVersion: v1\nkind: Node\nmetadata: {name: myk8s-worker4}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: webpod3, labels: {app: webpod}}\nspec:\n  nodeName: myk8s-worker4\n  containers: [{name: c, image: whoami, ports: [{containerPort: 80}]}]\n";
+
+#[test]
+fn nodes_and_pods_come_and_go_with_lab_apply() {
+    let lab = TestLab::up("grow", DEMO, Some("nftables"));
+    let lb = lab.lb_ip("svc1");
+    let demo = DEMO.replace("mode: iptables", "mode: nftables");
+    lab.apply(&format!("{demo}{WORKER4}"));
+    let seen = eventually(patience(10.0), || {
+        let seen = split(&lab, "mypc", &lb, 30);
+        if seen.len() == 3 { Ok(seen) } else { Err(format!("{seen:?}")) }
+    });
+    seen.expect("the new node's pod serves too");
+    let from_new_node = lab.curl("webpod3", "http://svc2").expect("the new node reaches the Services");
+    assert!(from_new_node.starts_with("webpod"));
+    // Removal is graceful: the endpoint goes first, the pod and its node a little later, so
+    // not one connection fails on the way.
+    lab.apply(&demo);
+    eventually(patience(10.0), || {
+        let seen = split(&lab, "mypc", &lb, 20);
+        if seen.contains_key("webpod3") { Err(format!("{seen:?}")) } else { Ok(()) }
+    })
+    .expect("the removed pod serves no more");
+    eventually(patience(5.0), || {
+        let netns =
+            String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout)
+                .into_owned();
+        let gone = !netns.contains("tw-grow-n-myk8s-worker4") && !netns.contains("tw-grow-p-default-webpod3");
+        if gone { Ok(()) } else { Err(netns) }
+    })
+    .expect("the removed node and pod leave no namespace");
+    assert!(lab.status()["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == "nftables"));
+}
+
+/// A TCP connection to whoami's line protocol: one line out, its name back.
+struct Conn {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Conn {
+    fn open(lab: &TestLab, from: &str, ip: &str) -> Conn {
+        let mut child = Command::new(BIN)
+            .args(["lab", "exec", "--name", &lab.name, from, "--", "python3", "-u", "-c", PY_CLIENT, ip])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("client");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Conn { child, out }
+    }
+
+    fn ask(&mut self) -> String {
+        writeln!(self.child.stdin.as_mut().unwrap(), "hello").unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Relays stdin lines over one TCP connection to port 80 and prints each answer.
+const PY_CLIENT: &str = "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=5)\nf=s.makefile('rw')\nfor l in sys.stdin:\n  f.write(l);f.flush();print(f.readline().strip() or 'closed',flush=True)\n";
+
+fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
+    let ipt = String::from_utf8_lossy(&lab.exec(node, &["iptables-save"]).stdout).matches("KUBE-").count();
+    let nft = String::from_utf8_lossy(&lab.exec(node, &["nft", "list", "tables"]).stdout).contains("tideway");
+    (ipt, nft)
+}
+
+#[test]
+fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
+    let lab = TestLab::up("switch", DEMO, Some("iptables"));
+    let lb = lab.lb_ip("svc1");
+    let node = lab.announcer("svc1").unwrap();
+    let mut conn = Conn::open(&lab, "mypc", &lb);
+    let first = conn.ask();
+    assert!(first.starts_with("webpod"), "{first}");
+    for (mode, next) in [("nftables", "iptables"), ("iptables", "nftables")] {
+        let _ = next;
+        lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
+        eventually(patience(10.0), || {
+            let s = lab.status();
+            let all = s["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == mode && n["synced"] == true);
+            if all { Ok(()) } else { Err(format!("not all nodes in {mode}")) }
+        })
+        .unwrap();
+        eventually(patience(5.0), || {
+            let (ipt, nft) = leftovers(&lab, &node);
+            match mode {
+                "nftables" if ipt == 0 && nft => Ok(()),
+                "iptables" if ipt > 0 && !nft => Ok(()),
+                _ => Err(format!("{mode}: {ipt} KUBE- iptables lines, tideway nft table: {nft}")),
+            }
+        })
+        .unwrap();
+        assert_eq!(conn.ask(), first, "the open connection survived the switch to {mode}");
+        lab.curl("mypc", &lb).expect("new connections too");
+    }
+}
+
+#[test]
+fn the_announcer_fails_over_within_two_seconds() {
+    let lab = TestLab::up("failover", DEMO, Some("nftables"));
+    let lb = lab.lb_ip("svc1");
+    lab.curl("mypc", &lb).expect("served");
+    let old = lab.announcer("svc1").unwrap();
+    let old_mac = lab.mac_of(&old);
+    assert!(lab.neighbour("mypc", &lb).contains(&old_mac));
+    // kill -9 the announcing node's agent.
+    let ns = format!("tw-failover-n-{old}");
+    let pids =
+        String::from_utf8_lossy(&Command::new("ip").args(["netns", "pids", &ns]).output().unwrap().stdout)
+            .into_owned();
+    let agent = pids
+        .split_whitespace()
+        .find(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("agent")))
+        .expect("the agent runs");
+    let killed = Instant::now();
+    Command::new("kill").args(["-9", agent]).status().unwrap();
+    let moved = eventually(patience(5.0), || {
+        let n = lab.neighbour("mypc", &lb);
+        if !n.contains(&old_mac) && n.contains("lladdr") { Ok(n) } else { Err(n) }
+    })
+    .expect("the neighbour entry moved");
+    let took = killed.elapsed();
+    let new = lab.announcer("svc1").unwrap();
+    assert_ne!(new, old);
+    assert!(moved.contains(&lab.mac_of(&new)), "{moved}");
+    assert!(took < patience(2.0), "failover took {took:?}");
+    lab.curl("mypc", &lb).expect("served through the new announcer");
+}
+
+#[test]
+fn down_removes_everything_even_after_kill_9() {
+    let lab = TestLab::up("crash", DEMO, Some("nftables"));
+    let lab_pid = std::fs::read_to_string("/run/tideway-lab/crash/ready").unwrap().trim().to_string();
+    Command::new("kill").args(["-9", &lab_pid]).status().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    ok(tideway(&["lab", "down", "--name", "crash"]), "lab down");
+    let netns = String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout)
+        .into_owned();
+    assert!(!netns.contains("tw-crash-"), "{netns}");
+    assert!(!std::path::Path::new("/run/tideway-lab/crash").exists());
+    let etc: Vec<String> = std::fs::read_dir("/etc/netns")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(!etc.iter().any(|e| e.starts_with("tw-crash-")), "{etc:?}");
+    let ps = String::from_utf8_lossy(&Command::new("ps").args(["-eo", "args"]).output().unwrap().stdout)
+        .into_owned();
+    assert!(!ps.lines().any(|l| l.contains("lab:/run/tideway-lab/crash")), "processes left:\n{ps}");
+    // Idempotent.
+    ok(tideway(&["lab", "down", "--name", "crash"]), "lab down again");
+    drop(lab);
+}
+
+/// The seed experiments and a live switch with IPVS programming the nodes (the host kernel has
+/// no IPVS: `make test-ipvs` runs this in a VM; the host run leaves it out).
+#[test]
+fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
+    let lab = TestLab::up("ipvs", DEMO, Some("ipvs"));
+    let lb = lab.lb_ip("svc1");
+    let seen = split(&lab, "mypc", &lb, 40);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (pod, n) in &seen {
+        assert!((8..=32).contains(n), "{pod} served {n} of 40: {seen:?}");
+    }
+    let by_name = lab.curl("webpod1", "http://svc2").expect("svc2 by name from a pod");
+    assert!(by_name.starts_with("webpod"), "{by_name}");
+    // Only the announcer answers ARP (strictARP keeps the other nodes, which hold the address
+    // on kube-ipvs0, silent).
+    let announcer = lab.announcer("svc1").expect("an announcer");
+    let neigh = lab.neighbour("mypc", &lb);
+    assert!(neigh.contains(&lab.mac_of(&announcer)), "{neigh} is not {announcer}'s MAC");
+    for mode in ["nftables", "ipvs"] {
+        lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
+        eventually(patience(20.0), || {
+            let s = lab.status();
+            let all = s["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == mode && n["synced"] == true);
+            if all { Ok(()) } else { Err(format!("not all nodes in {mode}")) }
+        })
+        .unwrap();
+        eventually(patience(5.0), || lab.curl("mypc", &lb))
+            .unwrap_or_else(|e| panic!("after the switch to {mode}: {e}"));
+    }
+}

@@ -1,0 +1,107 @@
+//! The kinds components write for each other (agents' reports, the operator's announcements)
+//! and the operator's pools: the same event-shaped API as the other kinds.
+
+use super::ClusterState;
+use crate::model::{L2Announcement, LoadBalancerPool, NodeProxyState, ServiceName};
+
+impl ClusterState {
+    /// Inserts or updates a node's report.
+    pub fn apply_node_state(&mut self, state: NodeProxyState) -> bool {
+        let node = state.node.clone();
+        let changed = self.node_states.apply(node.clone(), state);
+        if changed {
+            self.changes.node_states.insert(node);
+        }
+        changed
+    }
+
+    /// Removes a node's report.
+    pub fn delete_node_state(&mut self, node: &str) -> bool {
+        let removed = self.node_states.delete(node).is_some();
+        if removed {
+            self.changes.node_states.insert(node.to_string());
+        }
+        removed
+    }
+
+    /// Replaces every node report (after a relist).
+    pub fn replace_node_states(&mut self, states: Vec<NodeProxyState>) {
+        let changed = self.node_states.replace(states.into_iter().map(|s| (s.node.clone(), s)));
+        self.changes.node_states.extend(changed);
+    }
+
+    /// The report of `node`.
+    pub fn node_state(&self, node: &str) -> Option<&NodeProxyState> {
+        self.node_states.get(node)
+    }
+
+    /// Every node report.
+    pub fn node_states(&self) -> impl Iterator<Item = &NodeProxyState> {
+        self.node_states.values()
+    }
+
+    /// Inserts or updates an announcement decision.
+    pub fn apply_announcement(&mut self, a: L2Announcement) -> bool {
+        let svc = a.service.clone();
+        let changed = self.announcements.apply(svc.clone(), a);
+        if changed {
+            self.changes.announcements.insert(svc);
+        }
+        changed
+    }
+
+    /// Removes an announcement decision.
+    pub fn delete_announcement(&mut self, svc: &ServiceName) -> bool {
+        let removed = self.announcements.delete(svc).is_some();
+        if removed {
+            self.changes.announcements.insert(svc.clone());
+        }
+        removed
+    }
+
+    /// Replaces every announcement (after a relist).
+    pub fn replace_announcements(&mut self, all: Vec<L2Announcement>) {
+        let changed = self.announcements.replace(all.into_iter().map(|a| (a.service.clone(), a)));
+        self.changes.announcements.extend(changed);
+    }
+
+    /// The announcement for `svc`.
+    pub fn announcement(&self, svc: &ServiceName) -> Option<&L2Announcement> {
+        self.announcements.get(svc)
+    }
+
+    /// Every announcement.
+    pub fn announcements(&self) -> impl Iterator<Item = &L2Announcement> {
+        self.announcements.values()
+    }
+
+    /// Inserts or updates a pool.
+    pub fn apply_pool(&mut self, pool: LoadBalancerPool) -> bool {
+        let changed = self.pools.apply(pool.name().to_string(), pool);
+        self.changes.pools |= changed;
+        changed
+    }
+
+    /// Removes a pool.
+    pub fn delete_pool(&mut self, name: &str) -> bool {
+        let removed = self.pools.delete(name).is_some();
+        self.changes.pools |= removed;
+        removed
+    }
+
+    /// Replaces every pool (after a relist).
+    pub fn replace_pools(&mut self, pools: Vec<LoadBalancerPool>) {
+        let changed = self.pools.replace(pools.into_iter().map(|p| (p.name().to_string(), p)));
+        self.changes.pools |= !changed.is_empty();
+    }
+
+    /// The pool called `name`.
+    pub fn pool(&self, name: &str) -> Option<&LoadBalancerPool> {
+        self.pools.get(name)
+    }
+
+    /// Every pool, by name.
+    pub fn pools(&self) -> impl Iterator<Item = &LoadBalancerPool> {
+        self.pools.values()
+    }
+}

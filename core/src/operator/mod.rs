@@ -1,0 +1,334 @@
+//! The operator's decisions, pure: from the cluster state to the writes that bring the cluster
+//! where it should be.
+//!
+//! ```text
+//!  ClusterState + Changes (+ ProxyConfigs the source rejected)
+//!     | Reconciler::reconcile
+//!     |   pools        -> Allocator::set_pools (first time: restore every Service's status IPs)
+//!     |   Services     -> lb::assign: addresses (ipam), status.loadBalancer.ingress
+//!     |   addresses    -> lb::announcement: eligible nodes + sticky announcer (announce)
+//!     |   nodes/states -> rollout: ProxyConfig status
+//!     v
+//!  Vec<Action>: SetIngress, Announce/Withdraw (L2Announcement), ProxyConfigStatus, PoolStatus,
+//!               Event — each only when it differs from what the cluster shows or was written
+//! ```
+//! Work follows the changes: one endpoint change re-decides that Service's announcement (and
+//! those sharing its address); node changes re-decide every announcement; pool or namespace
+//! changes re-decide every address. The operator crate performs the writes.
+
+mod lb;
+pub mod lease;
+pub mod rollout;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+pub use lb::{handles, observed_ips, request};
+use rollout::{Condition, ConfigStatus};
+
+use crate::cluster::{Changes, ClusterState};
+use crate::ipam::{Allocator, PoolStats};
+use crate::model::{L2Announcement, ServiceName};
+
+/// An object an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectRef {
+    /// `Service`, `ProxyConfig`, `LoadBalancerPool`.
+    pub kind: &'static str,
+    /// Namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    fn service(name: &ServiceName) -> Self {
+        ObjectRef { kind: "Service", namespace: Some(name.namespace.clone()), name: name.name.clone() }
+    }
+
+    fn cluster_scoped(kind: &'static str, name: &str) -> Self {
+        ObjectRef { kind, namespace: None, name: name.to_string() }
+    }
+}
+
+/// A Kubernetes Event to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// What it is about.
+    pub object: ObjectRef,
+    /// `Warning` (true) or `Normal`.
+    pub warning: bool,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+impl Event {
+    fn normal(object: ObjectRef, reason: &'static str, message: String) -> Self {
+        Event { object, warning: false, reason, message }
+    }
+
+    fn warning(object: ObjectRef, reason: &'static str, message: String) -> Self {
+        Event { object, warning: true, reason, message }
+    }
+}
+
+/// A pool's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolReport {
+    /// The pool's generation.
+    pub observed_generation: i64,
+    /// Addresses assigned and available.
+    pub stats: PoolStats,
+    /// `Valid`.
+    pub valid: Condition,
+}
+
+/// One write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Set `status.loadBalancer.ingress` to these addresses (empty: clear it).
+    SetIngress {
+        /// The Service.
+        service: ServiceName,
+        /// Its addresses.
+        ips: Vec<IpAddr>,
+    },
+    /// Create or update the Service's `L2Announcement`.
+    Announce(L2Announcement),
+    /// Delete the Service's `L2Announcement`.
+    Withdraw(ServiceName),
+    /// Write a ProxyConfig's status.
+    ProxyConfigStatus {
+        /// The config.
+        name: String,
+        /// Its status.
+        status: ConfigStatus,
+    },
+    /// Write a pool's status.
+    PoolStatus {
+        /// The pool.
+        name: String,
+        /// Its status.
+        status: PoolReport,
+    },
+    /// Record an Event.
+    Event(Event),
+}
+
+/// The operator's memory between reconciles: the allocator, and what it last decided or wrote
+/// where the cluster does not show it.
+#[derive(Debug, Default)]
+pub struct Reconciler {
+    class: Option<String>,
+    alloc: Allocator,
+    started: bool,
+    resync: bool,
+    errors: BTreeMap<ServiceName, String>,
+    decided: BTreeMap<ServiceName, L2Announcement>,
+    configs: BTreeMap<String, ConfigStatus>,
+    pools: BTreeMap<String, PoolReport>,
+}
+
+impl Reconciler {
+    /// A reconciler for LoadBalancer Services of `class` (None: Services without a class).
+    pub fn new(class: Option<String>) -> Self {
+        Reconciler { class, ..Default::default() }
+    }
+
+    /// Makes the next reconcile decide everything again and rewrite every status (after failed
+    /// writes, and periodically: what the cluster shows is compared again, object by object).
+    pub fn resync(&mut self) {
+        self.resync = true;
+        self.configs.clear();
+        self.pools.clear();
+    }
+
+    /// The allocator (read-only), for status APIs.
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// The writes that bring the cluster where `state` says it should be, given what changed
+    /// since the last call (everything, the first time) and the ProxyConfigs the source
+    /// rejected (name -> why).
+    pub fn reconcile(
+        &mut self,
+        state: &ClusterState,
+        changes: &Changes,
+        invalid_configs: &BTreeMap<String, String>,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        let first = !self.started;
+        if first {
+            self.start(state, &mut out);
+        } else if changes.pools {
+            self.set_pools(state);
+        }
+        let everything = first || std::mem::take(&mut self.resync) || changes.pools || changes.namespaces;
+        let services: BTreeSet<ServiceName> = if everything {
+            state.services().map(|s| s.name.clone()).chain(self.alloc.services().cloned()).collect()
+        } else {
+            changes.services.iter().chain(&changes.announcements).cloned().collect()
+        };
+        for name in &services {
+            self.assign(state, name, &mut out);
+        }
+        let announce: BTreeSet<ServiceName> = if everything || !changes.nodes.is_empty() {
+            self.alloc.services().cloned().chain(self.decided.keys().cloned()).collect()
+        } else {
+            services.iter().flat_map(|s| self.group_of(s)).collect()
+        };
+        self.announce(state, &announce, &mut out);
+        let nodes_moved = !changes.nodes.is_empty() || !changes.node_states.is_empty();
+        if everything || nodes_moved || changes.proxy_configs || !invalid_configs.is_empty() {
+            self.rollout(state, invalid_configs, &mut out);
+        }
+        if everything || !services.is_empty() {
+            self.pool_reports(state, &mut out);
+        }
+        out
+    }
+
+    /// First call: the pools, then every address the Services already show (before anything
+    /// new is handed out, so a restart moves nobody).
+    fn start(&mut self, state: &ClusterState, out: &mut Vec<Action>) {
+        self.started = true;
+        self.set_pools(state);
+        for svc in state.services().filter(|s| handles(s, self.class.as_deref())) {
+            let ips = observed_ips(svc);
+            if let (false, Some(req)) = (ips.is_empty(), request(state, svc))
+                && let Err(e) = self.alloc.restore(&req, &ips)
+            {
+                // The assign that follows allocates afresh; say why the old addresses went.
+                let msg = format!("cannot keep {}: {e}", lb::join(&ips));
+                out.push(Action::Event(Event::warning(
+                    ObjectRef::service(&svc.name),
+                    "ClearAssignment",
+                    msg,
+                )));
+            }
+        }
+    }
+
+    fn set_pools(&mut self, state: &ClusterState) {
+        self.alloc.set_pools(state.pools().map(|p| p.pool.clone()));
+    }
+
+    /// Services holding the same first address as `svc` (itself included).
+    fn group_of(&self, svc: &ServiceName) -> Vec<ServiceName> {
+        match self.alloc.assignment(svc).and_then(|a| a.ips.first().copied()) {
+            Some(ip) => self.alloc.holders(ip),
+            None => vec![svc.clone()],
+        }
+    }
+
+    fn assign(&mut self, state: &ClusterState, name: &ServiceName, out: &mut Vec<Action>) {
+        match state.service(name) {
+            Some(svc) if handles(svc, self.class.as_deref()) => {
+                lb::assign(&mut self.alloc, state, svc, &mut self.errors, out);
+            }
+            Some(svc) => {
+                // No longer ours (type or class changed): give the addresses back and clear
+                // what we wrote, never what another load balancer wrote.
+                self.errors.remove(name);
+                if let Some(a) = self.alloc.release(name)
+                    && observed_ips(svc) == a.ips
+                {
+                    out.push(Action::SetIngress { service: name.clone(), ips: Vec::new() });
+                }
+            }
+            None => {
+                self.errors.remove(name);
+                self.alloc.release(name);
+            }
+        }
+    }
+
+    fn announce(&mut self, state: &ClusterState, services: &BTreeSet<ServiceName>, out: &mut Vec<Action>) {
+        if services.is_empty() {
+            return;
+        }
+        let mut nodes = lb::Nodes::of(state);
+        for name in services {
+            let observed = state.announcement(name);
+            let desired = match (state.service(name), self.alloc.assignment(name)) {
+                (Some(svc), Some(a)) => {
+                    let holders = self.alloc.holders(a.ips[0]);
+                    let current = self.decided.get(name).or(observed).and_then(|d| d.node.as_deref());
+                    let pool = state.pool(&a.pool);
+                    let ann = lb::Announcing { ips: &a.ips, pool, holders: &holders, current };
+                    lb::announcement(state, &mut nodes, svc, ann, out)
+                }
+                _ => None,
+            };
+            match desired {
+                Some(d) => {
+                    if observed != Some(&d) {
+                        out.push(Action::Announce(d.clone()));
+                    }
+                    self.decided.insert(name.clone(), d);
+                }
+                None => {
+                    self.decided.remove(name);
+                    if observed.is_some() {
+                        out.push(Action::Withdraw(name.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn rollout(&mut self, state: &ClusterState, invalid: &BTreeMap<String, String>, out: &mut Vec<Action>) {
+        let configs: Vec<_> = state.proxy_configs().cloned().collect();
+        let now = rollout::rollout(&configs, invalid, state.nodes(), |n| state.node_state(n));
+        for (name, status) in &now {
+            let before = self.configs.get(name);
+            if before == Some(status) {
+                continue;
+            }
+            let object = ObjectRef::cluster_scoped("ProxyConfig", name);
+            let was = |kind: &str| before.and_then(|b| b.conditions.iter().find(|c| c.kind == kind));
+            for c in status
+                .conditions
+                .iter()
+                .filter(|c| c.status && matches!(c.reason, "TiedPrecedence" | "InvalidSpec"))
+            {
+                if was(c.kind).is_none_or(|w| w.reason != c.reason) {
+                    out.push(Action::Event(Event::warning(object.clone(), c.reason, c.message.clone())));
+                }
+            }
+            out.push(Action::ProxyConfigStatus { name: name.clone(), status: status.clone() });
+        }
+        self.configs = now;
+    }
+
+    fn pool_reports(&mut self, state: &ClusterState, out: &mut Vec<Action>) {
+        let mut now = BTreeMap::new();
+        for p in self.alloc.pool_status() {
+            let valid = match &p.error {
+                None => Condition::new("Valid", true, "Valid", "every address range is valid and its own"),
+                Some(e) => Condition::new("Valid", false, "InvalidAddresses", e.to_string()),
+            };
+            let generation = state.pool(&p.name).map_or(0, |x| x.generation);
+            let report = PoolReport { observed_generation: generation, stats: p.stats, valid };
+            if self.pools.get(&p.name) != Some(&report) {
+                if !report.valid.status && self.pools.get(&p.name).is_none_or(|b| b.valid != report.valid) {
+                    let object = ObjectRef::cluster_scoped("LoadBalancerPool", &p.name);
+                    out.push(Action::Event(Event::warning(
+                        object,
+                        "InvalidPool",
+                        report.valid.message.clone(),
+                    )));
+                }
+                out.push(Action::PoolStatus { name: p.name.clone(), status: report.clone() });
+            }
+            now.insert(p.name, report);
+        }
+        self.pools = now;
+    }
+}
+
+#[cfg(test)]
+mod tests;

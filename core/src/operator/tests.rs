@@ -1,0 +1,312 @@
+//! The reconciler against a cluster that carries out its writes (as the API server would), over
+//! a sequence of changes.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::ipam::Pool;
+use crate::model::{IpMode, L2Settings, LoadBalancerIngress, LoadBalancerPool, Service};
+use crate::net::Protocol;
+use crate::testing::{ip, mk_node, mk_service, mk_slice};
+
+/// A cluster state that applies the reconciler's writes, and what it was asked.
+struct Cluster {
+    state: ClusterState,
+    rec: Reconciler,
+    events: Vec<Event>,
+}
+
+impl Cluster {
+    fn new(class: Option<&str>) -> Cluster {
+        let mut state = ClusterState::new();
+        for (n, addr) in [("node-a", "192.168.0.10"), ("node-b", "192.168.0.11"), ("node-c", "192.168.0.12")]
+        {
+            state.apply_node(mk_node(n, addr, "z"));
+        }
+        state.apply_pool(pool("default", &["172.18.255.200-172.18.255.250"]));
+        Cluster { state, rec: Reconciler::new(class.map(str::to_string)), events: Vec::new() }
+    }
+
+    /// One reconcile; applies its writes; returns them without the Events (kept apart).
+    fn step(&mut self) -> Vec<Action> {
+        self.step_with(&BTreeMap::new())
+    }
+
+    fn step_with(&mut self, invalid: &BTreeMap<String, String>) -> Vec<Action> {
+        let changes = self.state.take_changes();
+        let actions = self.rec.reconcile(&self.state, &changes, invalid);
+        let mut writes = Vec::new();
+        for a in actions {
+            match a {
+                Action::Event(e) => self.events.push(e),
+                Action::SetIngress { service, ips } => {
+                    let mut svc = self.state.service(&service).cloned().expect("written Service exists");
+                    svc.load_balancer_ingress = ips
+                        .iter()
+                        .map(|ip| LoadBalancerIngress { ip: Some(*ip), hostname: None, ip_mode: IpMode::Vip })
+                        .collect();
+                    self.state.apply_service(svc);
+                    writes.push(Action::SetIngress { service, ips });
+                }
+                Action::Announce(a) => {
+                    self.state.apply_announcement(a.clone());
+                    writes.push(Action::Announce(a));
+                }
+                Action::Withdraw(s) => {
+                    self.state.delete_announcement(&s);
+                    writes.push(Action::Withdraw(s));
+                }
+                other => writes.push(other),
+            }
+        }
+        writes
+    }
+
+    fn ips(&self, name: &str) -> Vec<String> {
+        let svc = self.state.service(&ServiceName::new("ns", name)).expect("service");
+        observed_ips(svc).iter().map(ToString::to_string).collect()
+    }
+
+    fn announcer(&self, name: &str) -> Option<String> {
+        self.state.announcement(&ServiceName::new("ns", name)).and_then(|a| a.node.clone())
+    }
+
+    fn reasons(&mut self) -> Vec<&'static str> {
+        std::mem::take(&mut self.events).into_iter().map(|e| e.reason).collect()
+    }
+}
+
+fn pool(name: &str, addresses: &[&str]) -> LoadBalancerPool {
+    LoadBalancerPool { pool: Pool::new(name, addresses), l2: L2Settings::default(), generation: 1 }
+}
+
+fn lb(name: &str, cluster_ip: &str) -> Service {
+    mk_service("ns", name).cluster_ip(cluster_ip).port("http", Protocol::Tcp, 80).load_balancer().build()
+}
+
+fn with_status(mut svc: Service, addr: &str) -> Service {
+    svc.load_balancer_ingress.push(LoadBalancerIngress {
+        ip: Some(ip(addr)),
+        hostname: None,
+        ip_mode: IpMode::Vip,
+    });
+    svc
+}
+
+fn endpoints(svc: &str, on: &[(&str, &str)]) -> crate::model::EndpointSlice {
+    on.iter()
+        .fold(mk_slice("ns", svc).port("http", Protocol::Tcp, 8080), |s, (addr, node)| s.ready(addr, node))
+        .build()
+}
+
+fn set_ingress_for(writes: &[Action]) -> Vec<(String, Vec<String>)> {
+    writes
+        .iter()
+        .filter_map(|a| match a {
+            Action::SetIngress { service, ips } => {
+                Some((service.name.clone(), ips.iter().map(ToString::to_string).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_restart_keeps_every_address_and_new_services_take_the_lowest_free_one() {
+    let mut c = Cluster::new(None);
+    c.state.apply_service(with_status(lb("kept", "10.96.0.1"), "172.18.255.200"));
+    c.state.apply_service(lb("new", "10.96.0.2"));
+    let other_class = mk_service("ns", "theirs")
+        .cluster_ip("10.96.0.3")
+        .lb_ip("203.0.113.9")
+        .lb_request(|r| r.class = Some("other.io/lb".into()))
+        .build();
+    c.state.apply_service(other_class);
+    c.state.apply_service(mk_service("ns", "plain").cluster_ip("10.96.0.4").build());
+    let writes = c.step();
+    assert_eq!(set_ingress_for(&writes), vec![("new".into(), vec!["172.18.255.201".into()])]);
+    assert_eq!(c.ips("kept"), ["172.18.255.200"], "restored before anything was handed out");
+    assert_eq!(c.ips("theirs"), ["203.0.113.9"], "another class is not ours to touch");
+    assert!(c.reasons().contains(&"IPAllocated"));
+    // Every write has landed: a second pass writes nothing.
+    assert!(c.step().is_empty());
+
+    // A new operator (restart) over the same cluster moves nobody.
+    let mut again = Cluster { state: c.state.clone(), rec: Reconciler::new(None), events: Vec::new() };
+    let writes = again.step();
+    assert!(set_ingress_for(&writes).is_empty(), "{writes:?}");
+    assert!(!writes.iter().any(|w| matches!(w, Action::Announce(_))), "announcers are kept too: {writes:?}");
+}
+
+#[test]
+fn addresses_are_released_on_delete_and_type_change_and_reused() {
+    let mut c = Cluster::new(None);
+    c.state.apply_service(lb("a", "10.96.0.1"));
+    c.state.apply_service(lb("b", "10.96.0.2"));
+    c.step();
+    assert_eq!((c.ips("a"), c.ips("b")), (vec!["172.18.255.200".into()], vec!["172.18.255.201".into()]));
+    // a becomes ClusterIP: its address goes, and the status we wrote is cleared.
+    let mut a = c.state.service(&ServiceName::new("ns", "a")).cloned().unwrap();
+    a.service_type = crate::model::ServiceType::ClusterIp;
+    a.load_balancer = None;
+    c.state.apply_service(a);
+    let writes = c.step();
+    assert_eq!(set_ingress_for(&writes), vec![("a".into(), vec![])]);
+    assert!(writes.contains(&Action::Withdraw(ServiceName::new("ns", "a"))));
+    // b is deleted; a new Service gets the lowest free address again.
+    c.state.delete_service(&ServiceName::new("ns", "b"));
+    c.step();
+    c.state.apply_service(lb("c", "10.96.0.5"));
+    c.step();
+    assert_eq!(c.ips("c"), ["172.18.255.200"]);
+}
+
+#[test]
+fn failures_are_reported_once_and_nothing_assigned_is_lost() {
+    let mut c = Cluster::new(None);
+    c.state.apply_service(lb("a", "10.96.0.1"));
+    c.step();
+    c.reasons();
+    let outside = mk_service("ns", "outside")
+        .cluster_ip("10.96.0.2")
+        .port("http", Protocol::Tcp, 80)
+        .lb_request(|r| r.ips = vec![ip("10.1.2.3")])
+        .build();
+    let garbled = mk_service("ns", "garbled")
+        .cluster_ip("10.96.0.3")
+        .port("http", Protocol::Tcp, 80)
+        .lb_request(|r| r.error = Some("annotation: \"1.2.3\" is not a valid IP address".into()))
+        .build();
+    c.state.apply_service(outside);
+    c.state.apply_service(garbled);
+    c.step();
+    let failures: Vec<Event> = std::mem::take(&mut c.events);
+    assert_eq!(failures.iter().filter(|e| e.reason == "AllocationFailed").count(), 2, "{failures:?}");
+    assert!(failures.iter().any(|e| e.message.contains("10.1.2.3 is not in any address pool")));
+    // Unrelated churn repeats no Event.
+    c.state.apply_service(lb("d", "10.96.0.9"));
+    c.step();
+    assert!(!c.reasons().contains(&"AllocationFailed"));
+
+    // A pool overlapping the first is invalid; what it would clash with is kept.
+    c.state.apply_pool(pool("zz-overlap", &["172.18.255.240/28"]));
+    let writes = c.step();
+    let report = writes.iter().find_map(|w| match w {
+        Action::PoolStatus { name, status } if name == "zz-overlap" => Some(status.clone()),
+        _ => None,
+    });
+    assert!(!report.expect("pool status").valid.status);
+    assert!(c.reasons().contains(&"InvalidPool"));
+    assert_eq!(c.ips("a"), ["172.18.255.200"]);
+}
+
+#[test]
+fn an_announcer_moves_only_when_it_becomes_ineligible() {
+    let mut c = Cluster::new(None);
+    let local = mk_service("ns", "web")
+        .cluster_ip("10.96.0.1")
+        .port("http", Protocol::Tcp, 80)
+        .etp_local()
+        .load_balancer()
+        .build();
+    c.state.apply_service(local);
+    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b")]));
+    c.step();
+    let first = c.announcer("web").expect("announced");
+    assert!(first == "node-a" || first == "node-b", "only nodes with a local endpoint: {first}");
+    let ann = c.state.announcement(&ServiceName::new("ns", "web")).unwrap().clone();
+    assert_eq!(ann.eligible, ["node-a", "node-b"]);
+    // An endpoint appears on node-c: eligible grows, the announcer stays.
+    c.state.apply_endpoint_slice(endpoints(
+        "web",
+        &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
+    ));
+    c.step();
+    assert_eq!(c.announcer("web").as_deref(), Some(first.as_str()));
+    c.reasons();
+    // The announcer's endpoint leaves: another node takes over, and says why.
+    let rest: Vec<(&str, &str)> =
+        [("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")]
+            .into_iter()
+            .filter(|(_, n)| *n != first)
+            .collect();
+    c.state.apply_endpoint_slice(endpoints("web", &rest));
+    c.step();
+    let second = c.announcer("web").expect("still announced");
+    assert_ne!(second, first);
+    let moved: Vec<Event> = std::mem::take(&mut c.events);
+    assert!(
+        moved
+            .iter()
+            .any(|e| e.reason == "AnnouncerChanged" && e.message.contains("no local serving endpoint")),
+        "{moved:?}"
+    );
+    // The node goes not-ready: the announcer moves again; with no endpoint at all, nobody.
+    let mut n = c.state.node(&second).cloned().unwrap();
+    n.ready = false;
+    c.state.apply_node(n);
+    c.step();
+    assert_ne!(c.announcer("web").as_deref(), Some(second.as_str()));
+    c.state.delete_endpoint_slice("ns", "web-abcde");
+    c.step();
+    assert_eq!(c.announcer("web"), None);
+    assert!(c.reasons().contains(&"NoAnnouncer"));
+}
+
+#[test]
+fn services_sharing_an_address_share_its_announcer() {
+    let mut c = Cluster::new(None);
+    let dns = |name: &str, proto: Protocol, cip: &str| {
+        mk_service("ns", name)
+            .cluster_ip(cip)
+            .port("dns", proto, 53)
+            .lb_request(|r| r.sharing_key = Some("dns".into()))
+            .build()
+    };
+    c.state.apply_service(dns("dns-tcp", Protocol::Tcp, "10.96.0.1"));
+    c.state.apply_service(dns("dns-udp", Protocol::Udp, "10.96.0.2"));
+    c.state.apply_endpoint_slice(endpoints("dns-tcp", &[("10.244.1.5", "node-a")]));
+    c.state.apply_endpoint_slice(endpoints("dns-udp", &[("10.244.1.5", "node-a")]));
+    c.step();
+    assert_eq!(c.ips("dns-tcp"), c.ips("dns-udp"), "one address for both");
+    assert_eq!(c.announcer("dns-tcp"), c.announcer("dns-udp"));
+    assert!(c.announcer("dns-tcp").is_some());
+}
+
+#[test]
+fn proxy_config_status_is_written_when_it_changes() {
+    use crate::config::{ProxyConfig, ProxyMode};
+    let mut c = Cluster::new(None);
+    c.state.apply_proxy_config(ProxyConfig {
+        name: "default".into(),
+        generation: 2,
+        node_selector: Default::default(),
+        priority: 0,
+        settings: Default::default(),
+    });
+    let statuses = |w: &[Action]| -> Vec<ConfigStatus> {
+        w.iter()
+            .filter_map(|a| match a {
+                Action::ProxyConfigStatus { status, .. } => Some(status.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let first = statuses(&c.step());
+    assert_eq!((first[0].selected, first[0].programmed), (3, 0));
+    assert!(statuses(&c.step()).is_empty(), "unchanged: not written again");
+    c.state.apply_node_state(crate::model::NodeProxyState {
+        node: "node-a".into(),
+        mode: Some(ProxyMode::Nftables),
+        proxy_config: Some("default".into()),
+        proxy_config_generation: Some(2),
+        ready: true,
+        ..Default::default()
+    });
+    assert_eq!(statuses(&c.step())[0].programmed, 1);
+    let invalid: BTreeMap<String, String> =
+        [("default".to_string(), "spec.mode: unknown".to_string())].into();
+    let degraded = statuses(&c.step_with(&invalid));
+    assert!(degraded[0].conditions.iter().any(|k| k.kind == "Degraded" && k.status));
+    assert!(c.reasons().contains(&"InvalidSpec"));
+}

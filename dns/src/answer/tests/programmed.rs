@@ -1,0 +1,112 @@
+//! `--require-programmed`: which queries wait for the asking pod's node.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use hickory_proto::rr::RecordType;
+use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::model::{NodeProxyState, Pod, ServiceName};
+use tideway_core::net::Protocol::Tcp;
+use tideway_core::testing::{mk_service, mk_slice};
+
+use super::{SERIAL, query};
+use crate::answer::{Gate, gate};
+use crate::records::{IndexSettings, RecordIndex};
+
+use Gate::{Answer, NotProgrammed};
+use RecordType::{A, AAAA, SRV, TXT};
+
+fn client(ip: &str, node: &str) -> Pod {
+    Pod {
+        namespace: "clients".into(),
+        name: format!("client-{node}"),
+        ips: vec![ip.parse().unwrap()],
+        hostname: None,
+        subdomain: None,
+        node_name: Some(node.into()),
+        labels: BTreeMap::new(),
+    }
+}
+
+fn report(node: &str, programmed: &[(&str, i64)], truncated: bool) -> NodeProxyState {
+    NodeProxyState {
+        node: node.into(),
+        programmed: programmed.iter().map(|(svc, g)| (ServiceName::new("testns", *svc), *g)).collect(),
+        programmed_truncated: truncated,
+        ..Default::default()
+    }
+}
+
+fn index(require: bool) -> RecordIndex {
+    let mut svc1 = mk_service("testns", "svc1").cluster_ip("10.0.0.1").port("http", Tcp, 80).build();
+    svc1.generation = 2;
+    let mut fresh = mk_service("testns", "fresh").cluster_ip("10.0.0.2").port("http", Tcp, 80).build();
+    fresh.generation = 1;
+    let snapshot = Snapshot {
+        services: vec![svc1, fresh, mk_service("testns", "hdls").headless().port("http", Tcp, 80).build()],
+        endpoint_slices: vec![
+            mk_slice("testns", "svc1")
+                .port("http", Tcp, 80)
+                .ready("172.0.0.1", "node-a")
+                .hostname("ep")
+                .build(),
+            mk_slice("testns", "hdls").port("http", Tcp, 80).ready("172.0.0.2", "node-a").build(),
+        ],
+        pods: vec![
+            client("10.1.0.5", "node-a"),
+            client("10.2.0.5", "node-b"),
+            client("10.3.0.5", "node-c"),
+            client("10.4.0.5", "node-d"),
+        ],
+        node_states: vec![
+            report("node-a", &[("svc1", 2)], false),
+            report("node-b", &[("svc1", 1), ("fresh", 1)], false),
+            report("node-d", &[], true),
+        ],
+        ..Default::default()
+    };
+    let mut settings = IndexSettings::new("cluster.local").unwrap();
+    settings.require_programmed = require;
+    RecordIndex::build(&ClusterState::from_snapshot(snapshot), &settings, SERIAL)
+}
+
+fn check(ix: &RecordIndex, cases: &[(&str, &str, RecordType, Gate)]) {
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|(from, name, qtype, want)| {
+            let got = gate(ix, &query(name, *qtype), from.parse::<IpAddr>().unwrap());
+            (got != *want).then(|| format!("{name} {qtype} from {from}: want {want:?}, got {got:?}"))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_cluster_ip_waits_for_the_asking_pods_node() {
+    check(
+        &index(true),
+        &[
+            // node-a has svc1 at its generation, not fresh.
+            ("10.1.0.5", "svc1.testns.svc.cluster.local.", A, Answer),
+            ("10.1.0.5", "fresh.testns.svc.cluster.local.", A, NotProgrammed),
+            ("10.1.0.5", "Fresh.TestNS.svc.cluster.local.", AAAA, NotProgrammed),
+            ("10.1.0.5", "fresh.testns.svc.cluster.local.", SRV, NotProgrammed),
+            ("10.1.0.5", "_http._tcp.fresh.testns.svc.cluster.local.", SRV, NotProgrammed),
+            ("::ffff:10.1.0.5", "fresh.testns.svc.cluster.local.", A, NotProgrammed),
+            // node-b programmed an older generation of svc1, and fresh.
+            ("10.2.0.5", "svc1.testns.svc.cluster.local.", A, NotProgrammed),
+            ("10.2.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
+            // Nothing behind these needs proxy rules, or nothing can be told.
+            ("10.1.0.5", "fresh.testns.svc.cluster.local.", TXT, Answer),
+            ("10.1.0.5", "hdls.testns.svc.cluster.local.", A, Answer),
+            ("10.2.0.5", "ep.svc1.testns.svc.cluster.local.", A, Answer),
+            ("10.1.0.5", "nope.testns.svc.cluster.local.", A, Answer),
+            ("10.1.0.5", "www.example.com.", A, Answer),
+            ("10.3.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
+            ("10.4.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
+            ("10.9.9.9", "fresh.testns.svc.cluster.local.", A, Answer),
+        ],
+    );
+    // Off by default.
+    check(&index(false), &[("10.1.0.5", "fresh.testns.svc.cluster.local.", A, Answer)]);
+}

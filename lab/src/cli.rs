@@ -1,0 +1,331 @@
+//! `tideway lab up | exec | apply | status | down`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::runner::Lab;
+use crate::server::{self, Request};
+use crate::spec::LabSpec;
+use crate::{netns, tour};
+
+/// The built-in demo (seed 003's setup).
+pub const DEMO: &str = include_str!("../../examples/demo.yaml");
+
+/// Where running labs keep their directory.
+pub const STATE_ROOT: &str = "/run/tideway-lab";
+
+/// Run the whole system on this host, in network namespaces.
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    command: LabCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum LabCommand {
+    /// Build the lab and run it (Ctrl-C tears it down unless --detach).
+    Up {
+        /// Lab file (default: the built-in demo).
+        #[arg(short = 'f', long)]
+        file: Option<PathBuf>,
+        /// Proxy mode of every node (default: the file's ProxyConfigs).
+        #[arg(long, value_parser = ["iptables", "nftables", "ipvs"])]
+        mode: Option<String>,
+        /// Return once the lab is up; it keeps running in the background.
+        #[arg(long)]
+        detach: bool,
+        /// The lab's name (several labs can run side by side).
+        #[arg(long, default_value = "demo")]
+        name: String,
+        /// Set by `--detach` for the process it starts: the lab directory is already prepared.
+        #[arg(long, hide = true)]
+        background: bool,
+    },
+    /// Run a command in a node's, pod's or host's namespace (with its resolv.conf).
+    Exec {
+        /// A node, pod (`name` or `namespace/name`) or host.
+        target: String,
+        /// The command.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Make the running lab match a lab file (objects not in it are removed).
+    Apply {
+        /// The lab file.
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Nodes, modes, Services with their addresses and announcers, pods, APIs.
+    Status {
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove everything the lab made (idempotent; works after a crash).
+    Down {
+        /// The lab (default: every lab).
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+fn require_root() -> anyhow::Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "tideway lab needs root (CAP_NET_ADMIN, to create network namespaces and program their rules); run it with sudo"
+        );
+    }
+    Ok(())
+}
+
+fn require_ipvs() -> anyhow::Result<()> {
+    let _ = std::process::Command::new("modprobe").args(["-q", "ip_vs"]).status();
+    ipvs_present(Path::new("/proc/net/ip_vs"))
+}
+
+/// IPVS is there when the kernel shows `proc` (its `/proc/net/ip_vs`).
+fn ipvs_present(proc: &Path) -> anyhow::Result<()> {
+    if !proc.exists() {
+        bail!(
+            "--mode ipvs needs a kernel with IPVS (CONFIG_IP_VS); this kernel has none: use iptables or nftables"
+        );
+    }
+    Ok(())
+}
+
+fn lab_dir(name: &str) -> PathBuf {
+    Path::new(STATE_ROOT).join(name)
+}
+
+/// Running labs (a control socket that answers).
+fn running() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(STATE_ROOT) else { return Vec::new() };
+    dir.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| server::request(&lab_dir(n), &Request::Status).is_ok())
+        .collect()
+}
+
+fn pick(name: Option<String>) -> anyhow::Result<String> {
+    if let Some(n) = name {
+        return Ok(n);
+    }
+    match running().as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("no lab is running (start one with `tideway lab up`)"),
+        many => bail!("several labs run ({}): say which with --name", many.join(", ")),
+    }
+}
+
+/// Runs `tideway lab ...`.
+pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
+    match &args.command {
+        LabCommand::Up { file, mode, detach, name, background } => {
+            up(file.as_deref(), mode.clone(), *detach, name, *background)
+        }
+        LabCommand::Exec { target, command, name } => exec(&pick(name.clone())?, target, command),
+        LabCommand::Apply { file, name } => {
+            let text =
+                std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            LabSpec::parse(&file.display().to_string(), &text)?;
+            let name = pick(name.clone())?;
+            server::request(&lab_dir(&name), &Request::Apply { file: file.display().to_string(), text })?;
+            println!("lab {name}: applied {}", file.display());
+            Ok(0)
+        }
+        LabCommand::Status { name, json } => {
+            let status = server::request(&lab_dir(&pick(name.clone())?), &Request::Status)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", tour::status_tables(&status));
+            }
+            Ok(0)
+        }
+        LabCommand::Down { name } => down(name.as_deref()),
+    }
+}
+
+fn down(name: Option<&str>) -> anyhow::Result<i32> {
+    require_root()?;
+    let mut names: Vec<String> = match name {
+        Some(n) => vec![n.to_string()],
+        None => std::fs::read_dir(STATE_ROOT)
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default(),
+    };
+    if name.is_none() {
+        for ns in netns::namespaces("tw-") {
+            if let Some(lab) = ns.strip_prefix("tw-").and_then(|r| r.strip_suffix("-lan")) {
+                names.push(lab.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    for n in &names {
+        let dir = lab_dir(n);
+        if server::request(&dir, &Request::Down).is_ok() {
+            // The lab tears itself down; wait for its socket to go.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while server::socket_path(&dir).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let removed = netns::remove_all(&format!("tw-{n}-"));
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("lab {n}: down ({removed} namespaces removed)");
+    }
+    if names.is_empty() {
+        println!("no lab to take down");
+    }
+    Ok(0)
+}
+
+fn exec(name: &str, target: &str, command: &[String]) -> anyhow::Result<i32> {
+    require_root()?;
+    let prefix = format!("tw-{name}-");
+    let all = netns::namespaces(&prefix);
+    let (ns_part, pod) = target.split_once('/').map_or((None, target), |(a, b)| (Some(a), b));
+    let candidates: Vec<&String> = all
+        .iter()
+        .filter(|ns| {
+            let rest = &ns[prefix.len()..];
+            match ns_part {
+                Some(n) => rest == format!("p-{n}-{pod}"),
+                None => {
+                    rest == format!("n-{target}")
+                        || rest == format!("h-{target}")
+                        || (rest.starts_with("p-") && rest.ends_with(&format!("-{target}")))
+                }
+            }
+        })
+        .collect();
+    let ns = match candidates.as_slice() {
+        [one] => (*one).clone(),
+        [] => bail!("lab {name} has no node, pod or host called {target:?}"),
+        many => bail!(
+            "{target:?} is ambiguous in lab {name}: {}",
+            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new("ip").args(["netns", "exec", &ns]).args(command).exec();
+    bail!("cannot run ip netns exec: {err}")
+}
+
+fn up(
+    file: Option<&Path>,
+    mode: Option<String>,
+    detach: bool,
+    name: &str,
+    background: bool,
+) -> anyhow::Result<i32> {
+    require_root()?;
+    if mode.as_deref() == Some("ipvs") {
+        require_ipvs()?;
+    }
+    let (file_name, text) = match file {
+        Some(f) => (
+            f.display().to_string(),
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+        ),
+        None => ("the built-in demo".to_string(), DEMO.to_string()),
+    };
+    let spec = LabSpec::parse(&file_name, &text)?;
+    if spec.proxy_configs.iter().any(|p| p.spec.mode.as_deref() == Some("ipvs")) && mode.is_none() {
+        require_ipvs()?;
+    }
+    let dir = lab_dir(name);
+    if !background {
+        if server::request(&dir, &Request::Status).is_ok() {
+            bail!(
+                "lab {name} is already running (`tideway lab status --name {name}`, `tideway lab down --name {name}`)"
+            );
+        }
+        // Leftovers of a lab that crashed.
+        netns::remove_all(&format!("tw-{name}-"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let bin = std::env::current_exe().context("locating the tideway binary")?;
+    if detach {
+        return detached(&bin, file, mode.as_deref(), name, &dir);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let code = rt.block_on(crate::up::serve(Lab::new(name, dir.clone(), bin, mode), spec, true));
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
+
+/// Runs `lab up` in a new session, waits until it says it is ready, prints its tour.
+fn detached(
+    bin: &Path,
+    file: Option<&Path>,
+    mode: Option<&str>,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<i32> {
+    let log = std::fs::File::create(dir.join("lab.log"))?;
+    let mut cmd = std::process::Command::new("setsid");
+    cmd.arg(bin).args(["lab", "up", "--background", "--name", name]);
+    if let Some(f) = file {
+        cmd.arg("-f").arg(std::fs::canonicalize(f)?);
+    }
+    if let Some(m) = mode {
+        cmd.args(["--mode", m]);
+    }
+    let mut child = cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+    let started = Instant::now();
+    let mut shown = 0;
+    loop {
+        let text = std::fs::read_to_string(dir.join("lab.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        for l in &lines[shown.min(lines.len())..] {
+            println!("{l}");
+        }
+        shown = lines.len();
+        let _ = std::io::stdout().flush();
+        if dir.join("ready").exists() {
+            return Ok(0);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("lab up stopped ({status}); its log is above");
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            bail!("the lab did not come up within 3 minutes (log: {})", dir.join("lab.log").display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The lab's status for scripts: the JSON `lab status --json` prints.
+pub fn status_json(name: &str) -> anyhow::Result<Value> {
+    Ok(server::request(&lab_dir(name), &Request::Status)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_without_ipvs_is_named_for_what_it_lacks() {
+        let e = ipvs_present(Path::new("/nonexistent/ip_vs")).unwrap_err().to_string();
+        assert!(e.contains("CONFIG_IP_VS") && e.contains("iptables or nftables"), "{e}");
+        assert!(ipvs_present(Path::new("/")).is_ok());
+    }
+}

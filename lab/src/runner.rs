@@ -1,0 +1,497 @@
+//! A running lab: the control plane's state, the network it built, the processes it runs, and
+//! the cluster file it publishes. `apply` moves all of it to a new lab file; `tick` folds in
+//! what components wrote and which processes died.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use tideway_sources::lab::{LabDir, write_atomically};
+
+use crate::control::{self, Allocations, Health, NodeState, Plan, PodState, World, Writes};
+use crate::netns::{self, NetError};
+use crate::procs::{Exit, Procs};
+use crate::spec::{LabHost, LabSpec};
+use crate::topology::{self, Names};
+
+/// Why the lab could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// The lab file is wrong.
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+    /// The control plane refused it.
+    #[error(transparent)]
+    Control(#[from] control::ControlError),
+    /// The network could not be built.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// A file or a process.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A running lab.
+pub struct Lab {
+    /// Namespace names.
+    pub names: Names,
+    /// Address plan.
+    pub plan: Plan,
+    /// Exchange directory.
+    pub dir: LabDir,
+    bin: PathBuf,
+    mode: Option<String>,
+    spec: LabSpec,
+    alloc: Allocations,
+    /// The cluster as built.
+    pub world: World,
+    health: Health,
+    procs: Procs,
+    writes: Writes,
+    seen_writes: BTreeMap<String, (SystemTime, u64)>,
+    published: String,
+    departure: Option<Departure>,
+    /// The components' APIs on the host: label -> address.
+    pub apis: BTreeMap<String, SocketAddr>,
+}
+
+fn pod_key(p: &PodState) -> (String, String) {
+    (p.namespace.clone(), p.name.clone())
+}
+
+/// The ports pod `p` serves on: those declared, or 80.
+fn server_ports(p: &PodState) -> BTreeSet<i32> {
+    let ports: BTreeSet<i32> = p.ports.iter().map(|c| c.port).collect();
+    if ports.is_empty() { BTreeSet::from([80]) } else { ports }
+}
+
+/// Whether `world` has a pod named as `p`.
+fn has_pod(world: &World, p: &PodState) -> bool {
+    world.pods.iter().any(|q| pod_key(q) == pod_key(p))
+}
+
+/// Whether `world` runs pod `p` as it is (same name, address and node).
+fn same_pod_in(world: &World, p: &PodState) -> bool {
+    world.pods.iter().any(|q| pod_key(q) == pod_key(p) && q.ip == p.ip && q.node == p.node)
+}
+
+/// How long a removed pod, node or host keeps running after the cluster file stops naming it.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// What an apply removed, and when it goes.
+struct Departure {
+    old: World,
+    due: Instant,
+}
+
+impl Lab {
+    /// A lab called `name` with its directory `dir`, running `bin` for its components, every
+    /// ProxyConfig's mode forced to `mode` when given. Nothing is built yet.
+    pub fn new(name: &str, dir: PathBuf, bin: PathBuf, mode: Option<String>) -> Lab {
+        Lab {
+            names: Names::new(name),
+            plan: Plan::default(),
+            dir: LabDir::new(dir),
+            bin,
+            mode,
+            spec: LabSpec::default(),
+            alloc: Allocations::default(),
+            world: World::default(),
+            health: Health::default(),
+            procs: Procs::default(),
+            writes: Writes::default(),
+            seen_writes: BTreeMap::new(),
+            published: String::new(),
+            departure: None,
+            apis: BTreeMap::new(),
+        }
+    }
+
+    fn with_mode(&self, mut spec: LabSpec) -> LabSpec {
+        let Some(mode) = &self.mode else { return spec };
+        if spec.proxy_configs.is_empty() {
+            spec.proxy_configs.push(
+                serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": {}})).expect("config"),
+            );
+        }
+        for pc in &mut spec.proxy_configs {
+            pc.spec.mode = Some(mode.clone());
+        }
+        spec
+    }
+
+    /// Makes the lab match `spec`: the control plane first (nothing is touched if it refuses),
+    /// then the network and processes of what is new, then the cluster file. What left the file
+    /// goes [`GRACE`] later, as kubelet's graceful termination does: the agents stop sending new
+    /// connections to a removed pod before it stops answering. The mode given at start
+    /// overrides the first file's ProxyConfigs; later files are taken as they are (that is how
+    /// the mode is switched live).
+    pub fn apply(&mut self, spec: LabSpec) -> Result<(), LabError> {
+        self.finish_departure();
+        let spec = if self.spec.nodes.is_empty() { self.with_mode(spec) } else { spec };
+        let mut alloc = self.alloc.clone();
+        let world = control::build(&spec, &self.plan, &mut alloc, &self.health)?;
+        let old = std::mem::replace(&mut self.world, world);
+        if let Err(e) = self.grow(&old) {
+            tracing::error!(error = %e, "the network could not be changed; the lab keeps running what it has");
+            return Err(e);
+        }
+        self.spec = spec;
+        self.alloc = alloc;
+        self.publish()?;
+        self.departure = Some(Departure { old, due: Instant::now() + GRACE });
+        Ok(())
+    }
+
+    /// Builds what `self.world` has and `old` had not: nodes (with routes both ways), pods,
+    /// hosts, and their processes.
+    fn grow(&mut self, old: &World) -> Result<(), LabError> {
+        std::fs::create_dir_all(self.dir.writes())?;
+        std::fs::create_dir_all(self.dir.path().join("logs"))?;
+        std::fs::create_dir_all(self.dir.path().join("started"))?;
+        if netns::namespaces(&self.names.lan()).is_empty() {
+            netns::run(&topology::lan_up(&self.names, &self.plan))?;
+            netns::run(&topology::operator_up(&self.names))?;
+        }
+        let new = self.world.clone();
+        self.remove_replaced(old, &new);
+        for n in new.nodes.iter().filter(|n| !old.nodes.contains(n)) {
+            netns::run(&topology::node_up(&self.names, &self.plan, n, &new.nodes))?;
+            for other in new.nodes.iter().filter(|o| o.name != n.name && old.nodes.contains(o)) {
+                netns::run(&[topology::route(&self.names.node(&other.name), n)])?;
+            }
+        }
+        let kept: BTreeSet<(String, String)> =
+            old.pods.iter().filter(|p| same_pod_in(&new, p)).map(pod_key).collect();
+        for p in new.pods.iter().filter(|p| !kept.contains(&pod_key(p))) {
+            let node = new.nodes.iter().find(|n| n.name == p.node).expect("pods run on lab nodes");
+            self.forget_started(p);
+            netns::run(&topology::pod_up(&self.names, node, p))?;
+            netns::write_resolv_conf(
+                &self.names.pod(&p.namespace, &p.name),
+                &topology::resolv_conf(&self.plan, &p.namespace),
+            )?;
+        }
+        let via = new.nodes.first().map(|n| n.ip);
+        for h in new.hosts.iter().filter(|h| !old.hosts.contains(h)) {
+            netns::run(&topology::host_up(&self.names, &self.plan, h, via))?;
+            netns::write_resolv_conf(
+                &self.names.host(&h.name),
+                &topology::resolv_conf(&self.plan, "default"),
+            )?;
+        }
+        let wanted = self.wanted_processes();
+        for (label, argv) in wanted {
+            let log = self.log(&label);
+            self.procs.ensure(&label, argv, log)?;
+        }
+        Ok(())
+    }
+
+    /// Removes at once what `new` names but builds differently from `old` (a pod with another
+    /// address or node, a node or host with another address): its namespace is needed again.
+    fn remove_replaced(&mut self, old: &World, new: &World) {
+        for n in old.nodes.iter().filter(|n| new.nodes.iter().any(|m| m.name == n.name && m != *n)) {
+            self.remove_node(n, old, new);
+        }
+        for p in old.pods.iter().filter(|p| has_pod(new, p) && !same_pod_in(new, p)) {
+            self.remove_pod(p);
+        }
+        for h in old.hosts.iter().filter(|h| new.hosts.iter().any(|g| g.name == h.name && g != *h)) {
+            self.remove_host(h);
+        }
+    }
+
+    /// Removes what the last apply left out, if any: processes no longer wanted, then the
+    /// namespaces and routes of removed pods, nodes and hosts.
+    fn finish_departure(&mut self) {
+        let Some(Departure { old, .. }) = self.departure.take() else { return };
+        let wanted = self.wanted_processes();
+        let stale: Vec<String> = self.procs.labels().filter(|l| !wanted.contains_key(*l)).cloned().collect();
+        for l in stale {
+            self.procs.remove(&l);
+        }
+        let new = self.world.clone();
+        for p in old.pods.iter().filter(|p| !has_pod(&new, p)) {
+            self.remove_pod(p);
+        }
+        for n in old.nodes.iter().filter(|n| !new.nodes.iter().any(|m| m.name == n.name)) {
+            self.remove_node(n, &old, &new);
+        }
+        for h in old.hosts.iter().filter(|h| !new.hosts.iter().any(|g| g.name == h.name)) {
+            self.remove_host(h);
+        }
+    }
+
+    fn remove_pod(&mut self, p: &PodState) {
+        self.procs.remove_prefixed(&format!("pod/{}/{}/", p.namespace, p.name));
+        self.forget_started(p);
+        let _ = netns::run(&[topology::unplug_pod(&self.names, p)]);
+        netns::remove(&self.names.pod(&p.namespace, &p.name));
+    }
+
+    fn remove_host(&self, h: &LabHost) {
+        let _ = netns::run(&[topology::unplug_from_lan(&self.names, 'h', &h.name)]);
+        netns::remove(&self.names.host(&h.name));
+    }
+
+    /// Node `n` of `old`: its agent, its namespace, and the routes to its pods on the nodes
+    /// both worlds share.
+    fn remove_node(&mut self, n: &NodeState, old: &World, new: &World) {
+        self.procs.remove(&format!("agent/{}", n.name));
+        let _ = netns::run(&[topology::unplug_from_lan(&self.names, 'n', &n.name)]);
+        netns::remove(&self.names.node(&n.name));
+        for other in new.nodes.iter().filter(|o| o.name != n.name && old.nodes.contains(o)) {
+            let _ = netns::run(&[topology::unroute(&self.names.node(&other.name), n)]);
+        }
+    }
+
+    /// The file the server of pod `p` on `port` creates once it listens.
+    fn started_file(&self, p: &PodState, port: i32) -> PathBuf {
+        self.dir.path().join("started").join(format!("{}_{}_{port}", p.namespace, p.name))
+    }
+
+    fn forget_started(&self, p: &PodState) {
+        for port in server_ports(p) {
+            let _ = std::fs::remove_file(self.started_file(p, port));
+        }
+    }
+
+    /// Pods whose every server listens (the DNS pod is ready from the start).
+    fn started_pods(&self) -> BTreeSet<(String, String)> {
+        let listening =
+            |p: &PodState| server_ports(p).into_iter().all(|port| self.started_file(p, port).exists());
+        self.world.pods.iter().filter(|p| !p.is_dns() && listening(p)).map(pod_key).collect()
+    }
+
+    fn exec_in(&self, ns: &str, args: &[&str]) -> Vec<String> {
+        let mut v = vec!["ip".to_string(), "netns".into(), "exec".into(), ns.to_string()];
+        v.push(self.bin.display().to_string());
+        v.extend(args.iter().map(|a| a.to_string()));
+        v
+    }
+
+    fn log(&self, label: &str) -> PathBuf {
+        self.dir.path().join("logs").join(format!("{}.log", label.replace('/', "_")))
+    }
+
+    /// Every process the world needs: label -> command line.
+    fn wanted_processes(&self) -> BTreeMap<String, Vec<String>> {
+        let source = format!("lab:{}", self.dir.path().display());
+        let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for n in &self.world.nodes {
+            let ns = self.names.node(&n.name);
+            let args = [
+                "agent",
+                "--node",
+                &n.name,
+                "--source",
+                &source,
+                "--healthz-bind-address",
+                "0.0.0.0:10256",
+                "--metrics-bind-address",
+                "0.0.0.0:10249",
+            ];
+            wanted.insert(format!("agent/{}", n.name), self.exec_in(&ns, &args));
+        }
+        for p in &self.world.pods {
+            let ns = self.names.pod(&p.namespace, &p.name);
+            if p.is_dns() {
+                let upstream = format!("{}:53", self.plan.gateway);
+                let args = [
+                    "dns",
+                    "--source",
+                    &source,
+                    "--listen",
+                    "0.0.0.0:53",
+                    "--upstream",
+                    &upstream,
+                    "--no-loop-probe",
+                    "--workers",
+                    "1",
+                    "--pods",
+                    "insecure",
+                    "--lameduck",
+                    "0s",
+                    "--health-listen",
+                    "0.0.0.0:8080",
+                    "--ready-listen",
+                    "0.0.0.0:8181",
+                    "--metrics-listen",
+                    "0.0.0.0:9153",
+                ];
+                wanted.insert(format!("pod/{}/{}/dns", p.namespace, p.name), self.exec_in(&ns, &args));
+                continue;
+            }
+            for port in server_ports(p) {
+                let listen = format!("0.0.0.0:{port}");
+                let ready = self.started_file(p, port).display().to_string();
+                let args = ["whoami", "--name", &p.name, "--listen", &listen, "--ready-file", &ready];
+                wanted.insert(format!("pod/{}/{}/{port}", p.namespace, p.name), self.exec_in(&ns, &args));
+            }
+        }
+        // The operator runs in a namespace of its own too, so `lab down` finds it after a crash.
+        let args = ["operator", "--source", &source, "--http-bind-address", "127.0.0.1:8080"];
+        wanted.insert("operator".into(), self.exec_in(&self.names.operator(), &args));
+        wanted
+    }
+
+    /// Writes the cluster file if its content changed.
+    fn publish(&mut self) -> Result<bool, LabError> {
+        let objects = self.writes.publish(self.world.objects.clone());
+        let text = render(&objects);
+        if text == self.published {
+            return Ok(false);
+        }
+        write_atomically(&self.dir.cluster_file(), text.as_bytes())?;
+        self.published = text;
+        Ok(true)
+    }
+
+    /// Reads new writes, notices dead or restarted processes, republishes when needed.
+    pub fn tick(&mut self) -> Result<(), LabError> {
+        if self.departure.as_ref().is_some_and(|d| Instant::now() >= d.due) {
+            self.finish_departure();
+        }
+        let mut changed = self.read_writes();
+        for e in self.procs.supervise() {
+            match e {
+                Exit::Exited { label, status } => {
+                    tracing::warn!(%label, %status, "process exited; restarting it");
+                    if let Some(server) = label.strip_prefix("pod/") {
+                        let _ = std::fs::remove_file(
+                            self.dir.path().join("started").join(server.replace('/', "_")),
+                        );
+                    }
+                }
+                Exit::Restarted { label } => tracing::info!(%label, "process restarted"),
+            }
+        }
+        let down: BTreeSet<String> = self
+            .world
+            .nodes
+            .iter()
+            .filter(|n| !self.procs.running(&format!("agent/{}", n.name)))
+            .map(|n| n.name.clone())
+            .collect();
+        let started = self.started_pods();
+        if down != self.health.nodes_down || started != self.health.pods_started {
+            tracing::info!(nodes_down = ?down, pods_started = started.len(), "readiness changed");
+            self.health.nodes_down = down;
+            self.health.pods_started = started;
+            let mut alloc = self.alloc.clone();
+            self.world = control::build(&self.spec, &self.plan, &mut alloc, &self.health)?;
+            self.alloc = alloc;
+            changed = true;
+        }
+        if changed {
+            self.publish()?;
+        }
+        Ok(())
+    }
+
+    fn read_writes(&mut self) -> bool {
+        let Ok(dir) = std::fs::read_dir(self.dir.writes()) else { return false };
+        let mut fps = BTreeMap::new();
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Ok(md) = e.metadata()
+                && name.ends_with(".json")
+                && !name.starts_with('.')
+            {
+                fps.insert(name, (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len()));
+            }
+        }
+        if fps == self.seen_writes {
+            return false;
+        }
+        let texts: Vec<(String, String)> = fps
+            .keys()
+            .filter_map(|f| std::fs::read_to_string(self.dir.writes().join(f)).ok().map(|t| (f.clone(), t)))
+            .collect();
+        self.writes = Writes::from_files(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())));
+        self.seen_writes = fps;
+        true
+    }
+
+    /// The pid of a process (`agent/<node>`, `operator`, ...).
+    pub fn pid(&self, label: &str) -> Option<u32> {
+        self.procs.pid(label)
+    }
+
+    /// What `lab status` shows.
+    pub fn status(&self) -> Value {
+        let state = |node: &str| self.writes.node_states.get(node).cloned().unwrap_or(Value::Null);
+        let nodes: Vec<Value> = self.world.nodes.iter().map(|n| json!({
+            "name": n.name, "ip": n.ip.to_string(), "podCIDR": format!("{}/{}", n.pod_cidr.0, n.pod_cidr.1),
+            "ready": !self.health.nodes_down.contains(&n.name),
+            "mode": state(&n.name)["status"]["mode"], "lastSync": state(&n.name)["status"]["lastSyncTime"],
+            "synced": state(&n.name)["status"]["ready"] == true,
+            "announcing": state(&n.name)["status"]["announcing"],
+            "namespace": self.names.node(&n.name),
+        })).collect();
+        let services: Vec<Value> = self.world.services.iter().map(|s| {
+            let ns = s.metadata.namespace.clone().unwrap_or_default();
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let key = format!("{ns}_{name}");
+            let spec = s.spec.clone().unwrap_or_default();
+            json!({
+                "namespace": ns, "name": name, "type": spec.type_.unwrap_or_else(|| "ClusterIP".into()),
+                "clusterIP": spec.cluster_ip,
+                "ports": spec.ports.unwrap_or_default().iter().map(|p| match p.node_port {
+                    Some(np) => format!("{}:{np}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                    None => format!("{}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                }).collect::<Vec<_>>(),
+                "externalIPs": self.writes.ingress.get(&key).map(|i| i["ingress"].as_array().cloned().unwrap_or_default().iter().filter_map(|x| x["ip"].as_str().map(str::to_string)).collect::<Vec<_>>()).unwrap_or_default(),
+                "announcer": self.writes.announcements.get(&key).map(|a| a["spec"]["node"].clone()).unwrap_or(Value::Null),
+                "readyEndpoints": self.world.ready_endpoints.get(&(ns.clone(), name.clone())).copied().unwrap_or(0),
+            })
+        }).collect();
+        let pods: Vec<Value> = self.world.pods.iter().map(|p| json!({
+            "namespace": p.namespace, "name": p.name, "node": p.node, "ip": p.ip.to_string(), "ready": p.ready,
+            "started": p.is_dns() || self.health.pods_started.contains(&pod_key(p)),
+            "netns": self.names.pod(&p.namespace, &p.name),
+        })).collect();
+        let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "netns": self.names.host(&h.name)})).collect();
+        json!({"name": self.names.lab(), "dir": self.dir.path(), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis})
+    }
+
+    /// Stops every process and removes every namespace.
+    pub fn teardown(&mut self) {
+        self.procs.stop_all();
+        netns::remove_all(&self.names.prefix());
+    }
+}
+
+/// The cluster file: one JSON document per object (YAML reads JSON).
+pub fn render(objects: &[Value]) -> String {
+    let mut out = String::new();
+    for o in objects {
+        out.push_str("---\n");
+        out.push_str(&o.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_published_file_reads_back_through_the_manifest_loader() {
+        let spec = LabSpec::parse("demo.yaml", include_str!("../../examples/demo.yaml")).unwrap();
+        let mut alloc = Allocations::default();
+        let world = control::build(&spec, &Plan::default(), &mut alloc, &Health::default()).unwrap();
+        let text = render(&world.objects);
+        let m = tideway_api::manifest::load_str("cluster.yaml", &text);
+        assert!(m.errors.is_empty(), "{:?}", m.errors);
+        assert_eq!(m.snapshot.nodes.len(), 4);
+        assert_eq!(m.snapshot.services.len(), 4, "three from the file and kube-dns");
+        assert_eq!(m.snapshot.pods.len(), 3);
+        assert_eq!(m.snapshot.proxy_configs[0].settings.mode, tideway_core::config::ProxyMode::Iptables);
+        assert_eq!(m.snapshot.endpoint_slices.len(), 4);
+    }
+}

@@ -1,0 +1,101 @@
+//! The running lab's control socket (`<dir>/control.sock`): one JSON request per connection,
+//! one JSON answer. `lab apply`, `lab status` and `lab down` use it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+/// A request to the running lab.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Request {
+    /// Make the lab match this lab file.
+    Apply {
+        /// The file's name (for messages).
+        file: String,
+        /// Its text.
+        text: String,
+    },
+    /// Report nodes, Services, pods, hosts and APIs.
+    Status,
+    /// Tear the lab down and exit.
+    Down,
+}
+
+/// A request and where its answer goes.
+pub type Incoming = (Request, oneshot::Sender<Result<Value, String>>);
+
+/// The socket's path in the lab directory.
+pub fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("control.sock")
+}
+
+/// Accepts requests on `path` and hands them to the lab's loop.
+pub async fn serve(path: PathBuf, to_lab: mpsc::Sender<Incoming>) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path)?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let to_lab = to_lab.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut line = String::new();
+            if tokio::io::BufReader::new(read).read_line(&mut line).await.is_err() {
+                return;
+            }
+            let answer = match serde_json::from_str::<Request>(&line) {
+                Err(e) => Err(format!("bad request: {e}")),
+                Ok(req) => {
+                    let (tx, rx) = oneshot::channel();
+                    if to_lab.send((req, tx)).await.is_err() {
+                        Err("the lab is stopping".to_string())
+                    } else {
+                        rx.await.unwrap_or_else(|_| Err("the lab is stopping".to_string()))
+                    }
+                }
+            };
+            let body = match answer {
+                Ok(v) => serde_json::json!({"ok": true, "result": v}),
+                Err(e) => serde_json::json!({"ok": false, "error": e}),
+            };
+            let _ = write.write_all(format!("{body}\n").as_bytes()).await;
+        });
+    }
+}
+
+/// Why a request to a running lab failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No lab answers there.
+    #[error("no running lab at {0} ({1})")]
+    NotRunning(String, std::io::Error),
+    /// The lab refused the request.
+    #[error("{0}")]
+    Refused(String),
+    /// The answer was not readable.
+    #[error("unreadable answer from the lab: {0}")]
+    Garbled(String),
+}
+
+/// Sends `req` to the lab in `dir` and waits for its answer.
+pub fn request(dir: &Path, req: &Request) -> Result<Value, ClientError> {
+    let path = socket_path(dir);
+    let mut s =
+        UnixStream::connect(&path).map_err(|e| ClientError::NotRunning(path.display().to_string(), e))?;
+    let line = serde_json::to_string(req).map_err(|e| ClientError::Garbled(e.to_string()))?;
+    writeln!(s, "{line}").map_err(|e| ClientError::NotRunning(path.display().to_string(), e))?;
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).map_err(|e| ClientError::Garbled(e.to_string()))?;
+    let v: Value =
+        serde_json::from_str(&answer).map_err(|e| ClientError::Garbled(format!("{e}: {answer:?}")))?;
+    if v["ok"] == true {
+        Ok(v["result"].clone())
+    } else {
+        Err(ClientError::Refused(v["error"].as_str().unwrap_or("refused").to_string()))
+    }
+}

@@ -1,0 +1,246 @@
+//! What `lab up` and `lab status` print: progress, the tour of things to try, status tables.
+//! Pure functions of the lab's status JSON.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map(Vec::as_slice).unwrap_or(&[])
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+/// Whether the lab works yet (every agent synced, every LoadBalancer Service with an address
+/// and an announcer), and a line saying where it stands.
+pub fn readiness(status: &Value) -> (bool, String) {
+    let nodes = arr(&status["nodes"]);
+    let synced = nodes.iter().filter(|n| n["synced"] == true).count();
+    let lbs: Vec<&Value> = arr(&status["services"]).iter().filter(|s| s["type"] == "LoadBalancer").collect();
+    let assigned = lbs.iter().filter(|s| !arr(&s["externalIPs"]).is_empty()).count();
+    // Nothing announces an address no pod serves (MetalLB does the same).
+    let serving: Vec<&&Value> =
+        lbs.iter().filter(|s| s["readyEndpoints"].as_u64().unwrap_or(0) > 0).collect();
+    let announced = serving.iter().filter(|s| !s["announcer"].is_null()).count();
+    let pods = arr(&status["pods"]);
+    let started = pods.iter().filter(|p| p["started"] == true).count();
+    let ready =
+        synced == nodes.len() && started == pods.len() && assigned == lbs.len() && announced == serving.len();
+    let msg = format!(
+        "agents synced {synced}/{}, pods started {started}/{}, LoadBalancer IPs {assigned}/{}, announced {announced}/{} (of those with ready endpoints)",
+        nodes.len(),
+        pods.len(),
+        lbs.len(),
+        serving.len()
+    );
+    (ready, msg)
+}
+
+fn first_lb(status: &Value) -> Option<(String, String)> {
+    arr(&status["services"]).iter().find_map(|sv| {
+        let ip = arr(&sv["externalIPs"]).first()?.as_str()?.to_string();
+        Some((s(&sv["name"]).to_string(), ip))
+    })
+}
+
+/// The tour printed once the lab is up.
+pub fn tour(status: &Value, took: Duration) -> String {
+    let mut t = String::new();
+    let name = s(&status["name"]);
+    let modes: Vec<&str> = arr(&status["nodes"]).iter().filter_map(|n| n["mode"].as_str()).collect();
+    let mode = modes.first().copied().unwrap_or("?");
+    let _ = writeln!(t, "\ntideway lab {name} is up in {:.1} s ({mode} mode)\n", took.as_secs_f64());
+    t.push_str(&status_tables(status));
+    let flag = if name == "demo" { String::new() } else { format!(" --name {name}") };
+    let host =
+        arr(&status["hosts"]).first().map(|h| s(&h["name"]).to_string()).unwrap_or_else(|| "NODE".into());
+    let node = arr(&status["nodes"])
+        .get(1)
+        .or_else(|| arr(&status["nodes"]).first())
+        .map(|n| s(&n["name"]).to_string())
+        .unwrap_or_default();
+    let pod = arr(&status["pods"])
+        .iter()
+        .find(|p| p["namespace"] != "kube-system")
+        .map(|p| s(&p["name"]).to_string())
+        .unwrap_or_default();
+    let (svc, lb) = first_lb(status).unwrap_or_else(|| ("svc1".into(), "LB-IP".into()));
+    let dir = s(&status["dir"]);
+    let _ = writeln!(t, "\nThings to try:");
+    let _ = writeln!(t, "  tideway lab exec{flag} {host} -- curl -s {lb}");
+    let _ = writeln!(
+        t,
+        "  for i in $(seq 100); do tideway lab exec{flag} {host} -- curl -s {lb} | grep Hostname; done | sort | uniq -c"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab exec{flag} {host} -- ip neigh show {lb}          # the announcing node's MAC"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab exec{flag} {pod} -- dig +search +short {svc}        # the cluster DNS, through the search path"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab exec{flag} {node} -- iptables -t nat -S KUBE-SERVICES   # (nft list ruleset in nftables mode)"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway trace -f {dir}/cluster.yaml --node {node} --src 172.18.0.100 --dst {lb}:80 --from external"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab apply{flag} -f FILE   # the lab becomes FILE: change the ProxyConfig mode to switch live"
+    );
+    let _ = writeln!(t, "  tideway lab status{flag}; tideway lab down{flag}");
+    t
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let _ = writeln!(out, "{}", line.join("   ").trim_end());
+    }
+    out
+}
+
+/// kubectl-style tables of nodes, Services, pods, hosts and APIs.
+pub fn status_tables(status: &Value) -> String {
+    let mut out = String::new();
+    let mut nodes = vec![vec![
+        "NODE".into(),
+        "IP".into(),
+        "POD CIDR".into(),
+        "READY".into(),
+        "MODE".into(),
+        "ANNOUNCING".into(),
+    ]];
+    for n in arr(&status["nodes"]) {
+        let ann: Vec<&str> = arr(&n["announcing"]).iter().filter_map(Value::as_str).collect();
+        nodes.push(vec![
+            s(&n["name"]).into(),
+            s(&n["ip"]).into(),
+            s(&n["podCIDR"]).into(),
+            if n["ready"] == true && n["synced"] == true { "True".into() } else { "False".into() },
+            n["mode"].as_str().unwrap_or("-").into(),
+            if ann.is_empty() { "-".into() } else { ann.join(",") },
+        ]);
+    }
+    out.push_str(&table(&nodes));
+    let mut svcs = vec![vec![
+        "SERVICE".into(),
+        "TYPE".into(),
+        "CLUSTER-IP".into(),
+        "EXTERNAL-IP".into(),
+        "PORT(S)".into(),
+        "ANNOUNCER".into(),
+    ]];
+    for sv in arr(&status["services"]) {
+        let ext: Vec<&str> = arr(&sv["externalIPs"]).iter().filter_map(Value::as_str).collect();
+        let ports: Vec<&str> = arr(&sv["ports"]).iter().filter_map(Value::as_str).collect();
+        svcs.push(vec![
+            format!("{}/{}", s(&sv["namespace"]), s(&sv["name"])),
+            s(&sv["type"]).into(),
+            sv["clusterIP"].as_str().unwrap_or("None").into(),
+            if ext.is_empty() { "<none>".into() } else { ext.join(",") },
+            ports.join(","),
+            sv["announcer"].as_str().unwrap_or("-").into(),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&table(&svcs));
+    let mut pods = vec![vec!["POD".into(), "NODE".into(), "IP".into(), "READY".into()]];
+    for p in arr(&status["pods"]) {
+        pods.push(vec![
+            format!("{}/{}", s(&p["namespace"]), s(&p["name"])),
+            s(&p["node"]).into(),
+            s(&p["ip"]).into(),
+            p["ready"].to_string(),
+        ]);
+    }
+    for h in arr(&status["hosts"]) {
+        pods.push(vec![format!("host/{}", s(&h["name"])), "-".into(), s(&h["ip"]).into(), "-".into()]);
+    }
+    out.push('\n');
+    out.push_str(&table(&pods));
+    let mut apis = vec![vec!["API".into(), "ADDRESS".into()]];
+    for (k, v) in status["apis"].as_object().into_iter().flatten() {
+        let path = if k == "operator" || (k.starts_with("agent/") && !k.ends_with("healthz")) {
+            "/api/v1/status"
+        } else if k.ends_with("healthz") {
+            "/healthz"
+        } else if k.ends_with("ready") {
+            "/ready"
+        } else {
+            "/metrics"
+        };
+        apis.push(vec![k.clone(), format!("http://{}{path}", s(v))]);
+    }
+    out.push('\n');
+    out.push_str(&table(&apis));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(synced: bool, ip: Option<&str>) -> Value {
+        json!({
+            "name": "demo", "dir": "/run/tideway-lab/demo",
+            "nodes": [{"name": "n1", "ip": "172.18.0.2", "podCIDR": "10.10.0.0/24", "ready": true, "synced": synced, "mode": "iptables", "announcing": ["172.18.255.200"]}],
+            "services": [{"namespace": "default", "name": "svc1", "type": "LoadBalancer", "clusterIP": "10.200.1.2",
+                          "ports": ["80:30000/TCP"], "externalIPs": ip.into_iter().collect::<Vec<_>>(), "announcer": ip.map(|_| "n1"), "readyEndpoints": 1}],
+            "pods": [{"namespace": "default", "name": "web", "node": "n1", "ip": "10.10.0.3", "ready": true, "started": true}],
+            "hosts": [{"name": "mypc", "ip": "172.18.0.100"}],
+            "apis": {"operator": "127.0.0.1:4000", "agent/n1": "127.0.0.1:4001"},
+        })
+    }
+
+    #[test]
+    fn ready_when_agents_synced_and_load_balancers_announced() {
+        assert_eq!(
+            readiness(&status(false, None)),
+            (
+                false,
+                "agents synced 0/1, pods started 1/1, LoadBalancer IPs 0/1, announced 0/1 (of those with ready endpoints)"
+                    .into()
+            )
+        );
+        assert!(readiness(&status(true, Some("172.18.255.200"))).0);
+        let mut cold = status(true, Some("172.18.255.200"));
+        cold["pods"][0]["started"] = false.into();
+        assert!(!readiness(&cold).0, "a pod whose server does not listen yet");
+        // An address nothing serves is never announced: it does not hold the lab back.
+        let mut empty = status(true, Some("172.18.255.200"));
+        let mut svc = empty["services"][0].clone();
+        svc["name"] = "empty".into();
+        svc["externalIPs"] = serde_json::json!(["172.18.255.201"]);
+        svc["announcer"] = Value::Null;
+        svc["readyEndpoints"] = 0.into();
+        empty["services"].as_array_mut().unwrap().push(svc.clone());
+        assert!(readiness(&empty).0, "{:?}", readiness(&empty));
+        svc["readyEndpoints"] = 2.into();
+        empty["services"][1] = svc;
+        assert!(!readiness(&empty).0, "a served address must be announced");
+    }
+
+    #[test]
+    fn the_tour_names_real_addresses() {
+        let t = tour(&status(true, Some("172.18.255.200")), Duration::from_millis(4200));
+        assert!(t.contains("is up in 4.2 s (iptables mode)"), "{t}");
+        assert!(t.contains("tideway lab exec mypc -- curl -s 172.18.255.200"), "{t}");
+        assert!(
+            t.contains("default/svc1   LoadBalancer   10.200.1.2   172.18.255.200   80:30000/TCP   n1"),
+            "{t}"
+        );
+        assert!(t.contains("http://127.0.0.1:4001/api/v1/status"), "{t}");
+    }
+}

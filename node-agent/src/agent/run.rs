@@ -1,0 +1,101 @@
+//! The sync loop's schedule: syncs on relevant changes at most every `minSyncPeriod`, retries
+//! with backoff, drift checks every `syncPeriod`, and a stop whenever asked.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Agent;
+
+impl Agent {
+    /// True when what changed can alter this node's rules or announcements (and marks an
+    /// update queued for `/healthz`); other changes (reports of other nodes, pools, pods) are
+    /// dropped so they cost no sync and no `minSyncPeriod` wait.
+    fn relevant_changes_pending(&self) -> bool {
+        let mut state = self.cluster.lock();
+        if state.changes().affect_proxy(&self.opts.node) {
+            drop(state);
+            self.health.queued();
+            return true;
+        }
+        state.take_changes();
+        false
+    }
+}
+
+impl Agent {
+    /// Runs until `shutdown` resolves: waits for the source's first complete view, then syncs
+    /// on every change (at most every `minSyncPeriod`), retries failures with backoff, and
+    /// checks for drift every `syncPeriod`.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        tokio::select! {
+            _ = self.cluster.wait_synced() => {}
+            _ = &mut shutdown => return,
+        }
+        let mut dirty = true;
+        let mut force_full = false;
+        let mut last_start: Option<Instant> = None;
+        let mut retry_at: Option<Instant> = None;
+        let mut backoff = Duration::from_millis(500);
+        let mut next_verify = Instant::now();
+        loop {
+            let (min_period, sync_period) = self.periods();
+            if !dirty && retry_at.is_none() {
+                let wake = next_verify;
+                tokio::select! {
+                    _ = self.cluster.changed() => dirty = self.relevant_changes_pending(),
+                    _ = tokio::time::sleep_until(wake) => {}
+                    _ = &mut shutdown => return,
+                }
+            }
+            if let Some(at) = retry_at
+                && !dirty
+                && Instant::now() < at
+            {
+                tokio::select! {
+                    _ = self.cluster.changed() => dirty = self.relevant_changes_pending(),
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = &mut shutdown => return,
+                }
+            }
+            let retry_due = retry_at.is_some_and(|t| Instant::now() >= t);
+            if dirty || retry_due {
+                if let Some(t) = last_start {
+                    let earliest = t + min_period;
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(earliest) => {}
+                        _ = &mut shutdown => return,
+                    }
+                }
+                last_start = Some(Instant::now());
+                dirty = false;
+                match self.sync(force_full).await {
+                    Ok(()) => {
+                        retry_at = None;
+                        force_full = false;
+                        backoff = Duration::from_millis(500);
+                        if self.cheap_verify()
+                            && let Err(e) = self.check_drift(false).await
+                        {
+                            tracing::warn!(error = %e, "drift check failed");
+                        }
+                    }
+                    Err(_) => {
+                        retry_at = Some(Instant::now() + backoff);
+                        backoff = (backoff * 2).min(sync_period);
+                    }
+                }
+            }
+            if Instant::now() >= next_verify {
+                next_verify = Instant::now() + sync_period;
+                self.retire();
+                if let Err(e) = self.check_drift(true).await {
+                    tracing::warn!(error = %e, "drift check failed");
+                    force_full = true;
+                    dirty = true;
+                }
+            }
+        }
+    }
+}

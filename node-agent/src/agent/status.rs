@@ -1,0 +1,67 @@
+//! What the agent reports about itself.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use tideway_core::config::ProxyMode;
+use tideway_core::model::ServiceName;
+
+/// What the agent reports about itself (`/api/v1/status`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentStatus {
+    /// Node name.
+    pub node: String,
+    /// Mode programmed.
+    pub mode: Option<ProxyMode>,
+    /// The first sync completed.
+    pub synced: bool,
+    /// Unix time of the last successful sync.
+    pub last_sync: Option<f64>,
+    /// Unix time of the last full sync.
+    pub last_full_sync: Option<f64>,
+    /// Duration of the last sync, milliseconds.
+    pub last_sync_ms: f64,
+    /// Successful syncs.
+    pub syncs: u64,
+    /// Of which full.
+    pub full_syncs: u64,
+    /// Failed syncs.
+    pub failures: u64,
+    /// Times the kernel differed from what was applied and a full sync repaired it.
+    pub drift_repairs: u64,
+    /// What differed the last time.
+    pub last_drift: Vec<String>,
+    /// Mode switches performed.
+    pub mode_switches: u64,
+    /// Backends of earlier modes still being removed, and what they wait for.
+    pub retiring: Vec<String>,
+    /// The last error, if the last sync failed.
+    pub last_error: Option<String>,
+    /// Service ports programmed.
+    pub service_ports: usize,
+    /// Planner warnings (frontend conflicts).
+    pub warnings: Vec<String>,
+    /// Objects the source skipped as invalid.
+    pub invalid_objects: Vec<String>,
+    /// Health-check NodePorts served.
+    pub health_check_ports: Vec<u16>,
+    /// Stale UDP conntrack entries deleted.
+    pub conntrack_deleted: u64,
+    /// The ProxyConfig in force and its generation (None: no config matched, defaults).
+    pub proxy_config: Option<(String, i64)>,
+    /// Endpoints programmed, over every Service port.
+    pub endpoints: usize,
+    /// Kernel objects programmed (both families).
+    pub rules: usize,
+    /// Duration of the last sync.
+    #[serde(skip)]
+    pub last_sync_duration: Option<Duration>,
+    /// Per Service, the generation last applied (reported in the NodeProxyState, not here).
+    #[serde(skip)]
+    pub programmed: BTreeMap<ServiceName, i64>,
+    /// LoadBalancer IPs this node answers ARP or neighbour solicitations for.
+    pub announcing: Vec<std::net::IpAddr>,
+    /// Why the layer-2 announcer cannot run, if it cannot.
+    pub announcer_error: Option<String>,
+}

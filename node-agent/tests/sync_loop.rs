@@ -1,0 +1,281 @@
+//! The sync loop without root and in milliseconds: the real agent over an in-memory kernel
+//! (`dataplane::memory`), its time from tokio's paused clock. Each test reads the calls the
+//! dataplanes received and what the kernel holds.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tideway_core::cluster::Snapshot;
+use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
+use tideway_core::net::Protocol::Tcp;
+use tideway_core::program::KernelState;
+use tideway_core::testing::{mk_node, mk_service, mk_slice};
+use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
+use tideway_node_agent::dataplane::memory::{Call, SharedKernel};
+use tideway_node_agent::health::ProxyHealth;
+use tideway_node_agent::metrics::Metrics;
+use tideway_sources::SharedCluster;
+
+use Call::{Apply, Cleanup, Verify};
+use ProxyMode::{Iptables, Nftables};
+
+fn config(mode: ProxyMode, min_sync: Duration) -> ProxyConfig {
+    let settings = ProxySettings {
+        mode,
+        min_sync_period: min_sync,
+        sync_period: Duration::from_secs(30),
+        ..Default::default()
+    };
+    ProxyConfig {
+        name: "default".into(),
+        generation: 1,
+        node_selector: Default::default(),
+        priority: 0,
+        settings,
+    }
+}
+
+fn web(n: u16) -> tideway_core::model::Service {
+    mk_service("demo", &format!("web{n}")).cluster_ip(&format!("10.96.0.{n}")).port("http", Tcp, 80).build()
+}
+
+/// A synced cluster: node-a, one Service with two endpoints, a ProxyConfig in `mode`.
+fn cluster(mode: ProxyMode, min_sync: Duration) -> SharedCluster {
+    let cluster = SharedCluster::new();
+    let snapshot = Snapshot {
+        nodes: vec![mk_node("node-a", "192.168.0.10", "zone-a")],
+        services: vec![web(1)],
+        endpoint_slices: vec![
+            mk_slice("demo", "web1")
+                .port("http", Tcp, 8080)
+                .ready("10.244.1.5", "node-a")
+                .ready("10.244.2.5", "node-b")
+                .build(),
+        ],
+        proxy_configs: vec![config(mode, min_sync)],
+        ..Default::default()
+    };
+    cluster.update(|s| s.reset(snapshot));
+    cluster.mark_synced();
+    cluster
+}
+
+struct Rig {
+    agent: Agent,
+    kernel: SharedKernel,
+    cluster: SharedCluster,
+    status: Arc<RwLock<AgentStatus>>,
+    registry: Registry,
+}
+
+impl Rig {
+    fn new(cluster: SharedCluster, kernel: SharedKernel) -> Rig {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::new(&mut registry));
+        let status = Arc::new(RwLock::new(AgentStatus::default()));
+        let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
+        let opts = AgentOptions {
+            node: "node-a".into(),
+            mode: None,
+            sync_period: None,
+            min_sync_period: None,
+            full_sync_period: Duration::from_secs(3600),
+        };
+        let k = kernel.clone();
+        let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics, health)
+            .with_dataplanes(Box::new(move |s: &ProxySettings| k.dataplane(s)));
+        Rig { agent, kernel, cluster, status, registry }
+    }
+
+    fn status(&self) -> AgentStatus {
+        self.status.read().unwrap().clone()
+    }
+
+    fn metric(&self, name: &str) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_string()
+    }
+
+    /// The kernel holds exactly what a full sync of the current cluster would program.
+    async fn assert_kernel_is_desired(&self, mode: ProxyMode) {
+        let other = SharedKernel::default();
+        let mut fresh = Rig::new(self.cluster_copy(), other.clone());
+        fresh.agent.sync(true).await.expect("reference sync");
+        let want = other.lock().state[&mode].clone().map(|k: KernelState| k.canonical());
+        let have = self.kernel.lock().state[&mode].clone().map(|k: KernelState| k.canonical());
+        assert!(want == have, "{}", have[0].describe_difference(&want[0]));
+    }
+
+    fn cluster_copy(&self) -> SharedCluster {
+        let copy = SharedCluster::new();
+        let state = self.cluster.lock();
+        let snapshot = Snapshot {
+            nodes: state.nodes().cloned().collect(),
+            services: state.services().cloned().collect(),
+            endpoint_slices: state.endpoint_slices().cloned().collect(),
+            proxy_configs: state.proxy_configs().cloned().collect(),
+            ..Default::default()
+        };
+        drop(state);
+        copy.update(|s| s.reset(snapshot));
+        copy.mark_synced();
+        copy
+    }
+}
+
+/// A rig in `mode` after its first sync, the calls so far forgotten.
+async fn synced(mode: ProxyMode) -> (Rig, SharedKernel) {
+    let kernel = SharedKernel::default();
+    let mut rig = Rig::new(cluster(mode, Duration::ZERO), kernel.clone());
+    rig.agent.sync(false).await.expect("first sync");
+    kernel.take_calls();
+    (rig, kernel)
+}
+
+#[tokio::test]
+async fn the_first_sync_is_full_and_cleans_what_other_modes_left() {
+    let kernel = SharedKernel::default();
+    // An earlier run left iptables rules; nftables is the mode now.
+    kernel.lock().state.insert(Iptables, Default::default());
+    let mut rig = Rig::new(cluster(Nftables, Duration::ZERO), kernel.clone());
+    rig.agent.sync(false).await.expect("sync");
+    let calls = kernel.take_calls();
+    assert_eq!(calls[0], Apply { mode: Nftables, full: true });
+    assert!(calls.contains(&Cleanup(Iptables)), "{calls:?}");
+    assert!(!calls.contains(&Cleanup(Nftables)), "the current mode is never flushed: {calls:?}");
+    assert!(!kernel.lock().state.contains_key(&Iptables));
+    let s = rig.status();
+    assert!(s.synced && s.full_syncs == 1 && s.service_ports == 1 && s.last_error.is_none(), "{s:?}");
+    rig.assert_kernel_is_desired(Nftables).await;
+}
+
+#[tokio::test]
+async fn a_service_change_is_partial_and_a_node_change_is_full() {
+    let (mut rig, kernel) = synced(Nftables).await;
+    rig.cluster.update(|s| s.apply_service(web(2)));
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(kernel.take_calls(), [Apply { mode: Nftables, full: false }]);
+    rig.assert_kernel_is_desired(Nftables).await;
+    // A node label change can change every rule (topology): full.
+    let mut node = mk_node("node-a", "192.168.0.10", "zone-b");
+    node.labels.insert("extra".into(), "1".into());
+    rig.cluster.update(|s| s.apply_node(node));
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(kernel.take_calls(), [Apply { mode: Nftables, full: true }]);
+    rig.assert_kernel_is_desired(Nftables).await;
+}
+
+#[tokio::test]
+async fn a_failed_apply_keeps_the_last_rules_reports_and_the_next_success_clears_it() {
+    let (mut rig, kernel) = synced(Iptables).await;
+    let before = kernel.lock().state[&Iptables].clone();
+    kernel.lock().fail_apply = Some("injected failure".into());
+    rig.cluster.update(|s| s.apply_service(web(2)));
+    let err = rig.agent.sync(false).await.unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert_eq!(kernel.lock().state[&Iptables], before, "the previous ruleset stays");
+    let s = rig.status();
+    assert_eq!(
+        (s.failures, s.last_error.as_deref().map(|e| e.contains("injected failure"))),
+        (1, Some(true))
+    );
+    let failures = rig.metric("kubeproxy_sync_proxy_rules_iptables_restore_failures_total");
+    assert!(failures.ends_with(" 1"), "{failures:?}");
+    kernel.lock().fail_apply = None;
+    kernel.take_calls();
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(kernel.take_calls(), [Apply { mode: Iptables, full: true }], "the retry is full");
+    assert!(rig.status().last_error.is_none());
+    rig.assert_kernel_is_desired(Iptables).await;
+}
+
+#[tokio::test]
+async fn a_mode_switch_programs_and_verifies_the_new_mode_before_removing_the_old() {
+    let (mut rig, kernel) = synced(Nftables).await;
+    rig.cluster.update(|s| s.apply_proxy_config(config(Iptables, Duration::ZERO)));
+    rig.agent.sync(false).await.unwrap();
+    let calls = kernel.take_calls();
+    let at = |c: Call| calls.iter().position(|x| *x == c).unwrap_or_else(|| panic!("no {c:?} in {calls:?}"));
+    assert!(at(Apply { mode: Iptables, full: true }) < at(Verify(Iptables)), "{calls:?}");
+    assert!(at(Verify(Iptables)) < at(Cleanup(Nftables)), "{calls:?}");
+    assert_eq!(kernel.lock().state.keys().copied().collect::<Vec<_>>(), [Iptables]);
+    assert_eq!(rig.status().mode_switches, 1);
+    rig.assert_kernel_is_desired(Iptables).await;
+}
+
+#[tokio::test]
+async fn drift_is_found_and_repaired_with_a_full_sync() {
+    let (mut rig, kernel) = synced(Nftables).await;
+    assert!(!rig.agent.check_drift(true).await.unwrap(), "no drift right after a sync");
+    // Someone flushes the table.
+    kernel.lock().state.insert(Nftables, Default::default());
+    kernel.take_calls();
+    assert!(rig.agent.check_drift(true).await.unwrap());
+    assert_eq!(kernel.take_calls(), [Verify(Nftables), Apply { mode: Nftables, full: true }]);
+    let s = rig.status();
+    assert_eq!(s.drift_repairs, 1);
+    assert!(s.last_drift.iter().any(|d| d.starts_with("nftables IPv4")), "{s:?}");
+    rig.assert_kernel_is_desired(Nftables).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_changes_waits_for_min_sync_period_and_failures_retry_with_backoff() {
+    let kernel = SharedKernel::default();
+    let cluster = cluster(Iptables, Duration::from_secs(1));
+    let rig = Rig::new(cluster.clone(), kernel.clone());
+    let status = rig.status.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(rig.agent.run(async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let applies = |calls: &[Call]| calls.iter().filter(|c| matches!(c, Apply { .. })).count();
+    assert_eq!(applies(&kernel.take_calls()), 1, "the first sync at once");
+    // Ten changes within 100 ms: one more sync, a second after the first.
+    for n in 2..12 {
+        cluster.update(|s| s.apply_service(web(n)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(applies(&kernel.take_calls()), 0, "nothing before minSyncPeriod");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(kernel.take_calls(), [Apply { mode: Iptables, full: false }], "one sync for the burst");
+    // A failing tool: retried after 0.5 s, 1 s, 2 s (each at least minSyncPeriod apart).
+    kernel.lock().fail_apply = Some("injected failure".into());
+    cluster.update(|s| s.apply_service(web(20)));
+    let mut attempts = Vec::new();
+    let start = tokio::time::Instant::now();
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let n = applies(&kernel.take_calls());
+        attempts.extend(std::iter::repeat_n(start.elapsed().as_millis() / 100, n));
+    }
+    assert!(attempts.len() >= 3, "{attempts:?}");
+    let gaps: Vec<u128> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "backoff grows: attempts at {attempts:?} (0.1 s)");
+    kernel.lock().fail_apply = None;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let s = status.read().unwrap().clone();
+    assert!(s.last_error.is_none() && s.service_ports == 12, "recovered with the change: {s:?}");
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restart_over_programmed_rules_replaces_them_in_one_step() {
+    let kernel = SharedKernel::default();
+    let mut first = Rig::new(cluster(Nftables, Duration::ZERO), kernel.clone());
+    first.agent.sync(false).await.unwrap();
+    kernel.take_calls();
+    // A new agent (after a restart) over the same kernel and a changed cluster.
+    let cluster = cluster(Nftables, Duration::ZERO);
+    cluster.update(|s| s.apply_service(web(2)));
+    let mut second = Rig::new(cluster, kernel.clone());
+    second.agent.sync(false).await.unwrap();
+    let calls = kernel.take_calls();
+    assert_eq!(calls[0], Apply { mode: Nftables, full: true }, "no flush first: {calls:?}");
+    assert!(!calls.contains(&Cleanup(Nftables)), "{calls:?}");
+    second.assert_kernel_is_desired(Nftables).await;
+}

@@ -1,0 +1,133 @@
+//! `tideway operator`: the source, leader election, the reconcile loop and the HTTP endpoints.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use prometheus_client::registry::Registry;
+use tideway_api::duration::parse_duration;
+use tideway_core::operator::lease::{Elector, LeaseTimings};
+use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role};
+use tideway_sources::lab::{LabDir, LabWriter};
+use tideway_sources::metrics::SourceMetrics;
+use tideway_sources::status::ClusterWriter;
+use tideway_sources::{FileSource, SharedCluster, SourceSpec};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::reconcile::{LoopOptions, OperatorStatus};
+use crate::writer::LogWriter;
+
+/// Assign LoadBalancer IPs, choose announcers, roll node state up into ProxyConfig status.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Where objects come from: `kubernetes` (the default in a pod), `lab:DIR` (a running
+    /// `tideway lab`) or `file:CLUSTER.yaml` (decisions are then logged, not written).
+    #[arg(long)]
+    pub source: Option<String>,
+    /// kubeconfig for `--source kubernetes` (default: `KUBECONFIG`, `~/.kube/config`, then the
+    /// in-cluster ServiceAccount).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// `/healthz`, `/readyz`, `/metrics` and `/api/v1/status`.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub http_bind_address: SocketAddr,
+    /// Elect a leader among replicas with a Lease (only the leader writes).
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "tideway-operator")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (default: the pod name, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Handle LoadBalancer Services of this `loadBalancerClass` (default: Services without one).
+    #[arg(long)]
+    pub load_balancer_class: Option<String>,
+    /// Compare everything with the cluster this often.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub resync_period: Duration,
+}
+
+fn identity(args: &OperatorArgs) -> String {
+    args.identity.clone().filter(|i| !i.is_empty()).unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| format!("tideway-operator-{}", std::process::id()))
+    })
+}
+
+/// Runs the operator until SIGINT or SIGTERM.
+pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
+    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let cluster = SharedCluster::new();
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::new(&mut registry));
+        let source_metrics = SourceMetrics::new(&mut registry);
+        let status = Arc::new(RwLock::new(OperatorStatus::default()));
+        let (leader_tx, leader_rx) = watch::channel(!args.leader_elect);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let mut election = None;
+        let writer: Arc<dyn ClusterWriter> = match spec {
+            SourceSpec::File(path) => {
+                anyhow::ensure!(!args.leader_elect, "--leader-elect needs --source kubernetes");
+                tokio::spawn(FileSource::new(path, Duration::from_millis(500)).run(cluster.clone()));
+                Arc::new(LogWriter)
+            }
+            SourceSpec::Lab(dir) => {
+                anyhow::ensure!(!args.leader_elect, "--leader-elect needs --source kubernetes");
+                let dir = LabDir::new(dir);
+                tokio::spawn(dir.source().run(cluster.clone()));
+                Arc::new(LabWriter(dir))
+            }
+            SourceSpec::Kubernetes => {
+                let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                tokio::spawn(KubeSource::new(client.clone(), Role::Operator, source_metrics).run(cluster.clone()));
+                let me = identity(args);
+                if args.leader_elect {
+                    tracing::info!(identity = %me, lease = %format!("{}/{}", args.lease_namespace, args.lease_name), "campaigning");
+                    let lease = KubeLease::new(client.clone(), &args.lease_namespace, &args.lease_name);
+                    let campaign = crate::election::run(lease, Elector::new(&me), LeaseTimings::default(), leader_tx, stopped());
+                    election = Some(tokio::spawn(campaign));
+                }
+                Arc::new(KubeWriter::new(client, Some(me)))
+            }
+        };
+        let listener = tokio::net::TcpListener::bind(args.http_bind_address)
+            .await
+            .with_context(|| format!("binding {}", args.http_bind_address))?;
+        let router = crate::http::router(Arc::new(registry), status.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let opts = LoopOptions {
+            class: args.load_balancer_class.clone(),
+            resync_period: args.resync_period,
+            ..LoopOptions::default()
+        };
+        let looping = crate::reconcile::run(cluster, writer, leader_rx, opts, metrics, status, stopped());
+        let reconcile = tokio::spawn(looping);
+        tideway_sources::shutdown_signal().await;
+        tracing::info!("stopping");
+        let _ = stop_tx.send(true);
+        let _ = reconcile.await;
+        if let Some(e) = election {
+            let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
+        }
+        Ok(0)
+    })
+}

@@ -1,0 +1,262 @@
+//! The reconcile loop: while this replica leads, take what changed in the source, let the core
+//! [`Reconciler`] decide, and perform its writes (bounded concurrency, retries for conflicts
+//! and outages; a failed write makes the next pass compare everything again).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use tideway_core::operator::{Action, Reconciler};
+use tideway_sources::SharedCluster;
+use tideway_sources::status::{ClusterWriter, WriteError};
+use tokio::sync::watch;
+
+use crate::metrics::{Metrics, PoolLabel, ReasonLabel, WriteLabel};
+
+/// How the loop runs.
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    /// LoadBalancer class handled (None: Services without a class).
+    pub class: Option<String>,
+    /// Everything is compared again this often.
+    pub resync_period: Duration,
+    /// Changes arriving within this window are decided together.
+    pub batch: Duration,
+    /// Writes in flight at once.
+    pub concurrency: usize,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            class: None,
+            resync_period: Duration::from_secs(300),
+            batch: Duration::from_millis(20),
+            concurrency: 16,
+        }
+    }
+}
+
+/// What the operator reports about itself (`/api/v1/status`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OperatorStatus {
+    /// This replica leads and writes.
+    pub leader: bool,
+    /// The source delivered its first complete view.
+    pub synced: bool,
+    /// Reconciles run while leading.
+    pub reconciles: u64,
+    /// Writes performed.
+    pub writes: u64,
+    /// Writes that failed after their retries.
+    pub write_errors: u64,
+    /// The last write error.
+    pub last_error: Option<String>,
+    /// LoadBalancer Services holding addresses.
+    pub assigned_services: usize,
+}
+
+fn kind(a: &Action) -> &'static str {
+    match a {
+        Action::SetIngress { .. } => "ingress",
+        Action::Announce(_) => "announcement",
+        Action::Withdraw(_) => "withdrawal",
+        Action::ProxyConfigStatus { .. } => "proxyconfig_status",
+        Action::PoolStatus { .. } => "pool_status",
+        Action::Event(_) => "event",
+    }
+}
+
+/// One write, retried while the error says trying again may help (3 attempts).
+async fn write(writer: &dyn ClusterWriter, action: &Action) -> Result<(), WriteError> {
+    let mut delay = Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match writer.write(action).await {
+            Err(e) if e.is_retryable() && attempt < 3 => {
+                tracing::debug!(error = %e, attempt, "write failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The loop's state while it leads.
+struct Leading {
+    rec: Reconciler,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+/// Runs until `shutdown` resolves: waits for the source and for leadership, then reconciles on
+/// every change, on resync, and after failures.
+pub async fn run(
+    cluster: SharedCluster,
+    writer: Arc<dyn ClusterWriter>,
+    mut leader: watch::Receiver<bool>,
+    opts: LoopOptions,
+    metrics: Arc<Metrics>,
+    status: Arc<RwLock<OperatorStatus>>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let set = |f: &dyn Fn(&mut OperatorStatus)| f(&mut status.write().unwrap_or_else(|e| e.into_inner()));
+    tokio::select! {
+        _ = cluster.wait_synced() => {}
+        _ = &mut shutdown => return,
+    }
+    set(&|s| s.synced = true);
+    let mut leading: Option<Leading> = None;
+    let mut resync = tokio::time::interval(opts.resync_period);
+    resync.tick().await;
+    loop {
+        let is_leader = *leader.borrow_and_update();
+        metrics.leader.set(i64::from(is_leader));
+        set(&|s| s.leader = is_leader);
+        match (&mut leading, is_leader) {
+            (None, true) => {
+                tracing::info!(
+                    "leading: deciding from the whole cluster (addresses restored from Service status)"
+                );
+                cluster.lock().take_changes();
+                leading = Some(Leading {
+                    rec: Reconciler::new(opts.class.clone()),
+                    retry_at: None,
+                    backoff: Duration::from_millis(500),
+                });
+            }
+            (Some(_), false) => {
+                tracing::info!("no longer leading: writes stop");
+                leading = None;
+            }
+            _ => {}
+        }
+        if let Some(l) = leading.as_mut() {
+            pass(&cluster, &writer, l, &opts, &metrics, &status).await;
+        }
+        let retry = leading.as_ref().and_then(|l| l.retry_at);
+        tokio::select! {
+            _ = cluster.changed() => tokio::time::sleep(opts.batch).await,
+            _ = leader.changed() => {}
+            _ = resync.tick() => {
+                if let Some(l) = leading.as_mut() {
+                    l.rec.resync();
+                }
+            }
+            _ = sleep_until(retry) => {}
+            _ = &mut shutdown => return,
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One reconcile and its writes.
+async fn pass(
+    cluster: &SharedCluster,
+    writer: &Arc<dyn ClusterWriter>,
+    l: &mut Leading,
+    opts: &LoopOptions,
+    metrics: &Metrics,
+    status: &RwLock<OperatorStatus>,
+) {
+    let invalid: BTreeMap<String, String> = cluster
+        .invalid_objects()
+        .into_iter()
+        .filter(|(k, _)| k.kind == "ProxyConfig")
+        .map(|(k, msg)| (k.name, msg))
+        .collect();
+    let started = Instant::now();
+    let actions = {
+        let mut state = cluster.lock();
+        let changes = state.take_changes();
+        l.rec.reconcile(&state, &changes, &invalid)
+    };
+    metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    for a in &actions {
+        observe(a, metrics);
+    }
+    // Owned futures (an iterator borrowing `actions` would not be Send for every lifetime).
+    let writes: Vec<_> = actions
+        .iter()
+        .cloned()
+        .map(|a| {
+            let w = Arc::clone(writer);
+            async move { (kind(&a), write(w.as_ref(), &a).await) }
+        })
+        .collect();
+    let results: Vec<(&'static str, Result<(), WriteError>)> =
+        futures::stream::iter(writes).buffer_unordered(opts.concurrency.max(1)).collect().await;
+    let mut failed = 0;
+    let mut last_error = None;
+    for (k, r) in results {
+        let label = WriteLabel { kind: k.into() };
+        match r {
+            Ok(()) => {
+                metrics.writes.get_or_create(&label).inc();
+            }
+            Err(e) => {
+                tracing::warn!(write = k, error = %e, "write failed; the cluster is compared again after a backoff");
+                metrics.write_errors.get_or_create(&label).inc();
+                failed += 1;
+                last_error = Some(e.to_string());
+            }
+        };
+    }
+    if failed > 0 {
+        l.rec.resync();
+        l.retry_at = Some(Instant::now() + l.backoff);
+        l.backoff = (l.backoff * 2).min(Duration::from_secs(30));
+    } else {
+        l.retry_at = None;
+        l.backoff = Duration::from_millis(500);
+    }
+    for p in l.rec.allocator().pool_status() {
+        let s = p.stats;
+        for (family, state, n) in [
+            ("ipv4", "assigned", u128::from(s.assigned_ipv4)),
+            ("ipv4", "available", u128::from(s.available_ipv4)),
+            ("ipv6", "assigned", s.assigned_ipv6),
+            ("ipv6", "available", s.available_ipv6),
+        ] {
+            let label = PoolLabel { pool: p.name.clone(), family: family.into(), state: state.into() };
+            metrics.pool_addresses.get_or_create(&label).set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+    let mut s = status.write().unwrap_or_else(|e| e.into_inner());
+    s.reconciles += 1;
+    s.writes += (actions.len() - failed) as u64;
+    s.write_errors += failed as u64;
+    if last_error.is_some() {
+        s.last_error = last_error;
+    }
+    s.assigned_services = l.rec.allocator().services().count();
+}
+
+fn observe(a: &Action, metrics: &Metrics) {
+    if let Action::Event(e) = a {
+        metrics.events.get_or_create(&ReasonLabel { reason: e.reason.into() }).inc();
+        match e.reason {
+            "AllocationFailed" => {
+                metrics.allocation_failures.inc();
+            }
+            "AnnouncerChanged" | "NoAnnouncer" => {
+                metrics.announcer_changes.inc();
+            }
+            _ => {}
+        }
+        let level = if e.warning { "warning" } else { "normal" };
+        tracing::info!(object = %format!("{} {}{}", e.object.kind, e.object.namespace.as_deref().map(|n| format!("{n}/")).unwrap_or_default(), e.object.name),
+            reason = e.reason, level, "{}", e.message);
+    }
+}

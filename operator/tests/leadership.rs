@@ -1,0 +1,100 @@
+//! Only the leader writes; a failed write is retried; a new leader starts from the cluster.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tideway_core::cluster::Snapshot;
+use tideway_core::ipam::Pool;
+use tideway_core::model::{L2Settings, LoadBalancerPool};
+use tideway_core::net::Protocol;
+use tideway_core::operator::Action;
+use tideway_core::testing::{mk_node, mk_service};
+use tideway_operator::metrics::Metrics;
+use tideway_operator::reconcile::{LoopOptions, OperatorStatus, run};
+use tideway_sources::SharedCluster;
+use tideway_sources::status::{MemoryWriter, WriteError};
+use tokio::sync::watch;
+
+fn ingress_writes(w: &MemoryWriter) -> usize {
+    w.written().iter().filter(|a| matches!(a, Action::SetIngress { .. })).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_failed_writes_are_retried() {
+    let cluster = SharedCluster::new();
+    cluster.update(|s| {
+        s.reset(Snapshot {
+            nodes: vec![mk_node("node-a", "172.18.0.2", "z")],
+            services: vec![
+                mk_service("demo", "web")
+                    .cluster_ip("10.96.0.10")
+                    .port("http", Protocol::Tcp, 80)
+                    .load_balancer()
+                    .build(),
+            ],
+            ..Default::default()
+        });
+        s.apply_pool(LoadBalancerPool {
+            pool: Pool::new("default", &["172.18.255.200/29"]),
+            l2: L2Settings::default(),
+            generation: 1,
+        });
+    });
+    cluster.mark_synced();
+    let writer = MemoryWriter::default();
+    // The first two attempts of the first write fail with conflicts: the loop retries.
+    writer.fail_next(vec![
+        WriteError::Refused { code: 409, message: "conflict".into() },
+        WriteError::Refused { code: 409, message: "conflict".into() },
+    ]);
+    let (leader_tx, leader) = watch::channel(false);
+    let status = Arc::new(RwLock::new(OperatorStatus::default()));
+    let metrics = Arc::new(Metrics::new(&mut Registry::default()));
+    let opts = LoopOptions { resync_period: Duration::from_secs(3600), ..LoopOptions::default() };
+    tokio::spawn(run(
+        cluster.clone(),
+        Arc::new(writer.clone()),
+        leader,
+        opts,
+        metrics,
+        status.clone(),
+        std::future::pending(),
+    ));
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(writer.written().is_empty(), "a follower writes nothing");
+    assert!(status.read().unwrap().synced && !status.read().unwrap().leader);
+
+    leader_tx.send_replace(true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ingress_writes(&writer) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the leader never wrote");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status.read().unwrap().write_errors, 0, "the conflicts were retried away");
+
+    // Leadership lost: new decisions are not written.
+    leader_tx.send_replace(false);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = writer.written().len();
+    cluster.update(|s| {
+        s.apply_service(
+            mk_service("demo", "api")
+                .cluster_ip("10.96.0.11")
+                .port("http", Protocol::Tcp, 80)
+                .load_balancer()
+                .build(),
+        );
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(writer.written().len(), before, "a former leader stops writing");
+
+    // Leading again: it decides from the whole cluster, including what changed meanwhile.
+    leader_tx.send_replace(true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ingress_writes(&writer) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the new leader never wrote");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

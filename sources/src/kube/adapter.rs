@@ -1,0 +1,129 @@
+//! Watcher events of one kind into the shared state.
+//!
+//! * `Init` .. `InitApply`* .. `InitDone`: converted objects are buffered (no raw object is
+//!   kept) and replace the kind in one step at `InitDone`, so a relist after an error or a
+//!   410 Gone changes only what differs and never empties the state in between.
+//! * `Apply`: converted and applied at once. An object whose new version is invalid keeps its
+//!   last valid version and is listed as invalid, so a bad edit never removes what is programmed.
+//! * `Delete`: removed.
+
+use tideway_core::cluster::ClusterState;
+
+use super::kinds::Kind;
+use crate::shared::{InvalidObjects, ObjectKey, SharedCluster};
+use kube::runtime::watcher::Event;
+
+/// Feeds one kind's events into a [`SharedCluster`].
+pub struct KindAdapter<K: Kind> {
+    cluster: SharedCluster,
+    relist: Option<Relist<K>>,
+    listed: bool,
+    proxy_only: bool,
+}
+
+struct Relist<K: Kind> {
+    objects: Vec<K::Model>,
+    invalid: InvalidObjects,
+}
+
+/// What an event did, for the caller's bookkeeping (sync barrier, metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A (re)list began or continued.
+    Listing,
+    /// A list completed; `first` is true the first time.
+    Listed {
+        /// The first complete list of this kind.
+        first: bool,
+    },
+    /// An object was applied or deleted.
+    Changed,
+    /// An object was invalid and skipped (its last valid version stays).
+    Invalid,
+}
+
+impl<K: Kind> KindAdapter<K> {
+    /// An adapter writing into `cluster`.
+    pub fn new(cluster: SharedCluster) -> Self {
+        KindAdapter { cluster, relist: None, listed: false, proxy_only: false }
+    }
+
+    /// An adapter that keeps only what a service proxy reads ([`Kind::trim_for_proxy`]).
+    pub fn for_proxy(cluster: SharedCluster) -> Self {
+        KindAdapter { proxy_only: true, ..Self::new(cluster) }
+    }
+
+    fn model_of(&self, obj: &K) -> Result<Option<K::Model>, tideway_api::ConvertError> {
+        let mut m = obj.convert()?;
+        if self.proxy_only
+            && let Some(m) = m.as_mut()
+        {
+            K::trim_for_proxy(m);
+        }
+        Ok(m)
+    }
+
+    /// Handles one event.
+    pub fn handle(&mut self, event: Event<K>) -> Outcome {
+        match event {
+            Event::Init => {
+                self.relist = Some(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
+                Outcome::Listing
+            }
+            Event::InitApply(obj) => self.init_apply(&obj),
+            Event::InitDone => self.init_done(),
+            Event::Apply(obj) => self.apply(&obj),
+            Event::Delete(obj) => {
+                let key = K::key(&obj);
+                self.cluster.update(|s| K::delete(s, &key));
+                self.cluster.clear_invalid(&key);
+                Outcome::Changed
+            }
+        }
+    }
+
+    fn init_apply(&mut self, obj: &K) -> Outcome {
+        let key = K::key(obj);
+        let converted = self.model_of(obj);
+        let relist =
+            self.relist.get_or_insert_with(|| Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
+        match converted {
+            Ok(Some(m)) => relist.objects.push(m),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(object = %key, error = %e, "invalid object skipped; its last valid version stays");
+                if let Some(m) = K::current(&self.cluster.lock(), &key) {
+                    relist.objects.push(m);
+                }
+                relist.invalid.insert(key, e.to_string());
+                return Outcome::Invalid;
+            }
+        }
+        Outcome::Listing
+    }
+
+    fn init_done(&mut self) -> Outcome {
+        let relist =
+            self.relist.take().unwrap_or(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
+        self.cluster.update(|s: &mut ClusterState| K::replace(s, relist.objects));
+        self.cluster.replace_invalid_kind(K::kind(&()).as_ref(), relist.invalid);
+        let first = !self.listed;
+        self.listed = true;
+        Outcome::Listed { first }
+    }
+
+    fn apply(&mut self, obj: &K) -> Outcome {
+        let key: ObjectKey = K::key(obj);
+        match self.model_of(obj) {
+            Ok(Some(m)) => self.cluster.update(|s| K::apply(s, m)),
+            Ok(None) => self.cluster.update(|s| K::delete(s, &key)),
+            Err(e) => {
+                tracing::warn!(object = %key, error = %e, "invalid object skipped; its last valid version stays");
+                self.cluster.set_invalid(key, e.to_string());
+                return Outcome::Invalid;
+            }
+        }
+        self.cluster.clear_invalid(&key);
+        Outcome::Changed
+    }
+}

@@ -1,0 +1,40 @@
+//! A client for the API server: `--kubeconfig FILE`, else `KUBECONFIG` / `~/.kube/config`, else
+//! the in-cluster ServiceAccount.
+
+use std::path::Path;
+
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+/// Why no client could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig file could not be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// Neither a kubeconfig nor the in-cluster environment was found.
+    #[error("no Kubernetes configuration: {0} (pass --kubeconfig FILE, set KUBECONFIG, or run in a pod)")]
+    Infer(#[source] kube::config::InferConfigError),
+    /// The configuration could not make a client (TLS settings, ...).
+    #[error("cannot create the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// Builds a client from `kubeconfig` when given, else by inference.
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let err = |source| ClientError::Kubeconfig { path: path.display().to_string(), source };
+            let file = Kubeconfig::read_from(path).map_err(err)?;
+            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.map_err(err)?
+        }
+        None => Config::infer().await.map_err(ClientError::Infer)?,
+    };
+    Client::try_from(config).map_err(ClientError::Client)
+}

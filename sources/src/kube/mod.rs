@@ -1,0 +1,338 @@
+//! The Kubernetes source: one kube-runtime watcher per kind, converted at once into the model.
+//!
+//! ```text
+//!  watcher(Api<K>, selectors).default_backoff()  (one task per kind)
+//!     --Event<K>--> KindAdapter<K> --convert--> SharedCluster (ClusterState)
+//!     errors --> ErrorLog (logged once per cause) + tideway_source_watch_errors_total
+//!  SyncBarrier: the state is marked synced after the first complete list of every kind
+//! ```
+//! No reflector store is kept: objects are converted as they arrive and only the model stays;
+//! the agent's Services and EndpointSlices keep only the labels a proxy reads.
+//!
+//! What each component watches:
+//! * agent: its own Node (field selector), ProxyConfigs, its L2Announcements (label
+//!   `tideway.io/node`), Services and EndpointSlices with kube-proxy's label selector
+//!   (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`; when the
+//!   node's ProxyConfig names a proxy, the watches restart with `!…/headless` and the planner
+//!   keeps the Services labelled for it);
+//! * DNS: Services, EndpointSlices, Namespaces, and Pods with `--pods verified`;
+//! * operator: Services, EndpointSlices, Nodes, Namespaces and every `tideway.io` kind.
+
+mod adapter;
+mod client;
+mod errors;
+mod kinds;
+mod lease;
+mod status;
+mod writer;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, watcher};
+use kube::{Api, Client};
+use tideway_api::crd;
+use tideway_core::config::resolve_proxy_config;
+use tideway_core::model::service_watch_selector;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use adapter::{KindAdapter, Outcome};
+pub use client::{ClientError, client};
+pub use errors::{ErrorCause, ErrorLog, classify};
+pub use kinds::Kind;
+pub use lease::{KubeLease, record as lease_record};
+pub use status::{FIELD_MANAGER, KubeNodeStateSink};
+pub use writer::{KubeWriter, OPERATOR_MANAGER};
+
+use crate::metrics::{SourceMetrics, WatchErrorLabels};
+use crate::shared::SharedCluster;
+
+/// Objects per list page. A page is decoded whole before its objects are converted, so a
+/// smaller page keeps fewer raw objects alive at once (less transient memory, and less
+/// fragmentation left behind among the converted objects) for a few more round trips.
+const LIST_PAGE_SIZE: u32 = 500;
+
+impl From<kube::Error> for crate::status::WriteError {
+    /// The API server's answer (status and message) when there was one.
+    fn from(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => {
+                crate::status::WriteError::Refused { code: status.code, message: status.message }
+            }
+            other => crate::status::WriteError::Transport(other.to_string()),
+        }
+    }
+}
+
+/// Which component the source feeds (it decides the kinds and selectors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// The node agent of `node`.
+    Agent {
+        /// This node's name.
+        node: String,
+    },
+    /// The DNS server; `pods` when pod records are verified against Pod objects or answers
+    /// depend on the asking pod's node, `node_states` when they depend on what that node's
+    /// agent reports programmed.
+    Dns {
+        /// Watch Pods.
+        pods: bool,
+        /// Watch NodeProxyStates.
+        node_states: bool,
+    },
+    /// The operator.
+    Operator,
+}
+
+/// Feeds a [`SharedCluster`] from the API server.
+#[derive(Clone)]
+pub struct KubeSource {
+    client: Client,
+    role: Role,
+    metrics: SourceMetrics,
+}
+
+/// Marks the state synced once every kind delivered its first complete list.
+#[derive(Clone)]
+struct SyncBarrier {
+    cluster: SharedCluster,
+    pending: Arc<Mutex<BTreeSet<String>>>,
+    listed: watch::Sender<BTreeSet<String>>,
+}
+
+impl SyncBarrier {
+    fn new(cluster: SharedCluster, kinds: &[&str]) -> Self {
+        SyncBarrier {
+            cluster,
+            pending: Arc::new(Mutex::new(kinds.iter().map(|k| k.to_string()).collect())),
+            listed: watch::channel(BTreeSet::new()).0,
+        }
+    }
+
+    fn done(&self, kind: &str) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.remove(kind) && pending.is_empty() {
+            tracing::info!("every watched kind is listed; the cluster state is synced");
+            self.cluster.mark_synced();
+        }
+        self.listed.send_modify(|l| {
+            l.insert(kind.to_string());
+        });
+    }
+
+    async fn wait_listed(&self, kinds: &[&str]) {
+        let mut rx = self.listed.subscribe();
+        let _ = rx.wait_for(|l| kinds.iter().all(|k| l.contains(*k))).await;
+    }
+}
+
+/// Options of one kind's watch.
+struct WatchSpec {
+    config: watcher::Config,
+    /// Bumped after every change, for watches that depend on this kind.
+    notify: Option<watch::Sender<u64>>,
+    /// Keep only what a service proxy reads.
+    proxy_only: bool,
+}
+
+impl WatchSpec {
+    fn all() -> Self {
+        WatchSpec { config: watcher::Config::default(), notify: None, proxy_only: false }
+    }
+
+    fn with(config: watcher::Config) -> Self {
+        WatchSpec { config, ..Self::all() }
+    }
+}
+
+impl KubeSource {
+    /// A source for `role` over `client`; errors and events are counted in `metrics`.
+    pub fn new(client: Client, role: Role, metrics: SourceMetrics) -> Self {
+        KubeSource { client, role, metrics }
+    }
+
+    /// Watches until dropped.
+    pub async fn run(self, cluster: SharedCluster) {
+        match self.role.clone() {
+            Role::Agent { node } => self.run_agent(cluster, node).await,
+            Role::Dns { pods, node_states } => self.run_dns(cluster, pods, node_states).await,
+            Role::Operator => self.run_operator(cluster).await,
+        }
+    }
+
+    fn spawn<K: Kind>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        cluster: &SharedCluster,
+        barrier: &SyncBarrier,
+        spec: WatchSpec,
+    ) {
+        let api: Api<K> = Api::all(self.client.clone());
+        tasks.spawn(watch_kind(api, spec, cluster.clone(), barrier.clone(), self.metrics.clone()));
+    }
+
+    async fn run_dns(self, cluster: SharedCluster, pods: bool, node_states: bool) {
+        let mut kinds = vec!["Service", "EndpointSlice", "Namespace"];
+        if pods {
+            kinds.push("Pod");
+        }
+        if node_states {
+            kinds.push("NodeProxyState");
+        }
+        let barrier = SyncBarrier::new(cluster.clone(), &kinds);
+        let mut tasks = JoinSet::new();
+        self.spawn::<Service>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<EndpointSlice>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Namespace>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        if pods {
+            self.spawn::<Pod>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
+        if node_states {
+            self.spawn::<crd::NodeProxyState>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    async fn run_operator(self, cluster: SharedCluster) {
+        let kinds = [
+            "Service",
+            "EndpointSlice",
+            "Node",
+            "Namespace",
+            "ProxyConfig",
+            "NodeProxyState",
+            "L2Announcement",
+            "LoadBalancerPool",
+        ];
+        let barrier = SyncBarrier::new(cluster.clone(), &kinds);
+        let mut tasks = JoinSet::new();
+        self.spawn::<Service>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<EndpointSlice>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Node>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Namespace>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::ProxyConfig>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::NodeProxyState>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::LoadBalancerPool>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        while tasks.join_next().await.is_some() {}
+    }
+
+    async fn run_agent(self, cluster: SharedCluster, node: String) {
+        let kinds = ["Node", "ProxyConfig", "L2Announcement", "Service", "EndpointSlice"];
+        let barrier = SyncBarrier::new(cluster.clone(), &kinds);
+        let (config_changed, mut config_rx) = watch::channel(0u64);
+        let mut tasks = JoinSet::new();
+        let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        self.spawn::<Node>(
+            &mut tasks,
+            &cluster,
+            &barrier,
+            WatchSpec { notify: Some(config_changed.clone()), ..WatchSpec::with(own_node) },
+        );
+        self.spawn::<crd::ProxyConfig>(
+            &mut tasks,
+            &cluster,
+            &barrier,
+            WatchSpec { notify: Some(config_changed), ..WatchSpec::all() },
+        );
+        let announcements = watcher::Config::default().labels(&format!("{}={node}", crd::LABEL_NODE));
+        self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::with(announcements));
+        barrier.wait_listed(&["Node", "ProxyConfig"]).await;
+        loop {
+            let name = proxy_name(&cluster, &node);
+            let selector = service_watch_selector(name.as_deref());
+            tracing::info!(%selector, "watching Services and EndpointSlices");
+            let mut services = JoinSet::new();
+            let labelled = || WatchSpec {
+                proxy_only: true,
+                ..WatchSpec::with(watcher::Config::default().labels(&selector))
+            };
+            self.spawn::<Service>(&mut services, &cluster, &barrier, labelled());
+            self.spawn::<EndpointSlice>(&mut services, &cluster, &barrier, labelled());
+            loop {
+                if config_rx.changed().await.is_err() {
+                    while services.join_next().await.is_some() {}
+                    return;
+                }
+                if proxy_name(&cluster, &node) != name {
+                    break;
+                }
+            }
+            // The new watches relist and replace both kinds: only differences reach the planner.
+            services.abort_all();
+        }
+    }
+}
+
+/// The `service-proxy-name` the node's ProxyConfig sets, if any.
+fn proxy_name(cluster: &SharedCluster, node: &str) -> Option<String> {
+    let state = cluster.lock();
+    let labels = state.node(node).map(|n| n.labels.clone()).unwrap_or_default();
+    resolve_proxy_config(state.proxy_configs(), &labels).and_then(|c| c.settings.service_proxy_name.clone())
+}
+
+/// Runs one kind's watcher until dropped, feeding `cluster`.
+async fn watch_kind<K: Kind>(
+    api: Api<K>,
+    spec: WatchSpec,
+    cluster: SharedCluster,
+    barrier: SyncBarrier,
+    metrics: SourceMetrics,
+) {
+    let kind = K::kind(&()).to_string();
+    let label = SourceMetrics::kind(&kind);
+    let mut adapter =
+        if spec.proxy_only { KindAdapter::<K>::for_proxy(cluster) } else { KindAdapter::new(cluster) };
+    let mut errors = ErrorLog::default();
+    let mut stream = watcher(api, spec.config.page_size(LIST_PAGE_SIZE)).default_backoff().boxed();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                if let Some(cause) = errors.recovered() {
+                    tracing::info!(%kind, reason = cause.reason, "watch recovered");
+                }
+                match adapter.handle(event) {
+                    Outcome::Listed { first } => {
+                        if first {
+                            barrier.done(&kind);
+                        } else {
+                            metrics.relists.get_or_create(&label).inc();
+                        }
+                    }
+                    Outcome::Changed => {
+                        metrics.events.get_or_create(&label).inc();
+                    }
+                    Outcome::Invalid => {
+                        metrics.invalid.get_or_create(&label).inc();
+                    }
+                    Outcome::Listing => continue,
+                }
+                if let Some(n) = &spec.notify {
+                    n.send_modify(|v| *v += 1);
+                }
+            }
+            Err(e) => {
+                let cause = classify(&e);
+                let code = cause.code.map_or(0, u16::from);
+                metrics
+                    .watch_errors
+                    .get_or_create(&WatchErrorLabels {
+                        kind: kind.clone(),
+                        reason: cause.reason.to_string(),
+                        code: code.to_string(),
+                    })
+                    .inc();
+                if errors.failed(&cause) {
+                    tracing::warn!(%kind, status = code, reason = cause.reason, error = %e, hint = cause.hint(),
+                        "watch failed; the last good state keeps serving");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The agent's `NodeProxyState`, written with server-side apply.
+//!
+//! The first write applies the object itself (spec and an owner reference to the Node, so the
+//! report goes with its node), then every write applies the status subresource. Field manager
+//! `tideway-agent`, forced: the agent owns its report.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tideway_api::crd::{self, NodeProxyState};
+use tideway_core::model::NodeProxyState as CoreState;
+use tokio::sync::Mutex;
+
+use crate::status::{NodeStateSink, WriteError};
+
+/// Field manager of every agent write.
+pub const FIELD_MANAGER: &str = "tideway-agent";
+
+/// Writes one node's report to the API server.
+pub struct KubeNodeStateSink {
+    reports: Api<NodeProxyState>,
+    nodes: Api<Node>,
+    created: Mutex<bool>,
+}
+
+impl KubeNodeStateSink {
+    /// A sink over `client`.
+    pub fn new(client: Client) -> Self {
+        KubeNodeStateSink {
+            reports: Api::all(client.clone()),
+            nodes: Api::all(client),
+            created: Mutex::new(false),
+        }
+    }
+
+    fn params() -> PatchParams {
+        PatchParams::apply(FIELD_MANAGER).force()
+    }
+
+    async fn create(&self, state: &CoreState) -> Result<(), WriteError> {
+        // The Node's UID makes it the owner; without it (not readable) the report still goes.
+        let uid = match self.nodes.get(&state.node).await {
+            Ok(node) => node.uid(),
+            Err(e) => {
+                tracing::warn!(node = %state.node, error = %e, "cannot read the Node; report without owner");
+                None
+            }
+        };
+        let mut obj = crd::node_proxy_state(state, uid.as_deref());
+        obj.status = None;
+        self.reports
+            .patch(&state.node, &Self::params(), &Patch::Apply(&obj))
+            .await
+            .map_err(WriteError::from)?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeStateSink for KubeNodeStateSink {
+    async fn publish(&self, state: &CoreState) -> Result<(), WriteError> {
+        let mut created = self.created.lock().await;
+        if !*created {
+            self.create(state).await?;
+            *created = true;
+        }
+        let body = json!({
+            "apiVersion": "tideway.io/v1alpha1",
+            "kind": "NodeProxyState",
+            "metadata": { "name": state.node },
+            "status": crd::node_proxy_state_status(state),
+        });
+        match self.reports.patch_status(&state.node, &Self::params(), &Patch::Apply(&body)).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Deleted behind our back (or never there): create it again next time.
+                if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                    *created = false;
+                }
+                Err(e.into())
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The cluster state a source shares with its consumer, with the source's "synced" signal and
+//! the objects it had to skip as invalid.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tideway_core::cluster::ClusterState;
+use tokio::sync::{Notify, watch};
+
+/// Identifies an object a source read.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// Kind (`Service`, `ProxyConfig`, ...).
+    pub kind: String,
+    /// Namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key.
+    pub fn new(kind: impl Into<String>, namespace: Option<&str>, name: impl Into<String>) -> Self {
+        ObjectKey { kind: kind.into(), namespace: namespace.map(str::to_string), name: name.into() }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Objects skipped as invalid, with why. The state keeps each one's last valid version.
+pub type InvalidObjects = BTreeMap<ObjectKey, String>;
+
+/// A cluster state shared between a source and its consumer.
+#[derive(Clone)]
+pub struct SharedCluster {
+    state: Arc<Mutex<ClusterState>>,
+    changed: Arc<Notify>,
+    synced: watch::Sender<bool>,
+    invalid: Arc<Mutex<InvalidObjects>>,
+}
+
+impl Default for SharedCluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SharedCluster {
+    /// An empty, not-yet-synced state.
+    pub fn new() -> Self {
+        SharedCluster {
+            state: Arc::default(),
+            changed: Arc::new(Notify::new()),
+            synced: watch::channel(false).0,
+            invalid: Arc::default(),
+        }
+    }
+
+    /// Locks the state (hold it briefly; never across an await).
+    pub fn lock(&self) -> MutexGuard<'_, ClusterState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Mutates the state and wakes the consumer when there are changes to take (an update
+    /// that changed nothing, such as a relist that found what was there, wakes nobody).
+    pub fn update<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
+        let mut state = self.lock();
+        let r = f(&mut state);
+        let wake = state.has_changes();
+        drop(state);
+        if wake {
+            self.changed.notify_one();
+        }
+        r
+    }
+
+    /// Waits until the state may have changed since the last call (one consumer).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Records that the source delivered its first complete view.
+    pub fn mark_synced(&self) {
+        self.synced.send_replace(true);
+        self.changed.notify_one();
+    }
+
+    /// True once the source delivered a complete view.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Waits for the first complete view.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    fn invalid(&self) -> MutexGuard<'_, InvalidObjects> {
+        self.invalid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Objects the source skipped as invalid, with why.
+    pub fn invalid_objects(&self) -> InvalidObjects {
+        self.invalid().clone()
+    }
+
+    /// One line per invalid object, for status reports.
+    pub fn errors(&self) -> Vec<String> {
+        self.invalid().iter().map(|(k, msg)| format!("{k}: {msg}")).collect()
+    }
+
+    /// Records that `key` is invalid (its last valid version stays in the state).
+    pub fn set_invalid(&self, key: ObjectKey, message: String) {
+        self.invalid().insert(key, message);
+    }
+
+    /// Records that `key` is valid again, or gone.
+    pub fn clear_invalid(&self, key: &ObjectKey) {
+        self.invalid().remove(key);
+    }
+
+    /// Replaces the invalid objects of `kind` (after a relist of that kind).
+    pub fn replace_invalid_kind(&self, kind: &str, objects: InvalidObjects) {
+        let mut invalid = self.invalid();
+        invalid.retain(|k, _| k.kind != kind);
+        invalid.extend(objects);
+    }
+
+    /// Replaces every invalid object (a source that reads everything at once).
+    pub fn replace_invalid(&self, objects: InvalidObjects) {
+        *self.invalid() = objects;
+    }
+}

@@ -1,0 +1,357 @@
+//! The REST surface: routing, selectors, list, watch, get, create, replace, apply, delete.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use super::{Inner, Recorded, gone, object_key};
+
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code});
+    (StatusCode::from_u16(code).expect("status"), axum::Json(body)).into_response()
+}
+
+/// A request path: collection, namespace, name, subresource.
+type Route = (String, Option<String>, Option<String>, Option<String>);
+
+/// `/api/v1/...` or `/apis/g/v/...` split into its [`Route`].
+fn route(path: &str) -> Option<Route> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let prefix_len = match *segs.first()? {
+        "api" => 2,
+        "apis" => 3,
+        _ => return None,
+    };
+    let prefix = format!("/{}", segs.get(..prefix_len)?.join("/"));
+    let mut rest = &segs[prefix_len..];
+    let mut namespace = None;
+    if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        namespace = Some(rest[1].to_string());
+        rest = &rest[2..];
+    }
+    let plural = rest.first()?;
+    Some((
+        format!("{prefix}/{plural}"),
+        namespace,
+        rest.get(1).map(|s| s.to_string()),
+        rest.get(2).map(|s| s.to_string()),
+    ))
+}
+
+/// Label selector terms: `k`, `!k`, `k=v`, `k==v`, `k!=v`.
+fn labels_match(selector: &str, labels: &Value) -> bool {
+    selector.split(',').map(str::trim).filter(|t| !t.is_empty()).all(|term| {
+        let get = |k: &str| labels.get(k).and_then(Value::as_str);
+        if let Some(k) = term.strip_prefix('!') {
+            get(k).is_none()
+        } else if let Some((k, v)) = term.split_once("!=") {
+            get(k) != Some(v)
+        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            get(k) == Some(v)
+        } else {
+            get(term).is_some()
+        }
+    })
+}
+
+/// Field selector terms: `metadata.name=x`, `metadata.namespace=y`.
+fn fields_match(selector: &str, obj: &Value) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| match term.split_once('=') {
+        Some(("metadata.name", v)) => obj["metadata"]["name"].as_str() == Some(v),
+        Some(("metadata.namespace", v)) => obj["metadata"]["namespace"].as_str() == Some(v),
+        _ => false,
+    })
+}
+
+fn selected(q: &BTreeMap<String, String>, obj: &Value) -> bool {
+    q.get("labelSelector").is_none_or(|s| labels_match(s, &obj["metadata"]["labels"]))
+        && q.get("fieldSelector").is_none_or(|s| fields_match(s, obj))
+}
+
+pub(super) async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
+    uri: Uri,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+    guard.requests.push(Recorded {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+        query: query.clone(),
+        content_type,
+        body: parsed.clone(),
+    });
+    if let Some(i) = guard.failures.iter().position(|(m, p, _)| *m == method.as_str() && *p == uri.path()) {
+        let (_, _, code) = guard.failures.remove(i);
+        let reason = if code == 409 { "Conflict" } else { "InternalError" };
+        return status(code, reason, "injected failure");
+    }
+    let Some((collection, namespace, name, sub)) = route(uri.path()) else {
+        return status(404, "NotFound", "no such path");
+    };
+    let Some(res) = guard.resources.get(&collection) else {
+        return status(
+            404,
+            "NotFound",
+            &format!("the server could not find the requested resource {collection}"),
+        );
+    };
+    if res.forbidden {
+        let msg =
+            format!("{} is forbidden: User \"system:serviceaccount:test\" cannot list resource", res.kind);
+        return status(403, "Forbidden", &msg);
+    }
+    match (method, name) {
+        (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            watch(&mut guard, &collection, namespace, &query)
+        }
+        (Method::GET, None) => list(&guard, &collection, namespace, &query),
+        (Method::GET, Some(name)) => {
+            let key = (namespace.unwrap_or_default(), name);
+            match res.objects.get(&key) {
+                Some(obj) => axum::Json(obj.clone()).into_response(),
+                None => status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1)),
+            }
+        }
+        (Method::PATCH, Some(name)) => apply(&mut guard, &collection, namespace, name, sub, parsed),
+        (Method::POST, None) => create(&mut guard, &collection, namespace, parsed),
+        (Method::PUT, Some(name)) => replace(&mut guard, &collection, namespace, name, parsed),
+        (Method::DELETE, Some(name)) => {
+            let key = (namespace.unwrap_or_default(), name);
+            let res = guard.resources.get_mut(&collection).expect("resource");
+            match res.objects.remove(&key) {
+                Some(obj) => {
+                    let rv =
+                        obj["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+                    res.emit(rv + 1, json!({"type": "DELETED", "object": obj.clone()}));
+                    axum::Json(obj).into_response()
+                }
+                None => status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1)),
+            }
+        }
+        _ => status(405, "MethodNotAllowed", "not supported by the fake API"),
+    }
+}
+
+fn list(
+    inner: &Inner,
+    collection: &str,
+    namespace: Option<String>,
+    q: &BTreeMap<String, String>,
+) -> Response {
+    let res = &inner.resources[collection];
+    let items: Vec<&Value> = res
+        .objects
+        .iter()
+        .filter(|((ns, _), _)| namespace.as_ref().is_none_or(|n| n == ns))
+        .map(|(_, o)| o)
+        .filter(|o| selected(q, o))
+        .collect();
+    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let start: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let page: Vec<&Value> = items.iter().skip(start).take(limit).copied().collect();
+    let next = (start + page.len() < items.len()).then(|| (start + page.len()).to_string());
+    let mut meta = json!({"resourceVersion": inner.rv.to_string()});
+    if let Some(next) = next {
+        meta["continue"] = json!(next);
+    }
+    // Serialised by hand: a large list is one allocation, not a tree of Values.
+    let mut out = format!(
+        "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+        res.kind, res.api_version, meta
+    );
+    for (i, item) in page.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&item.to_string());
+    }
+    out.push_str("]}");
+    ([("content-type", "application/json")], out).into_response()
+}
+
+fn watch(
+    inner: &mut Inner,
+    collection: &str,
+    namespace: Option<String>,
+    q: &BTreeMap<String, String>,
+) -> Response {
+    let res = inner.resources.get_mut(collection).expect("resource");
+    if std::mem::take(&mut res.gone_next_watch) {
+        return ([("content-type", "application/json")], format!("{}\n", gone())).into_response();
+    }
+    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let q = q.clone();
+    let keep = move |event: &Value| {
+        event["type"] == "ERROR"
+            || (namespace
+                .as_ref()
+                .is_none_or(|n| event["object"]["metadata"]["namespace"].as_str() == Some(n))
+                && selected(&q, &event["object"]))
+    };
+    let backlog: Vec<Value> =
+        res.log.iter().filter(|(rv, _)| *rv > from).map(|(_, e)| e.clone()).filter(&keep).collect();
+    let rx = res.events.subscribe();
+    let stream =
+        futures::stream::unfold((backlog.into_iter(), rx, false), move |(mut backlog, mut rx, done)| {
+            let keep = keep.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                if let Some(e) = backlog.next() {
+                    return Some((
+                        Ok::<_, std::io::Error>(Bytes::from(format!("{e}\n"))),
+                        (backlog, rx, false),
+                    ));
+                }
+                loop {
+                    match rx.recv().await {
+                        Ok((rv, e)) if rv > from && keep(&e) => {
+                            let end = e["type"] == "ERROR";
+                            return Some((Ok(Bytes::from(format!("{e}\n"))), (backlog, rx, end)));
+                        }
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        });
+    ([("content-type", "application/json")], Body::from_stream(stream)).into_response()
+}
+
+/// POST: creates the object (409 when it exists).
+fn create(inner: &mut Inner, collection: &str, namespace: Option<String>, mut obj: Value) -> Response {
+    inner.rv += 1;
+    let rv = inner.rv;
+    let res = inner.resources.get_mut(collection).expect("resource");
+    if let Some(ns) = &namespace {
+        obj["metadata"]["namespace"] = json!(ns);
+    }
+    let key = object_key(&obj);
+    if res.objects.contains_key(&key) {
+        return status(409, "AlreadyExists", &format!("{} {:?} already exists", res.kind, key.1));
+    }
+    obj["kind"] = json!(res.kind);
+    obj["apiVersion"] = json!(res.api_version);
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    obj["metadata"]["uid"] = json!(format!("uid-{}-{}", key.0, key.1));
+    res.objects.insert(key, obj.clone());
+    res.emit(rv, json!({"type": "ADDED", "object": obj.clone()}));
+    (StatusCode::CREATED, axum::Json(obj)).into_response()
+}
+
+/// PUT: replaces the object if the request carries its current resourceVersion (else 409).
+fn replace(
+    inner: &mut Inner,
+    collection: &str,
+    namespace: Option<String>,
+    name: String,
+    mut obj: Value,
+) -> Response {
+    inner.rv += 1;
+    let rv = inner.rv;
+    let res = inner.resources.get_mut(collection).expect("resource");
+    let key = (namespace.unwrap_or_default(), name);
+    let Some(current) = res.objects.get(&key) else {
+        return status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1));
+    };
+    if obj["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+        let msg = format!(
+            "Operation cannot be fulfilled on {} {:?}: the object has been modified",
+            res.kind, key.1
+        );
+        return status(409, "Conflict", &msg);
+    }
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+    res.objects.insert(key, obj.clone());
+    res.emit(rv, json!({"type": "MODIFIED", "object": obj.clone()}));
+    axum::Json(obj).into_response()
+}
+
+/// Server-side apply, simplified: the patch's metadata labels/ownerReferences and spec replace
+/// the stored ones (or its status, on the status subresource); the object is created if absent.
+fn apply(
+    inner: &mut Inner,
+    collection: &str,
+    namespace: Option<String>,
+    name: String,
+    sub: Option<String>,
+    patch: Value,
+) -> Response {
+    inner.rv += 1;
+    let rv = inner.rv;
+    let res = inner.resources.get_mut(collection).expect("resource");
+    let key = (namespace.clone().unwrap_or_default(), name.clone());
+    let existed = res.objects.contains_key(&key);
+    if sub.as_deref() == Some("status") && !existed {
+        return status(404, "NotFound", &format!("{} {name:?} not found", res.kind));
+    }
+    let mut obj = res.objects.get(&key).cloned().unwrap_or_else(|| {
+        json!({"kind": res.kind, "apiVersion": res.api_version,
+            "metadata": {"name": name, "uid": format!("uid-{}-{name}", key.0), "generation": 1}})
+    });
+    if let Some(ns) = &namespace {
+        obj["metadata"]["namespace"] = json!(ns);
+    }
+    if sub.as_deref() == Some("status") {
+        obj["status"] = patch["status"].clone();
+    } else {
+        for field in ["labels", "annotations", "ownerReferences"] {
+            if !patch["metadata"][field].is_null() {
+                obj["metadata"][field] = patch["metadata"][field].clone();
+            }
+        }
+        for (k, v) in patch.as_object().into_iter().flatten() {
+            if !matches!(k.as_str(), "metadata" | "status" | "kind" | "apiVersion") {
+                obj[k] = v.clone();
+            }
+        }
+    }
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    res.objects.insert(key, obj.clone());
+    res.emit(rv, json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": obj.clone()}));
+    axum::Json(obj).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_selectors() {
+        assert_eq!(route("/api/v1/services"), Some(("/api/v1/services".into(), None, None, None)));
+        assert_eq!(
+            route("/apis/tideway.io/v1alpha1/nodeproxystates/node-a/status"),
+            Some((
+                "/apis/tideway.io/v1alpha1/nodeproxystates".into(),
+                None,
+                Some("node-a".into()),
+                Some("status".into())
+            ))
+        );
+        assert_eq!(
+            route("/api/v1/namespaces/kube-system/services/kube-dns"),
+            Some(("/api/v1/services".into(), Some("kube-system".into()), Some("kube-dns".into()), None))
+        );
+        assert_eq!(route("/api/v1/namespaces"), Some(("/api/v1/namespaces".into(), None, None, None)));
+        let labels = json!({"a": "1", "b": "2"});
+        assert!(labels_match("a=1,!c", &labels));
+        assert!(!labels_match("!a", &labels));
+        assert!(labels_match("b!=3,b", &labels));
+        assert!(!labels_match("a==2", &labels));
+    }
+}

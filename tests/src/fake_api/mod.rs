@@ -1,0 +1,256 @@
+//! A stand-in for the Kubernetes API server, for tests and benchmarks of the Kubernetes edge
+//! (no API server can run on these machines). It speaks just enough of the REST protocol for
+//! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
+//! (with `410 Gone` on demand), GET, server-side-apply PATCH of objects and their status, and
+//! `403 Forbidden` per resource. It records every request for assertions.
+//!
+//! Objects are plain JSON; the test adds, changes and deletes them, and open watches see it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+mod background;
+mod handlers;
+
+pub use background::BackgroundApi;
+use handlers::handle;
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// HTTP method.
+    pub method: String,
+    /// Path.
+    pub path: String,
+    /// Query parameters.
+    pub query: BTreeMap<String, String>,
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// Body, parsed as JSON (kube sends apply patches as JSON), or Null.
+    pub body: Value,
+}
+
+/// One resource: `/api/v1/services`, `/apis/tideway.io/v1alpha1/proxyconfigs`, ...
+struct Resource {
+    kind: String,
+    api_version: String,
+    /// (namespace or "", name) -> object
+    objects: BTreeMap<(String, String), Value>,
+    /// Every event with its resource version, for watches resuming from one.
+    log: Vec<(u64, Value)>,
+    events: broadcast::Sender<(u64, Value)>,
+    forbidden: bool,
+    gone_next_watch: bool,
+}
+
+struct Inner {
+    resources: BTreeMap<String, Resource>,
+    requests: Vec<Recorded>,
+    rv: u64,
+    /// (method, path) -> HTTP status to answer, once each.
+    failures: Vec<(String, String, u16)>,
+}
+
+/// The fake API server; stops when dropped (with the runtime that serves it).
+#[derive(Clone)]
+pub struct FakeApi {
+    inner: Arc<Mutex<Inner>>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// The resources a Tideway component may ask for: (path, kind, apiVersion).
+pub const RESOURCES: &[(&str, &str, &str)] = &[
+    ("/api/v1/services", "Service", "v1"),
+    ("/api/v1/nodes", "Node", "v1"),
+    ("/api/v1/pods", "Pod", "v1"),
+    ("/api/v1/namespaces", "Namespace", "v1"),
+    ("/apis/discovery.k8s.io/v1/endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
+    ("/apis/tideway.io/v1alpha1/proxyconfigs", "ProxyConfig", "tideway.io/v1alpha1"),
+    ("/apis/tideway.io/v1alpha1/nodeproxystates", "NodeProxyState", "tideway.io/v1alpha1"),
+    ("/apis/tideway.io/v1alpha1/loadbalancerpools", "LoadBalancerPool", "tideway.io/v1alpha1"),
+    ("/apis/tideway.io/v1alpha1/l2announcements", "L2Announcement", "tideway.io/v1alpha1"),
+    ("/apis/coordination.k8s.io/v1/leases", "Lease", "coordination.k8s.io/v1"),
+    ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1"),
+];
+
+/// The collection path of `kind`.
+pub fn path_of(kind: &str) -> &'static str {
+    RESOURCES
+        .iter()
+        .find(|(_, k, _)| *k == kind)
+        .map(|(p, _, _)| *p)
+        .unwrap_or_else(|| panic!("unknown kind {kind}"))
+}
+
+impl FakeApi {
+    /// Starts serving on 127.0.0.1 (of the current network namespace) in the current runtime.
+    pub async fn start() -> FakeApi {
+        let resources = RESOURCES
+            .iter()
+            .map(|(path, kind, api_version)| {
+                (
+                    path.to_string(),
+                    Resource {
+                        kind: kind.to_string(),
+                        api_version: api_version.to_string(),
+                        objects: BTreeMap::new(),
+                        log: Vec::new(),
+                        events: broadcast::channel(1 << 16).0,
+                        forbidden: false,
+                        gone_next_watch: false,
+                    },
+                )
+            })
+            .collect();
+        let inner =
+            Arc::new(Mutex::new(Inner { resources, requests: Vec::new(), rv: 1, failures: Vec::new() }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake API");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new().fallback(handle).with_state(inner.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        FakeApi { inner, addr }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes a kubeconfig pointing at this server into `dir`; returns its path.
+    pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
+             users:\n- name: fake\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    \
+             cluster: fake\n    user: fake\ncurrent-context: fake\n",
+            self.addr
+        );
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path
+    }
+
+    /// Adds or replaces an object (JSON in Kubernetes form; kind and apiVersion are filled in).
+    pub fn upsert(&self, mut obj: Value) {
+        let kind = obj["kind"].as_str().expect("object has a kind").to_string();
+        let mut inner = self.lock();
+        inner.rv += 1;
+        let rv = inner.rv;
+        let res = inner.resources.get_mut(path_of(&kind)).expect("resource");
+        let key = res.stamp(&mut obj, rv);
+        let kind = if res.objects.contains_key(&key) { "MODIFIED" } else { "ADDED" };
+        res.objects.insert(key, obj.clone());
+        res.emit(rv, json!({"type": kind, "object": obj}));
+    }
+
+    /// Adds many objects at once without emitting events (a large initial list).
+    pub fn preload(&self, objects: impl IntoIterator<Item = Value>) {
+        let mut inner = self.lock();
+        for mut obj in objects {
+            inner.rv += 1;
+            let rv = inner.rv;
+            let kind = obj["kind"].as_str().expect("kind").to_string();
+            let res = inner.resources.get_mut(path_of(&kind)).expect("resource");
+            let key = res.stamp(&mut obj, rv);
+            res.objects.insert(key, obj);
+        }
+    }
+
+    /// Deletes an object.
+    pub fn delete(&self, kind: &str, namespace: Option<&str>, name: &str) {
+        let mut inner = self.lock();
+        inner.rv += 1;
+        let rv = inner.rv;
+        let res = inner.resources.get_mut(path_of(kind)).expect("resource");
+        if let Some(mut obj) = res.objects.remove(&(namespace.unwrap_or("").to_string(), name.to_string())) {
+            obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+            res.emit(rv, json!({"type": "DELETED", "object": obj}));
+        }
+    }
+
+    /// Removes an object without a watch event (as if it went while no watch was open).
+    pub fn remove_silently(&self, kind: &str, namespace: Option<&str>, name: &str) {
+        let mut inner = self.lock();
+        inner.rv += 1;
+        let res = inner.resources.get_mut(path_of(kind)).expect("resource");
+        res.objects.remove(&(namespace.unwrap_or("").to_string(), name.to_string()));
+    }
+
+    /// The stored object, if any.
+    pub fn get(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let inner = self.lock();
+        inner.resources[path_of(kind)]
+            .objects
+            .get(&(namespace.unwrap_or("").to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Makes every request for `kind` answer 403 (RBAC denied), or stop doing so.
+    pub fn forbid(&self, kind: &str, forbidden: bool) {
+        self.lock().resources.get_mut(path_of(kind)).expect("resource").forbidden = forbidden;
+    }
+
+    /// Ends the open watches of `kind` with a `410 Gone` error event (the server compacted
+    /// past them), and answers the next watch the same way: the client must relist.
+    pub fn expire_watches(&self, kind: &str) {
+        let mut inner = self.lock();
+        inner.rv += 1;
+        let rv = inner.rv;
+        let res = inner.resources.get_mut(path_of(kind)).expect("resource");
+        res.gone_next_watch = true;
+        let _ = res.events.send((rv, gone()));
+    }
+
+    /// Answers the next `method` request to exactly `path` with `code` (once).
+    pub fn fail_next(&self, method: &str, path: &str, code: u16) {
+        self.lock().failures.push((method.to_string(), path.to_string(), code));
+    }
+
+    /// Every stored object of `kind`.
+    pub fn list(&self, kind: &str) -> Vec<Value> {
+        self.lock().resources[path_of(kind)].objects.values().cloned().collect()
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.lock().requests.clone()
+    }
+
+    /// Requests whose path starts with `prefix`.
+    pub fn requests_to(&self, prefix: &str) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.path.starts_with(prefix)).collect()
+    }
+}
+
+impl Resource {
+    /// Fills in what the API server would: apiVersion, resourceVersion, a uid. Returns the key.
+    fn stamp(&self, obj: &mut Value, rv: u64) -> (String, String) {
+        obj["apiVersion"] = json!(self.api_version);
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let key = object_key(obj);
+        if obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = json!(format!("uid-{}-{}", key.0, key.1));
+        }
+        key
+    }
+
+    fn emit(&mut self, rv: u64, event: Value) {
+        self.log.push((rv, event.clone()));
+        let _ = self.events.send((rv, event));
+    }
+}
+
+fn gone() -> Value {
+    json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "too old resource version", "reason": "Expired", "code": 410}})
+}
+
+fn object_key(obj: &Value) -> (String, String) {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let name = obj["metadata"]["name"].as_str().expect("object has a name").to_string();
+    (ns, name)
+}
