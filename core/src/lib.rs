@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod config;
 pub mod conntrack;
 pub mod drain;
+pub mod drift;
 pub mod ipam;
 pub mod l2;
 pub mod model;

@@ -8,15 +8,13 @@ use netlink_sys::Socket;
 use tideway_core::conntrack::Flow;
 use tideway_core::net::IpFamily;
 
-use crate::dataplane::netlink::{Attrs, align4, attrs, netlink_socket};
+use crate::dataplane::netlink::{
+    Attrs, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, attrs, dump, errno_of, messages, netlink_socket,
+};
 use crate::dataplane::{DataplaneError, NetlinkError, Refusal};
 
 const NETLINK_NETFILTER: isize = 12;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
-const NLM_F_DUMP: u16 = 0x300;
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
@@ -129,26 +127,6 @@ fn parse_flow(payload: &[u8]) -> Option<Flow> {
     (proto == IPPROTO_UDP).then_some(Flow { src, dst, sport, dport, reply_src, reply_sport })
 }
 
-/// One answer message: its type, sequence, and payload.
-fn messages(mut buf: &[u8]) -> Vec<(u16, u32, &[u8])> {
-    let mut out = Vec::new();
-    while buf.len() >= 16 {
-        let len = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        if len < 16 || len > buf.len() {
-            break;
-        }
-        let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-        let seq = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]);
-        out.push((kind, seq, &buf[16..len]));
-        buf = &buf[align4(len).min(buf.len())..];
-    }
-    out
-}
-
-fn errno_of(payload: &[u8]) -> i32 {
-    payload.get(..4).map_or(0, |b| -i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-}
-
 /// A ctnetlink socket.
 pub struct Conntrack {
     socket: Socket,
@@ -175,29 +153,10 @@ impl Conntrack {
             .nested(CTA_FILTER, Attrs::default().u32(CTA_FILTER_ORIG_FLAGS, CTA_FILTER_FLAG_PROTO_NUM));
         let seq = self.next_seq();
         let m = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, &filter);
-        self.socket.send(&m, 0).map_err(NetlinkError::socket("requesting the conntrack table"))?;
         let mut flows = Vec::new();
-        loop {
-            let (buf, _) =
-                self.socket.recv_from_full().map_err(NetlinkError::socket("reading the conntrack table"))?;
-            for (kind, got, payload) in messages(&buf) {
-                if got != seq {
-                    continue;
-                }
-                match kind {
-                    NLMSG_DONE => return Ok(flows),
-                    NLMSG_ERROR if errno_of(payload) == 0 => return Ok(flows),
-                    NLMSG_ERROR => {
-                        let errno = errno_of(payload);
-                        let what = format!("dumping {} conntrack entries", family.label());
-                        return Err(
-                            NetlinkError::Refused(vec![Refusal { what, errno, message: None }]).into()
-                        );
-                    }
-                    _ => flows.extend(parse_flow(payload)),
-                }
-            }
-        }
+        let what = format!("dumping {} conntrack entries", family.label());
+        dump(&self.socket, &m, seq, &what, |_, payload| flows.extend(parse_flow(payload)))?;
+        Ok(flows)
     }
 
     /// Deletes `flows`, in batches; returns how many the kernel deleted (a flow that expired
@@ -223,12 +182,12 @@ impl Conntrack {
             while acked < chunk.len() {
                 let (buf, _) =
                     self.socket.recv_from_full().map_err(NetlinkError::socket("reading conntrack acks"))?;
-                for (kind, seq, payload) in messages(&buf) {
-                    if kind != NLMSG_ERROR || seq.wrapping_sub(first) as usize >= chunk.len() {
+                for m in messages(&buf) {
+                    if m.kind != NLMSG_ERROR || m.seq.wrapping_sub(first) as usize >= chunk.len() {
                         continue;
                     }
                     acked += 1;
-                    match errno_of(payload) {
+                    match errno_of(m.payload) {
                         0 => deleted += 1,
                         2 => {} // ENOENT: it expired meanwhile.
                         errno => {
@@ -273,7 +232,7 @@ mod tests {
             [flow("10.244.1.9", "10.96.0.53", "10.244.2.5"), flow("fd00::9", "fd00:96::53", "fd00:244::5")]
         {
             let m = kernel_message(&f);
-            let parsed: Vec<Flow> = messages(&m).into_iter().filter_map(|(_, _, p)| parse_flow(p)).collect();
+            let parsed: Vec<Flow> = messages(&m).into_iter().filter_map(|m| parse_flow(m.payload)).collect();
             assert_eq!(parsed, [f]);
         }
     }

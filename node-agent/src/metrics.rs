@@ -16,6 +16,13 @@ pub struct PolicyLabel {
     pub traffic_policy: String,
 }
 
+/// `kind` label: what differed (`chain_rules`, `set_elements`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// [`tideway_core::drift::DriftKind::label`].
+    pub kind: String,
+}
+
 /// `code` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
@@ -45,8 +52,8 @@ pub struct Metrics {
     pub conntrack_deleted: Counter,
     /// Drift checks run.
     pub drift_checks: Counter,
-    /// Drift found and repaired.
-    pub drift_repairs: Counter,
+    /// Objects found to differ from the applied rules and repaired, by what differed.
+    pub drift_repairs: Family<KindLabel, Counter>,
     /// Proxy mode changes performed.
     pub mode_switches: Counter,
     /// `/healthz` answers by code.
@@ -68,7 +75,7 @@ impl Metrics {
             no_local_endpoints: Family::default(),
             conntrack_deleted: Counter::default(),
             drift_checks: Counter::default(),
-            drift_repairs: Counter::default(),
+            drift_repairs: Family::default(),
             mode_switches: Counter::default(),
             healthz: Family::default(),
         };
@@ -119,13 +126,13 @@ impl Metrics {
             m.conntrack_deleted.clone(),
         );
         r.register(
-            "tideway_dataplane_drift_checks",
+            "tideway_drift_checks",
             "Comparisons of the kernel with the applied rules",
             m.drift_checks.clone(),
         );
         r.register(
-            "tideway_dataplane_drift_repairs",
-            "Differences between the kernel and the applied rules, repaired",
+            "tideway_drift_repairs",
+            "Objects that differed from the applied rules, repaired, by what differed",
             m.drift_repairs.clone(),
         );
         r.register("tideway_proxy_mode_switches", "Proxy mode changes performed", m.mode_switches.clone());

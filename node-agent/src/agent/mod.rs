@@ -6,8 +6,8 @@
 //!        --> conntrack cleanup, health-check servers, status, metrics
 //! ```
 //! Syncs run at most every `minSyncPeriod` (start to start) and the kernel is compared with
-//! what was applied every `syncPeriod` (deep) and after each sync (cheap, nftables); drift
-//! triggers a full sync. A failed apply leaves the kernel as it was and is retried with
+//! what was applied every `syncPeriod`; the dataplane repairs what differs (nftables: only the
+//! chains and sets that differ; the others rewrite everything). A failed apply leaves the kernel as it was and is retried with
 //! backoff as a full sync. Switching mode programs the new backend first, then removes the
 //! old one's objects.
 
@@ -33,7 +33,7 @@ pub use status::AgentStatus;
 use crate::announcer::Announcer;
 use crate::dataplane::{self, Dataplane, DataplaneError, Keep, Retired, Update};
 use crate::health::{HealthServers, ProxyHealth};
-use crate::metrics::{Metrics, PolicyLabel};
+use crate::metrics::{KindLabel, Metrics, PolicyLabel};
 
 /// Why a sync or a drift check did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -459,7 +459,9 @@ impl Agent {
         self.set_status(|s| s.retiring = waiting);
     }
 
-    /// Compares the kernel with what was applied; on a difference, counts it and resyncs.
+    /// Compares the kernel with what was applied; on a difference, has the dataplane repair
+    /// what differs and counts each object by what differed. A failed repair leaves the next
+    /// sync to rewrite everything.
     pub async fn check_drift(&mut self, deep: bool) -> Result<bool, SyncError> {
         let (Some(planned), Some(dp)) = (self.planned.as_ref(), self.dataplane.as_mut()) else {
             return Ok(false);
@@ -474,18 +476,19 @@ impl Agent {
             return Ok(false);
         }
         let found: Vec<String> = drift.iter().map(ToString::to_string).collect();
-        tracing::warn!(drift = ?found, "kernel rules differ from the applied ones; repairing");
+        tracing::warn!(drift = ?found, "kernel rules differ from the applied ones; repairing what differs");
+        let repaired = blocking(|| dp.repair(programs, &drift));
         self.set_status(|s| s.last_drift = found);
-        self.sync(true).await?;
-        self.metrics.drift_repairs.inc();
+        if let Err(e) = repaired {
+            // The next sync rewrites everything.
+            self.needs_full = true;
+            return Err(SyncError::Apply(e));
+        }
+        for d in &drift {
+            self.metrics.drift_repairs.get_or_create(&KindLabel { kind: d.kind.label().to_string() }).inc();
+        }
         self.set_status(|s| s.drift_repairs += 1);
         Ok(true)
-    }
-
-    /// Cheap verification after each sync is worth it where reading back is cheap (nftables:
-    /// a terse listing of chains and rules).
-    pub fn cheap_verify(&self) -> bool {
-        self.dataplane.as_ref().is_some_and(|d| d.mode() == ProxyMode::Nftables)
     }
 }
 

@@ -75,11 +75,6 @@ impl Agent {
                         retry_at = None;
                         force_full = false;
                         backoff = Duration::from_millis(500);
-                        if self.cheap_verify()
-                            && let Err(e) = self.check_drift(false).await
-                        {
-                            tracing::warn!(error = %e, "drift check failed");
-                        }
                     }
                     Err(_) => {
                         retry_at = Some(Instant::now() + backoff);

@@ -15,7 +15,7 @@ use tideway_core::render::iptables::text;
 use tideway_core::render::names::is_own_chain;
 
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
 
 /// Which iptables implementation the host uses.
@@ -239,6 +239,7 @@ impl Iptables {
             let target = args.rsplit(' ').next().unwrap_or_default();
             if !has_jump(&saved, table, &chain, target) {
                 drift.push(Drift {
+                    kind: DriftKind::ChainRules,
                     object: format!("{label} chain {table}/{chain}"),
                     detail: format!("jump to {target} missing"),
                 });

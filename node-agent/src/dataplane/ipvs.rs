@@ -18,7 +18,7 @@ use tideway_core::render::ipvs::{DUMMY_INTERFACE, IPVS_IPS, set_name, text};
 use super::iptables::Iptables;
 use super::ipvs_netlink::IpvsNetlink;
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
 
 /// Real servers still draining after this long are removed anyway.
@@ -361,6 +361,7 @@ impl Dataplane for Ipvs {
             .unwrap_or_default();
         if want != have {
             drift.push(Drift {
+                kind: DriftKind::Addresses,
                 object: format!("interface {DUMMY_INTERFACE}"),
                 detail: format!("{} addresses, expected {}", have.len(), want.len()),
             });
@@ -375,6 +376,7 @@ impl Dataplane for Ipvs {
         let wanted: BTreeSet<VsKey> = services.keys().copied().collect();
         if kernel != wanted {
             drift.push(Drift {
+                kind: DriftKind::VirtualServers,
                 object: "ipvs virtual servers".into(),
                 detail: format!("{} in the kernel, expected {}", kernel.len(), wanted.len()),
             });
@@ -388,6 +390,7 @@ impl Dataplane for Ipvs {
                     vs.real_servers.iter().filter(|r| r.weight > 0).map(|r| (r.ip, r.port)).collect();
                 if live != want {
                     drift.push(Drift {
+                        kind: DriftKind::RealServers,
                         object: format!("ipvs {}", text::virtual_server_line(vs)),
                         detail: format!("{} real servers, expected {}", live.len(), want.len()),
                     });

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tideway_core::config::{ProxyMode, ProxySettings};
 use tideway_core::program::{KernelState, Program};
 
-use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec::{CommandError, CommandStatus};
 
 /// One call a dataplane received.
@@ -114,6 +114,7 @@ impl Dataplane for MemoryDataplane {
             .filter_map(|((want, have), family)| {
                 let want = KernelState::of(want);
                 (want.canonical() != have.canonical()).then(|| Drift {
+                    kind: DriftKind::ChainRules,
                     object: format!("{} {family}", self.mode),
                     detail: have.describe_difference(&want),
                 })

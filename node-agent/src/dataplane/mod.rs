@@ -17,6 +17,7 @@ mod observe;
 use std::collections::BTreeSet;
 
 use tideway_core::config::{ProxyMode, ProxySettings};
+pub use tideway_core::drift::DriftKind;
 use tideway_core::program::{ChangeSet, Program};
 
 pub use iptables::{BACKEND_ENV as IPTABLES_BACKEND_ENV, Iptables, IptablesBackend};
@@ -37,6 +38,8 @@ pub enum Update<'a> {
 /// A difference between the kernel and the last applied programs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
+    /// What kind of difference (the metric label).
+    pub kind: DriftKind,
     /// The object (`chain ip tideway services`, `set KUBE-CLUSTER-IP`, ...).
     pub object: String,
     /// What differs.
@@ -158,6 +161,12 @@ pub trait Dataplane: Send {
     /// Compares the kernel with `desired`; `deep` also compares set and map members, which is
     /// slower at scale.
     fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError>;
+
+    /// Repairs what `verify` found. Backends that can rewrite single objects do only that;
+    /// the others rewrite everything.
+    fn repair(&mut self, desired: [&Program; 2], _drift: &[Drift]) -> Result<(), DataplaneError> {
+        self.apply(desired, Update::Full)
+    }
 
     /// Removes this backend's objects except those in `keep` (after a mode switch, or when an
     /// earlier run left them). Objects still carrying established connections may stay until

@@ -72,3 +72,85 @@ pub(crate) fn netlink_socket(
     let _ = socket.set_rx_buf_sz(rx_buffer);
     Ok(socket)
 }
+
+pub(crate) const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_DONE: u16 = 3;
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
+pub(crate) const NLM_F_DUMP: u16 = 0x300;
+/// Set on dump answers when the objects changed while the dump ran (the answer may be torn).
+const NLM_F_DUMP_INTR: u16 = 0x10;
+
+/// One message of a datagram from the kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Message<'a> {
+    pub(crate) kind: u16,
+    pub(crate) flags: u16,
+    pub(crate) seq: u32,
+    pub(crate) payload: &'a [u8],
+}
+
+/// The messages of one datagram.
+pub(crate) fn messages(mut buf: &[u8]) -> Vec<Message<'_>> {
+    let mut out = Vec::new();
+    while buf.len() >= 16 {
+        let len = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len < 16 || len > buf.len() {
+            break;
+        }
+        let kind = u16::from_ne_bytes([buf[4], buf[5]]);
+        let flags = u16::from_ne_bytes([buf[6], buf[7]]);
+        let seq = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]);
+        out.push(Message { kind, flags, seq, payload: &buf[16..len] });
+        buf = &buf[align4(len).min(buf.len())..];
+    }
+    out
+}
+
+/// The (positive) errno of an `NLMSG_ERROR` payload; 0 for an ack.
+pub(crate) fn errno_of(payload: &[u8]) -> i32 {
+    payload.get(..4).map_or(0, |b| -i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// How a dump ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dumped {
+    /// Every object was read.
+    Complete,
+    /// The objects changed during the dump: what was read may be torn; ask again.
+    Interrupted,
+}
+
+/// Sends the dump request `request` (sequence `seq`) and gives each answer's type and payload
+/// to `each` until the kernel says done. `what` names the dump in errors.
+pub(crate) fn dump(
+    socket: &netlink_sys::Socket,
+    request: &[u8],
+    seq: u32,
+    what: &str,
+    mut each: impl FnMut(u16, &[u8]),
+) -> Result<Dumped, DataplaneError> {
+    socket.set_non_blocking(false).map_err(NetlinkError::socket("blocking mode"))?;
+    socket.send(request, 0).map_err(NetlinkError::socket("sending a dump request"))?;
+    let mut dumped = Dumped::Complete;
+    loop {
+        let (buf, _) = socket.recv_from_full().map_err(NetlinkError::socket("reading a dump"))?;
+        for m in messages(&buf) {
+            if m.seq != seq {
+                continue;
+            }
+            if m.flags & NLM_F_DUMP_INTR != 0 {
+                dumped = Dumped::Interrupted;
+            }
+            match m.kind {
+                NLMSG_DONE => return Ok(dumped),
+                NLMSG_ERROR if errno_of(m.payload) == 0 => return Ok(dumped),
+                NLMSG_ERROR => {
+                    let refusal =
+                        super::Refusal { what: what.to_string(), errno: errno_of(m.payload), message: None };
+                    return Err(NetlinkError::Refused(vec![refusal]).into());
+                }
+                kind => each(kind, m.payload),
+            }
+        }
+    }
+}

@@ -1,22 +1,38 @@
 //! nftables: everything in `table ip tideway` and `table ip6 tideway`, one netlink transaction
 //! per sync (both families together), so a failed sync changes nothing.
+//!
+//! Drift is found by content over netlink: each chain's rules are digested right after they
+//! are applied, and the periodic check reads the table back (chains and their headers, rule
+//! digests, set elements) and compares it with those digests and with the program
+//! ([`tideway_core::drift`]). A repair rewrites only the chains and sets that differ.
+//!
+//! The check starts with the ruleset generation, which every nf_tables transaction in the
+//! namespace moves on by one: when it is still the one our last transaction left, nothing
+//! changed and the check ends there (one netlink round trip at any scale).
 
-use serde_json::Value;
+use std::collections::HashMap;
+
 use tideway_core::config::ProxyMode;
-use tideway_core::net::IpFamily;
-use tideway_core::program::Program;
+use tideway_core::drift::{self, Digest, Expected, Found, Repair};
+use tideway_core::program::{ChangeSet, Element, Program};
 use tideway_core::render::nftables::{TABLE, text};
 
-use super::nft_netlink::NftNetlink;
-use super::observe::Counts;
+use super::nft_netlink::{NftNetlink, element_digest};
 use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
 use crate::exec;
 
-/// The nftables backend: changes go over netlink in one transaction; reading back and
-/// cleaning up use the `nft` tool.
+/// The nftables backend: changes and reading back go over netlink; removing the tables after
+/// a mode switch uses the `nft` tool.
 #[derive(Default)]
 pub struct Nftables {
     netlink: Option<NftNetlink>,
+    /// Rule digests by chain, learnt right after the rules were applied (IPv4, IPv6).
+    learnt: [HashMap<String, Digest>; 2],
+    /// What the last check found (IPv4, IPv6): what a repair rewrites.
+    found: [Vec<Found>; 2],
+    /// The ruleset generation our last transaction left (or the last check found clean);
+    /// `None` when another transaction may have run since.
+    generation: Option<u32>,
 }
 
 impl std::fmt::Debug for Nftables {
@@ -40,35 +56,96 @@ impl Nftables {
         Ok(out.lines().map(|l| l.trim().to_string()).collect())
     }
 
-    fn observe(family: IpFamily, deep: bool) -> Result<Option<Counts>, DataplaneError> {
-        let fam = text::family_kw(family);
-        let mut args = vec!["-j"];
-        if !deep {
-            args.push("-t");
+    fn netlink(&mut self) -> Result<&mut NftNetlink, DataplaneError> {
+        if self.netlink.is_none() {
+            self.netlink = Some(NftNetlink::open()?);
         }
-        args.extend(["list", "table", fam, TABLE]);
-        let out = match Self::nft(&args, None) {
-            Ok(out) => out,
-            Err(DataplaneError::Command(e)) if e.stderr.contains("No such file") => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let json: Value = serde_json::from_str(&out)
-            .map_err(|e| DataplaneError::Parse { tool: "nft", message: format!("JSON: {e}") })?;
-        let mut counts = Counts::default();
-        for item in json.get("nftables").and_then(Value::as_array).into_iter().flatten() {
-            if let Some(c) = item.get("chain") {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-                counts.chains.entry((TABLE.to_string(), name)).or_insert(0);
-            } else if let Some(r) = item.get("rule") {
-                let name = r.get("chain").and_then(Value::as_str).unwrap_or_default().to_string();
-                *counts.chains.entry((TABLE.to_string(), name)).or_insert(0) += 1;
-            } else if let Some(s) = item.get("set").or_else(|| item.get("map")) {
-                let name = s.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-                let members = s.get("elem").and_then(Value::as_array).map_or(0, Vec::len);
-                counts.sets.insert((TABLE.to_string(), name), members);
+        Ok(self.netlink.as_mut().expect("just opened"))
+    }
+
+    /// Runs our transaction `commit` and notes the generation it leaves, unless another
+    /// transaction ran alongside (the next check then reads everything).
+    fn transaction(
+        &mut self,
+        commit: impl FnOnce(&mut NftNetlink) -> Result<(), DataplaneError>,
+    ) -> Result<(), DataplaneError> {
+        self.generation = None;
+        let nl = self.netlink()?;
+        let before = nl.generation().ok();
+        if let Err(e) = commit(nl) {
+            // A fresh socket for the retry (nothing of this transaction was applied).
+            self.netlink = None;
+            return Err(e);
+        }
+        let after = nl.generation().ok();
+        if let (Some(b), Some(a)) = (before, after)
+            && a.wrapping_sub(b) <= 1
+        {
+            self.generation = Some(a);
+        }
+        Ok(())
+    }
+
+    /// Learns the rule digests of the chains just written: all of them after a full update,
+    /// else those `changes` filled. A chain that cannot be read is forgotten (the next check
+    /// adopts what it finds).
+    fn learn(&mut self, i: usize, p: &Program, changes: Option<&ChangeSet>) {
+        let chains: Option<Vec<String>> = changes.filter(|cs| !cs.full).map(|cs| {
+            for c in &cs.delete_chains {
+                self.learnt[i].remove(&*c.name);
+            }
+            let filled = cs.add_chains.iter().chain(&cs.flush_chains).map(|c| c.name.to_string());
+            let edited = cs.add_rules.iter().chain(&cs.delete_rules).map(|(c, _)| c.name.to_string());
+            filled.chain(edited).collect()
+        });
+        self.learn_chains(i, p, chains);
+    }
+
+    fn learn_chains(&mut self, i: usize, p: &Program, chains: Option<Vec<String>>) {
+        let family = p.family;
+        let Ok(nl) = self.netlink() else { return };
+        match chains {
+            None => match nl.rule_digests(family, None) {
+                Ok(all) => self.learnt[i] = all,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read back the rules just applied");
+                    self.learnt[i].clear();
+                }
+            },
+            Some(names) => {
+                let read: Vec<_> =
+                    names.into_iter().map(|n| (nl.rule_digests(family, Some(&n)), n)).collect();
+                for (digests, name) in read {
+                    match digests {
+                        Ok(d) => self.learnt[i].extend(d),
+                        Err(e) => {
+                            tracing::warn!(error = %e, chain = %name, "cannot read back the rules just applied");
+                            self.learnt[i].remove(&name);
+                        }
+                    }
+                }
             }
         }
-        Ok(Some(counts))
+    }
+
+    /// What family `i`'s table should hold: the program's chains (with the learnt rule
+    /// digests) and sets (with their elements' digest when `deep`).
+    fn expected(&self, i: usize, p: &Program, deep: bool) -> Expected {
+        let asm = p.assemble();
+        let mut e = Expected::default();
+        for c in &asm.chains {
+            e.chains.insert(c.def.name.to_string(), (c.def.hook, self.learnt[i].get(&*c.def.name).copied()));
+        }
+        for s in &asm.sets {
+            let elements = (deep && s.def.flags.dynamic_timeout.is_none()).then(|| {
+                let mut unique: Vec<&Element> = s.elements.clone();
+                unique.sort();
+                unique.dedup();
+                element_digest(s.def, &unique)
+            });
+            e.sets.insert(s.def.name.to_string(), elements);
+        }
+        e
     }
 }
 
@@ -78,34 +155,74 @@ impl Dataplane for Nftables {
     }
 
     fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError> {
-        if self.netlink.is_none() {
-            self.netlink = Some(NftNetlink::open()?);
-        }
-        let nl = self.netlink.as_mut().expect("just opened");
-        let result = match update {
+        self.transaction(|nl| match update {
             Update::Full => nl.apply_full(desired),
             Update::Changes(cs) => nl.apply_changes(desired, cs),
-        };
-        if result.is_err() {
-            // A fresh socket for the retry (nothing of this transaction was applied).
-            self.netlink = None;
+        })?;
+        for (i, p) in desired.into_iter().enumerate() {
+            let changes = match update {
+                Update::Full => None,
+                Update::Changes(cs) => Some(cs[i]),
+            };
+            self.learn(i, p, changes);
         }
-        result
+        Ok(())
     }
 
     fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError> {
-        let mut drift = Vec::new();
-        for p in desired {
-            let label = format!("table {} {TABLE}", text::family_kw(p.family));
-            match Self::observe(p.family, deep)? {
-                None => drift.push(Drift { object: label, detail: "missing".into() }),
-                Some(observed) => drift.extend(Counts::of(p).compare(&observed, deep, &label)),
-            }
+        let now = self.netlink()?.generation()?;
+        if self.generation == Some(now) {
+            return Ok(Vec::new());
         }
+        let mut drift = Vec::new();
+        for (i, p) in desired.into_iter().enumerate() {
+            let expected = self.expected(i, p, deep);
+            let wanted = |name: &str| expected.sets.get(name).is_some_and(Option::is_some);
+            let observed = self.netlink()?.observe(p.family, wanted)?;
+            // Chains whose digest could not be learnt are adopted as they are now.
+            if let Some(o) = &observed {
+                for (name, (_, rules)) in &expected.chains {
+                    if let (None, Some(seen)) = (rules, o.chains.get(name)) {
+                        self.learnt[i].insert(name.clone(), seen.rules);
+                    }
+                }
+            }
+            let found = drift::compare(&expected, observed.as_ref());
+            let table = format!("table {} {TABLE}", text::family_kw(p.family));
+            drift.extend(found.iter().map(|f| Drift {
+                kind: f.kind,
+                object: if f.name.is_empty() { table.clone() } else { format!("{table} {}", f.name) },
+                detail: f.detail.clone(),
+            }));
+            self.found[i] = found;
+        }
+        // Read as applied: the generation read before the check is ours again.
+        self.generation = drift.is_empty().then_some(now);
         Ok(drift)
     }
 
+    fn repair(&mut self, desired: [&Program; 2], _drift: &[Drift]) -> Result<(), DataplaneError> {
+        let plans = self.found.clone().map(|f| Repair::plan(&f));
+        let work: Vec<(&Program, Repair)> =
+            desired.into_iter().zip(plans.iter().cloned()).filter(|(_, r)| !r.is_empty()).collect();
+        self.transaction(|nl| nl.repair(&work))?;
+        for (i, (p, plan)) in desired.into_iter().zip(plans).enumerate() {
+            for name in &plan.delete_chains {
+                self.learnt[i].remove(name);
+            }
+            if plan.full {
+                self.learn_chains(i, p, None);
+            } else if !plan.is_empty() {
+                self.learn_chains(i, p, Some(plan.filled_chains().cloned().collect()));
+            }
+            self.found[i].clear();
+        }
+        Ok(())
+    }
+
     fn cleanup(&mut self, _keep: &Keep) -> Result<Retired, DataplaneError> {
+        self.learnt = Default::default();
+        self.generation = None;
         let tables = Self::tables()?;
         let mut script = String::new();
         for fam in ["ip", "ip6"] {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use tideway_core::program::Program;
 
-use super::Drift;
+use super::{Drift, DriftKind};
 
 /// Rule counts per chain and member counts per set: cheap to read back and to compare.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,10 +36,13 @@ impl Counts {
         let mut out = Vec::new();
         for ((t, name), want) in &self.chains {
             match observed.chains.get(&(t.clone(), name.clone())) {
-                None => {
-                    out.push(Drift { object: format!("{label} chain {t}/{name}"), detail: "missing".into() })
-                }
+                None => out.push(Drift {
+                    kind: DriftKind::ChainMissing,
+                    object: format!("{label} chain {t}/{name}"),
+                    detail: "missing".into(),
+                }),
                 Some(got) if got != want => out.push(Drift {
+                    kind: DriftKind::ChainRules,
                     object: format!("{label} chain {t}/{name}"),
                     detail: format!("{got} rules, expected {want}"),
                 }),
@@ -49,9 +52,13 @@ impl Counts {
         if sets {
             for ((t, name), want) in &self.sets {
                 match observed.sets.get(&(t.clone(), name.clone())) {
-                    None => out
-                        .push(Drift { object: format!("{label} set {t}/{name}"), detail: "missing".into() }),
+                    None => out.push(Drift {
+                        kind: DriftKind::SetMissing,
+                        object: format!("{label} set {t}/{name}"),
+                        detail: "missing".into(),
+                    }),
                     Some(got) if got != want => out.push(Drift {
+                        kind: DriftKind::SetElements,
                         object: format!("{label} set {t}/{name}"),
                         detail: format!("{got} members, expected {want}"),
                     }),

@@ -5,11 +5,13 @@
 
 mod batch;
 mod expr;
+mod read;
 mod sets;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use netlink_sys::Socket;
+use tideway_core::drift::{Digest, Observed, Repair};
 use tideway_core::net::IpFamily;
 use tideway_core::program::{ChangeSet, Element, Program, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
@@ -86,6 +88,45 @@ impl NftNetlink {
             }
         }
         self.commit(b)
+    }
+
+    /// Rewrites what `repairs` name (per family), in one transaction.
+    pub fn repair(&mut self, repairs: &[(&Program, Repair)]) -> Result<(), DataplaneError> {
+        let mut b = Batch::new(self.seq);
+        for (p, r) in repairs {
+            if r.full {
+                full(&mut b, p);
+            } else {
+                repair(&mut b, p, r);
+            }
+        }
+        self.commit(b)
+    }
+
+    /// Our table in `family` as the kernel holds it (`None` when it is gone), with the
+    /// elements of the sets `read_elements` names.
+    pub fn observe(
+        &mut self,
+        family: IpFamily,
+        read_elements: impl Fn(&str) -> bool,
+    ) -> Result<Option<Observed>, DataplaneError> {
+        self.read_table(nfproto(family), read_elements)
+    }
+
+    /// The ruleset generation: it moves on by one with every committed nf_tables
+    /// transaction in the network namespace, so one that has not moved since our last
+    /// transaction means nothing in nf_tables changed.
+    pub fn generation(&mut self) -> Result<u32, DataplaneError> {
+        self.read_generation()
+    }
+
+    /// The digest of the rules of every chain of our table in `family`, or of `chain` only.
+    pub fn rule_digests(
+        &mut self,
+        family: IpFamily,
+        chain: Option<&str>,
+    ) -> Result<HashMap<String, Digest>, DataplaneError> {
+        self.read_rules(nfproto(family), chain)
     }
 
     /// Sends the batch and collects the kernel's answer to every message.
@@ -249,6 +290,62 @@ fn full(b: &mut Batch, p: &Program) {
         for r in &c.rules {
             expr::rule(b, fam, p.family, TABLE, &c.def.name, r, &index, &mut next_id);
         }
+    }
+}
+
+/// The digest [`NftNetlink::observe`] reads for a set holding `elements`.
+pub fn element_digest(set: &Set, elements: &[&Element]) -> Digest {
+    read::expected_elements(set, elements)
+}
+
+/// A repair: sets first, then chains (created before the rules that jump to them), then
+/// elements, then the foreign objects once nothing refers to them.
+fn repair(b: &mut Batch, p: &Program, r: &Repair) {
+    let fam = nfproto(p.family);
+    let asm = p.assemble();
+    let defs = set_defs(p);
+    let mut next_id = 1;
+    let mut index = SetIndex { sets: defs.iter().map(|(n, s)| (*n, (*s, None))).collect() };
+    for name in &r.add_sets {
+        let Some(def) = defs.get(name.as_str()) else { continue };
+        sets::declare(b, fam, TABLE, def, next_id);
+        index.sets.insert(&def.name, (def, Some(next_id)));
+        next_id += 1;
+    }
+    for name in &r.recreate_chains {
+        flush_chain(b, fam, name);
+        delete_chain(b, fam, name);
+    }
+    let filled: Vec<_> = asm.chains.iter().filter(|c| r.filled_chains().any(|n| *n == *c.def.name)).collect();
+    for c in filled.iter().filter(|c| !r.refill_chains.contains(&*c.def.name)) {
+        chain(b, fam, c.def);
+    }
+    for c in filled.iter().filter(|c| r.refill_chains.contains(&*c.def.name)) {
+        flush_chain(b, fam, &c.def.name);
+    }
+    for c in &filled {
+        for rule in &c.rules {
+            expr::rule(b, fam, p.family, TABLE, &c.def.name, rule, &index, &mut next_id);
+        }
+    }
+    for name in r.add_sets.iter().chain(&r.refill_sets) {
+        let Some((def, id)) = index.sets.get(name.as_str()).copied() else { continue };
+        if r.refill_sets.contains(name) {
+            sets::flush(b, fam, TABLE, name);
+        }
+        let all = all_elements(p, name);
+        if !all.is_empty() {
+            sets::elements(b, fam, TABLE, def, &all, id, false);
+        }
+    }
+    for name in &r.delete_chains {
+        flush_chain(b, fam, name);
+    }
+    for name in &r.delete_chains {
+        delete_chain(b, fam, name);
+    }
+    for name in &r.delete_sets {
+        sets::delete(b, fam, TABLE, name);
     }
 }
 

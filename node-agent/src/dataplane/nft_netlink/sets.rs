@@ -10,31 +10,31 @@ use tideway_core::program::{DataType, ElemData, Element, KeyType, Set, Value, Ve
 use super::batch::{Batch, NLM_F_CREATE, msg};
 use super::expr::verdict;
 
-mod attr {
-    pub(super) const SET_TABLE: u16 = 1;
-    pub(super) const SET_NAME: u16 = 2;
-    pub(super) const SET_FLAGS: u16 = 3;
-    pub(super) const SET_KEY_TYPE: u16 = 4;
-    pub(super) const SET_KEY_LEN: u16 = 5;
-    pub(super) const SET_DATA_TYPE: u16 = 6;
-    pub(super) const SET_DATA_LEN: u16 = 7;
-    pub(super) const SET_DESC: u16 = 9;
-    pub(super) const SET_ID: u16 = 10;
-    pub(super) const SET_TIMEOUT: u16 = 11;
-    pub(super) const SET_USERDATA: u16 = 13;
-    pub(super) const DESC_SIZE: u16 = 1;
-    pub(super) const DESC_CONCAT: u16 = 2;
-    pub(super) const FIELD_LEN: u16 = 1;
-    pub(super) const LIST_ELEM: u16 = 1;
-    pub(super) const ELEM_LIST_TABLE: u16 = 1;
-    pub(super) const ELEM_LIST_SET: u16 = 2;
-    pub(super) const ELEM_LIST_ELEMENTS: u16 = 3;
-    pub(super) const ELEM_LIST_SET_ID: u16 = 4;
-    pub(super) const ELEM_KEY: u16 = 1;
-    pub(super) const ELEM_DATA: u16 = 2;
-    pub(super) const ELEM_FLAGS: u16 = 3;
-    pub(super) const ELEM_KEY_END: u16 = 10;
-    pub(super) const DATA_VALUE: u16 = 1;
+pub(super) mod attr {
+    pub(in super::super) const SET_TABLE: u16 = 1;
+    pub(in super::super) const SET_NAME: u16 = 2;
+    pub(in super::super) const SET_FLAGS: u16 = 3;
+    pub(in super::super) const SET_KEY_TYPE: u16 = 4;
+    pub(in super::super) const SET_KEY_LEN: u16 = 5;
+    pub(in super::super) const SET_DATA_TYPE: u16 = 6;
+    pub(in super::super) const SET_DATA_LEN: u16 = 7;
+    pub(in super::super) const SET_DESC: u16 = 9;
+    pub(in super::super) const SET_ID: u16 = 10;
+    pub(in super::super) const SET_TIMEOUT: u16 = 11;
+    pub(in super::super) const SET_USERDATA: u16 = 13;
+    pub(in super::super) const DESC_SIZE: u16 = 1;
+    pub(in super::super) const DESC_CONCAT: u16 = 2;
+    pub(in super::super) const FIELD_LEN: u16 = 1;
+    pub(in super::super) const LIST_ELEM: u16 = 1;
+    pub(in super::super) const ELEM_LIST_TABLE: u16 = 1;
+    pub(in super::super) const ELEM_LIST_SET: u16 = 2;
+    pub(in super::super) const ELEM_LIST_ELEMENTS: u16 = 3;
+    pub(in super::super) const ELEM_LIST_SET_ID: u16 = 4;
+    pub(in super::super) const ELEM_KEY: u16 = 1;
+    pub(in super::super) const ELEM_DATA: u16 = 2;
+    pub(in super::super) const ELEM_FLAGS: u16 = 3;
+    pub(in super::super) const ELEM_KEY_END: u16 = 10;
+    pub(in super::super) const DATA_VALUE: u16 = 1;
 }
 
 const F_ANONYMOUS: u32 = 0x1;

@@ -1,0 +1,96 @@
+//! The periodic drift check against a full sync, at 10,000 and 100,000 Services x 10
+//! endpoints (nftables). The check reads the table back over netlink (chains, rule digests,
+//! every set element) and compares it with the program; the full sync plans, renders and
+//! applies everything, then learns the rule digests. For reference, the check it replaced
+//! listed the table with `nft -j list table` (timed at the first scale only: at 100,000
+//! Services it runs for minutes). Root; everything happens in a network namespace of its own.
+//!
+//! `cargo bench -p tideway-node-agent --bench drift` (`SCALES=10000,100000`, `RUNS=3`).
+
+#![allow(clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use tideway_core::config::ProxyMode;
+use tideway_core::net::IpFamily;
+use tideway_core::plan::compile;
+use tideway_core::program::Program;
+use tideway_core::render;
+use tideway_core::testing::{mk_node, mk_node_context, synthetic_cluster};
+use tideway_node_agent::dataplane::{Dataplane, Nftables, Update};
+use tideway_tests::netns::Netns;
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Plans and renders `services` x 10 endpoints for this node.
+fn programs(services: usize) -> [Program; 2] {
+    let mut c = synthetic_cluster(services, 10);
+    c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
+    c.take_changes();
+    let ruleset = compile(&c, &mk_node_context());
+    IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f))
+}
+
+fn scale(services: usize, runs: usize, reference: bool) {
+    let ns = Netns::create(&format!("twdrift-{services}"));
+    let (full, check, shallow) = ns.run(move || {
+        let mut dp = Nftables::new();
+        let mut full = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            let p = programs(services);
+            dp.apply([&p[0], &p[1]], Update::Full).expect("apply");
+            full.push(t.elapsed());
+        }
+        let p = programs(services);
+        dp.apply([&p[0], &p[1]], Update::Full).expect("apply");
+        let mut check = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            let drift = dp.verify([&p[0], &p[1]], true).expect("verify");
+            check.push(t.elapsed());
+            assert!(drift.is_empty(), "a clean table read back with drift: {drift:?}");
+        }
+        let t = Instant::now();
+        dp.verify([&p[0], &p[1]], false).expect("verify");
+        let shallow = t.elapsed();
+        (median(full), median(check), shallow)
+    });
+    print!(
+        "{services} Services x 10: full sync (plan + render + apply + learn) {}, clean check {} ({:.2} x the full sync; \
+         without set elements {})",
+        ms(full),
+        ms(check),
+        check.as_secs_f64() / full.as_secs_f64(),
+        ms(shallow)
+    );
+    if reference {
+        let t = Instant::now();
+        let out = ns.sh("nft -j list table ip tideway | wc -c");
+        print!(", `nft -j list table` {} ({} bytes)", ms(t.elapsed()), out.trim());
+    }
+    println!();
+}
+
+fn main() {
+    if !tideway_tests::netns::is_root() {
+        eprintln!("the drift benchmark needs root (a network namespace)");
+        std::process::exit(2);
+    }
+    let scales: Vec<usize> = std::env::var("SCALES")
+        .unwrap_or_else(|_| "10000,100000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let runs = std::env::var("RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    for (i, n) in scales.into_iter().enumerate() {
+        scale(n, runs, i == 0);
+    }
+}
