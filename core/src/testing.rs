@@ -267,7 +267,7 @@ pub fn synthetic_cluster(services: usize, endpoints: usize) -> crate::cluster::C
         let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
         c.apply_service(
             mk_service(&ns, &name)
-                .cluster_ip(&format!("10.96.{}.{}", i / 250, i % 250 + 1))
+                .cluster_ip(&format!("10.{}.{}.{}", 96 + i / 62500, i / 250 % 250, i % 250 + 1))
                 .port("http", Protocol::Tcp, 80)
                 .build(),
         );

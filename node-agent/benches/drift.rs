@@ -1,7 +1,9 @@
 //! The periodic drift check against a full sync, at 10,000 and 100,000 Services x 10
-//! endpoints (nftables). The check reads the table back over netlink (chains, rule digests,
-//! every set element) and compares it with the program; the full sync plans, renders and
-//! applies everything, then learns the rule digests. For reference, the check it replaced
+//! endpoints (nftables). With nothing changed the check reads the ruleset generation only;
+//! after another program's transaction it reads the table back over netlink (chains, rule
+//! digests, every set element: small sets dumped, large ones asked for by key) and compares
+//! it with the program. The full sync plans, renders and applies everything, then learns the
+//! rule digests. For reference, the check it replaced
 //! listed the table with `nft -j list table` (timed at the first scale only: at 100,000
 //! Services it runs for minutes). Root; everything happens in a network namespace of its own.
 //!
@@ -38,9 +40,25 @@ fn programs(services: usize) -> [Program; 2] {
     IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f))
 }
 
+/// Another program's nf_tables transaction (the generation moves on; our table is untouched).
+fn touch() {
+    let ok = std::process::Command::new("sh")
+        .args(["-c", "nft add table ip unrelated && nft delete table ip unrelated"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "nft");
+}
+
+struct Figures {
+    full: Duration,
+    unchanged: Duration,
+    content: Duration,
+    shallow: Duration,
+}
+
 fn scale(services: usize, runs: usize, reference: bool) {
     let ns = Netns::create(&format!("twdrift-{services}"));
-    let (full, check, shallow) = ns.run(move || {
+    let f = ns.run(move || {
         let mut dp = Nftables::new();
         let mut full = Vec::new();
         for _ in 0..runs {
@@ -51,32 +69,42 @@ fn scale(services: usize, runs: usize, reference: bool) {
         }
         let p = programs(services);
         dp.apply([&p[0], &p[1]], Update::Full).expect("apply");
-        let mut check = Vec::new();
-        for _ in 0..runs {
-            let t = Instant::now();
-            let drift = dp.verify([&p[0], &p[1]], true).expect("verify");
-            check.push(t.elapsed());
-            assert!(drift.is_empty(), "a clean table read back with drift: {drift:?}");
-        }
-        let t = Instant::now();
-        dp.verify([&p[0], &p[1]], false).expect("verify");
-        let shallow = t.elapsed();
-        (median(full), median(check), shallow)
+        let mut check = |deep: bool, foreign: bool| {
+            let mut times = Vec::new();
+            for _ in 0..runs {
+                if foreign {
+                    touch();
+                }
+                let t = Instant::now();
+                let drift = dp.verify([&p[0], &p[1]], deep).expect("verify");
+                times.push(t.elapsed());
+                assert!(drift.is_empty(), "a clean table read back with drift: {drift:?}");
+            }
+            median(times)
+        };
+        let unchanged = check(true, false);
+        let content = check(true, true);
+        let shallow = check(false, true);
+        Figures { full: median(full), unchanged, content, shallow }
     });
-    print!(
-        "{services} Services x 10: full sync (plan + render + apply + learn) {}, clean check {} ({:.2} x the full sync; \
-         without set elements {})",
-        ms(full),
-        ms(check),
-        check.as_secs_f64() / full.as_secs_f64(),
-        ms(shallow)
+    println!(
+        "{services} Services x 10: full sync (plan + render + apply + learn) {}; check with nothing changed {:.3} ms; \
+         check after another program's transaction {} ({:.2} x the full sync; {} without set elements)",
+        ms(f.full),
+        f.unchanged.as_secs_f64() * 1e3,
+        ms(f.content),
+        f.content.as_secs_f64() / f.full.as_secs_f64(),
+        ms(f.shallow)
     );
     if reference {
         let t = Instant::now();
         let out = ns.sh("nft -j list table ip tideway | wc -c");
-        print!(", `nft -j list table` {} ({} bytes)", ms(t.elapsed()), out.trim());
+        println!(
+            "  for reference, the old check's `nft -j list table`: {} ({} bytes)",
+            ms(t.elapsed()),
+            out.trim()
+        );
     }
-    println!();
 }
 
 fn main() {

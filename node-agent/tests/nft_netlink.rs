@@ -287,6 +287,39 @@ mod drift {
     }
 
     #[test]
+    fn large_maps_read_by_key_find_replaced_and_missing_elements() {
+        require_root("reading nftables back over netlink");
+        let mut c = tideway_core::testing::synthetic_cluster(600, 10);
+        c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
+        let ruleset = compile(&c, &mk_node_context());
+        let p: Vec<Program> =
+            IpFamily::ALL.into_iter().map(|f| render::lower(ProxyMode::Nftables, &ruleset, f)).collect();
+        let ns = Netns::create(&format!("twdr-l-{}", std::process::id()));
+        let mut dp = applied(&ns, &p);
+        touch(&ns);
+        assert_eq!(kinds(&mut dp, &p), BTreeSet::new(), "6,000 endpoints read back clean");
+        let listing = ns.sh("nft list map ip tideway cluster-endpoints");
+        let first = listing.lines().find(|l| l.contains(" : ") && !l.contains("typeof")).expect("an element");
+        let first = first.trim().trim_start_matches("elements = {").trim().trim_end_matches(',');
+        let key = first.split(" : ").next().expect("key").to_string();
+        let want: BTreeSet<_> =
+            [(DriftKind::SetElements, "table ip tideway cluster-endpoints".to_string())].into();
+        for damage in [
+            format!(
+                "nft delete element ip tideway cluster-endpoints '{{ {key} }}' && \
+                     nft add element ip tideway cluster-endpoints '{{ {key} : 10.99.99.99 . 9999 }}'"
+            ),
+            format!("nft delete element ip tideway cluster-endpoints '{{ {key} }}'"),
+        ] {
+            ns.sh(&damage);
+            assert_eq!(kinds(&mut dp, &p), want, "{damage}");
+            dp.repair([&p[0], &p[1]], &[]).expect("repair");
+            touch(&ns);
+            assert_eq!(kinds(&mut dp, &p), BTreeSet::new(), "{damage}: repaired");
+        }
+    }
+
+    #[test]
     fn a_check_with_nothing_changed_stops_at_the_generation() {
         require_root("reading nftables back over netlink");
         let p = programs("basic.yaml");

@@ -69,7 +69,10 @@ pub(crate) fn netlink_socket(
     let mut socket = netlink_sys::Socket::new(protocol).map_err(NetlinkError::socket("netlink socket"))?;
     socket.bind_auto().map_err(NetlinkError::socket("netlink bind"))?;
     socket.connect(&netlink_sys::SocketAddr::new(0, 0)).map_err(NetlinkError::socket("netlink connect"))?;
-    let _ = socket.set_rx_buf_sz(rx_buffer);
+    // Past the system's limit where allowed (root), within it otherwise.
+    if nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::RcvBufForce, &rx_buffer).is_err() {
+        let _ = socket.set_rx_buf_sz(rx_buffer);
+    }
     Ok(socket)
 }
 
@@ -111,6 +114,9 @@ pub(crate) fn errno_of(payload: &[u8]) -> i32 {
     payload.get(..4).map_or(0, |b| -i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
 }
 
+/// The largest datagram a dump is read with.
+const DATAGRAM: usize = 1 << 20;
+
 /// How a dump ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dumped {
@@ -132,8 +138,18 @@ pub(crate) fn dump(
     socket.set_non_blocking(false).map_err(NetlinkError::socket("blocking mode"))?;
     socket.send(request, 0).map_err(NetlinkError::socket("sending a dump request"))?;
     let mut dumped = Dumped::Complete;
+    // One buffer for every datagram, one system call each (a dump's datagrams are at most
+    // 32 KiB; an answer per element is far smaller); MSG_TRUNC tells a datagram that did not
+    // fit.
+    let mut buf: Vec<u8> = Vec::with_capacity(DATAGRAM);
     loop {
-        let (buf, _) = socket.recv_from_full().map_err(NetlinkError::socket("reading a dump"))?;
+        buf.clear();
+        let n = socket
+            .recv(&mut buf, nix::sys::socket::MsgFlags::MSG_TRUNC.bits())
+            .map_err(NetlinkError::socket("reading a dump"))?;
+        if n > buf.len() {
+            return Err(NetlinkError::Protocol(format!("{what}: a {n}-byte answer did not fit")).into());
+        }
         for m in messages(&buf) {
             if m.seq != seq {
                 continue;

@@ -17,9 +17,13 @@ use tideway_core::drift::{self, Digest, Expected, Found, Repair};
 use tideway_core::program::{ChangeSet, Element, Program};
 use tideway_core::render::nftables::{TABLE, text};
 
-use super::nft_netlink::{NftNetlink, element_digest};
+use super::nft_netlink::{ElementRead, NftNetlink, element_digest};
 use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
 use crate::exec;
+
+/// Sets up to this size are read back whole (extra elements are found too); larger ones are
+/// read by key, because a dump costs the kernel time quadratic in the set's size.
+const DUMP_UP_TO: usize = 4096;
 
 /// The nftables backend: changes and reading back go over netlink; removing the tables after
 /// a mode switch uses the `nft` tool.
@@ -129,23 +133,38 @@ impl Nftables {
     }
 
     /// What family `i`'s table should hold: the program's chains (with the learnt rule
-    /// digests) and sets (with their elements' digest when `deep`).
-    fn expected(&self, i: usize, p: &Program, deep: bool) -> Expected {
+    /// digests) and sets (with their elements' digest when `deep`), and how to read each
+    /// set's elements back.
+    fn expected<'p>(
+        &self,
+        i: usize,
+        p: &'p Program,
+        deep: bool,
+    ) -> (Expected, HashMap<String, ElementRead<'p>>) {
         let asm = p.assemble();
         let mut e = Expected::default();
+        let mut reads = HashMap::new();
         for c in &asm.chains {
             e.chains.insert(c.def.name.to_string(), (c.def.hook, self.learnt[i].get(&*c.def.name).copied()));
         }
-        for s in &asm.sets {
-            let elements = (deep && s.def.flags.dynamic_timeout.is_none()).then(|| {
-                let mut unique: Vec<&Element> = s.elements.clone();
-                unique.sort();
-                unique.dedup();
-                element_digest(s.def, &unique)
-            });
-            e.sets.insert(s.def.name.to_string(), elements);
+        for s in asm.sets {
+            let name = s.def.name.to_string();
+            if !deep || s.def.flags.dynamic_timeout.is_some() {
+                e.sets.insert(name, None);
+                continue;
+            }
+            let mut unique: Vec<&Element> = s.elements;
+            unique.sort();
+            unique.dedup();
+            e.sets.insert(name.clone(), Some(element_digest(s.def, &unique)));
+            let read = if s.def.flags.interval || unique.len() <= DUMP_UP_TO {
+                ElementRead::Dump
+            } else {
+                ElementRead::Lookup(s.def, unique)
+            };
+            reads.insert(name, read);
         }
-        e
+        (e, reads)
     }
 }
 
@@ -176,9 +195,8 @@ impl Dataplane for Nftables {
         }
         let mut drift = Vec::new();
         for (i, p) in desired.into_iter().enumerate() {
-            let expected = self.expected(i, p, deep);
-            let wanted = |name: &str| expected.sets.get(name).is_some_and(Option::is_some);
-            let observed = self.netlink()?.observe(p.family, wanted)?;
+            let (expected, reads) = self.expected(i, p, deep);
+            let observed = self.netlink()?.observe(p.family, &reads)?;
             // Chains whose digest could not be learnt are adopted as they are now.
             if let Some(o) = &observed {
                 for (name, (_, rules)) in &expected.chains {

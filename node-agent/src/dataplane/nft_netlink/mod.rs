@@ -19,6 +19,7 @@ use tideway_core::render::nftables::TABLE;
 use super::{DataplaneError, NetlinkError, Refusal};
 use batch::{Batch, NLM_F_CREATE, msg};
 use expr::SetIndex;
+pub use read::ElementRead;
 
 const NETLINK_NETFILTER: isize = 12;
 const NLMSG_ERROR: u16 = 2;
@@ -103,14 +104,14 @@ impl NftNetlink {
         self.commit(b)
     }
 
-    /// Our table in `family` as the kernel holds it (`None` when it is gone), with the
-    /// elements of the sets `read_elements` names.
+    /// Our table in `family` as the kernel holds it (`None` when it is gone), with each
+    /// set's elements read as `elements` says.
     pub fn observe(
         &mut self,
         family: IpFamily,
-        read_elements: impl Fn(&str) -> bool,
+        elements: &HashMap<String, ElementRead<'_>>,
     ) -> Result<Option<Observed>, DataplaneError> {
-        self.read_table(nfproto(family), read_elements)
+        self.read_table(nfproto(family), elements)
     }
 
     /// The ruleset generation: it moves on by one with every committed nf_tables

@@ -44,6 +44,22 @@ const DATA_VERDICT: u16 = 2;
 const ENOENT: i32 = 2;
 /// Dumps torn by a concurrent change are asked again this many times.
 const ATTEMPTS: usize = 3;
+/// Elements asked for by key per message (each answer is a message of its own; the socket's
+/// receive buffer must hold a message's worth).
+const LOOKUP_BATCH: usize = 256;
+
+/// How to read one set's elements back.
+#[derive(Debug, Clone)]
+pub enum ElementRead<'a> {
+    /// Not at all (sets the packet path fills, or a check without elements).
+    Skip,
+    /// A dump of the whole set: finds extra elements too, but costs the kernel time
+    /// quadratic in the set's size (each answer restarts the walk of the set).
+    Dump,
+    /// Each of these elements asked for by key: linear in the set's size, finds missing and
+    /// replaced elements, not extra ones.
+    Lookup(&'a Set, Vec<&'a Element>),
+}
 
 fn digest(v: impl Hash) -> Digest {
     let mut h = std::hash::DefaultHasher::new();
@@ -290,12 +306,12 @@ impl NftNetlink {
         Ok(rules)
     }
 
-    /// Our table in `family` as the kernel holds it (`None` when it is gone); elements are
-    /// read for the sets `read_elements` names.
+    /// Our table in `family` as the kernel holds it (`None` when it is gone); each set's
+    /// elements are read as `elements` says (not at all when it does not name the set).
     pub(super) fn read_table(
         &mut self,
         family: u8,
-        read_elements: impl Fn(&str) -> bool,
+        elements: &HashMap<String, ElementRead<'_>>,
     ) -> Result<Option<Observed>, DataplaneError> {
         if !self.table_exists(family)? {
             return Ok(None);
@@ -334,14 +350,54 @@ impl NftNetlink {
             }
         })?;
         for (name, filled_by_packets) in sets {
-            let elements = if !filled_by_packets && read_elements(&name) {
-                Some(self.read_elements(family, &name)?)
-            } else {
-                None
+            let read = if filled_by_packets { None } else { elements.get(&name) };
+            let digest = match read {
+                None | Some(ElementRead::Skip) => None,
+                Some(ElementRead::Dump) => Some(self.read_elements(family, &name)?),
+                Some(ElementRead::Lookup(set, wanted)) => Some(self.look_up_elements(family, set, wanted)?),
             };
-            observed.sets.insert(name, elements);
+            observed.sets.insert(name, digest);
         }
         Ok(Some(observed))
+    }
+
+    /// The digest of `wanted` as the kernel holds them, asked for by key. A missing element
+    /// makes a digest no program can have.
+    fn look_up_elements(
+        &mut self,
+        family: u8,
+        set: &Set,
+        wanted: &[&Element],
+    ) -> Result<Digest, DataplaneError> {
+        let what = format!("looking up the elements of {}", set.name);
+        let mut sum: Digest = 0;
+        for chunk in wanted.chunks(LOOKUP_BATCH) {
+            let mut list = Attrs::default();
+            for (i, e) in chunk.iter().enumerate() {
+                let key = Attrs::default().put(attr::DATA_VALUE, &super::sets::key_bytes(e, false));
+                list = list.nested(i as u16 + 1, Attrs::default().nested(attr::ELEM_KEY, key));
+            }
+            let a = Attrs::default()
+                .string(attr::ELEM_LIST_TABLE, TABLE)
+                .string(attr::ELEM_LIST_SET, &set.name)
+                .nested(attr::ELEM_LIST_ELEMENTS, list);
+            let (m, seq) = self.request(GETSETELEM, family, NLM_F_ACK, &a);
+            let answered = dump(&self.socket, &m, seq, &what, |kind, p| {
+                if kind & 0xff == NEWSETELEM {
+                    add_elements(body(p), &mut sum);
+                }
+            });
+            match answered {
+                Ok(_) => {}
+                Err(DataplaneError::Netlink(NetlinkError::Refused(r)))
+                    if r.iter().all(|r| r.errno == ENOENT) =>
+                {
+                    return Ok(sum ^ digest("an element is missing"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sum)
     }
 
     fn read_elements(&mut self, family: u8, set: &str) -> Result<Digest, DataplaneError> {

@@ -339,7 +339,7 @@ fn last_addr(n: &IpNet) -> IpAddr {
 }
 
 /// The key as the kernel stores it (concatenation components padded to 32 bits).
-fn key_bytes(e: &Element, end: bool) -> Vec<u8> {
+pub(super) fn key_bytes(e: &Element, end: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(e.key.len() * 4);
     let concat = e.key.len() > 1;
     for v in &e.key {
