@@ -113,33 +113,44 @@ fn every_fixture_lists_the_same_as_nft() {
 
 use tideway_core::testing::random::{Rng, mutate};
 
-#[test]
-fn incremental_changes_list_the_same_as_a_full_nft_load() {
-    require_root("reading nftables back over netlink");
-    let node = mk_node_context();
-    let mut rng = Rng(4242);
-    let mut cluster = ClusterState::new();
-    for _ in 0..20 {
-        mutate(&mut rng, &mut cluster, 16);
+/// A random cluster walked one mutation at a time, with the nftables programs of both
+/// families kept up to date by change sets, as the agent keeps them.
+struct Walk {
+    rng: Rng,
+    cluster: ClusterState,
+    ruleset: tideway_core::plan::Ruleset,
+    states: Vec<ProgramState>,
+}
+
+impl Walk {
+    fn new(seed: u64) -> Walk {
+        let mut rng = Rng(seed);
+        let mut cluster = ClusterState::new();
+        for _ in 0..20 {
+            mutate(&mut rng, &mut cluster, 16);
+        }
+        cluster.take_changes();
+        let ruleset = compile(&cluster, &mk_node_context());
+        let states = IpFamily::ALL
+            .into_iter()
+            .map(|f| ProgramState::new(render::lower(ProxyMode::Nftables, &ruleset, f)))
+            .collect();
+        Walk { rng, cluster, ruleset, states }
     }
-    cluster.take_changes();
-    let mut ruleset = compile(&cluster, &node);
-    let mut states: Vec<ProgramState> = IpFamily::ALL
-        .into_iter()
-        .map(|f| ProgramState::new(render::lower(ProxyMode::Nftables, &ruleset, f)))
-        .collect();
-    let text_ns = Netns::create(&format!("twnl-it-{}", std::process::id()));
-    let nl_ns = Netns::create(&format!("twnl-in-{}", std::process::id()));
-    let mut nl = open(&nl_ns);
-    nl.apply_full([states[0].program(), states[1].program()]).expect("initial apply");
-    for step in 0..60 {
-        mutate(&mut rng, &mut cluster, 16);
-        let changes = cluster.take_changes();
-        let changed = ruleset.update(&cluster, &changes.services);
-        let mut sets: Vec<ChangeSet> = Vec::new();
+
+    fn programs(&self) -> [&Program; 2] {
+        [self.states[0].program(), self.states[1].program()]
+    }
+
+    /// One mutation; the change sets (IPv4, IPv6) that bring the programs up to date.
+    fn step(&mut self) -> Vec<ChangeSet> {
+        mutate(&mut self.rng, &mut self.cluster, 16);
+        let changes = self.cluster.take_changes();
+        let changed = self.ruleset.update(&self.cluster, &changes.services);
+        let mut sets = Vec::new();
         for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
-            let full = render::lower(ProxyMode::Nftables, &ruleset, family);
-            let state = &mut states[fi];
+            let full = render::lower(ProxyMode::Nftables, &self.ruleset, family);
+            let state = &mut self.states[fi];
             if full.base != state.program().base {
                 *state = ProgramState::new(full);
                 sets.push(ChangeSet { full: true, ..ChangeSet::default() });
@@ -149,10 +160,24 @@ fn incremental_changes_list_the_same_as_a_full_nft_load() {
                 sets.push(state.replace_all(keys.iter().map(|k| (k.clone(), full.services.get(k).cloned()))));
             }
         }
-        nl.apply_changes([states[0].program(), states[1].program()], [&sets[0], &sets[1]])
+        sets
+    }
+}
+
+#[test]
+fn incremental_changes_list_the_same_as_a_full_nft_load() {
+    require_root("reading nftables back over netlink");
+    let mut walk = Walk::new(4242);
+    let text_ns = Netns::create(&format!("twnl-it-{}", std::process::id()));
+    let nl_ns = Netns::create(&format!("twnl-in-{}", std::process::id()));
+    let mut nl = open(&nl_ns);
+    nl.apply_full(walk.programs()).expect("initial apply");
+    for step in 0..60 {
+        let sets = walk.step();
+        nl.apply_changes(walk.programs(), [&sets[0], &sets[1]])
             .unwrap_or_else(|e| panic!("step {step}: {e}\n{sets:#?}"));
         if step % 5 == 4 {
-            let programs = [states[0].program().clone(), states[1].program().clone()];
+            let programs = walk.programs().map(Clone::clone);
             text_ns.sh("nft flush ruleset");
             nft_apply(&text_ns, &programs);
             let (want, got) = (listing(&text_ns), listing(&nl_ns));
@@ -245,40 +270,12 @@ mod drift {
             assert_eq!(kinds(&mut dp, &p), BTreeSet::new(), "{name}");
         }
         // A random walk of change sets: the digests learnt after each keep the check clean.
-        let node = mk_node_context();
-        let mut rng = Rng(77);
-        let mut cluster = ClusterState::new();
-        for _ in 0..20 {
-            mutate(&mut rng, &mut cluster, 16);
-        }
-        cluster.take_changes();
-        let mut ruleset = compile(&cluster, &node);
-        let mut states: Vec<ProgramState> = IpFamily::ALL
-            .into_iter()
-            .map(|f| ProgramState::new(render::lower(ProxyMode::Nftables, &ruleset, f)))
-            .collect();
+        let mut walk = Walk::new(77);
         let ns = Netns::create(&format!("twdr-w-{}", std::process::id()));
-        let mut dp = applied(&ns, &[states[0].program().clone(), states[1].program().clone()]);
+        let mut dp = applied(&ns, &walk.programs().map(Clone::clone));
         for step in 0..30 {
-            mutate(&mut rng, &mut cluster, 16);
-            let changes = cluster.take_changes();
-            let changed = ruleset.update(&cluster, &changes.services);
-            let mut sets = Vec::new();
-            for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
-                let full = render::lower(ProxyMode::Nftables, &ruleset, family);
-                let keys: BTreeSet<_> =
-                    changed.iter().filter(|k| k.0 == family).map(|k| k.1.clone()).collect();
-                if full.base != states[fi].program().base {
-                    states[fi] = ProgramState::new(full);
-                    sets.push(ChangeSet { full: true, ..ChangeSet::default() });
-                } else {
-                    sets.push(
-                        states[fi]
-                            .replace_all(keys.iter().map(|k| (k.clone(), full.services.get(k).cloned()))),
-                    );
-                }
-            }
-            let p = [states[0].program(), states[1].program()];
+            let sets = walk.step();
+            let p = walk.programs();
             dp.apply(p, Update::Changes([&sets[0], &sets[1]])).unwrap_or_else(|e| panic!("step {step}: {e}"));
             touch(&ns);
             let drift = dp.verify(p, true).expect("verify");
