@@ -48,7 +48,7 @@ pub struct Drift {
 
 impl std::fmt::Display for Drift {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.object, self.detail)
+        write!(f, "{} ({}): {}", self.object, self.kind, self.detail)
     }
 }
 
