@@ -38,8 +38,13 @@ pub(crate) struct TraceArgs {
     mode: Option<ProxyMode>,
 }
 
-fn parse_proto(s: &str) -> Result<Protocol, String> {
-    Protocol::parse(s).ok_or_else(|| format!("unknown protocol {s:?} (expected tcp, udp or sctp)"))
+/// A `--proto` that is not one.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown protocol {0:?} (expected tcp, udp or sctp)")]
+struct UnknownProtocol(String);
+
+fn parse_proto(s: &str) -> Result<Protocol, UnknownProtocol> {
+    Protocol::parse(s).ok_or_else(|| UnknownProtocol(s.to_string()))
 }
 
 /// Runs the command; returns the process exit code.

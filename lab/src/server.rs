@@ -10,6 +10,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::runner::LabError;
+
 /// A request to the running lab.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "lowercase")]
@@ -28,7 +30,21 @@ pub enum Request {
 }
 
 /// A request and where its answer goes.
-pub type Incoming = (Request, oneshot::Sender<Result<Value, String>>);
+pub type Incoming = (Request, oneshot::Sender<Result<Value, LabError>>);
+
+/// Why a request got no result.
+#[derive(Debug, thiserror::Error)]
+enum Unanswered {
+    /// Not a request.
+    #[error("bad request: {0}")]
+    BadRequest(#[from] serde_json::Error),
+    /// The lab is going away.
+    #[error("the lab is stopping")]
+    Stopping,
+    /// The lab refused it.
+    #[error(transparent)]
+    Lab(#[from] LabError),
+}
 
 /// The socket's path in the lab directory.
 pub fn socket_path(dir: &Path) -> PathBuf {
@@ -48,20 +64,20 @@ pub async fn serve(path: PathBuf, to_lab: mpsc::Sender<Incoming>) -> std::io::Re
             if tokio::io::BufReader::new(read).read_line(&mut line).await.is_err() {
                 return;
             }
-            let answer = match serde_json::from_str::<Request>(&line) {
-                Err(e) => Err(format!("bad request: {e}")),
+            let answer: Result<Value, Unanswered> = match serde_json::from_str::<Request>(&line) {
+                Err(e) => Err(e.into()),
                 Ok(req) => {
                     let (tx, rx) = oneshot::channel();
                     if to_lab.send((req, tx)).await.is_err() {
-                        Err("the lab is stopping".to_string())
+                        Err(Unanswered::Stopping)
                     } else {
-                        rx.await.unwrap_or_else(|_| Err("the lab is stopping".to_string()))
+                        rx.await.map_err(|_| Unanswered::Stopping).and_then(|r| r.map_err(Unanswered::from))
                     }
                 }
             };
             let body = match answer {
                 Ok(v) => serde_json::json!({"ok": true, "result": v}),
-                Err(e) => serde_json::json!({"ok": false, "error": e}),
+                Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}),
             };
             let _ = write.write_all(format!("{body}\n").as_bytes()).await;
         });

@@ -53,22 +53,85 @@ pub struct LabSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// A document is not YAML or not an object of its kind.
-    #[error("{file}: document {document}: {message}")]
+    #[error("{file}: document {document}: {problem}")]
     Document {
         /// The file.
         file: String,
         /// 1-based document number.
         document: usize,
         /// What is wrong.
-        message: String,
+        problem: Problem,
     },
     /// The file as a whole makes no lab.
-    #[error("{file}: {message}")]
+    #[error("{file}: {problem}")]
     Lab {
         /// The file.
         file: String,
         /// What is wrong.
+        problem: Problem,
+    },
+}
+
+/// What is wrong with a lab file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// Not YAML.
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
+    /// Not an object of its kind.
+    #[error("{kind} {name}: {message}")]
+    Object {
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The decoder's message, with the field.
         message: String,
+    },
+    /// A kind the lab does not run.
+    #[error("{api} {kind} {name} is not something a lab runs")]
+    NotRunnable {
+        /// Its apiVersion.
+        api: String,
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+    },
+    /// No Node.
+    #[error("a lab needs at least one Node")]
+    NoNode,
+    /// A name Kubernetes would refuse.
+    #[error("{kind} {name:?}: names are lower-case letters, digits and '-'")]
+    BadName {
+        /// Its kind.
+        kind: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// Two objects of one kind with one name.
+    #[error("{kind} {namespace}/{name} is declared twice")]
+    Twice {
+        /// Their kind.
+        kind: &'static str,
+        /// Their namespace (empty for cluster-wide kinds).
+        namespace: String,
+        /// Their name.
+        name: String,
+    },
+    /// A Pod on a node the lab does not have.
+    #[error("Pod {pod}: nodeName {node:?} is not a Node of the lab")]
+    UnknownNode {
+        /// `namespace/name` of the Pod.
+        pod: String,
+        /// The node it names.
+        node: String,
+    },
+    /// A Pod without a node.
+    #[error("Pod {pod}: spec.nodeName is required in a lab")]
+    NoNodeName {
+        /// `namespace/name` of the Pod.
+        pod: String,
     },
 }
 
@@ -76,9 +139,9 @@ fn name_of(v: &Value) -> String {
     v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string()
 }
 
-fn decode<T: serde::de::DeserializeOwned>(kind: &str, v: Value) -> Result<T, String> {
+fn decode<T: serde::de::DeserializeOwned>(kind: &str, v: Value) -> Result<T, Problem> {
     let name = name_of(&v);
-    serde_json::from_value(v).map_err(|e| format!("{kind} {name}: {e}"))
+    serde_json::from_value(v).map_err(|e| Problem::Object { kind: kind.into(), name, message: e.to_string() })
 }
 
 impl LabSpec {
@@ -91,15 +154,15 @@ impl LabSpec {
             .map(|d| d.trim_start_matches("---"))
             .filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')));
         for (i, doc) in docs.enumerate() {
-            let err = |message: String| SpecError::Document { file: file.into(), document: i + 1, message };
-            let v: Value = serde_saphyr::from_str(doc).map_err(|e| err(format!("invalid YAML: {e}")))?;
+            let err = |problem: Problem| SpecError::Document { file: file.into(), document: i + 1, problem };
+            let v: Value = serde_saphyr::from_str(doc).map_err(|e| err(Problem::Yaml(e.to_string())))?;
             spec.add(v).map_err(err)?;
         }
-        spec.check().map_err(|message| SpecError::Lab { file: file.into(), message })?;
+        spec.check().map_err(|problem| SpecError::Lab { file: file.into(), problem })?;
         Ok(spec)
     }
 
-    fn add(&mut self, v: Value) -> Result<(), String> {
+    fn add(&mut self, v: Value) -> Result<(), Problem> {
         let api = v.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
         let kind = v.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
         match (api.as_str(), kind.as_str()) {
@@ -119,15 +182,15 @@ impl LabSpec {
                 let name = h.metadata.name.unwrap_or_default();
                 self.hosts.push(LabHost { name, ip: h.spec.ip });
             }
-            _ => return Err(format!("{api} {kind} {} is not something a lab runs", name_of(&v))),
+            _ => return Err(Problem::NotRunnable { name: name_of(&v), api, kind }),
         }
         Ok(())
     }
 
     /// Names are unique per kind and namespace; pods run on declared nodes; there is a node.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), Problem> {
         if self.nodes.is_empty() {
-            return Err("a lab needs at least one Node".into());
+            return Err(Problem::NoNode);
         }
         let mut seen = BTreeSet::new();
         let names =
@@ -147,10 +210,10 @@ impl LabSpec {
             if name.is_empty()
                 || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             {
-                return Err(format!("{kind} {name:?}: names are lower-case letters, digits and '-'"));
+                return Err(Problem::BadName { kind, name });
             }
             if !seen.insert((kind, ns.clone(), name.clone())) {
-                return Err(format!("{kind} {ns}/{name} is declared twice"));
+                return Err(Problem::Twice { kind, namespace: ns, name });
             }
         }
         let nodes: BTreeSet<&str> = self.nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
@@ -159,17 +222,9 @@ impl LabSpec {
             match node {
                 Some(n) if nodes.contains(n) => {}
                 Some(n) => {
-                    return Err(format!(
-                        "Pod {}: nodeName {n:?} is not a Node of the lab",
-                        name_of_meta(&p.metadata)
-                    ));
+                    return Err(Problem::UnknownNode { pod: name_of_meta(&p.metadata), node: n.to_string() });
                 }
-                None => {
-                    return Err(format!(
-                        "Pod {}: spec.nodeName is required in a lab",
-                        name_of_meta(&p.metadata)
-                    ));
-                }
+                None => return Err(Problem::NoNodeName { pod: name_of_meta(&p.metadata) }),
             }
         }
         Ok(())

@@ -90,8 +90,8 @@ pub async fn serve(mut lab: Lab, spec: LabSpec, progress: bool) -> anyhow::Resul
                     Request::Status => Ok(lab.status()),
                     Request::Down => Ok(json!({"down": lab.names.lab()})),
                     Request::Apply { file, text } => match LabSpec::parse(&file, &text) {
-                        Err(e) => Err(e.to_string()),
-                        Ok(spec) => lab.apply(spec).map(|()| json!({"applied": file})).map_err(|e| e.to_string()),
+                        Err(e) => Err(e.into()),
+                        Ok(spec) => lab.apply(spec).map(|()| json!({"applied": file})),
                     },
                 };
                 let _ = reply.send(answer);
