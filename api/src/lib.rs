@@ -10,6 +10,8 @@
 //! * [`convert`]: one conversion per kind, returning a [`ConvertError`] naming object and field.
 //! * [`manifest`]: multi-document YAML into a [`tideway_core::cluster::Snapshot`].
 //! * [`http`]: the `/metrics` route and server helper every component mounts.
+//! * [`problem`], [`openapi`]: REST errors as problem details, and OpenAPI documents built
+//!   from the handlers' types.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -20,5 +22,7 @@ pub mod duration;
 mod error;
 pub mod http;
 pub mod manifest;
+pub mod openapi;
+pub mod problem;
 
 pub use error::ConvertError;

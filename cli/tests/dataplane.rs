@@ -643,3 +643,50 @@ fn localhost_node_ports_answer_on_127_0_0_1_in_iptables_mode_only() {
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
 }
+
+/// The REST API, as curl sees it on the node: the trace of a pod's packet to a ClusterIP names
+/// the endpoints the kernel spreads it over, the ruleset and the Service read back, and a
+/// bad body is a 400 problem naming the field.
+fn rest_api(mode: &str) {
+    require(mode);
+    let b = Battery::start(&format!("api-{mode}"), mode, &[]);
+    let node = b.node(0);
+    let curl = |args: &str| node.sh(&format!("curl -sS -m 10 {args}"));
+    // From a pod that is not one of the endpoints (an endpoint reaching itself is masqueraded).
+    let body = r#"{"src": "10.244.1.99", "dst": "10.96.0.10", "port": 80}"#;
+    let out = curl(&format!(
+        "-X POST -H 'content-type: application/json' -d '{body}' http://127.0.0.1:10249/api/v1/trace"
+    ));
+    let t: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!((t["mode"].as_str(), t["node"].as_str()), (Some(mode), Some("node-a")), "{t}");
+    let verdict = t["verdict"].as_str().unwrap_or_default();
+    let reached = names(&b.spread(b.pod(0, 0), WEB, 16));
+    assert!(verdict.starts_with("DNAT to"), "{t}");
+    for ip in ["10.244.1.11", "10.244.1.12", "10.244.2.11", "10.244.2.12"] {
+        assert!(verdict.contains(&format!("{ip}:8080")), "{ip} missing from {verdict}");
+    }
+    assert!(reached.len() > 1, "the kernel spreads too: {reached:?}");
+    let rules = curl("http://127.0.0.1:10249/api/v1/ruleset");
+    assert!(rules.contains("10.96.0.10"), "{rules}");
+    let svc: serde_json::Value =
+        serde_json::from_str(&curl("http://127.0.0.1:10249/api/v1/services/demo/web")).expect("service JSON");
+    assert_eq!(svc["ports"][0]["cluster_ip"], "10.96.0.10", "{svc}");
+    let bad = curl(
+        "-X POST -d '{\"src\": \"10.244.1.11\", \"dst\": \"10.96.0.10\", \"port\": 80, \"protocol\": \"icmp\"}' \
+         -w '\\n%{http_code} %{content_type}' http://127.0.0.1:10249/api/v1/trace",
+    );
+    let (json, status) = bad.rsplit_once('\n').expect("status line");
+    assert_eq!(status, "400 application/problem+json", "{bad}");
+    let p: serde_json::Value = serde_json::from_str(json).expect("problem JSON");
+    assert_eq!(p["errors"][0]["field"], "protocol", "{p}");
+}
+
+#[test]
+fn rest_api_in_nftables_mode() {
+    rest_api("nftables");
+}
+
+#[test]
+fn rest_api_in_iptables_mode() {
+    rest_api("iptables");
+}

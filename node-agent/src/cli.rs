@@ -110,7 +110,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             .await
             .with_context(|| format!("binding {}", args.metrics_bind_address))?;
         let health_router = crate::http::health_router(health.clone(), metrics.clone());
-        let metrics_router = crate::http::metrics_router(registry, status.clone());
+        let (queries, answering) = crate::agent::query::channel();
+        let metrics_router = crate::http::metrics_router(registry, status.clone(), queries);
         tokio::spawn(async move { axum::serve(healthz, health_router).await });
         tokio::spawn(async move { axum::serve(metrics_listener, metrics_router).await });
 
@@ -121,7 +122,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             min_sync_period: args.min_sync_period,
             full_sync_period: args.full_sync_period,
         };
-        let agent = Agent::new(opts, cluster, status, metrics, health);
+        let agent = Agent::new(opts, cluster, status, metrics, health).answering(answering);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
         tracing::info!("agent stopped; rules stay programmed");

@@ -1,5 +1,5 @@
 //! The agent's HTTP endpoints, where kube-proxy has them: `:10256` `/healthz` and `/livez`,
-//! `:10249` `/metrics`, `/proxyMode`, `/healthz`, plus `/api/v1/status`.
+//! `:10249` `/metrics`, `/proxyMode`, `/healthz`, plus the REST API under `/api/v1`.
 
 use std::sync::{Arc, RwLock};
 
@@ -43,16 +43,18 @@ async fn proxy_mode(State(status): State<Arc<RwLock<AgentStatus>>>) -> String {
     status.read().unwrap_or_else(|e| e.into_inner()).mode.map(|m| m.to_string()).unwrap_or_default()
 }
 
-async fn status(State(status): State<Arc<RwLock<AgentStatus>>>) -> impl IntoResponse {
-    axum::Json(status.read().unwrap_or_else(|e| e.into_inner()).clone())
-}
-
-/// `/metrics`, `/proxyMode`, `/healthz` and `/api/v1/status`.
-pub fn metrics_router(registry: Arc<Registry>, agent: Arc<RwLock<AgentStatus>>) -> Router {
-    Router::new()
+/// `/metrics`, `/proxyMode`, `/healthz`, and the REST API ([`crate::api`]) with
+/// `/openapi.json`; unknown paths are problem details.
+pub fn metrics_router(
+    registry: Arc<Registry>,
+    agent: Arc<RwLock<AgentStatus>>,
+    queries: tokio::sync::mpsc::Sender<crate::agent::query::Query>,
+) -> Router {
+    let plain = Router::new()
         .route("/proxyMode", get(proxy_mode))
-        .route("/api/v1/status", get(status))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(agent)
+        .with_state(agent.clone())
         .merge(tideway_api::http::metrics_router(registry))
+        .merge(crate::api::router(queries, agent));
+    crate::api::fallback(plain)
 }

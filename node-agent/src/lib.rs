@@ -15,6 +15,7 @@
 
 pub mod agent;
 pub mod announcer;
+pub mod api;
 pub mod caps;
 pub mod cli;
 pub mod conntrack;

@@ -25,6 +25,7 @@ use tideway_core::render;
 use tideway_sources::SharedCluster;
 use tokio::time::Instant;
 
+pub mod query;
 mod run;
 mod status;
 
@@ -101,6 +102,7 @@ pub struct Agent {
     health: Arc<ProxyHealth>,
     hc_servers: HealthServers,
     announcer: Option<Announcer>,
+    queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
 }
 
 fn unix_now() -> f64 {
@@ -137,6 +139,7 @@ impl Agent {
             last_full: None,
             leftovers_checked: false,
             retiring: Vec::new(),
+            queries: None,
             status,
             hc_servers: HealthServers::new(health.clone()),
             metrics,

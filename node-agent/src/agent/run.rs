@@ -1,11 +1,12 @@
 //! The sync loop's schedule: syncs on relevant changes at most every `minSyncPeriod`, retries
-//! with backoff, drift checks every `syncPeriod`, and a stop whenever asked.
+//! with backoff, drift checks every `syncPeriod`, questions from the REST API answered
+//! whenever it waits, and a stop whenever asked.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Agent;
+use super::{Agent, query};
 
 impl Agent {
     /// True when what changed can alter this node's rules or announcements (and marks an
@@ -29,9 +30,12 @@ impl Agent {
     /// checks for drift every `syncPeriod`.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        tokio::select! {
-            _ = self.cluster.wait_synced() => {}
-            _ = &mut shutdown => return,
+        loop {
+            tokio::select! {
+                _ = self.cluster.wait_synced() => break,
+                Some(q) = query::next(&mut self.queries) => self.answer(q),
+                _ = &mut shutdown => return,
+            }
         }
         let mut dirty = true;
         let mut force_full = false;
@@ -46,6 +50,10 @@ impl Agent {
                 tokio::select! {
                     _ = self.cluster.changed() => dirty = self.relevant_changes_pending(),
                     _ = tokio::time::sleep_until(wake) => {}
+                    Some(q) = query::next(&mut self.queries) => {
+                        self.answer(q);
+                        continue;
+                    }
                     _ = &mut shutdown => return,
                 }
             }
@@ -56,6 +64,10 @@ impl Agent {
                 tokio::select! {
                     _ = self.cluster.changed() => dirty = self.relevant_changes_pending(),
                     _ = tokio::time::sleep_until(at) => {}
+                    Some(q) = query::next(&mut self.queries) => {
+                        self.answer(q);
+                        continue;
+                    }
                     _ = &mut shutdown => return,
                 }
             }
@@ -63,9 +75,12 @@ impl Agent {
             if dirty || retry_due {
                 if let Some(t) = last_start {
                     let earliest = t + min_period;
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(earliest) => {}
-                        _ = &mut shutdown => return,
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(earliest) => break,
+                            Some(q) = query::next(&mut self.queries) => self.answer(q),
+                            _ = &mut shutdown => return,
+                        }
                     }
                 }
                 last_start = Some(Instant::now());

@@ -1,0 +1,266 @@
+//! The agent's REST API under `/api/v1` (on the metrics port, loopback by default): what is
+//! programmed and why. Questions go to the running sync loop ([`crate::agent::query`]) and are
+//! answered from what it last programmed; errors are problem details; `/openapi.json`
+//! describes every operation from the types below.
+//!
+//! * `GET /api/v1/status`: mode, config, last sync, counts, drift.
+//! * `GET /api/v1/ruleset?family=ipv4|ipv6`: the rules, as `nft`/`iptables-save` would print.
+//! * `POST /api/v1/trace`: a packet in, its path through the rules and the verdict out.
+//! * `GET /api/v1/services/{namespace}/{name}`: a Service's frontends and endpoints here.
+
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query as UrlQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tideway_api::openapi::{Answer, OpenApi, path_parameter, query_parameter};
+use tideway_api::problem::{Problem, json_body};
+use tideway_core::model::ServiceName;
+use tideway_core::net::{IpFamily, Protocol};
+use tideway_core::trace::{Origin, Packet};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::agent::AgentStatus;
+use crate::agent::query::{Programmed, Query};
+
+/// Request bodies are small; anything larger is refused before it is read.
+const BODY_LIMIT: usize = 16 << 10;
+/// How long a question may wait for the sync loop (a large full sync is seconds).
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+/// A packet to trace.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRequest {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address (a ClusterIP, node IP, LoadBalancer IP, ...).
+    pub dst: IpAddr,
+    /// Destination port.
+    pub port: u16,
+    /// Transport protocol.
+    #[serde(default)]
+    pub protocol: TraceProtocol,
+    /// Where the packet comes from.
+    #[serde(default)]
+    pub from: TraceOrigin,
+}
+
+/// `tcp`, `udp` or `sctp`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceProtocol {
+    /// TCP.
+    #[default]
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// `pod`, `node` or `external`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceOrigin {
+    /// A pod on this node.
+    #[default]
+    Pod,
+    /// A process on the node itself.
+    Node,
+    /// Outside the node.
+    External,
+}
+
+/// Where a packet goes.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TraceAnswer {
+    /// This node.
+    pub node: String,
+    /// The proxy mode programmed.
+    pub mode: String,
+    /// The verdict over every path (`DNAT to 10.244.1.5:8080 (source kept)`, ...).
+    pub verdict: String,
+    /// Every path (one per random choice): the rules matched, in order, and the outcome.
+    pub paths: Vec<serde_json::Value>,
+    /// The trace as `tideway trace` prints it.
+    pub text: String,
+}
+
+/// One Service on this node.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ServiceAnswer {
+    /// This node.
+    pub node: String,
+    /// The proxy mode programmed.
+    pub mode: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Each port and family: frontends (ClusterIP, NodePort, external and LoadBalancer IPs),
+    /// traffic policies, and the endpoints chosen for Cluster and Local policy here.
+    pub ports: Vec<serde_json::Value>,
+}
+
+/// `?family=`.
+#[derive(Debug, Deserialize)]
+struct FamilyParam {
+    family: Option<String>,
+}
+
+#[derive(Clone)]
+struct Api {
+    queries: mpsc::Sender<Query>,
+    status: Arc<RwLock<AgentStatus>>,
+}
+
+impl Api {
+    /// Asks the sync loop; a missing answer is a 503 saying why.
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Option<T>>) -> Query) -> Result<T, Problem> {
+        let (tx, rx) = oneshot::channel();
+        let unavailable = |why: &str| Problem::new(StatusCode::SERVICE_UNAVAILABLE, why);
+        self.queries.send(make(tx)).await.map_err(|_| unavailable("the agent is stopping"))?;
+        match tokio::time::timeout(ANSWER_WITHIN, rx).await {
+            Err(_) => Err(unavailable("the agent is busy syncing; ask again")),
+            Ok(Err(_)) => Err(unavailable("the agent is stopping")),
+            Ok(Ok(None)) => Err(unavailable("nothing is programmed yet: the first sync has not finished")),
+            Ok(Ok(Some(answer))) => Ok(answer),
+        }
+    }
+}
+
+async fn agent_status(State(api): State<Api>) -> Response {
+    axum::Json(api.status.read().unwrap_or_else(|e| e.into_inner()).clone()).into_response()
+}
+
+async fn ruleset(State(api): State<Api>, UrlQuery(q): UrlQuery<FamilyParam>) -> Result<Response, Problem> {
+    let family = match q.family.as_deref() {
+        None | Some("ipv4") => IpFamily::V4,
+        Some("ipv6") => IpFamily::V6,
+        Some(other) => return Err(Problem::bad_field("family", format!("{other:?}: expected ipv4 or ipv6"))),
+    };
+    let Programmed { answer, .. } = api.ask(|tx| Query::Ruleset(family, tx)).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], answer).into_response())
+}
+
+async fn trace(State(api): State<Api>, body: Result<Bytes, BytesRejection>) -> Result<Response, Problem> {
+    let req: TraceRequest = json_body(body)?;
+    if IpFamily::of(&req.src) != IpFamily::of(&req.dst) {
+        return Err(Problem::bad_field(
+            "src",
+            format!("{} and dst {} are of different families", req.src, req.dst),
+        ));
+    }
+    let protocol = match req.protocol {
+        TraceProtocol::Tcp => Protocol::Tcp,
+        TraceProtocol::Udp => Protocol::Udp,
+        TraceProtocol::Sctp => Protocol::Sctp,
+    };
+    let origin = match req.from {
+        TraceOrigin::Pod => Origin::Pod,
+        TraceOrigin::Node => Origin::Node,
+        TraceOrigin::External => Origin::External,
+    };
+    let packet = Packet { src: req.src, dst: req.dst, protocol, dport: req.port, origin };
+    let p = api.ask(|tx| Query::Trace(packet, tx)).await?;
+    let paths = p.answer.paths.iter().filter_map(|path| serde_json::to_value(path).ok()).collect();
+    let answer = TraceAnswer {
+        node: p.node,
+        mode: p.mode.to_string(),
+        verdict: p.answer.verdict,
+        paths,
+        text: p.answer.text,
+    };
+    Ok(axum::Json(answer).into_response())
+}
+
+async fn service(
+    State(api): State<Api>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    let key = ServiceName::new(&namespace, &name);
+    let p = api.ask(|tx| Query::Service(key, tx)).await?;
+    if p.answer.is_empty() {
+        let why = format!("no port of Service {namespace}/{name} is programmed on {}", p.node);
+        return Err(Problem::new(StatusCode::NOT_FOUND, why));
+    }
+    let ports = p.answer.iter().filter_map(|port| serde_json::to_value(port).ok()).collect();
+    let answer = ServiceAnswer { node: p.node, mode: p.mode.to_string(), namespace, name, ports };
+    Ok(axum::Json(answer).into_response())
+}
+
+async fn not_found() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "no such endpoint; /openapi.json lists them")
+}
+
+/// The OpenAPI document of this API.
+pub fn openapi() -> serde_json::Value {
+    let mut doc = OpenApi::new("tideway agent");
+    let status = serde_json::json!({"type": "object"});
+    let trace = doc.schema::<TraceRequest>();
+    let traced = doc.schema::<TraceAnswer>();
+    let service = doc.schema::<ServiceAnswer>();
+    let family = query_parameter("family", "address family (default ipv4)", &["ipv4", "ipv6"]);
+    let (ns, name) =
+        (path_parameter("namespace", "the Service's namespace"), path_parameter("name", "its name"));
+    doc.operation(
+        "get",
+        "/api/v1/status",
+        "the agent's status",
+        vec![],
+        None,
+        vec![(200, "mode, config, last sync, counts, drift", Answer::Json(status))],
+    );
+    doc.operation(
+        "get",
+        "/api/v1/ruleset",
+        "the programmed rules",
+        vec![family],
+        None,
+        vec![(200, "the rules as the mode's tool prints them", Answer::Text)],
+    );
+    doc.operation(
+        "post",
+        "/api/v1/trace",
+        "trace a packet",
+        vec![],
+        Some(trace),
+        vec![(200, "its paths and the verdict", Answer::Json(traced))],
+    );
+    doc.operation(
+        "get",
+        "/api/v1/services/{namespace}/{name}",
+        "a Service on this node",
+        vec![ns, name],
+        None,
+        vec![(200, "its ports, frontends and endpoints here", Answer::Json(service))],
+    );
+    doc.build()
+}
+
+/// The REST API: questions go to the sync loop on `queries`; the status is read from `status`.
+pub fn router(queries: mpsc::Sender<Query>, status: Arc<RwLock<AgentStatus>>) -> Router {
+    let doc = Arc::new(openapi());
+    Router::new()
+        .route("/api/v1/status", get(agent_status))
+        .route("/api/v1/ruleset", get(ruleset))
+        .route("/api/v1/trace", post(trace))
+        .route("/api/v1/services/{namespace}/{name}", get(service))
+        .route("/openapi.json", get(move || async move { axum::Json((*doc).clone()) }))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(Api { queries, status })
+}
+
+/// Unknown paths as problems.
+pub fn fallback(router: Router) -> Router {
+    router.fallback(not_found)
+}
