@@ -4,7 +4,8 @@
 
 use schemars::JsonSchema;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
-use serde_json::{Map, Value, json};
+pub use serde_json::Value;
+use serde_json::{Map, json};
 
 /// A document under construction.
 pub struct OpenApi {
@@ -82,6 +83,12 @@ impl OpenApi {
 /// A required path parameter.
 pub fn path_parameter(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "path", "required": true, "description": description, "schema": {"type": "string"}})
+}
+
+/// A free-form query parameter.
+pub fn query_string(name: &str, description: &str, required: bool) -> Value {
+    json!({"name": name, "in": "query", "required": required, "description": description,
+           "schema": {"type": "string"}})
 }
 
 /// An optional query parameter of `values`.

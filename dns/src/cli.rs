@@ -66,6 +66,9 @@ pub struct DnsArgs {
     /// `/metrics` listen address (`none` to disable).
     #[arg(long, default_value = "0.0.0.0:9153")]
     pub metrics_listen: String,
+    /// REST API listen address (`/api/v1/records`, `/api/v1/stats`; `none` to disable).
+    #[arg(long, default_value = "127.0.0.1:9154")]
+    pub api_listen: String,
     /// Keep serving this long after SIGTERM, with `/ready` failing.
     #[arg(long, default_value = "5s")]
     pub lameduck: String,
@@ -149,6 +152,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         health: optional_addr("health-listen", &args.health_listen)?,
         ready: optional_addr("ready-listen", &args.ready_listen)?,
         metrics: optional_addr("metrics-listen", &args.metrics_listen)?,
+        api: optional_addr("api-listen", &args.api_listen)?,
         udp_sockets: workers,
         udp_engine,
         loop_probe: !args.no_loop_probe,

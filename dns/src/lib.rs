@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod answer;
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod forward;

@@ -43,6 +43,8 @@ pub struct ServerConfig {
     pub ready: Option<SocketAddr>,
     /// `/metrics` listener.
     pub metrics: Option<SocketAddr>,
+    /// REST API listener ([`crate::api`]).
+    pub api: Option<SocketAddr>,
     /// UDP sockets sharing the port (one per worker).
     pub udp_sockets: usize,
     /// UDP receive path.
@@ -65,6 +67,7 @@ impl ServerConfig {
             health: None,
             ready: None,
             metrics: None,
+            api: None,
             udp_sockets: 1,
             udp_engine: UdpEngine::Native,
             tcp_timeout: Duration::from_secs(10),
@@ -136,6 +139,8 @@ pub struct Server {
     pub ready_addr: Option<SocketAddr>,
     /// The bound `/metrics` address.
     pub metrics_addr: Option<SocketAddr>,
+    /// The bound REST API address.
+    pub api_addr: Option<SocketAddr>,
     core: Arc<Core>,
     readiness: Arc<Readiness>,
     settings: Arc<Mutex<Settings>>,
@@ -222,11 +227,13 @@ impl Server {
         });
 
         let registry = Arc::new(registry);
-        let mut bound = [None, None, None];
+        let mut bound = [None, None, None, None];
+        let index_core = Arc::clone(&core);
         let routers = [
             (config.health, ops::health_router()),
             (config.ready, ops::ready_router(Arc::clone(&readiness))),
             (config.metrics, tideway_api::http::metrics_router(registry)),
+            (config.api, crate::api::router(Arc::new(move || index_core.index()))),
         ];
         for (slot, (addr, router)) in bound.iter_mut().zip(routers) {
             if let Some(listener) = http_listener(addr).await? {
@@ -263,6 +270,7 @@ impl Server {
             health_addr: bound[0],
             ready_addr: bound[1],
             metrics_addr: bound[2],
+            api_addr: bound[3],
             core,
             readiness,
             settings,

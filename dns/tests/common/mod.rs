@@ -97,6 +97,7 @@ pub fn start(rt: &Runtime, cluster: SharedCluster, settings: Settings) -> Server
     config.health = Some("127.0.0.1:0".parse().unwrap());
     config.ready = Some("127.0.0.1:0".parse().unwrap());
     config.metrics = Some("127.0.0.1:0".parse().unwrap());
+    config.api = Some("127.0.0.1:0".parse().unwrap());
     config.udp_sockets = 2;
     rt.block_on(Server::start(config, cluster)).expect("server starts")
 }
