@@ -28,6 +28,7 @@ async fn healthz(State(s): State<HealthState>) -> impl IntoResponse {
 
 async fn livez(State(s): State<HealthState>) -> impl IntoResponse {
     let code = if s.health.live() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    s.metrics.livez.get_or_create(&CodeLabel { code: code.as_u16().to_string() }).inc();
     (code, axum::Json(s.health.body()))
 }
 

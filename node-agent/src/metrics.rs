@@ -40,8 +40,12 @@ pub struct Metrics {
     pub partial_sync_duration: Histogram,
     /// Unix time of the last successful sync.
     pub last_sync: Gauge<f64, AtomicU64>,
-    /// Service or EndpointSlice changes taken into account.
+    /// Service objects added, changed or removed.
     pub service_changes: Counter,
+    /// EndpointSlices added, changed or removed.
+    pub endpoint_changes: Counter,
+    /// Unix time a relevant change was last queued for a sync.
+    pub last_queued: Gauge<f64, AtomicU64>,
     /// Failed nftables transactions.
     pub nftables_failures: Counter,
     /// Failed iptables restores (iptables and IPVS modes).
@@ -58,6 +62,8 @@ pub struct Metrics {
     pub mode_switches: Counter,
     /// `/healthz` answers by code.
     pub healthz: Family<CodeLabel, Counter>,
+    /// `/livez` answers by code.
+    pub livez: Family<CodeLabel, Counter>,
 }
 
 impl Metrics {
@@ -70,6 +76,8 @@ impl Metrics {
             partial_sync_duration: buckets(),
             last_sync: Gauge::default(),
             service_changes: Counter::default(),
+            endpoint_changes: Counter::default(),
+            last_queued: Gauge::default(),
             nftables_failures: Counter::default(),
             iptables_failures: Counter::default(),
             no_local_endpoints: Family::default(),
@@ -78,6 +86,7 @@ impl Metrics {
             drift_repairs: Family::default(),
             mode_switches: Counter::default(),
             healthz: Family::default(),
+            livez: Family::default(),
         };
         let r = registry;
         r.register(
@@ -116,7 +125,7 @@ impl Metrics {
             m.iptables_failures.clone(),
         );
         r.register(
-            "kubeproxy_sync_proxy_rules_no_local_endpoints",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
             "Services with Local policy and no local endpoints",
             m.no_local_endpoints.clone(),
         );
@@ -137,6 +146,17 @@ impl Metrics {
         );
         r.register("tideway_proxy_mode_switches", "Proxy mode changes performed", m.mode_switches.clone());
         r.register("kubeproxy_proxy_healthz", "Proxy health checks by HTTP status", m.healthz.clone());
+        r.register("kubeproxy_proxy_livez", "Proxy liveness checks by HTTP status", m.livez.clone());
+        r.register(
+            "kubeproxy_sync_proxy_rules_endpoint_changes",
+            "EndpointSlices added, changed or removed",
+            m.endpoint_changes.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+            "Unix time a change was last queued for a sync",
+            m.last_queued.clone(),
+        );
         m
     }
 }

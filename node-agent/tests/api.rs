@@ -205,3 +205,40 @@ async fn the_openapi_document_lists_every_operation_with_its_schemas() {
         assert!(schemas[name].is_object(), "dangling reference {name}");
     }
 }
+
+#[tokio::test]
+async fn metrics_carry_kube_proxys_names() {
+    let (router, _cluster) = api(true);
+    programmed(&router).await;
+    let (status, _, text) = call(&router, "GET", "/metrics", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let sample = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing from\n{text}"))
+    };
+    for histogram in [
+        "kubeproxy_sync_proxy_rules_duration_seconds",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+    ] {
+        sample(&format!("{histogram}_count"));
+        sample(&format!("{histogram}_bucket"));
+    }
+    assert!(sample("kubeproxy_sync_proxy_rules_last_timestamp_seconds") > 1.7e9);
+    // One Service and one EndpointSlice arrived before the first sync.
+    assert_eq!(sample("kubeproxy_sync_proxy_rules_service_changes_total"), 1.0);
+    assert_eq!(sample("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 1.0);
+    for name in [
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+        "kubeproxy_conntrack_reconciler_deleted_entries_total",
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "tideway_drift_checks_total",
+    ] {
+        sample(name);
+    }
+}

@@ -22,6 +22,10 @@ use crate::model::{
 pub struct Changes {
     /// Services whose Service object or EndpointSlices changed.
     pub services: BTreeSet<ServiceName>,
+    /// Service objects added, changed or removed (kube-proxy's service change count).
+    pub service_events: u64,
+    /// EndpointSlices added, changed or removed (kube-proxy's endpoint change count).
+    pub endpoint_events: u64,
     /// Nodes that changed.
     pub nodes: BTreeSet<String>,
     /// True when any Pod changed.
@@ -57,6 +61,8 @@ impl Changes {
     /// Folds `other` into `self`.
     pub fn merge(&mut self, other: Changes) {
         self.services.extend(other.services);
+        self.service_events += other.service_events;
+        self.endpoint_events += other.endpoint_events;
         self.nodes.extend(other.nodes);
         self.pods |= other.pods;
         self.proxy_configs |= other.proxy_configs;
@@ -130,6 +136,7 @@ impl ClusterState {
         let changed = self.services.apply(name.clone(), svc);
         if changed {
             self.changes.services.insert(name);
+            self.changes.service_events += 1;
         }
         changed
     }
@@ -139,6 +146,7 @@ impl ClusterState {
         let removed = self.services.delete(name).is_some();
         if removed {
             self.changes.services.insert(name.clone());
+            self.changes.service_events += 1;
         }
         removed
     }
@@ -146,6 +154,7 @@ impl ClusterState {
     /// Replaces every Service (after a relist), recording only real differences.
     pub fn replace_services(&mut self, services: Vec<Service>) {
         let changed = self.services.replace(services.into_iter().map(|s| (s.name.clone(), s)));
+        self.changes.service_events += changed.len() as u64;
         self.changes.services.extend(changed);
     }
 
@@ -182,6 +191,7 @@ impl ClusterState {
         let svc = ServiceName::new(&slice.namespace, &slice.service);
         self.slices_by_service.entry(svc.clone()).or_default().insert(slice.name.clone());
         self.changes.services.insert(svc);
+        self.changes.endpoint_events += 1;
         self.slices.entry(slice.namespace.clone()).or_default().insert(slice.name.clone(), slice);
         true
     }
@@ -196,6 +206,7 @@ impl ClusterState {
         let svc = ServiceName::new(&old.namespace, &old.service);
         self.unindex_slice(&svc, name);
         self.changes.services.insert(svc);
+        self.changes.endpoint_events += 1;
         true
     }
 

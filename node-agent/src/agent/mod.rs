@@ -208,7 +208,8 @@ impl Agent {
         self.announce(&node);
         self.health.set_node_eligible(eligible);
         self.health.set_sync_period(node.settings.sync_period);
-        self.metrics.service_changes.inc_by(changes.services.len() as u64);
+        self.metrics.service_changes.inc_by(changes.service_events);
+        self.metrics.endpoint_changes.inc_by(changes.endpoint_events);
         self.pending.extend(changes.services);
         let mode = node.settings.mode;
         let periodic = self.last_full.is_none_or(|t| t.elapsed() >= self.opts.full_sync_period);

@@ -17,6 +17,7 @@ impl Agent {
         if state.changes().affect_proxy(&self.opts.node) {
             drop(state);
             self.health.queued();
+            self.metrics.last_queued.set(super::unix_now());
             return true;
         }
         state.take_changes();
