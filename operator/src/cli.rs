@@ -112,7 +112,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let listener = tokio::net::TcpListener::bind(args.http_bind_address)
             .await
             .with_context(|| format!("binding {}", args.http_bind_address))?;
-        let router = crate::http::router(Arc::new(registry), status.clone());
+        let router = crate::http::router(Arc::new(registry), status.clone(), cluster.clone());
         tokio::spawn(async move { axum::serve(listener, router).await });
         let opts = LoopOptions {
             class: args.load_balancer_class.clone(),

@@ -26,12 +26,19 @@ async fn status(State(s): State<Status>) -> impl IntoResponse {
     axum::Json(s.read().unwrap_or_else(|e| e.into_inner()).clone())
 }
 
-/// Every endpoint, on one listener.
-pub fn router(registry: Arc<Registry>, status_: Status) -> Router {
+/// Every endpoint, on one listener; unknown paths are problem details.
+pub fn router(registry: Arc<Registry>, status_: Status, cluster: tideway_sources::SharedCluster) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
         .with_state(status_)
         .merge(tideway_api::http::metrics_router(registry))
+        .merge(crate::api::router(cluster))
+        .fallback(|| async {
+            tideway_api::problem::Problem::new(
+                StatusCode::NOT_FOUND,
+                "no such endpoint; /openapi.json lists them",
+            )
+        })
 }

@@ -7,13 +7,14 @@
 //!      v
 //!  ClusterWriter: server-side apply of Service status, L2Announcements, CRD status; Events
 //!  election::run: a coordination.k8s.io Lease decides who leads (tideway_core::operator::lease)
-//!  http: /healthz /readyz /metrics /api/v1/status
+//!  http: /healthz /readyz /metrics /api/v1/status; api: proxyconfigs, nodes, services
 //! ```
 //! Every decision is in `tideway_core::operator`; this crate moves data between the source,
 //! the decisions and the writer, and says who may write.
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod cli;
 pub mod election;
 pub mod http;

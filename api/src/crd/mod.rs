@@ -29,7 +29,8 @@ pub use node_proxy_state::{
     node_state_from,
 };
 pub use proxy_config::{
-    IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config, proxy_config_status,
+    IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config,
+    proxy_config_status, spec_of,
 };
 use tideway_core::config::{LabelSelector as CoreSelector, SelectorOp, SelectorRequirement};
 

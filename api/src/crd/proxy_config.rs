@@ -232,3 +232,88 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     }
     Ok(s)
 }
+
+/// The spec that converts to `c` (what the nodes run, spelled as a user writes it): the
+/// inverse of [`proxy_config`] for the REST API.
+pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use tideway_core::config::SelectorOp;
+    let s = &c.settings;
+    let sel = &c.node_selector;
+    let node_selector =
+        (!sel.match_labels.is_empty() || !sel.match_expressions.is_empty()).then(|| LabelSelector {
+            match_labels: (!sel.match_labels.is_empty()).then(|| sel.match_labels.clone()),
+            match_expressions: (!sel.match_expressions.is_empty()).then(|| {
+                sel.match_expressions
+                    .iter()
+                    .map(|e| LabelSelectorRequirement {
+                        key: e.key.clone(),
+                        operator: match e.op {
+                            SelectorOp::In => "In",
+                            SelectorOp::NotIn => "NotIn",
+                            SelectorOp::Exists => "Exists",
+                            SelectorOp::DoesNotExist => "DoesNotExist",
+                        }
+                        .into(),
+                        values: (!e.values.is_empty()).then(|| e.values.clone()),
+                    })
+                    .collect()
+            }),
+        });
+    let node_port_addresses = match &s.node_port_addresses {
+        NodePortAddresses::Primary => vec![],
+        NodePortAddresses::All => vec!["all".into()],
+        NodePortAddresses::Cidrs(cidrs) => cidrs.iter().map(ToString::to_string).collect(),
+    };
+    let fmt = |d: std::time::Duration| crate::duration::format_duration(d);
+    ProxyConfigSpec {
+        mode: Some(s.mode.to_string()),
+        node_selector,
+        priority: Some(c.priority),
+        cluster_cidrs: s.cluster_cidrs.iter().map(ToString::to_string).collect(),
+        detect_local_mode: Some(
+            match s.detect_local {
+                DetectLocal::ClusterCidr => "ClusterCIDR",
+                DetectLocal::NodeCidr => "NodeCIDR",
+            }
+            .into(),
+        ),
+        masquerade_all: Some(s.masquerade_all),
+        masquerade_bit: Some(i32::from(s.masquerade_bit)),
+        node_port_addresses,
+        localhost_node_ports: Some(s.localhost_node_ports),
+        sync_period: Some(fmt(s.sync_period)),
+        min_sync_period: Some(fmt(s.min_sync_period)),
+        service_proxy_name: s.service_proxy_name.clone(),
+        ipvs: Some(IpvsSpec {
+            scheduler: Some(format!("{:?}", s.ipvs.scheduler).to_ascii_lowercase()),
+            strict_arp: Some(s.ipvs.strict_arp),
+            tcp_timeout: Some(fmt(s.ipvs.tcp_timeout)),
+            tcp_fin_timeout: Some(fmt(s.ipvs.tcp_fin_timeout)),
+            udp_timeout: Some(fmt(s.ipvs.udp_timeout)),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_from_settings_converts_back_to_them() {
+        let yaml = "apiVersion: tideway.io/v1alpha1\nkind: ProxyConfig\nmetadata: {name: edge, generation: 4}\n\
+                    spec:\n  mode: ipvs\n  priority: 5\n  nodeSelector:\n    matchLabels: {role: edge}\n    \
+                    matchExpressions: [{key: zone, operator: In, values: [a, b]}, {key: gpu, operator: DoesNotExist}]\n  \
+                    clusterCIDRs: [10.244.0.0/16]\n  detectLocalMode: NodeCIDR\n  masqueradeAll: true\n  masqueradeBit: 12\n  \
+                    nodePortAddresses: [192.168.0.0/24]\n  localhostNodePorts: false\n  syncPeriod: 1m30s\n  minSyncPeriod: 250ms\n  \
+                    serviceProxyName: tideway\n  ipvs: {scheduler: wlc, strictARP: true, tcpTimeout: 15m, udpTimeout: 5s}\n";
+        let pc: ProxyConfig = serde_saphyr::from_str(yaml).expect("yaml");
+        let core = proxy_config(&pc).expect("valid");
+        let again = ProxyConfig::new("edge", spec_of(&core));
+        let mut back = proxy_config(&again).expect("the spec converts");
+        back.generation = core.generation;
+        assert_eq!(back, core);
+        let defaults = proxy_config(&ProxyConfig::new("d", ProxyConfigSpec::default())).expect("valid");
+        assert_eq!(proxy_config(&ProxyConfig::new("d", spec_of(&defaults))).expect("converts"), defaults);
+    }
+}

@@ -11,7 +11,7 @@ use crate::model::{Node, NodeProxyState};
 pub const MAX_FAILURES: usize = 10;
 
 /// One condition (the writer adds `lastTransitionTime` and `observedGeneration`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Condition {
     /// `Ready`, `Progressing`, `Degraded`, `Conflict`, `Valid`.
     pub kind: &'static str,
@@ -31,7 +31,7 @@ impl Condition {
 }
 
 /// The status of one ProxyConfig.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct ConfigStatus {
     /// Generation of the config the nodes run (the last valid one).
     pub observed_generation: i64,
