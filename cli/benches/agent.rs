@@ -68,13 +68,7 @@ fn agent(state: ClusterState, mode: ProxyMode) -> (tokio::runtime::Runtime, Agen
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let shared = SharedCluster::new();
     shared.update(|c| *c = state);
-    let opts = AgentOptions {
-        node: NODE.into(),
-        mode: Some(mode),
-        sync_period: None,
-        min_sync_period: None,
-        full_sync_period: Duration::from_secs(3600),
-    };
+    let opts = AgentOptions { mode: Some(mode), ..AgentOptions::for_node(NODE) };
     let metrics = Arc::new(Metrics::new(&mut Registry::default()));
     let status = Arc::new(RwLock::new(AgentStatus::default()));
     let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));

@@ -53,13 +53,7 @@ fn api(sync: bool) -> (axum::Router, SharedCluster) {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
     let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
-    let opts = AgentOptions {
-        node: "node-a".into(),
-        mode: None,
-        sync_period: None,
-        min_sync_period: None,
-        full_sync_period: Duration::from_secs(3600),
-    };
+    let opts = AgentOptions::for_node("node-a");
     let kernel = SharedKernel::default();
     let (queries, answering) = query::channel();
     let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics, health)

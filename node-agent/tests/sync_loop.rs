@@ -75,13 +75,7 @@ impl Rig {
         let metrics = Arc::new(Metrics::new(&mut registry));
         let status = Arc::new(RwLock::new(AgentStatus::default()));
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
-        let opts = AgentOptions {
-            node: "node-a".into(),
-            mode: None,
-            sync_period: None,
-            min_sync_period: None,
-            full_sync_period: Duration::from_secs(3600),
-        };
+        let opts = AgentOptions::for_node("node-a");
         let k = kernel.clone();
         let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics, health)
             .with_dataplanes(Box::new(move |s: &ProxySettings| k.dataplane(s)));

@@ -73,6 +73,19 @@ pub struct AgentOptions {
     pub full_sync_period: Duration,
 }
 
+impl AgentOptions {
+    /// Options for `node` that follow its ProxyConfig, with a full resync every hour.
+    pub fn for_node(node: impl Into<String>) -> AgentOptions {
+        AgentOptions {
+            node: node.into(),
+            mode: None,
+            sync_period: None,
+            min_sync_period: None,
+            full_sync_period: Duration::from_secs(3600),
+        }
+    }
+}
+
 struct Planned {
     node: NodeContext,
     ruleset: Ruleset,
