@@ -287,8 +287,9 @@ fn drift_by_content(b: &Battery) {
     let before = table();
     let cases = [
         (
-            "nft delete element ip tideway service-ips '{ 10.96.0.10 . tcp . 80 }' && \
-             nft add element ip tideway service-ips '{ 10.96.0.10 . tcp . 80 : goto reject-chain }'",
+            // One transaction, so the periodic check never sees half of it.
+            "nft 'delete element ip tideway service-ips { 10.96.0.10 . tcp . 80 }; \
+             add element ip tideway service-ips { 10.96.0.10 . tcp . 80 : goto reject-chain }'",
             "table ip tideway service-ips (set_elements)",
         ),
         (
