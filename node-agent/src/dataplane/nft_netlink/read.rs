@@ -42,6 +42,11 @@ const SET_TIMEOUT: u32 = 0x10;
 const NF_DROP: u32 = 0;
 const DATA_VERDICT: u16 = 2;
 const ENOENT: i32 = 2;
+
+/// True when the kernel refused because the object asked for does not exist.
+fn is_missing(e: &DataplaneError) -> bool {
+    matches!(e, DataplaneError::Netlink(NetlinkError::Refused(r)) if r.iter().all(|r| r.errno == ENOENT))
+}
 /// Dumps torn by a concurrent change are asked again this many times.
 const ATTEMPTS: usize = 3;
 /// Elements asked for by key per message (each answer is a message of its own; the socket's
@@ -273,9 +278,7 @@ impl NftNetlink {
         let (m, seq) = self.request(GETTABLE, family, NLM_F_ACK, &Attrs::default().string(TABLE_NAME, TABLE));
         match dump(&self.socket, &m, seq, "reading the table", |_, _| {}) {
             Ok(_) => Ok(true),
-            Err(DataplaneError::Netlink(NetlinkError::Refused(r))) if r.iter().all(|r| r.errno == ENOENT) => {
-                Ok(false)
-            }
+            Err(e) if is_missing(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -389,11 +392,7 @@ impl NftNetlink {
             });
             match answered {
                 Ok(_) => {}
-                Err(DataplaneError::Netlink(NetlinkError::Refused(r)))
-                    if r.iter().all(|r| r.errno == ENOENT) =>
-                {
-                    return Ok(sum ^ digest("an element is missing"));
-                }
+                Err(e) if is_missing(&e) => return Ok(sum ^ digest("an element is missing")),
                 Err(e) => return Err(e),
             }
         }
