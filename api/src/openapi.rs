@@ -80,6 +80,13 @@ impl OpenApi {
     }
 }
 
+/// `GET /openapi.json` serving `doc`.
+pub fn router<S: Clone + Send + Sync + 'static>(doc: Value) -> axum::Router<S> {
+    let doc = std::sync::Arc::new(doc);
+    axum::Router::new()
+        .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
+}
+
 /// A required path parameter.
 pub fn path_parameter(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "path", "required": true, "description": description, "schema": {"type": "string"}})

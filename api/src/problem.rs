@@ -65,6 +65,11 @@ impl IntoResponse for Problem {
     }
 }
 
+/// The answer to a path no route takes (a router's fallback).
+pub async fn not_found() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "no such endpoint; /openapi.json lists them")
+}
+
 /// The JSON body of a request as `T`: a body too large, not JSON, or with a wrong field is a
 /// problem naming what is wrong (the field's path for a wrong field).
 pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {

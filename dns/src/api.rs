@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Query as UrlQuery, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hickory_proto::op::{LowerQuery, Query, ResponseCode};
@@ -204,13 +203,10 @@ pub fn openapi() -> Value {
 
 /// The API over the index `index` gives.
 pub fn router(index: IndexSource) -> Router {
-    let doc = Arc::new(openapi());
     Router::new()
         .route("/api/v1/records", get(records))
         .route("/api/v1/stats", get(stats))
-        .route("/openapi.json", get(move || async move { axum::Json((*doc).clone()) }))
-        .fallback(|| async {
-            Problem::new(StatusCode::NOT_FOUND, "no such endpoint; /openapi.json lists them")
-        })
+        .merge(tideway_api::openapi::router(openapi()))
+        .fallback(tideway_api::problem::not_found)
         .with_state(index)
 }

@@ -198,10 +198,6 @@ async fn service(
     Ok(axum::Json(answer).into_response())
 }
 
-async fn not_found() -> Problem {
-    Problem::new(StatusCode::NOT_FOUND, "no such endpoint; /openapi.json lists them")
-}
-
 /// The OpenAPI document of this API.
 pub fn openapi() -> serde_json::Value {
     let mut doc = OpenApi::new("tideway agent");
@@ -249,18 +245,17 @@ pub fn openapi() -> serde_json::Value {
 
 /// The REST API: questions go to the sync loop on `queries`; the status is read from `status`.
 pub fn router(queries: mpsc::Sender<Query>, status: Arc<RwLock<AgentStatus>>) -> Router {
-    let doc = Arc::new(openapi());
     Router::new()
         .route("/api/v1/status", get(agent_status))
         .route("/api/v1/ruleset", get(ruleset))
         .route("/api/v1/trace", post(trace))
         .route("/api/v1/services/{namespace}/{name}", get(service))
-        .route("/openapi.json", get(move || async move { axum::Json((*doc).clone()) }))
+        .merge(tideway_api::openapi::router(openapi()))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(Api { queries, status })
 }
 
 /// Unknown paths as problems.
 pub fn fallback(router: Router) -> Router {
-    router.fallback(not_found)
+    router.fallback(tideway_api::problem::not_found)
 }

@@ -200,12 +200,11 @@ pub fn openapi() -> Value {
 
 /// The read API over `cluster`.
 pub fn router(cluster: SharedCluster) -> Router {
-    let doc = std::sync::Arc::new(openapi());
     Router::new()
         .route("/api/v1/proxyconfigs", get(proxy_configs))
         .route("/api/v1/proxyconfigs/{name}", get(proxy_config))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/services/{namespace}/{name}", get(service))
-        .route("/openapi.json", get(move || async move { axum::Json((*doc).clone()) }))
+        .merge(tideway_api::openapi::router(openapi()))
         .with_state(cluster)
 }

@@ -35,10 +35,5 @@ pub fn router(registry: Arc<Registry>, status_: Status, cluster: tideway_sources
         .with_state(status_)
         .merge(tideway_api::http::metrics_router(registry))
         .merge(crate::api::router(cluster))
-        .fallback(|| async {
-            tideway_api::problem::Problem::new(
-                StatusCode::NOT_FOUND,
-                "no such endpoint; /openapi.json lists them",
-            )
-        })
+        .fallback(tideway_api::problem::not_found)
 }
