@@ -2,7 +2,6 @@
 //! programmed (no copy of the plan is kept for them): the ruleset as text, the path of a
 //! packet through it, and one Service's frontends and endpoints on this node.
 
-use serde::Serialize;
 use tideway_core::config::ProxyMode;
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
@@ -26,14 +25,13 @@ pub enum Query {
 }
 
 /// An answer with the node and mode it is about.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Programmed<T> {
     /// This node.
     pub node: String,
     /// The mode programmed.
     pub mode: ProxyMode,
     /// The answer.
-    #[serde(flatten)]
     pub answer: T,
 }
 
@@ -44,7 +42,7 @@ impl<T> Programmed<T> {
 }
 
 /// A traced packet.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Traced {
     /// The summary over every path (`DNAT to ...`, `rejected`, ...).
     pub verdict: String,
