@@ -12,16 +12,21 @@
 //! * [`http`]: the `/metrics` route and server helper every component mounts.
 //! * [`problem`], [`openapi`]: REST errors as problem details, and OpenAPI documents built
 //!   from the handlers' types.
+//! * [`auth`]: bearer tokens for REST changes, and who checks them.
+//! * [`merge_patch`]: RFC 7386 merge patches (REST changes of a ProxyConfig,
+//!   [`crd::patch_proxy_config`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod convert;
 pub mod crd;
 pub mod duration;
 mod error;
 pub mod http;
 pub mod manifest;
+pub mod merge_patch;
 pub mod openapi;
 pub mod problem;
 

@@ -1,5 +1,6 @@
 //! `tideway lab` end to end (root): the seed experiments on the built-in demo, traffic
-//! policies, Services without endpoints, scaling, live mode switches with an open connection,
+//! policies, Services without endpoints, scaling, live mode switches with an open connection
+//! (by `lab apply` and over the operator's REST API),
 //! ARP and failover of the announcer, and `lab down` after a crash. Each test runs its own lab
 //! (labs are independent: each has its own LAN namespace).
 
@@ -338,6 +339,25 @@ fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
     (ipt, nft)
 }
 
+/// `PATCH /api/v1/proxyconfigs/default` to `mode` with curl on the host (with `token` when
+/// given): the HTTP status and the JSON answer.
+fn patch_mode(lab: &TestLab, mode: &str, token: Option<&str>) -> (u16, Value) {
+    let status = lab.status();
+    let url = format!("http://{}/api/v1/proxyconfigs/default", status["apis"]["operator"].as_str().unwrap());
+    let body = format!(r#"{{"spec": {{"mode": "{mode}"}}}}"#);
+    let mut args = vec!["-s", "--max-time", "5", "-X", "PATCH", "-w", "\n%{http_code}"];
+    args.extend(["-H", "content-type: application/merge-patch+json", "-d", &body]);
+    let auth = token.map(|t| format!("authorization: Bearer {t}"));
+    if let Some(a) = &auth {
+        args.extend(["-H", a]);
+    }
+    args.push(&url);
+    let out = Command::new("curl").args(&args).output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
 #[test]
 fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
     let lab = TestLab::up("switch", DEMO, Some("iptables"));
@@ -346,9 +366,19 @@ fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
     let mut conn = Conn::open(&lab, "mypc", &lb);
     let first = conn.ask();
     assert!(first.starts_with("webpod"), "{first}");
-    for (mode, next) in [("nftables", "iptables"), ("iptables", "nftables")] {
-        let _ = next;
-        lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
+    // The first switch by `lab apply` of a changed file, the second over the operator's REST
+    // API (a JSON merge patch with the lab's token), as a user with curl would.
+    for (mode, over_rest) in [("nftables", false), ("iptables", true)] {
+        if over_rest {
+            let (code, p) = patch_mode(&lab, mode, None);
+            assert_eq!(code, 401, "no token: {p}");
+            let (code, p) = patch_mode(&lab, "ipvz", lab.status()["apiToken"].as_str());
+            assert_eq!((code, p["errors"][0]["field"].as_str()), (400, Some("spec.mode")), "{p}");
+            let (code, p) = patch_mode(&lab, mode, lab.status()["apiToken"].as_str());
+            assert_eq!((code, p["spec"]["mode"].as_str()), (202, Some(mode)), "{p}");
+        } else {
+            lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
+        }
         eventually(patience(10.0), || {
             let s = lab.status();
             let all = s["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == mode && n["synced"] == true);

@@ -333,7 +333,16 @@ impl Lab {
             }
         }
         // The operator runs in a namespace of its own too, so `lab down` finds it after a crash.
-        let args = ["operator", "--source", &source, "--http-bind-address", "127.0.0.1:8080"];
+        let token = self.token_file().display().to_string();
+        let args = [
+            "operator",
+            "--source",
+            &source,
+            "--http-bind-address",
+            "127.0.0.1:8080",
+            "--api-token-file",
+            &token,
+        ];
         wanted.insert("operator".into(), self.exec_in(&self.names.operator(), &args));
         wanted
     }
@@ -413,7 +422,45 @@ impl Lab {
             .collect();
         self.writes = Writes::from_files(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())));
         self.seen_writes = fps;
+        self.adopt_config_specs();
         true
+    }
+
+    /// ProxyConfig specs changed over the operator's REST API become the lab's own (the next
+    /// `lab apply` of a file replaces them, as `kubectl apply` would).
+    fn adopt_config_specs(&mut self) {
+        for name in self.writes.config_specs.keys() {
+            let _ = std::fs::remove_file(self.dir.write_file("pxcspec", name));
+        }
+        let changed = self.writes.adopt_config_specs(&mut self.spec.proxy_configs);
+        if changed.is_empty() {
+            return;
+        }
+        tracing::info!(proxyconfigs = ?changed, "ProxyConfig spec changed over the REST API");
+        let mut alloc = self.alloc.clone();
+        match control::build(&self.spec, &self.plan, &mut alloc, &self.health) {
+            Ok(world) => {
+                self.world = world;
+                self.alloc = alloc;
+            }
+            Err(e) => tracing::warn!(error = %e, "the changed ProxyConfig could not be built"),
+        }
+    }
+
+    /// The bearer token REST changes need (written by [`Lab::make_token`]).
+    pub fn token_file(&self) -> PathBuf {
+        self.dir.path().join("api-token")
+    }
+
+    /// Writes a new random token for the components' REST APIs, readable by root only.
+    pub fn make_token(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let token = tideway_api::auth::new_token()?;
+        let _ = std::fs::remove_file(self.token_file());
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(self.token_file())?;
+        writeln!(f, "{token}")
     }
 
     /// The pid of a process (`agent/<node>`, `operator`, ...).
@@ -455,7 +502,8 @@ impl Lab {
             "netns": self.names.pod(&p.namespace, &p.name),
         })).collect();
         let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "netns": self.names.host(&h.name)})).collect();
-        json!({"name": self.names.lab(), "dir": self.dir.path(), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis})
+        let token = std::fs::read_to_string(self.token_file()).map(|t| t.trim().to_string()).ok();
+        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis})
     }
 
     /// Stops every process and removes every namespace.

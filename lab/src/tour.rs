@@ -95,7 +95,18 @@ pub fn tour(status: &Value, took: Duration) -> String {
         t,
         "  tideway lab apply{flag} -f FILE   # the lab becomes FILE: change the ProxyConfig mode to switch live"
     );
+    let operator = status["apis"]["operator"].as_str().unwrap_or("OPERATOR");
+    let config = status["proxyConfig"].as_str().unwrap_or("default");
+    let other = if mode == "nftables" { "iptables" } else { "nftables" };
+    let _ = writeln!(
+        t,
+        "  curl -s -X PATCH -H \"authorization: Bearer $(cat {dir}/api-token)\" -H 'content-type: application/merge-patch+json' \\\n      -d '{{\"spec\": {{\"mode\": \"{other}\"}}}}' http://{operator}/api/v1/proxyconfigs/{config}   # switch over REST"
+    );
     let _ = writeln!(t, "  tideway lab status{flag}; tideway lab down{flag}");
+    if let Some(token) = status["apiToken"].as_str() {
+        let _ =
+            writeln!(t, "\nChanges over the REST APIs need the lab's token: {token} (in {dir}/api-token)");
+    }
     t
 }
 
@@ -242,5 +253,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("http://127.0.0.1:4001/api/v1/status"), "{t}");
+        assert!(t.contains("http://127.0.0.1:4000/api/v1/proxyconfigs/default"), "{t}");
+        assert!(t.contains(r#"-d '{"spec": {"mode": "nftables"}}'"#), "{t}");
+        let mut with_token = status(true, Some("172.18.255.200"));
+        with_token["apiToken"] = "abc123".into();
+        assert!(tour(&with_token, Duration::ZERO).contains("need the lab's token: abc123"));
     }
 }

@@ -46,6 +46,9 @@ pub async fn serve(mut lab: Lab, spec: LabSpec, progress: bool) -> anyhow::Resul
         spec.pods.len(),
         spec.hosts.len()
     ));
+    if let Err(e) = lab.make_token() {
+        return Err(anyhow::Error::from(e).context("writing the API token"));
+    }
     if let Err(e) = lab.apply(spec) {
         lab.teardown();
         return Err(e.into());

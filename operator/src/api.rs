@@ -1,31 +1,46 @@
-//! The operator's REST API (read side): each ProxyConfig with the rollout status the
-//! operator computes for it, each node's `NodeProxyState`, and one Service as the cluster
-//! sees it (addresses, ports, who may receive its external traffic and who announces it, its
-//! DNS names). Answers are computed from the operator's cluster view on each request with the
-//! same core functions the reconciler uses; errors are problem details; `/openapi.json`
-//! describes the operations.
+//! The operator's REST API: each ProxyConfig with the rollout status the operator computes
+//! for it, each node's `NodeProxyState`, and one Service as the cluster sees it (addresses,
+//! ports, who may receive its external traffic and who announces it, its DNS names). Answers
+//! are computed from the operator's cluster view on each request with the same core functions
+//! the reconciler uses; errors are problem details; `/openapi.json` describes the operations.
+//!
+//! `PATCH proxyconfigs/{name}` changes a config's spec (the proxy mode, say): a JSON merge
+//! patch, checked against the spec the operator sees ([`patch_proxy_config`]), then written by
+//! the source's writer (a merge patch to the API server, a spec file in the lab). It needs a
+//! bearer token the [`Authorizer`] admits for verb `patch`; reads need one too (verbs `get`
+//! and `list`) unless the API listens on loopback only.
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
-use tideway_api::crd::{ProxyConfigSpec, ProxyConfigStatus, proxy_config_status, spec_of};
+use tideway_api::auth::{Access, Authorizer, check};
+use tideway_api::crd::{
+    ProxyConfigSpec, ProxyConfigStatus, patch_proxy_config, proxy_config_status, spec_of,
+};
 use tideway_api::openapi::{Answer, OpenApi, path_parameter};
-use tideway_api::problem::Problem;
+use tideway_api::problem::{Problem, json_body};
 use tideway_core::model::ServiceName;
 use tideway_core::operator::rollout::rollout;
 use tideway_sources::SharedCluster;
+use tideway_sources::status::{ClusterWriter, WriteError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// One ProxyConfig and how its rollout stands, spelled as the custom resource is.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ProxyConfigView {
     /// Its name.
     pub name: String,
@@ -44,6 +59,7 @@ pub struct ProxyConfigView {
 
 /// One Service as the cluster sees it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceView {
     /// Namespace.
     pub namespace: String,
@@ -57,6 +73,34 @@ pub struct ServiceView {
     /// The names the cluster DNS answers for it (in the default `cluster.local` zone).
     pub dns_names: Vec<String>,
 }
+
+/// What the API answers from and writes through.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The operator's cluster view.
+    pub cluster: SharedCluster,
+    /// Where changes go.
+    pub writer: Arc<dyn ClusterWriter>,
+    /// Who may change (and, when reads are not open, read).
+    pub auth: Arc<dyn Authorizer>,
+    /// Reads need no token (the API listens on loopback only, or it was asked for).
+    pub open_reads: bool,
+}
+
+/// A change accepted: the spec the nodes will run once the operator sees it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchAnswer {
+    /// The ProxyConfig.
+    pub name: String,
+    /// The generation the change was checked against (the object's next one carries it).
+    pub based_on_generation: i64,
+    /// Its spec after the change.
+    pub spec: ProxyConfigSpec,
+}
+
+/// Bodies larger than this are refused (413).
+const BODY_LIMIT: usize = 16 * 1024;
 
 fn invalid_configs(cluster: &SharedCluster) -> BTreeMap<String, String> {
     cluster
@@ -92,21 +136,98 @@ fn config_views(cluster: &SharedCluster) -> Vec<ProxyConfigView> {
     views
 }
 
-async fn proxy_configs(State(cluster): State<SharedCluster>) -> Response {
-    axum::Json(config_views(&cluster)).into_response()
+async fn proxy_configs(State(api): State<ApiState>) -> Response {
+    axum::Json(config_views(&api.cluster)).into_response()
 }
 
-async fn proxy_config(
-    State(cluster): State<SharedCluster>,
-    Path(name): Path<String>,
-) -> Result<Response, Problem> {
-    let view = config_views(&cluster).into_iter().find(|v| v.name == name);
+async fn proxy_config(State(api): State<ApiState>, Path(name): Path<String>) -> Result<Response, Problem> {
+    let view = config_views(&api.cluster).into_iter().find(|v| v.name == name);
     let view = view.ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, format!("no ProxyConfig {name:?}")))?;
     Ok(axum::Json(view).into_response())
 }
 
-async fn nodes(State(cluster): State<SharedCluster>) -> Response {
-    let state = cluster.lock();
+/// The problem for a change the writer could not make.
+fn write_problem(e: WriteError) -> Problem {
+    let status = match &e {
+        WriteError::ReadOnly(_) => StatusCode::CONFLICT,
+        WriteError::Refused { code: code @ (404 | 409 | 422), .. } => {
+            StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY)
+        }
+        WriteError::Refused { code, .. } if *code < 500 => StatusCode::BAD_GATEWAY,
+        WriteError::Refused { .. } | WriteError::Transport(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    Problem::new(status, e.to_string())
+}
+
+fn is_merge_patch(headers: &HeaderMap) -> bool {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let ct = ct.split(';').next().unwrap_or("").trim();
+    ct.eq_ignore_ascii_case("application/merge-patch+json") || ct.eq_ignore_ascii_case("application/json")
+}
+
+async fn patch_config(
+    State(api): State<ApiState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Response> {
+    let access =
+        Access { verb: "patch", group: "tideway.io", resource: "proxyconfigs", name: Some(name.clone()) };
+    let caller = check(api.auth.as_ref(), &headers, &access).await.map_err(IntoResponse::into_response)?;
+    if !is_merge_patch(&headers) {
+        let p = Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send a JSON merge patch (application/merge-patch+json)",
+        );
+        return Err(p.into_response());
+    }
+    let patch: Value = json_body(body).map_err(IntoResponse::into_response)?;
+    let current = api.cluster.lock().proxy_configs().find(|c| c.name == name).cloned();
+    let Some(current) = current else {
+        let p = match invalid_configs(&api.cluster).get(&name) {
+            Some(why) => Problem::new(
+                StatusCode::CONFLICT,
+                format!("ProxyConfig {name:?} is invalid ({why}); fix it where it is defined"),
+            ),
+            None => Problem::new(StatusCode::NOT_FOUND, format!("no ProxyConfig {name:?}")),
+        };
+        return Err(p.into_response());
+    };
+    let change = patch_proxy_config(&current, &patch)
+        .map_err(|e| Problem::bad_field(e.field, e.message).into_response())?;
+    api.writer.patch_proxy_config(&name, &change).await.map_err(|e| write_problem(e).into_response())?;
+    tracing::info!(user = %caller.user, proxyconfig = %name, patch = %patch, "ProxyConfig changed over the REST API");
+    let answer = PatchAnswer { name, based_on_generation: current.generation, spec: change.spec };
+    Ok((StatusCode::ACCEPTED, axum::Json(answer)).into_response())
+}
+
+/// What reading `path` is in RBAC terms: `list` of a collection, `get` of one object.
+fn read_access(path: &str) -> Access {
+    let segments: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
+    let (group, resource) = match segments[0] {
+        "nodes" => ("tideway.io", "nodeproxystates"),
+        "services" => ("", "services"),
+        _ => ("tideway.io", "proxyconfigs"),
+    };
+    let verb = if segments.len() > 1 { "get" } else { "list" };
+    let name = segments.last().filter(|_| segments.len() > 1).map(|n| n.to_string());
+    Access { verb, group, resource, name }
+}
+
+/// Reads need a token admitted for `get` (one object) or `list` unless they are open.
+async fn guard_reads(State(api): State<ApiState>, req: Request, next: Next) -> Response {
+    if api.open_reads || req.method() != Method::GET || req.uri().path() == "/openapi.json" {
+        return next.run(req).await;
+    }
+    let access = read_access(req.uri().path());
+    match check(api.auth.as_ref(), req.headers(), &access).await {
+        Ok(_) => next.run(req).await,
+        Err(denied) => denied.into_response(),
+    }
+}
+
+async fn nodes(State(api): State<ApiState>) -> Response {
+    let state = api.cluster.lock();
     let nodes: Vec<Value> = state
         .nodes()
         .map(|n| {
@@ -118,11 +239,11 @@ async fn nodes(State(cluster): State<SharedCluster>) -> Response {
 }
 
 async fn service(
-    State(cluster): State<SharedCluster>,
+    State(api): State<ApiState>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
     let key = ServiceName::new(&namespace, &name);
-    let state = cluster.lock();
+    let state = api.cluster.lock();
     let svc = state
         .service(&key)
         .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, format!("no Service {namespace}/{name}")))?;
@@ -173,9 +294,20 @@ pub fn openapi() -> Value {
         "get",
         "/api/v1/proxyconfigs/{name}",
         "one ProxyConfig and its rollout",
-        vec![name],
+        vec![name.clone()],
         None,
         vec![(200, "the config", Answer::Json(config))],
+    );
+    let patch = serde_json::json!({"type": "object", "properties": {"spec": {"type": "object"}},
+        "additionalProperties": false, "description": "a JSON merge patch of the ProxyConfig: only spec"});
+    let accepted = doc.schema::<PatchAnswer>();
+    doc.operation(
+        "patch",
+        "/api/v1/proxyconfigs/{name}",
+        "change a ProxyConfig's spec (mode, settings): a JSON merge patch; needs a bearer token",
+        vec![name],
+        Some(patch),
+        vec![(202, "accepted; the nodes follow (GET shows the rollout)", Answer::Json(accepted))],
     );
     doc.operation(
         "get",
@@ -198,13 +330,34 @@ pub fn openapi() -> Value {
     doc.build()
 }
 
-/// The read API over `cluster`.
-pub fn router(cluster: SharedCluster) -> Router {
+/// The API over `api`.
+pub fn router(api: ApiState) -> Router {
     Router::new()
         .route("/api/v1/proxyconfigs", get(proxy_configs))
-        .route("/api/v1/proxyconfigs/{name}", get(proxy_config))
+        .route("/api/v1/proxyconfigs/{name}", get(proxy_config).patch(patch_config))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/services/{namespace}/{name}", get(service))
         .merge(tideway_api::openapi::router(openapi()))
-        .with_state(cluster)
+        .layer(axum::middleware::from_fn_with_state(api.clone(), guard_reads))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(api)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_in_rbac_terms() {
+        let cases = [
+            ("/api/v1/proxyconfigs", "list", "tideway.io", "proxyconfigs", None),
+            ("/api/v1/proxyconfigs/default", "get", "tideway.io", "proxyconfigs", Some("default")),
+            ("/api/v1/nodes", "list", "tideway.io", "nodeproxystates", None),
+            ("/api/v1/services/demo/web", "get", "", "services", Some("web")),
+        ];
+        for (path, verb, group, resource, name) in cases {
+            let want = Access { verb, group, resource, name: name.map(str::to_string) };
+            assert_eq!(read_access(path), want, "{path}");
+        }
+    }
 }

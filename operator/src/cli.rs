@@ -8,15 +8,17 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
+use tideway_api::auth::{Authorizer, NoTokens, StaticToken};
 use tideway_api::duration::parse_duration;
 use tideway_core::operator::lease::{Elector, LeaseTimings};
-use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role};
+use tideway_sources::kube::{KubeLease, KubeReview, KubeSource, KubeWriter, Role};
 use tideway_sources::lab::{LabDir, LabWriter};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::ClusterWriter;
 use tideway_sources::{FileSource, SharedCluster, SourceSpec};
 use tokio::sync::watch;
 
+use crate::api::ApiState;
 use crate::metrics::Metrics;
 use crate::reconcile::{LoopOptions, OperatorStatus};
 use crate::writer::LogWriter;
@@ -53,6 +55,28 @@ pub struct OperatorArgs {
     /// Compare everything with the cluster this often.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub resync_period: Duration,
+    /// A file holding the bearer token REST changes need (the lab writes one). Without it,
+    /// `--source kubernetes` checks tokens with TokenReview and SubjectAccessReview, and other
+    /// sources take no changes over REST.
+    #[arg(long)]
+    pub api_token_file: Option<PathBuf>,
+    /// Serve `GET /api/v1/...` without a token on a non-loopback address too (reads always
+    /// need none on loopback).
+    #[arg(long)]
+    pub api_anonymous_reads: bool,
+}
+
+/// Who may use the REST API: the token file, else the API server's reviews, else nobody.
+fn authorizer(args: &OperatorArgs, review: Option<KubeReview>) -> anyhow::Result<Arc<dyn Authorizer>> {
+    if let Some(path) = &args.api_token_file {
+        let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        anyhow::ensure!(!token.trim().is_empty(), "{} is empty", path.display());
+        return Ok(Arc::new(StaticToken::new(&token, "api-token")));
+    }
+    Ok(match review {
+        Some(review) => Arc::new(review),
+        None => Arc::new(NoTokens),
+    })
 }
 
 fn identity(args: &OperatorArgs) -> String {
@@ -84,6 +108,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
         };
         let mut election = None;
+        let mut review = None;
         let writer: Arc<dyn ClusterWriter> = match spec {
             SourceSpec::File(path) => {
                 anyhow::ensure!(!args.leader_elect, "--leader-elect needs --source kubernetes");
@@ -98,6 +123,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                review = Some(KubeReview::new(client.clone()));
                 tokio::spawn(KubeSource::new(client.clone(), Role::Operator, source_metrics).run(cluster.clone()));
                 let me = identity(args);
                 if args.leader_elect {
@@ -112,7 +138,13 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let listener = tokio::net::TcpListener::bind(args.http_bind_address)
             .await
             .with_context(|| format!("binding {}", args.http_bind_address))?;
-        let router = crate::http::router(Arc::new(registry), status.clone(), cluster.clone());
+        let api = ApiState {
+            cluster: cluster.clone(),
+            writer: writer.clone(),
+            auth: authorizer(args, review)?,
+            open_reads: args.api_anonymous_reads || args.http_bind_address.ip().is_loopback(),
+        };
+        let router = crate::http::router(Arc::new(registry), status.clone(), api);
         tokio::spawn(async move { axum::serve(listener, router).await });
         let opts = LoopOptions {
             class: args.load_balancer_class.clone(),

@@ -27,13 +27,13 @@ async fn status(State(s): State<Status>) -> impl IntoResponse {
 }
 
 /// Every endpoint, on one listener; unknown paths are problem details.
-pub fn router(registry: Arc<Registry>, status_: Status, cluster: tideway_sources::SharedCluster) -> Router {
+pub fn router(registry: Arc<Registry>, status_: Status, api: crate::api::ApiState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
         .with_state(status_)
         .merge(tideway_api::http::metrics_router(registry))
-        .merge(crate::api::router(cluster))
+        .merge(crate::api::router(api))
         .fallback(tideway_api::problem::not_found)
 }

@@ -1,19 +1,23 @@
-//! The operator's read API over its cluster view (no API server): each ProxyConfig with its
+//! The operator's REST API over its cluster view (no API server): each ProxyConfig with its
 //! rollout, each node's NodeProxyState, one Service with its announcement and DNS names,
-//! problem details for what does not exist, and the OpenAPI document.
+//! problem details for what does not exist, the OpenAPI document, and PATCH of a
+//! ProxyConfig's spec (bearer token, bad bodies, body limit, a source that takes no writes).
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::{HeaderMap, Request, StatusCode};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use std::sync::{Arc, RwLock};
+use tideway_api::auth::StaticToken;
 use tideway_core::cluster::Snapshot;
 use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
 use tideway_core::model::{L2Announcement, NodeProxyState, ServiceName};
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{ip, mk_node, mk_service};
+use tideway_operator::api::ApiState;
 use tideway_operator::reconcile::OperatorStatus;
 use tideway_sources::SharedCluster;
+use tideway_sources::status::{MemoryWriter, WriteError};
 use tower::ServiceExt;
 
 fn cluster() -> SharedCluster {
@@ -60,14 +64,140 @@ fn cluster() -> SharedCluster {
     cluster
 }
 
-async fn get(path: &str) -> (StatusCode, Value) {
+const TOKEN: &str = "lab-token-0123";
+
+/// The operator's HTTP endpoints over [`cluster`], writing to `writer`, admitting [`TOKEN`].
+fn router(writer: MemoryWriter, open_reads: bool) -> axum::Router {
     let status = Arc::new(RwLock::new(OperatorStatus::default()));
-    let router = tideway_operator::http::router(Arc::new(Registry::default()), status, cluster());
-    let req = Request::builder().uri(path).body(Body::empty()).expect("request");
+    let api = ApiState {
+        cluster: cluster(),
+        writer: Arc::new(writer),
+        auth: Arc::new(StaticToken::new(TOKEN, "lab-admin")),
+        open_reads,
+    };
+    tideway_operator::http::router(Arc::new(Registry::default()), status, api)
+}
+
+async fn call(router: axum::Router, req: Request<Body>) -> (StatusCode, HeaderMap, Value) {
     let resp = router.oneshot(req).await.expect("answer");
-    let code = resp.status();
+    let (code, headers) = (resp.status(), resp.headers().clone());
     let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("body");
-    (code, serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{path}: {e}")))
+    (code, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn get(path: &str) -> (StatusCode, Value) {
+    let req = Request::builder().uri(path).body(Body::empty()).expect("request");
+    let (code, _, body) = call(router(MemoryWriter::default(), true), req).await;
+    assert!(!body.is_null(), "{path}: not JSON");
+    (code, body)
+}
+
+fn patch(token: Option<&str>, content_type: &str, body: &str) -> Request<Body> {
+    let mut req = Request::builder()
+        .method("PATCH")
+        .uri("/api/v1/proxyconfigs/default")
+        .header("content-type", content_type);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    req.body(Body::from(body.to_string())).expect("request")
+}
+
+const MERGE: &str = "application/merge-patch+json";
+
+#[tokio::test]
+async fn a_patch_with_the_token_changes_the_mode() {
+    let writer = MemoryWriter::default();
+    let req = patch(Some(TOKEN), MERGE, r#"{"spec": {"mode": "iptables"}}"#);
+    let (code, _, body) = call(router(writer.clone(), true), req).await;
+    assert_eq!(code, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(
+        (body["spec"]["mode"].as_str(), body["basedOnGeneration"].as_i64()),
+        (Some("iptables"), Some(3))
+    );
+    let patches = writer.patches();
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0].0, "default");
+    assert_eq!(patches[0].1.patch, serde_json::json!({"spec": {"mode": "iptables"}}));
+    assert_eq!(patches[0].1.spec.sync_period.as_deref(), Some("30s"), "the rest of the spec is kept");
+}
+
+#[tokio::test]
+async fn changes_without_a_good_token_are_refused() {
+    let writer = MemoryWriter::default();
+    let body = r#"{"spec": {"mode": "iptables"}}"#;
+    for (token, want) in [(None, StatusCode::UNAUTHORIZED), (Some("wrong"), StatusCode::UNAUTHORIZED)] {
+        let (code, headers, p) = call(router(writer.clone(), true), patch(token, MERGE, body)).await;
+        assert_eq!(code, want, "{p}");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(p["status"], 401);
+    }
+    // A bad body is not even looked at without a token.
+    let (code, _, _) = call(router(writer.clone(), true), patch(None, MERGE, "{not json")).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    assert!(writer.patches().is_empty(), "nothing was written");
+}
+
+#[tokio::test]
+async fn bad_changes_are_problems_naming_the_field() {
+    let writer = MemoryWriter::default();
+    let cases = [
+        (r#"{"spec": {"mode": "ipvz"}}"#, StatusCode::BAD_REQUEST, "spec.mode"),
+        (r#"{"spec": {"mode": 4}}"#, StatusCode::BAD_REQUEST, "spec.mode"),
+        (r#"{"spec": {"mdoe": "iptables"}}"#, StatusCode::BAD_REQUEST, "spec.mdoe"),
+        (r#"{"status": {}}"#, StatusCode::BAD_REQUEST, "status"),
+        ("{not json", StatusCode::BAD_REQUEST, "."),
+    ];
+    for (body, want, field) in cases {
+        let (code, _, p) = call(router(writer.clone(), true), patch(Some(TOKEN), MERGE, body)).await;
+        assert_eq!(code, want, "{body}: {p}");
+        assert_eq!(p["errors"][0]["field"], field, "{body}: {p}");
+    }
+    let (code, _, _) = call(router(writer.clone(), true), patch(Some(TOKEN), "text/plain", "{}")).await;
+    assert_eq!(code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let big = format!(r#"{{"spec": {{"serviceProxyName": "{}"}}}}"#, "x".repeat(20_000));
+    let (code, _, _) = call(router(writer.clone(), true), patch(Some(TOKEN), MERGE, &big)).await;
+    assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+    let mut req = patch(Some(TOKEN), MERGE, r#"{"spec": {}}"#);
+    *req.uri_mut() = "/api/v1/proxyconfigs/nope".parse().unwrap();
+    let (code, _, _) = call(router(writer.clone(), true), req).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(writer.patches().is_empty(), "nothing was written");
+}
+
+#[tokio::test]
+async fn a_source_that_takes_no_writes_says_so() {
+    let writer = MemoryWriter::default();
+    writer.fail_next(vec![WriteError::ReadOnly("this source takes no writes")]);
+    let req = patch(Some(TOKEN), MERGE, r#"{"spec": {"mode": "iptables"}}"#);
+    let (code, _, p) = call(router(writer.clone(), true), req).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{p}");
+    writer.fail_next(vec![WriteError::Transport("connection refused".into())]);
+    let req = patch(Some(TOKEN), MERGE, r#"{"spec": {"mode": "iptables"}}"#);
+    let (code, _, _) = call(router(writer.clone(), true), req).await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn reads_off_loopback_need_the_token() {
+    let get_with = |token: Option<&str>, path: &str| {
+        let mut req = Request::builder().uri(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    for path in ["/api/v1/proxyconfigs", "/api/v1/nodes", "/api/v1/services/demo/web"] {
+        let (code, _, _) = call(router(MemoryWriter::default(), false), get_with(None, path)).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED, "{path}");
+        let (code, _, _) = call(router(MemoryWriter::default(), false), get_with(Some(TOKEN), path)).await;
+        assert_eq!(code, StatusCode::OK, "{path}");
+    }
+    let (code, _, _) = call(router(MemoryWriter::default(), false), get_with(None, "/openapi.json")).await;
+    assert_eq!(code, StatusCode::OK, "the document is public");
+    let (code, _, _) = call(router(MemoryWriter::default(), false), get_with(None, "/healthz")).await;
+    assert_eq!(code, StatusCode::OK, "probes need no token");
 }
 
 #[tokio::test]
@@ -111,8 +241,8 @@ async fn nodes_and_services_as_the_cluster_sees_them() {
     assert_eq!(code, StatusCode::OK, "{s}");
     assert_eq!(s["announcement"]["node"], "node-a", "{s}");
     assert_eq!(s["announcement"]["eligible"].as_array().map(Vec::len), Some(2), "{s}");
-    assert_eq!(s["dns_names"][0], "web.demo.svc.cluster.local");
-    assert_eq!(s["dns_names"][1], "_http._tcp.web.demo.svc.cluster.local", "{s}");
+    assert_eq!(s["dnsNames"][0], "web.demo.svc.cluster.local");
+    assert_eq!(s["dnsNames"][1], "_http._tcp.web.demo.svc.cluster.local", "{s}");
     let (code, _) = get("/api/v1/services/demo/nope").await;
     assert_eq!(code, StatusCode::NOT_FOUND);
     let (code, _) = get("/api/v1/nowhere").await;
@@ -127,4 +257,5 @@ async fn nodes_and_services_as_the_cluster_sees_them() {
     ] {
         assert!(doc["paths"][path]["get"].is_object(), "{path}");
     }
+    assert!(doc["paths"]["/api/v1/proxyconfigs/{name}"]["patch"]["requestBody"].is_object());
 }

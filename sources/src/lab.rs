@@ -11,6 +11,8 @@
 //!     l2a_<ns>_<name>.json              an L2Announcement (operator; removed on withdrawal)
 //!     pxcstatus_<name>.json             a ProxyConfig's status (operator)
 //!     lbpstatus_<name>.json             a LoadBalancerPool's status (operator)
+//!     pxcspec_<name>.json               a ProxyConfig's new spec, changed over the operator's
+//!                                       REST API; the control plane adopts it and removes it
 //!     events.jsonl                      Events, appended
 //! ```
 //! No Kubernetes API is imitated: the files hold the same objects the API would, and the code
@@ -21,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
-use tideway_api::crd;
+use tideway_api::crd::{self, SpecChange};
 use tideway_core::model::{NodeProxyState, ServiceName};
 use tideway_core::operator::Action;
 
@@ -155,5 +157,10 @@ impl ClusterWriter for LabWriter {
             }
         };
         write_atomically(&path, &json_bytes(&body)?).map_err(io)
+    }
+
+    async fn patch_proxy_config(&self, name: &str, change: &SpecChange) -> Result<(), WriteError> {
+        let body = json!({"spec": change.spec});
+        write_atomically(&self.0.write_file("pxcspec", name), &json_bytes(&body)?).map_err(io)
     }
 }

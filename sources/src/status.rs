@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use tideway_api::crd::SpecChange;
 use tideway_core::model::NodeProxyState;
 use tideway_core::operator::Action;
 
@@ -24,6 +25,9 @@ pub enum WriteError {
     /// The API server could not be reached or answered something unreadable.
     #[error("cannot reach the API server: {0}")]
     Transport(String),
+    /// This source takes no writes of this kind (a YAML file).
+    #[error("{0}")]
+    ReadOnly(&'static str),
 }
 
 impl WriteError {
@@ -33,6 +37,7 @@ impl WriteError {
         match self {
             WriteError::Refused { code, .. } => matches!(code, 409 | 429 | 500..=599),
             WriteError::Transport(_) => true,
+            WriteError::ReadOnly(_) => false,
         }
     }
 }
@@ -42,12 +47,20 @@ impl WriteError {
 pub trait ClusterWriter: Send + Sync {
     /// Performs one write.
     async fn write(&self, action: &Action) -> Result<(), WriteError>;
+
+    /// Changes ProxyConfig `name`'s spec as `change` says (REST control of the proxy mode; the
+    /// change was checked against the spec the operator sees).
+    async fn patch_proxy_config(&self, name: &str, change: &SpecChange) -> Result<(), WriteError> {
+        let _ = (name, change);
+        Err(WriteError::ReadOnly("this source takes no writes: the operator reads a file"))
+    }
 }
 
 /// Records every write; fails the next writes as told.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryWriter {
     written: Arc<Mutex<Vec<Action>>>,
+    patches: Arc<Mutex<Vec<(String, SpecChange)>>>,
     failures: Arc<Mutex<Vec<WriteError>>>,
 }
 
@@ -55,6 +68,11 @@ impl MemoryWriter {
     /// Every write that succeeded.
     pub fn written(&self) -> Vec<Action> {
         self.written.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every ProxyConfig change that succeeded: (name, change).
+    pub fn patches(&self) -> Vec<(String, SpecChange)> {
+        self.patches.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The next writes fail with these errors, in order.
@@ -72,6 +90,16 @@ impl ClusterWriter for MemoryWriter {
         }
         drop(failures);
         self.written.lock().unwrap_or_else(|e| e.into_inner()).push(action.clone());
+        Ok(())
+    }
+
+    async fn patch_proxy_config(&self, name: &str, change: &SpecChange) -> Result<(), WriteError> {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if !failures.is_empty() {
+            return Err(failures.remove(0));
+        }
+        drop(failures);
+        self.patches.lock().unwrap_or_else(|e| e.into_inner()).push((name.to_string(), change.clone()));
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ mod conditions;
 mod l2_announcement;
 mod load_balancer_pool;
 mod node_proxy_state;
+mod patch;
 mod proxy_config;
 mod schema;
 
@@ -28,6 +29,7 @@ pub use node_proxy_state::{
     NodeProxyState, NodeProxyStateSpec, NodeProxyStateStatus, node_proxy_state, node_proxy_state_status,
     node_state_from,
 };
+pub use patch::{SpecChange, patch_proxy_config};
 pub use proxy_config::{
     IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config,
     proxy_config_status, spec_of,

@@ -1,10 +1,13 @@
 //! What components wrote back (the exchange directory's `writes/`), merged into the API's view:
 //! Service `status.loadBalancer`, L2Announcements, NodeProxyStates, ProxyConfig and pool status.
-//! A write about an object the lab no longer has is ignored.
+//! A write about an object the lab no longer has is ignored. A ProxyConfig spec changed over
+//! the operator's REST API is not a status: the control plane adopts it into the lab's own
+//! objects ([`Writes::adopt_config_specs`]), as the API server would store a PATCH.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
+use tideway_api::crd::{ProxyConfig, ProxyConfigSpec};
 
 /// The latest write per object.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -19,6 +22,8 @@ pub struct Writes {
     pub config_status: BTreeMap<String, Value>,
     /// name -> LoadBalancerPool status.
     pub pool_status: BTreeMap<String, Value>,
+    /// name -> a ProxyConfig's new spec (`{"spec": ...}`), changed over REST.
+    pub config_specs: BTreeMap<String, Value>,
 }
 
 impl Writes {
@@ -37,11 +42,39 @@ impl Writes {
                 "nodeproxystate" => &mut w.node_states,
                 "pxcstatus" => &mut w.config_status,
                 "lbpstatus" => &mut w.pool_status,
+                "pxcspec" => &mut w.config_specs,
                 _ => continue,
             };
             slot.insert(key.to_string(), v);
         }
         w
+    }
+
+    /// Moves each new ProxyConfig spec into `configs` (the lab's own objects); the names of
+    /// the configs changed. A spec that does not read as one, or names a config the lab does
+    /// not have, is dropped with a warning.
+    pub fn adopt_config_specs(&mut self, configs: &mut [ProxyConfig]) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (name, body) in std::mem::take(&mut self.config_specs) {
+            let spec = match serde_json::from_value::<ProxyConfigSpec>(body["spec"].clone()) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    tracing::warn!(proxyconfig = %name, error = %e, "a ProxyConfig spec write does not read; dropped");
+                    continue;
+                }
+            };
+            match configs.iter_mut().find(|c| c.metadata.name.as_deref() == Some(name.as_str())) {
+                Some(c) if c.spec == spec => {}
+                Some(c) => {
+                    c.spec = spec;
+                    changed.push(name);
+                }
+                None => {
+                    tracing::warn!(proxyconfig = %name, "a spec write names a ProxyConfig the lab does not have; dropped")
+                }
+            }
+        }
+        changed
     }
 
     /// `objects` (the control plane's view) with the writes merged in.
@@ -137,5 +170,33 @@ mod tests {
             "the write about a gone Service is dropped"
         );
         assert_eq!(out[2]["apiVersion"], "tideway.io/v1alpha1");
+    }
+
+    #[test]
+    fn config_specs_are_adopted_into_the_labs_objects() {
+        let files = [
+            ("pxcspec_default.json", r#"{"spec": {"mode": "iptables", "clusterCIDRs": ["10.10.0.0/16"]}}"#),
+            ("pxcspec_gone.json", r#"{"spec": {"mode": "iptables"}}"#),
+            ("pxcspec_bad.json", r#"{"spec": {"mode": 7}}"#),
+        ];
+        let mut w = Writes::from_files(files);
+        let config = |name: &str, mode: &str| -> ProxyConfig {
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"mode": mode}})).unwrap()
+        };
+        let mut configs = vec![config("default", "nftables"), config("bad", "nftables")];
+        assert_eq!(w.adopt_config_specs(&mut configs), vec!["default"]);
+        assert_eq!(configs[0].spec.mode.as_deref(), Some("iptables"));
+        assert_eq!(configs[0].spec.cluster_cidrs, vec!["10.10.0.0/16"]);
+        assert_eq!(
+            configs[1].spec.mode.as_deref(),
+            Some("nftables"),
+            "a spec that does not read changes nothing"
+        );
+        assert!(w.config_specs.is_empty(), "each write is adopted once");
+        let mut again = Writes::from_files([(
+            "pxcspec_default.json",
+            r#"{"spec": {"mode": "iptables", "clusterCIDRs": ["10.10.0.0/16"]}}"#,
+        )]);
+        assert!(again.adopt_config_specs(&mut configs).is_empty(), "the same spec again is no change");
     }
 }

@@ -23,6 +23,7 @@ mod client;
 mod errors;
 mod kinds;
 mod lease;
+mod review;
 mod status;
 mod writer;
 
@@ -46,8 +47,9 @@ pub use client::{ClientError, client};
 pub use errors::{ErrorCause, ErrorLog, classify};
 pub use kinds::Kind;
 pub use lease::{KubeLease, record as lease_record};
+pub use review::KubeReview;
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
-pub use writer::{KubeWriter, OPERATOR_MANAGER};
+pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 
 use crate::metrics::{SourceMetrics, WatchErrorLabels};
 use crate::shared::SharedCluster;

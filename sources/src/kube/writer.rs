@@ -10,6 +10,9 @@
 //! | `ProxyConfigStatus` | apply `proxyconfigs/{name}/status` |
 //! | `PoolStatus` | apply `loadbalancerpools/{name}/status` |
 //! | `Event` | an `events.k8s.io/v1` Event (kube's recorder, which folds repeats into a series) |
+//!
+//! A ProxyConfig change asked for over REST is a JSON merge patch of `proxyconfigs/{name}`
+//! (field manager `tideway-api`), the patch the caller sent, as `kubectl patch --type merge`.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +22,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tideway_api::crd::{self, L2Announcement, LoadBalancerPool, ProxyConfig};
+use tideway_api::crd::{self, L2Announcement, LoadBalancerPool, ProxyConfig, SpecChange};
 use tideway_core::model::ServiceName;
 use tideway_core::operator::{Action, Event};
 use tokio::sync::Mutex;
@@ -28,6 +31,8 @@ use crate::status::{ClusterWriter, WriteError};
 
 /// Field manager of every operator write.
 pub const OPERATOR_MANAGER: &str = "tideway-operator";
+/// Field manager of the changes users make over the operator's REST API.
+pub const API_MANAGER: &str = "tideway-api";
 
 /// Writes the operator's decisions to the API server.
 pub struct KubeWriter {
@@ -173,5 +178,12 @@ impl ClusterWriter for KubeWriter {
             Action::PoolStatus { name, status } => self.pool_status(name, status).await,
             Action::Event(e) => self.event(e).await,
         }
+    }
+
+    async fn patch_proxy_config(&self, name: &str, change: &SpecChange) -> Result<(), WriteError> {
+        let api: Api<ProxyConfig> = Api::all(self.client.clone());
+        let params = PatchParams { field_manager: Some(API_MANAGER.into()), ..PatchParams::default() };
+        api.patch(name, &params, &Patch::Merge(&change.patch)).await.map_err(WriteError::from)?;
+        Ok(())
     }
 }

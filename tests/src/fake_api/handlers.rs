@@ -90,7 +90,7 @@ pub(super) async fn handle(
         method: method.to_string(),
         path: uri.path().to_string(),
         query: query.clone(),
-        content_type,
+        content_type: content_type.clone(),
         body: parsed.clone(),
     });
     if let Some(i) = guard.failures.iter().position(|(m, p, _)| *m == method.as_str() && *p == uri.path()) {
@@ -98,6 +98,12 @@ pub(super) async fn handle(
         let reason = if code == 409 { "Conflict" } else { "InternalError" };
         return status(code, reason, "injected failure");
     }
+    if method == Method::POST
+        && let Some(answer) = guard.reviews.answer(uri.path(), &parsed)
+    {
+        return (StatusCode::CREATED, axum::Json(answer)).into_response();
+    }
+    let merge = content_type.as_deref() == Some("application/merge-patch+json");
     let Some((collection, namespace, name, sub)) = route(uri.path()) else {
         return status(404, "NotFound", "no such path");
     };
@@ -125,6 +131,7 @@ pub(super) async fn handle(
                 None => status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1)),
             }
         }
+        (Method::PATCH, Some(name)) if merge => merge_patch(&mut guard, &collection, namespace, name, parsed),
         (Method::PATCH, Some(name)) => apply(&mut guard, &collection, namespace, name, sub, parsed),
         (Method::POST, None) => create(&mut guard, &collection, namespace, parsed),
         (Method::PUT, Some(name)) => replace(&mut guard, &collection, namespace, name, parsed),
@@ -324,6 +331,31 @@ fn apply(
     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
     res.objects.insert(key, obj.clone());
     res.emit(rv, json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": obj.clone()}));
+    axum::Json(obj).into_response()
+}
+
+/// A JSON merge patch of an existing object; a changed spec bumps `metadata.generation`.
+fn merge_patch(
+    inner: &mut Inner,
+    collection: &str,
+    namespace: Option<String>,
+    name: String,
+    patch: Value,
+) -> Response {
+    inner.rv += 1;
+    let rv = inner.rv;
+    let res = inner.resources.get_mut(collection).expect("resource");
+    let key = (namespace.unwrap_or_default(), name);
+    let Some(current) = res.objects.get(&key) else {
+        return status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1));
+    };
+    let mut obj = tideway_api::merge_patch::merge_patch(current, &patch);
+    if obj["spec"] != current["spec"] {
+        obj["metadata"]["generation"] = json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
+    }
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    res.objects.insert(key, obj.clone());
+    res.emit(rv, json!({"type": "MODIFIED", "object": obj.clone()}));
     axum::Json(obj).into_response()
 }
 

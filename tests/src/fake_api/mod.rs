@@ -1,7 +1,8 @@
 //! A stand-in for the Kubernetes API server, for tests and benchmarks of the Kubernetes edge
 //! (no API server can run on these machines). It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
-//! (with `410 Gone` on demand), GET, server-side-apply PATCH of objects and their status, and
+//! (with `410 Gone` on demand), GET, server-side-apply and merge PATCH of objects and their
+//! status, TokenReviews and SubjectAccessReviews of tokens and grants the test sets, and
 //! `403 Forbidden` per resource. It records every request for assertions.
 //!
 //! Objects are plain JSON; the test adds, changes and deletes them, and open watches see it.
@@ -16,6 +17,7 @@ use tokio::sync::broadcast;
 
 mod background;
 mod handlers;
+mod reviews;
 
 pub use background::BackgroundApi;
 use handlers::handle;
@@ -54,6 +56,7 @@ struct Inner {
     rv: u64,
     /// (method, path) -> HTTP status to answer, once each.
     failures: Vec<(String, String, u16)>,
+    reviews: reviews::Reviews,
 }
 
 /// The fake API server; stops when dropped (with the runtime that serves it).
@@ -108,8 +111,13 @@ impl FakeApi {
                 )
             })
             .collect();
-        let inner =
-            Arc::new(Mutex::new(Inner { resources, requests: Vec::new(), rv: 1, failures: Vec::new() }));
+        let inner = Arc::new(Mutex::new(Inner {
+            resources,
+            requests: Vec::new(),
+            rv: 1,
+            failures: Vec::new(),
+            reviews: Default::default(),
+        }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake API");
         let addr = listener.local_addr().expect("addr");
         let app = axum::Router::new().fallback(handle).with_state(inner.clone());
@@ -208,6 +216,17 @@ impl FakeApi {
     /// Answers the next `method` request to exactly `path` with `code` (once).
     pub fn fail_next(&self, method: &str, path: &str, code: u16) {
         self.lock().failures.push((method.to_string(), path.to_string(), code));
+    }
+
+    /// TokenReviews of `token` authenticate `user` in `groups`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        let groups = groups.iter().map(|g| g.to_string()).collect();
+        self.lock().reviews.tokens.insert(token.into(), (user.into(), groups));
+    }
+
+    /// SubjectAccessReviews allow `user` to `verb` the `resource` of API `group`.
+    pub fn grant(&self, user: &str, verb: &str, group: &str, resource: &str) {
+        self.lock().reviews.grants.insert((user.into(), verb.into(), group.into(), resource.into()));
     }
 
     /// Every stored object of `kind`.
