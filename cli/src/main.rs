@@ -12,7 +12,9 @@
 // A command-line tool: printing its results to stdout is the point.
 #![allow(clippy::print_stdout)]
 
+mod api_client;
 mod cluster_file;
+mod inspect;
 mod plan;
 mod trace;
 mod whoami;
@@ -57,6 +59,13 @@ enum Command {
     },
     /// Answer TCP lines, HTTP GETs and UDP datagrams with a name and the peer address.
     Whoami(whoami::WhoamiArgs),
+    /// Nodes, their modes, last syncs and drift, and each ProxyConfig's rollout (of a running
+    /// lab, or of an operator at a URL).
+    Status(inspect::StatusArgs),
+    /// Explain an object of a running system: `explain service NS/NAME`.
+    Explain(inspect::ExplainArgs),
+    /// Switch a ProxyConfig's proxy mode over the operator's REST API.
+    Mode(inspect::ModeArgs),
 }
 
 /// Allocator settings the long-running commands (`agent`, `dns`) run with: return freed memory
@@ -99,6 +108,9 @@ fn main() -> ExitCode {
         Command::Lab(a) => tideway_lab::cli::run(a),
         Command::Crdgen { dir } => crdgen(dir.as_deref()),
         Command::Whoami(a) => whoami::run(a),
+        Command::Status(a) => inspect::status(a),
+        Command::Explain(a) => inspect::explain(a),
+        Command::Mode(a) => inspect::mode(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -1,4 +1,6 @@
-//! `tideway trace`: where does a packet go, and why?
+//! `tideway trace`: where does a packet go, and why? Traced from a cluster file (the rules
+//! the node would program) or asked of a running agent (`POST /api/v1/trace`: the rules it
+//! programmed), with the same tracer either way.
 
 use std::path::PathBuf;
 
@@ -10,16 +12,27 @@ use tideway_core::plan::compile;
 use tideway_core::render;
 use tideway_core::trace::{Origin, Packet, TraceEnv, render_trace, trace};
 
+use crate::api_client::ApiClient;
 use crate::cluster_file;
 
-/// Trace one new connection through the rules NODE would program.
+/// Trace one new connection through the rules NODE would program (from FILE) or has
+/// programmed (asked of its running agent).
 #[derive(Debug, Args)]
 pub(crate) struct TraceArgs {
     /// Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, ProxyConfigs).
-    #[arg(short = 'f', long = "file")]
-    file: PathBuf,
-    /// The node the packet arrives at (a Node object in FILE).
-    #[arg(long)]
+    #[arg(short = 'f', long = "file", required_unless_present_any = ["agent", "lab"])]
+    file: Option<PathBuf>,
+    /// Ask the running agent whose API is at this URL (`http://HOST:PORT`) instead.
+    #[arg(long, conflicts_with_all = ["file", "lab", "mode"])]
+    agent: Option<String>,
+    /// Ask NODE's agent in this running lab instead.
+    #[arg(long, conflicts_with_all = ["file", "mode"])]
+    lab: Option<String>,
+    /// Bearer token for the agent's API.
+    #[arg(long, env = "TIDEWAY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The node the packet arrives at (a Node object in FILE; the lab node with --lab).
+    #[arg(long, required_unless_present = "agent", default_value = "")]
     node: String,
     /// Source address.
     #[arg(long)]
@@ -47,9 +60,39 @@ fn parse_proto(s: &str) -> Result<Protocol, UnknownProtocol> {
     Protocol::parse(s).ok_or_else(|| UnknownProtocol(s.to_string()))
 }
 
+/// The `POST /api/v1/trace` body for this packet.
+fn trace_request(args: &TraceArgs) -> Result<serde_json::Value> {
+    let (dst, port) = cluster_file::parse_dst(&args.dst)?;
+    let origin = match args.origin {
+        Origin::Pod => "pod",
+        Origin::Node => "node",
+        Origin::External => "external",
+    };
+    let proto = args.proto.to_string().to_ascii_lowercase();
+    Ok(serde_json::json!({"src": args.src, "dst": dst, "port": port, "protocol": proto, "from": origin}))
+}
+
+/// Asks a running agent.
+fn run_remote(args: &TraceArgs) -> Result<i32> {
+    let api = match (&args.agent, &args.lab) {
+        (Some(url), _) => ApiClient::new(url, args.token.clone()),
+        (None, Some(lab)) => crate::inspect::lab_agent(lab, &args.node, args.token.clone())?,
+        (None, None) => anyhow::bail!("give -f FILE, --agent URL or --lab NAME"),
+    };
+    let answer = api.post("/api/v1/trace", &trace_request(args)?)?;
+    print!(
+        "node {} ({}, programmed)\n{}",
+        answer["node"].as_str().unwrap_or("?"),
+        answer["mode"].as_str().unwrap_or("?"),
+        answer["text"].as_str().unwrap_or("")
+    );
+    Ok(0)
+}
+
 /// Runs the command; returns the process exit code.
 pub(crate) fn run(args: &TraceArgs) -> Result<i32> {
-    let loaded = cluster_file::load(&args.file, &args.node, args.mode)?;
+    let Some(file) = &args.file else { return run_remote(args) };
+    let loaded = cluster_file::load(file, &args.node, args.mode)?;
     let (dst, dport) = cluster_file::parse_dst(&args.dst)?;
     if IpFamily::of(&dst) != IpFamily::of(&args.src) {
         anyhow::bail!("--src {} and --dst {} are of different address families", args.src, args.dst);

@@ -229,6 +229,37 @@ fn traffic_policies_and_services_without_endpoints() {
         announcer == "myk8s-worker" || announcer == "myk8s-worker2",
         "only nodes with a pod: {announcer}"
     );
+    // The CLI over the lab's APIs: the same answers, with the reasons.
+    let explain = ok(tideway(&["explain", "service", "default/local", "--lab", "policy"]), "explain");
+    assert!(explain.contains("externalTrafficPolicy: Local"), "{explain}");
+    assert!(explain.contains("(eligible: myk8s-worker, myk8s-worker2)"), "only nodes with a pod: {explain}");
+    assert!(explain.contains(&format!("announced by:   {announcer}")), "{explain}");
+    assert!(explain.contains(&format!("LoadBalancer:   {local_ip}")), "{explain}");
+    let status = ok(tideway(&["status", "--lab", "policy"]), "status");
+    let programmed = status.lines().filter(|l| l.contains(" nftables ") && l.contains(" yes ")).count();
+    assert_eq!(programmed, 4, "every node programmed in nftables mode:\n{status}");
+    let dst = format!("{local_ip}:80");
+    let args = [
+        "trace",
+        "--lab",
+        "policy",
+        "--node",
+        &announcer,
+        "--src",
+        "172.18.0.100",
+        "--dst",
+        &dst,
+        "--from",
+        "external",
+    ];
+    let trace = ok(tideway(&args), "trace --lab");
+    let pod_on_announcer = if announcer == "myk8s-worker" { "10.10.1." } else { "10.10.2." };
+    assert!(trace.contains("(nftables, programmed)"), "{trace}");
+    let verdict = trace.lines().find(|l| l.starts_with("verdict:")).unwrap_or_default();
+    assert!(
+        verdict.contains(pod_on_announcer) && !verdict.contains('|'),
+        "Local: only this node's pod: {trace}"
+    );
     // No endpoints: refused at once, not a timeout, on its NodePort and its ClusterIP (its
     // LoadBalancer IP is not announced at all while nothing serves, as MetalLB does).
     let svc =

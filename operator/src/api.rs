@@ -27,7 +27,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tideway_api::auth::{Access, Authorizer, check};
 use tideway_api::crd::{
-    ProxyConfigSpec, ProxyConfigStatus, patch_proxy_config, proxy_config_status, spec_of,
+    NodeProxyStateStatus, ProxyConfigSpec, ProxyConfigStatus, node_proxy_state_status, patch_proxy_config,
+    proxy_config_status, spec_of,
 };
 use tideway_api::openapi::{Answer, OpenApi, path_parameter};
 use tideway_api::problem::{Problem, json_body};
@@ -66,12 +67,152 @@ pub struct ServiceView {
     /// Name.
     pub name: String,
     /// The Service (type, ClusterIPs, ports, traffic policies, LoadBalancer ingress).
-    pub service: Value,
+    pub service: ServiceSummary,
     /// The LoadBalancer IPs' announcement: the announcing node and the nodes eligible under
     /// the Service's `externalTrafficPolicy` (absent when nothing is announced).
     pub announcement: Option<Value>,
     /// The names the cluster DNS answers for it (in the default `cluster.local` zone).
     pub dns_names: Vec<String>,
+    /// Its endpoints, from its EndpointSlices.
+    pub endpoints: Vec<EndpointView>,
+    /// Nodes whose agent reports this Service's current generation programmed.
+    pub programmed_on: Vec<String>,
+}
+
+/// A Service's addresses, ports and policies, spelled as the Kubernetes object is.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSummary {
+    /// `ClusterIP`, `NodePort`, `LoadBalancer` or `ExternalName`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `spec.clusterIPs` (empty when headless or ExternalName).
+    #[serde(rename = "clusterIPs")]
+    pub cluster_ips: Vec<String>,
+    /// `spec.externalIPs`.
+    #[serde(rename = "externalIPs")]
+    pub external_ips: Vec<String>,
+    /// `status.loadBalancer.ingress[].ip`.
+    #[serde(rename = "loadBalancerIPs")]
+    pub load_balancer_ips: Vec<String>,
+    /// Ports.
+    pub ports: Vec<PortSummary>,
+    /// `Cluster` or `Local`.
+    pub external_traffic_policy: String,
+    /// `Cluster` or `Local`.
+    pub internal_traffic_policy: String,
+    /// `None` or `ClientIP`.
+    pub session_affinity: String,
+    /// `spec.healthCheckNodePort`.
+    pub health_check_node_port: Option<u16>,
+    /// `spec.externalName`.
+    pub external_name: Option<String>,
+}
+
+/// One Service port.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortSummary {
+    /// Its name.
+    pub name: String,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The Service port.
+    pub port: u16,
+    /// The NodePort.
+    pub node_port: Option<u16>,
+}
+
+fn policy(p: tideway_core::model::TrafficPolicy) -> String {
+    format!("{p:?}")
+}
+
+fn summary(svc: &tideway_core::model::Service) -> ServiceSummary {
+    use tideway_core::model::{ServiceType, SessionAffinity};
+    let ips = |v: &[std::net::IpAddr]| v.iter().map(ToString::to_string).collect();
+    ServiceSummary {
+        kind: match svc.service_type {
+            ServiceType::ClusterIp => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+            ServiceType::ExternalName => "ExternalName",
+        }
+        .into(),
+        cluster_ips: ips(&svc.cluster_ips),
+        external_ips: ips(&svc.external_ips),
+        load_balancer_ips: svc
+            .load_balancer_ingress
+            .iter()
+            .filter_map(|i| i.ip)
+            .map(|ip| ip.to_string())
+            .collect(),
+        ports: svc
+            .ports
+            .iter()
+            .map(|p| PortSummary {
+                name: p.name.clone(),
+                protocol: p.protocol.to_string().to_ascii_uppercase(),
+                port: p.port,
+                node_port: p.node_port,
+            })
+            .collect(),
+        external_traffic_policy: policy(svc.external_traffic_policy),
+        internal_traffic_policy: policy(svc.internal_traffic_policy),
+        session_affinity: match svc.session_affinity {
+            SessionAffinity::None => "None".into(),
+            SessionAffinity::ClientIp { .. } => "ClientIP".into(),
+        },
+        health_check_node_port: svc.health_check_node_port,
+        external_name: svc.external_name.clone(),
+    }
+}
+
+/// One endpoint of a Service.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointView {
+    /// Its addresses.
+    pub addresses: Vec<String>,
+    /// The node it runs on.
+    pub node: Option<String>,
+    /// Its zone.
+    pub zone: Option<String>,
+    /// The pod behind it.
+    pub pod: Option<String>,
+    /// `conditions.ready`.
+    pub ready: bool,
+    /// `conditions.serving`.
+    pub serving: bool,
+    /// `conditions.terminating`.
+    pub terminating: bool,
+}
+
+fn endpoint_views(state: &tideway_core::cluster::ClusterState, key: &ServiceName) -> Vec<EndpointView> {
+    state
+        .endpoint_slices_for(key)
+        .flat_map(|slice| slice.endpoints.iter())
+        .map(|e| EndpointView {
+            addresses: e.addresses.iter().map(ToString::to_string).collect(),
+            node: e.node_name.clone(),
+            zone: e.zone.clone(),
+            pod: e.pod_name.clone(),
+            ready: e.ready,
+            serving: e.serving,
+            terminating: e.terminating,
+        })
+        .collect()
+}
+
+fn programmed_on(
+    state: &tideway_core::cluster::ClusterState,
+    key: &ServiceName,
+    generation: i64,
+) -> Vec<String> {
+    state
+        .node_states()
+        .filter(|r| r.programmed.get(key).is_some_and(|g| *g >= generation))
+        .map(|r| r.node.clone())
+        .collect()
 }
 
 /// What the API answers from and writes through.
@@ -226,13 +367,26 @@ async fn guard_reads(State(api): State<ApiState>, req: Request, next: Next) -> R
     }
 }
 
+/// One node and what its agent last reported.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    /// The node.
+    pub name: String,
+    /// Its `Ready` condition.
+    pub ready: bool,
+    /// Its agent's report, as the NodeProxyState resource's status spells it.
+    pub node_proxy_state: Option<NodeProxyStateStatus>,
+}
+
 async fn nodes(State(api): State<ApiState>) -> Response {
     let state = api.cluster.lock();
-    let nodes: Vec<Value> = state
+    let nodes: Vec<NodeView> = state
         .nodes()
-        .map(|n| {
-            let report = state.node_state(&n.name).and_then(|r| serde_json::to_value(r).ok());
-            serde_json::json!({"name": n.name, "ready": n.ready, "nodeProxyState": report})
+        .map(|n| NodeView {
+            name: n.name.clone(),
+            ready: n.ready,
+            node_proxy_state: state.node_state(&n.name).map(node_proxy_state_status),
         })
         .collect();
     axum::Json(nodes).into_response()
@@ -258,9 +412,11 @@ async fn service(
     let view = ServiceView {
         namespace: namespace.clone(),
         name: name.clone(),
-        service: serde_json::to_value(svc).unwrap_or(Value::Null),
+        service: summary(svc),
         announcement: state.announcement(&key).and_then(|a| serde_json::to_value(a).ok()),
         dns_names,
+        endpoints: endpoint_views(&state, &key),
+        programmed_on: programmed_on(&state, &key, svc.generation),
     };
     Ok(axum::Json(view).into_response())
 }
@@ -272,7 +428,7 @@ pub fn openapi() -> Value {
     let configs = doc.schema::<Vec<ProxyConfigView>>();
     let service = doc.schema::<ServiceView>();
     let any = serde_json::json!({"type": "object"});
-    let list = serde_json::json!({"type": "array", "items": {"type": "object"}});
+    let list = doc.schema::<Vec<NodeView>>();
     doc.operation(
         "get",
         "/api/v1/status",
