@@ -17,6 +17,9 @@ use crate::server::{Server, ServerConfig, UdpEngine};
 /// Serve cluster DNS for the objects of a source.
 #[derive(Debug, Args)]
 pub struct DnsArgs {
+    /// Logging and tracing.
+    #[command(flatten)]
+    pub log: tideway_telemetry::LogArgs,
     /// Where Services, EndpointSlices, Namespaces and Pods come from: `kubernetes` (the default
     /// in a pod), `file:CLUSTER.yaml` (re-read on change) or `lab:DIR` (a running `tideway lab`).
     #[arg(long)]
@@ -100,18 +103,6 @@ fn duration(flag: &str, value: &str) -> anyhow::Result<Duration> {
     tideway_api::duration::parse_duration(value).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
 }
 
-/// Initializes logging once (`RUST_LOG` overrides; hickory-server's per-query logs are off).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,hickory_server=warn,hickory_proto=warn")
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// The settings source described by `args`.
 fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
     let mut base = Settings::new(&args.zone)?;
@@ -134,7 +125,11 @@ fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
 /// Runs the DNS server until interrupted. Exit code 0 after a clean shutdown, 1 when a
 /// forwarding loop was detected.
 pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
-    init_logging();
+    let telemetry = tideway_telemetry::init(
+        "tideway-dns",
+        args.log.log_format,
+        "info,hickory_server=warn,hickory_proto=warn",
+    )?;
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
     let source = settings_source(args)?;
     let settings = source.load()?;
@@ -165,7 +160,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let cluster = SharedCluster::new();
         let server = Server::start(config, cluster.clone()).await?;
         match spec {
@@ -185,7 +180,9 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         let code = serve_until_stopped(&server, &source, reload_interval).await?;
         server.shutdown().await;
         Ok(code)
-    })
+    });
+    telemetry.shutdown();
+    result
 }
 
 /// Reloads settings on change or SIGHUP until SIGTERM/SIGINT (0) or a fatal error (1).

@@ -23,6 +23,9 @@ use crate::report::{self, ReportSettings};
 /// Program this node's dataplane from a source of cluster objects.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
+    /// Logging and tracing.
+    #[command(flatten)]
+    pub log: tideway_telemetry::LogArgs,
     /// This node's name (a Node object in the source).
     #[arg(long)]
     pub node: String,
@@ -71,9 +74,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         );
     }
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
-    tracing_subscriber_init();
+    let telemetry = tideway_telemetry::init("tideway-agent", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
@@ -127,7 +130,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         agent.run(stop_signal()).await;
         tracing::info!("agent stopped; rules stay programmed");
         Ok(0)
-    })
+    });
+    telemetry.shutdown();
+    result
 }
 
 /// Resolves on SIGINT or SIGTERM. The signal is watched by a task of its own, so it is seen
@@ -149,9 +154,4 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
     async move {
         let _ = rx.await;
     }
-}
-
-fn tracing_subscriber_init() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -26,6 +26,9 @@ use crate::writer::LogWriter;
 /// Assign LoadBalancer IPs, choose announcers, roll node state up into ProxyConfig status.
 #[derive(Debug, Args)]
 pub struct OperatorArgs {
+    /// Logging and tracing.
+    #[command(flatten)]
+    pub log: tideway_telemetry::LogArgs,
     /// Where objects come from: `kubernetes` (the default in a pod), `lab:DIR` (a running
     /// `tideway lab`) or `file:CLUSTER.yaml` (decisions are then logged, not written).
     #[arg(long)]
@@ -90,10 +93,9 @@ fn identity(args: &OperatorArgs) -> String {
 /// Runs the operator until SIGINT or SIGTERM.
 pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let telemetry = tideway_telemetry::init("tideway-operator", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
@@ -160,6 +162,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         if let Some(e) = election {
             let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
         }
-        Ok(0)
-    })
+        Ok(0)    });
+    telemetry.shutdown();
+    result
 }

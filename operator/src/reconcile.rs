@@ -12,6 +12,7 @@ use tideway_core::operator::{Action, Reconciler};
 use tideway_sources::SharedCluster;
 use tideway_sources::status::{ClusterWriter, WriteError};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::metrics::{Metrics, PoolLabel, ReasonLabel, WriteLabel};
 
@@ -137,7 +138,10 @@ pub async fn run(
             _ => {}
         }
         if let Some(l) = leading.as_mut() {
-            pass(&cluster, &writer, l, &opts, &metrics, &status).await;
+            use tracing::field::Empty;
+            let span =
+                tracing::info_span!("reconcile", changes = Empty, actions = Empty, write_errors = Empty);
+            pass(&cluster, &writer, l, &opts, &metrics, &status).instrument(span).await;
         }
         let retry = leading.as_ref().and_then(|l| l.retry_at);
         tokio::select! {
@@ -161,7 +165,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// One reconcile and its writes.
+/// One reconcile and its writes (in the `reconcile` span: a `decide` child, then one `write`
+/// child per action).
 async fn pass(
     cluster: &SharedCluster,
     writer: &Arc<dyn ClusterWriter>,
@@ -180,8 +185,11 @@ async fn pass(
     let actions = {
         let mut state = cluster.lock();
         let changes = state.take_changes();
-        l.rec.reconcile(&state, &changes, &invalid)
+        let count = changes.services.len() + changes.nodes.len();
+        tracing::Span::current().record("changes", count);
+        tracing::info_span!("decide").in_scope(|| l.rec.reconcile(&state, &changes, &invalid))
     };
+    tracing::Span::current().record("actions", actions.len());
     metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     for a in &actions {
         observe(a, metrics);
@@ -192,7 +200,8 @@ async fn pass(
         .cloned()
         .map(|a| {
             let w = Arc::clone(writer);
-            async move { (kind(&a), write(w.as_ref(), &a).await) }
+            let span = tracing::info_span!("write", kind = kind(&a));
+            async move { (kind(&a), write(w.as_ref(), &a).await) }.instrument(span)
         })
         .collect();
     let results: Vec<(&'static str, Result<(), WriteError>)> =
@@ -213,6 +222,7 @@ async fn pass(
             }
         };
     }
+    tracing::Span::current().record("write_errors", failed);
     if failed > 0 {
         l.rec.resync();
         l.retry_at = Some(Instant::now() + l.backoff);

@@ -98,3 +98,56 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Each pass is a `reconcile` span (changes, actions, write errors) with a `decide` child and
+/// one `write` child per action, captured by an in-memory OpenTelemetry pipeline.
+#[tokio::test]
+async fn each_reconcile_is_a_span_with_its_writes() {
+    use tideway_telemetry::testing::Capture;
+    let capture = Capture::new();
+    let _guard = capture.install();
+    let cluster = SharedCluster::new();
+    cluster.update(|s| {
+        s.reset(Snapshot {
+            nodes: vec![mk_node("node-a", "172.18.0.2", "z")],
+            services: vec![
+                mk_service("demo", "web")
+                    .cluster_ip("10.96.0.10")
+                    .port("http", Protocol::Tcp, 80)
+                    .load_balancer()
+                    .build(),
+            ],
+            ..Default::default()
+        });
+        s.apply_pool(LoadBalancerPool {
+            pool: Pool::new("default", &["172.18.255.200/29"]),
+            l2: L2Settings::default(),
+            generation: 1,
+        });
+    });
+    cluster.mark_synced();
+    let writer = MemoryWriter::default();
+    let (_leader_tx, leader) = watch::channel(true);
+    let status = Arc::new(RwLock::new(OperatorStatus::default()));
+    let metrics = Arc::new(Metrics::new(&mut Registry::default()));
+    let opts = LoopOptions { resync_period: Duration::from_secs(3600), ..LoopOptions::default() };
+    let looping =
+        run(cluster, Arc::new(writer.clone()), leader, opts, metrics, status, std::future::pending());
+    tokio::spawn(looping);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ingress_writes(&writer) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no address assigned");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let spans = capture.spans();
+    let reconcile = spans.iter().find(|s| s.name == "reconcile").expect("a reconcile span");
+    let actions: usize = reconcile.attributes["actions"].parse().unwrap();
+    assert!(actions >= 2, "an address and an announcement at least: {reconcile:?}");
+    assert_eq!(reconcile.attributes["write_errors"], "0");
+    assert!(spans.iter().any(|s| s.name == "decide" && s.parent.as_deref() == Some("reconcile")));
+    let writes: Vec<_> = spans.iter().filter(|s| s.name == "write").collect();
+    assert!(writes.len() >= actions, "{spans:#?}");
+    assert!(writes.iter().all(|w| w.parent.as_deref() == Some("reconcile")));
+    assert!(writes.iter().any(|w| w.attributes["kind"] == "ingress"), "{writes:#?}");
+}

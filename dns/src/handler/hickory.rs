@@ -14,6 +14,8 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 
+use tracing::Instrument;
+
 use super::wire::{self, response_edns, response_metadata, udp_limit};
 use super::{Core, Reply};
 use crate::metrics::Proto;
@@ -44,8 +46,10 @@ impl RequestHandler for DnsHandler {
             _ => Proto::Tcp,
         };
         wire::record_request(&self.core, request, proto, request.as_slice().len());
-        let step = self.core.decide(request);
-        let reply = self.core.complete(step).await;
+        let span = wire::query_span(request, proto);
+        let step = span.in_scope(|| self.core.decide(request));
+        let reply = self.core.complete(step).instrument(span.clone()).await;
+        wire::record_reply(&span, &reply);
         let limit = match proto {
             Proto::Udp => udp_limit(request),
             Proto::Tcp => u16::MAX,

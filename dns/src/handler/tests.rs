@@ -196,3 +196,30 @@ fn random_bytes_never_panic() {
     }
     assert!(answered > 1000, "most inputs with a header get an answer ({answered})");
 }
+
+/// A sampled query is a `dns.query` span with its name, type, code and source; with nothing
+/// sampled, no span is made.
+#[test]
+fn sampled_queries_are_traced() {
+    let capture = tideway_telemetry::testing::Capture::new();
+    let _guard = capture.install();
+    let core = core();
+    let bytes = query("svc1.testns.svc.cluster.local.", RecordType::A).to_vec().unwrap();
+    assert_eq!(rcode_of(&core, &bytes), ResponseCode::NoError);
+    let missing = query("nope.testns.svc.cluster.local.", RecordType::AAAA).to_vec().unwrap();
+    assert_eq!(rcode_of(&core, &missing), ResponseCode::NXDomain);
+    let spans = capture.spans();
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let a = &spans[0].attributes;
+    assert_eq!(spans[0].name, "dns.query");
+    assert_eq!(
+        (a["name"].as_str(), a["qtype"].as_str(), a["rcode"].as_str(), a["source"].as_str()),
+        ("svc1.testns.svc.cluster.local.", "A", "No Error", "Kubernetes"),
+        "{a:?}"
+    );
+    assert_eq!(a["transport"], "Udp");
+    assert_eq!(spans[1].attributes["rcode"], "Non-Existent Domain");
+    tideway_telemetry::set_sample_every(0);
+    assert_eq!(rcode_of(&core, &bytes), ResponseCode::NoError);
+    assert_eq!(capture.spans().len(), 2, "unsampled queries make no span");
+}

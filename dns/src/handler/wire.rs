@@ -18,6 +18,8 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use hickory_server::zone_handler::{MessageResponseBuilder, Queries};
 
+use tracing::Instrument;
+
 use super::{Core, Reply, Step};
 use crate::forward::EDNS_PAYLOAD;
 use crate::metrics::Proto;
@@ -175,14 +177,41 @@ pub struct Pending {
     step: Step,
     proto: Proto,
     started: Instant,
+    span: tracing::Span,
 }
 
 impl Pending {
     /// Completes the request; `None` if the reply could not be encoded.
     pub async fn finish(self, core: &Arc<Core>) -> Option<Vec<u8>> {
-        let reply = core.complete(self.step).await;
+        let reply = core.complete(self.step).instrument(self.span.clone()).await;
+        record_reply(&self.span, &reply);
         respond(core, &self.request, &reply, self.proto, self.started)
     }
+}
+
+/// A `dns.query` span for a sampled query (name, type, transport; the reply's code and
+/// source recorded when known), else a disabled span that costs nothing.
+pub(crate) fn query_span(request: &Request, proto: Proto) -> tracing::Span {
+    if !tideway_telemetry::sampled() {
+        return tracing::Span::none();
+    }
+    let name = request.queries.queries().first().map(|q| q.name().to_string()).unwrap_or_default();
+    tracing::info_span!(
+        "dns.query",
+        name = %name,
+        qtype = %qtype_of(request),
+        transport = ?proto,
+        rcode = tracing::field::Empty,
+        source = tracing::field::Empty,
+        answers = tracing::field::Empty
+    )
+}
+
+/// Records `reply` in a query span.
+pub(crate) fn record_reply(span: &tracing::Span, reply: &Reply) {
+    span.record("rcode", reply.rcode.to_string());
+    span.record("source", format!("{:?}", reply.source));
+    span.record("answers", reply.answers.len());
 }
 
 fn qtype_of(request: &Request) -> RecordType {
@@ -245,11 +274,13 @@ pub fn handle_bytes(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) ->
         }
     };
     record_request(core, &request, proto, bytes.len());
-    match core.decide(&request) {
+    let span = query_span(&request, proto);
+    match span.in_scope(|| core.decide(&request)) {
         Step::Reply(reply) => {
+            record_reply(&span, &reply);
             respond(core, &request, &reply, proto, started).map_or(Handled::Drop, Handled::Respond)
         }
-        step => Handled::Later(Box::new(Pending { request, step, proto, started })),
+        step => Handled::Later(Box::new(Pending { request, step, proto, started, span })),
     }
 }
 

@@ -24,6 +24,7 @@ use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
 use tideway_sources::SharedCluster;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 pub mod query;
 mod run;
@@ -201,8 +202,29 @@ impl Agent {
     }
 
     /// Plans and programs what changed; a full sync when asked, after errors, when the node
-    /// or its settings changed, and every `full_sync_period`.
+    /// or its settings changed, and every `full_sync_period`. Traced as span `sync` (mode,
+    /// full, Services changed, ports and rules programmed, error) with children `plan`,
+    /// `render` and `apply`.
     pub async fn sync(&mut self, force_full: bool) -> Result<(), SyncError> {
+        use tracing::field::Empty;
+        let span = tracing::info_span!(
+            "sync",
+            node = %self.opts.node,
+            mode = Empty,
+            full = Empty,
+            changed_services = Empty,
+            service_ports = Empty,
+            rules = Empty,
+            error = Empty
+        );
+        let result = self.sync_once(force_full).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            span.record("error", e.to_string());
+        }
+        result
+    }
+
+    async fn sync_once(&mut self, force_full: bool) -> Result<(), SyncError> {
         let started = Instant::now();
         let (node, changes, eligible, config) = {
             let mut state = self.cluster.lock();
@@ -228,6 +250,9 @@ impl Agent {
         let periodic = self.last_full.is_none_or(|t| t.elapsed() >= self.opts.full_sync_period);
         let mut full =
             force_full || self.needs_full || periodic || self.planned.as_ref().is_none_or(|p| p.node != node);
+        let span = tracing::Span::current();
+        span.record("mode", mode.to_string());
+        span.record("changed_services", self.pending.len());
 
         // Plan.
         let mut generations = BTreeMap::new();
@@ -235,10 +260,11 @@ impl Agent {
             Some(p) if !full => p,
             _ => {
                 let state = self.cluster.lock();
-                let ruleset = compile(&state, &node);
+                let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, &node));
                 generations = state.services().map(|s| (s.name.clone(), s.generation)).collect();
                 drop(state);
-                let programs = IpFamily::ALL.map(|f| ProgramState::new(render::lower(mode, &ruleset, f)));
+                let programs = tracing::info_span!("render", full = true)
+                    .in_scope(|| IpFamily::ALL.map(|f| ProgramState::new(render::lower(mode, &ruleset, f))));
                 full = true;
                 Planned { node: node.clone(), ruleset, programs }
             }
@@ -246,11 +272,13 @@ impl Agent {
         let mut change_sets: Vec<ChangeSet> = Vec::new();
         if !full {
             let state = self.cluster.lock();
-            let changed = planned.ruleset.update(&state, &self.pending);
+            let plan_span = tracing::info_span!("plan", full = false, services = self.pending.len());
+            let changed = plan_span.in_scope(|| planned.ruleset.update(&state, &self.pending));
             for name in &self.pending {
                 generations.insert(name.clone(), state.service(name).map_or(-1, |s| s.generation));
             }
             drop(state);
+            let _render = tracing::info_span!("render", full = false, fragments = changed.len()).entered();
             for (i, family) in IpFamily::ALL.into_iter().enumerate() {
                 if render::needs_full(mode, &planned.ruleset, planned.programs[i].program()) {
                     full = true;
@@ -281,10 +309,13 @@ impl Agent {
         };
         let programs = planned.programs();
         let update = if full { Update::Full } else { Update::Changes([&change_sets[0], &change_sets[1]]) };
-        let mut applied = blocking(|| dp.apply(programs, update)).map_err(SyncError::Apply);
+        tracing::Span::current().record("full", full);
+        let apply_span = tracing::info_span!("apply", backend = %dp.mode(), full, switching);
+        let mut applied =
+            apply_span.in_scope(|| blocking(|| dp.apply(programs, update))).map_err(SyncError::Apply);
         if applied.is_ok() && switching {
             // The old mode goes only once the new one reads back as applied.
-            applied = match blocking(|| dp.verify(programs, true)) {
+            applied = match apply_span.in_scope(|| blocking(|| dp.verify(programs, true))) {
                 Ok(drift) if drift.is_empty() => Ok(()),
                 Ok(drift) => Err(SyncError::Unverified {
                     mode,
@@ -383,6 +414,9 @@ impl Agent {
             s.last_sync_duration = Some(elapsed);
             record_programmed(&mut s.programmed, generations, full);
         });
+        let span = tracing::Span::current();
+        span.record("service_ports", planned.ruleset.services.len());
+        span.record("rules", planned.programs().iter().map(|p| p.rule_count()).sum::<usize>());
         tracing::debug!(%mode, full, ms = elapsed.as_millis() as u64, "synced");
         self.planned = Some(planned);
         Ok(())
