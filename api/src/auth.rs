@@ -4,7 +4,11 @@
 //! `tideway-sources` crate's `KubeReview`); in the lab and for a single operator, a token
 //! read from a file ([`StaticToken`]). With neither, [`NoTokens`] refuses every change.
 
-use axum::http::{HeaderMap, StatusCode, header};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::problem::Problem;
@@ -103,6 +107,31 @@ pub async fn check(auth: &dyn Authorizer, headers: &HeaderMap, access: &Access) 
     auth.authorize(bearer(headers)?, access).await
 }
 
+/// What a request needs a token for: `None` when it needs none.
+pub type AccessOf = fn(&Method, &str) -> Option<Access>;
+
+#[derive(Clone)]
+struct Guard {
+    auth: Arc<dyn Authorizer>,
+    access_of: AccessOf,
+}
+
+async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
+    let Some(access) = (g.access_of)(req.method(), req.uri().path()) else {
+        return next.run(req).await;
+    };
+    match check(g.auth.as_ref(), req.headers(), &access).await {
+        Ok(_) => next.run(req).await,
+        Err(denied) => denied.into_response(),
+    }
+}
+
+/// `router` with every request `access_of` names checked by `auth` first: an API served off
+/// loopback (reads included) answers only to tokens the authorizer admits.
+pub fn require_tokens(router: axum::Router, auth: Arc<dyn Authorizer>, access_of: AccessOf) -> axum::Router {
+    router.layer(axum::middleware::from_fn_with_state(Guard { auth, access_of }, guard))
+}
+
 /// One shared secret: its holder may do anything.
 pub struct StaticToken {
     token: String,
@@ -114,6 +143,31 @@ impl StaticToken {
     pub fn new(token: &str, user: &str) -> StaticToken {
         StaticToken { token: token.trim().to_string(), user: user.into() }
     }
+
+    /// Accepts the token in file `path` (as `api-token`); an empty file is an error.
+    pub fn from_file(path: &std::path::Path) -> std::io::Result<StaticToken> {
+        let text = std::fs::read_to_string(path)?;
+        if text.trim().is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is empty", path.display()),
+            ));
+        }
+        Ok(StaticToken::new(&text, "api-token"))
+    }
+}
+
+/// Who checks tokens: a token file first, else the cluster's reviews, else nobody
+/// ([`NoTokens`]).
+pub fn choose(
+    token_file: Option<&std::path::Path>,
+    review: Option<Arc<dyn Authorizer>>,
+) -> std::io::Result<Arc<dyn Authorizer>> {
+    Ok(match (token_file, review) {
+        (Some(path), _) => Arc::new(StaticToken::from_file(path)?),
+        (None, Some(review)) => review,
+        (None, None) => Arc::new(NoTokens),
+    })
 }
 
 impl std::fmt::Debug for StaticToken {
@@ -202,6 +256,31 @@ mod tests {
         let r = e.into_response();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(r.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    }
+
+    #[tokio::test]
+    async fn guarded_routes_need_a_token_and_others_do_not() {
+        use tower::ServiceExt;
+        fn access_of(_: &Method, path: &str) -> Option<Access> {
+            path.starts_with("/api/").then_some(Access { verb: "get", group: "", resource: "x", name: None })
+        }
+        let router = axum::Router::new()
+            .route("/api/v1/x", axum::routing::get(|| async { "x" }))
+            .route("/metrics", axum::routing::get(|| async { "m" }));
+        let router = require_tokens(router, Arc::new(StaticToken::new("t0k", "me")), access_of);
+        let status = |path: &str, token: Option<&str>| {
+            let router = router.clone();
+            let mut req = axum::http::Request::builder().uri(path);
+            if let Some(t) = token {
+                req = req.header("authorization", format!("Bearer {t}"));
+            }
+            let req = req.body(axum::body::Body::empty()).unwrap();
+            async move { router.oneshot(req).await.unwrap().status() }
+        };
+        assert_eq!(status("/api/v1/x", None).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(status("/api/v1/x", Some("nope")).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(status("/api/v1/x", Some("t0k")).await, StatusCode::OK);
+        assert_eq!(status("/metrics", None).await, StatusCode::OK);
     }
 
     #[test]

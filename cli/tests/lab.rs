@@ -260,6 +260,28 @@ fn traffic_policies_and_services_without_endpoints() {
         verdict.contains(pod_on_announcer) && !verdict.contains('|'),
         "Local: only this node's pod: {trace}"
     );
+    // The agents' APIs listen off loopback in their nodes: the lab's token is needed.
+    let status = lab.status();
+    let agent = format!("http://{}/api/v1/status", status["apis"]["agent/myk8s-worker"].as_str().unwrap());
+    let token = format!("authorization: Bearer {}", status["apiToken"].as_str().unwrap());
+    let code = |extra: &[&str]| {
+        let mut args = vec!["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"];
+        args.extend(extra);
+        args.push(&agent);
+        String::from_utf8_lossy(&Command::new("curl").args(&args).output().unwrap().stdout).into_owned()
+    };
+    assert_eq!(code(&[]), "401");
+    assert_eq!(code(&["-H", "authorization: Bearer wrong"]), "401");
+    assert_eq!(code(&["-H", &token]), "200");
+    // The DNS API says what the server answers, and why.
+    let dns = format!(
+        "http://{}/api/v1/records?name=local.default.svc.cluster.local&type=A",
+        status["apis"]["dns"].as_str().unwrap()
+    );
+    let out = Command::new("curl").args(["-s", "--max-time", "5", &dns]).output().unwrap();
+    let records: Value = serde_json::from_slice(&out.stdout).expect("records JSON");
+    let local = status["services"].as_array().unwrap().iter().find(|s| s["name"] == "local").unwrap();
+    assert_eq!(records["answers"][0]["data"], local["clusterIP"], "{records}");
     // No endpoints: refused at once, not a timeout, on its NodePort and its ClusterIP (its
     // LoadBalancer IP is not announced at all while nothing serves, as MetalLB does).
     let svc =

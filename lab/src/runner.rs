@@ -281,6 +281,7 @@ impl Lab {
     fn wanted_processes(&self) -> BTreeMap<String, Vec<String>> {
         let source = format!("lab:{}", self.dir.path().display());
         let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let token = self.token_file().display().to_string();
         for n in &self.world.nodes {
             let ns = self.names.node(&n.name);
             let args = [
@@ -293,6 +294,8 @@ impl Lab {
                 "0.0.0.0:10256",
                 "--metrics-bind-address",
                 "0.0.0.0:10249",
+                "--api-token-file",
+                &token,
             ];
             wanted.insert(format!("agent/{}", n.name), self.exec_in(&ns, &args));
         }

@@ -182,7 +182,9 @@ pub fn status_tables(status: &Value) -> String {
     out.push_str(&table(&pods));
     let mut apis = vec![vec!["API".into(), "ADDRESS".into()]];
     for (k, v) in status["apis"].as_object().into_iter().flatten() {
-        let path = if k == "operator" || (k.starts_with("agent/") && !k.ends_with("healthz")) {
+        let path = if k == "dns" {
+            "/api/v1/stats"
+        } else if k == "operator" || (k.starts_with("agent/") && !k.ends_with("healthz")) {
             "/api/v1/status"
         } else if k.ends_with("healthz") {
             "/healthz"

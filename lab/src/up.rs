@@ -25,6 +25,7 @@ async fn forward_apis(lab: &mut Lab) -> std::io::Result<()> {
     lab.apis.insert("operator".into(), proxy::forward(lab.names.operator(), local(8080)).await?);
     if let Some(dns) = lab.world.pods.iter().find(|p| p.is_dns()).cloned() {
         let ns = lab.names.pod(&dns.namespace, &dns.name);
+        lab.apis.insert("dns".into(), proxy::forward(ns.clone(), local(9154)).await?);
         lab.apis.insert("dns/metrics".into(), proxy::forward(ns.clone(), local(9153)).await?);
         lab.apis.insert("dns/ready".into(), proxy::forward(ns, local(8181)).await?);
     }

@@ -243,6 +243,18 @@ pub fn openapi() -> serde_json::Value {
     doc.build()
 }
 
+/// What a request to the REST API needs a token for when the API listens off loopback: `get`
+/// on the node's `nodeproxystates` (what the agent reports), for the trace too (it changes
+/// nothing).
+pub fn access_of(_method: &axum::http::Method, path: &str) -> Option<tideway_api::auth::Access> {
+    path.starts_with("/api/v1/").then_some(tideway_api::auth::Access {
+        verb: "get",
+        group: "tideway.io",
+        resource: "nodeproxystates",
+        name: None,
+    })
+}
+
 /// The REST API: questions go to the sync loop on `queries`; the status is read from `status`.
 pub fn router(queries: mpsc::Sender<Query>, status: Arc<RwLock<AgentStatus>>) -> Router {
     Router::new()

@@ -8,9 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
+use tideway_api::auth::Authorizer;
 use tideway_api::duration::parse_duration;
 use tideway_core::config::ProxyMode;
-use tideway_sources::kube::{KubeNodeStateSink, KubeSource, Role};
+use tideway_sources::kube::{KubeNodeStateSink, KubeReview, KubeSource, Role};
 use tideway_sources::lab::{LabDir, LabNodeStateSink};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::{FileSource, SharedCluster, Source, SourceSpec};
@@ -55,6 +56,14 @@ pub struct AgentArgs {
     /// `/metrics`, `/proxyMode`, `/api/v1/status`.
     #[arg(long, default_value = "127.0.0.1:10249")]
     pub metrics_bind_address: SocketAddr,
+    /// A file holding the bearer token the REST API needs when it listens off loopback.
+    /// Without it, `--source kubernetes` checks tokens with TokenReview and
+    /// SubjectAccessReview (verb `get` on `nodeproxystates`).
+    #[arg(long)]
+    pub api_token_file: Option<PathBuf>,
+    /// Serve `/api/v1/...` without a token on a non-loopback address too.
+    #[arg(long)]
+    pub api_anonymous_reads: bool,
     /// How often the source file is checked for changes.
     #[arg(long, value_parser = parse_duration, default_value = "500ms")]
     pub file_poll_interval: Duration,
@@ -83,6 +92,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let source_metrics = SourceMetrics::new(&mut registry);
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
+        let mut review = None;
         match spec {
             SourceSpec::File(path) => {
                 tokio::spawn(Source::run(FileSource::new(path, args.file_poll_interval), cluster.clone()));
@@ -96,6 +106,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                review = Some(Arc::new(KubeReview::new(client.clone())) as Arc<dyn Authorizer>);
                 let role = Role::Agent { node: args.node.clone() };
                 tokio::spawn(KubeSource::new(client.clone(), role, source_metrics).run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client));
@@ -114,7 +125,12 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("binding {}", args.metrics_bind_address))?;
         let health_router = crate::http::health_router(health.clone(), metrics.clone());
         let (queries, answering) = crate::agent::query::channel();
-        let metrics_router = crate::http::metrics_router(registry, status.clone(), queries);
+        let mut metrics_router = crate::http::metrics_router(registry, status.clone(), queries);
+        if !args.api_anonymous_reads && !args.metrics_bind_address.ip().is_loopback() {
+            let auth = tideway_api::auth::choose(args.api_token_file.as_deref(), review)
+                .context("reading --api-token-file")?;
+            metrics_router = tideway_api::auth::require_tokens(metrics_router, auth, crate::api::access_of);
+        }
         tokio::spawn(async move { axum::serve(healthz, health_router).await });
         tokio::spawn(async move { axum::serve(metrics_listener, metrics_router).await });
 

@@ -17,9 +17,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use schemars::JsonSchema;
@@ -355,16 +354,9 @@ fn read_access(path: &str) -> Access {
     Access { verb, group, resource, name }
 }
 
-/// Reads need a token admitted for `get` (one object) or `list` unless they are open.
-async fn guard_reads(State(api): State<ApiState>, req: Request, next: Next) -> Response {
-    if api.open_reads || req.method() != Method::GET || req.uri().path() == "/openapi.json" {
-        return next.run(req).await;
-    }
-    let access = read_access(req.uri().path());
-    match check(api.auth.as_ref(), req.headers(), &access).await {
-        Ok(_) => next.run(req).await,
-        Err(denied) => denied.into_response(),
-    }
+/// Reads that need a token when reads are not open (the PATCH handler checks its own).
+pub fn read_access_of(method: &Method, path: &str) -> Option<Access> {
+    (method == Method::GET && path.starts_with("/api/v1/")).then(|| read_access(path))
 }
 
 /// One node and what its agent last reported.
@@ -488,15 +480,15 @@ pub fn openapi() -> Value {
 
 /// The API over `api`.
 pub fn router(api: ApiState) -> Router {
-    Router::new()
+    let router: Router = Router::new()
         .route("/api/v1/proxyconfigs", get(proxy_configs))
         .route("/api/v1/proxyconfigs/{name}", get(proxy_config).patch(patch_config))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/services/{namespace}/{name}", get(service))
         .merge(tideway_api::openapi::router(openapi()))
-        .layer(axum::middleware::from_fn_with_state(api.clone(), guard_reads))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(api)
+        .with_state(api);
+    router
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
-use tideway_api::auth::{Authorizer, NoTokens, StaticToken};
+use tideway_api::auth::Authorizer;
 use tideway_api::duration::parse_duration;
 use tideway_core::operator::lease::{Elector, LeaseTimings};
 use tideway_sources::kube::{KubeLease, KubeReview, KubeSource, KubeWriter, Role};
@@ -69,19 +69,6 @@ pub struct OperatorArgs {
     pub api_anonymous_reads: bool,
 }
 
-/// Who may use the REST API: the token file, else the API server's reviews, else nobody.
-fn authorizer(args: &OperatorArgs, review: Option<KubeReview>) -> anyhow::Result<Arc<dyn Authorizer>> {
-    if let Some(path) = &args.api_token_file {
-        let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        anyhow::ensure!(!token.trim().is_empty(), "{} is empty", path.display());
-        return Ok(Arc::new(StaticToken::new(&token, "api-token")));
-    }
-    Ok(match review {
-        Some(review) => Arc::new(review),
-        None => Arc::new(NoTokens),
-    })
-}
-
 fn identity(args: &OperatorArgs) -> String {
     args.identity.clone().filter(|i| !i.is_empty()).unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -125,7 +112,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                review = Some(KubeReview::new(client.clone()));
+                review = Some(Arc::new(KubeReview::new(client.clone())) as Arc<dyn Authorizer>);
                 tokio::spawn(KubeSource::new(client.clone(), Role::Operator, source_metrics).run(cluster.clone()));
                 let me = identity(args);
                 if args.leader_elect {
@@ -143,7 +130,8 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let api = ApiState {
             cluster: cluster.clone(),
             writer: writer.clone(),
-            auth: authorizer(args, review)?,
+            auth: tideway_api::auth::choose(args.api_token_file.as_deref(), review)
+                .with_context(|| "reading --api-token-file")?,
             open_reads: args.api_anonymous_reads || args.http_bind_address.ip().is_loopback(),
         };
         let router = crate::http::router(Arc::new(registry), status.clone(), api);

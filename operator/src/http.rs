@@ -27,13 +27,19 @@ async fn status(State(s): State<Status>) -> impl IntoResponse {
 }
 
 /// Every endpoint, on one listener; unknown paths are problem details.
+/// `/api/v1/...` reads need a token unless `api.open_reads`.
 pub fn router(registry: Arc<Registry>, status_: Status, api: crate::api::ApiState) -> Router {
-    Router::new()
+    let guard = (!api.open_reads).then(|| api.auth.clone());
+    let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
         .with_state(status_)
         .merge(tideway_api::http::metrics_router(registry))
         .merge(crate::api::router(api))
-        .fallback(tideway_api::problem::not_found)
+        .fallback(tideway_api::problem::not_found);
+    match guard {
+        Some(auth) => tideway_api::auth::require_tokens(router, auth, crate::api::read_access_of),
+        None => router,
+    }
 }
