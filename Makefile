@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps lint purity generated check-generated unit test-helm test-ipvs bench bench-dns bench-lab fuzz-dns build release
+.PHONY: demo test deps lint purity generated check-generated unit test-helm test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release
 
 demo: build
 	./scripts/demo.sh
@@ -50,6 +50,10 @@ unit:
 		-E '($(PRIVILEGED)) and not ($(NOT_ON_THIS_KERNEL))' 2>/dev/null | wc -l); \
 	echo "TIDEWAY_SKIP_PRIVILEGED=1: $$n privileged tests were left out (not run)";,) exit $$rc
 
+# The REST APIs of a running lab against their OpenAPI documents (schemathesis; root).
+test-api: build
+	./scripts/test-api.sh
+
 # The IPVS battery, in a VM (the host kernel has no IPVS); the rest of the dataplane battery
 # runs on the host in `unit`.
 test-ipvs:
@@ -72,4 +76,4 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm unit test-ipvs
+test: deps lint purity check-generated test-helm unit test-api test-ipvs

@@ -87,6 +87,11 @@ pub fn router<S: Clone + Send + Sync + 'static>(doc: Value) -> axum::Router<S> {
         .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
 }
 
+/// The schema of an IP address field (`IpAddr`): IPv4 or IPv6 text.
+pub fn ip_address(_: &mut SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]})
+}
+
 /// A required path parameter.
 pub fn path_parameter(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "path", "required": true, "description": description, "schema": {"type": "string"}})

@@ -70,6 +70,18 @@ pub async fn not_found() -> Problem {
     Problem::new(StatusCode::NOT_FOUND, "no such endpoint; /openapi.json lists them")
 }
 
+/// The query string of a request as `T`: one that does not read (a repeated or mistyped
+/// parameter) is a 400 problem, as a bad body is.
+pub fn query_params<T>(
+    q: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, Problem> {
+    q.map(|axum::extract::Query(t)| t).map_err(|r| {
+        let message = r.body_text();
+        let message = message.strip_prefix("Failed to deserialize query string: ").unwrap_or(&message);
+        Problem::bad_field("?", message.to_string())
+    })
+}
+
 /// The JSON body of a request as `T`: a body too large, not JSON, or with a wrong field is a
 /// problem naming what is wrong (the field's path for a wrong field).
 pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query as UrlQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,8 +19,8 @@ use hickory_proto::op::{LowerQuery, Query, ResponseCode};
 use hickory_proto::rr::{Name, Record, RecordType};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tideway_api::openapi::{Answer as Doc, OpenApi, Value, query_string};
-use tideway_api::problem::Problem;
+use tideway_api::openapi::{Answer as Doc, OpenApi, Value, query_parameter, query_string};
+use tideway_api::problem::{Problem, query_params};
 
 use crate::answer::{Answer, Outcome, answer};
 use crate::records::RecordIndex;
@@ -128,10 +129,14 @@ fn records_answer(
     }
 }
 
+/// The record types the OpenAPI document lists (the server takes any type name).
+const RECORD_TYPES: &[&str] = &["A", "AAAA", "SRV", "PTR", "CNAME", "TXT", "NS", "SOA", "MX", "ANY"];
+
 async fn records(
     State(index): State<IndexSource>,
-    UrlQuery(p): UrlQuery<RecordsParams>,
+    p: Result<UrlQuery<RecordsParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
+    let p = query_params(p)?;
     let name = p.name.ok_or_else(|| Problem::bad_field("name", "required: the name to look up"))?;
     let name = Name::from_str(&name)
         .map_err(|e| Problem::bad_field("name", format!("{name:?} is not a DNS name: {e}")))?;
@@ -181,7 +186,7 @@ pub fn openapi() -> Value {
     let answer = doc.schema::<RecordsAnswer>();
     let stats = doc.schema::<Stats>();
     let name = query_string("name", "the name to look up", true);
-    let kind = query_string("type", "record type (default A)", false);
+    let kind = query_parameter("type", "record type (default A; any type name is taken)", RECORD_TYPES);
     doc.operation(
         "get",
         "/api/v1/records",

@@ -15,6 +15,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query as UrlQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -22,7 +23,7 @@ use axum::routing::{get, post};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tideway_api::openapi::{Answer, OpenApi, path_parameter, query_parameter};
-use tideway_api::problem::{Problem, json_body};
+use tideway_api::problem::{Problem, json_body, query_params};
 use tideway_core::model::ServiceName;
 use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::trace::{Origin, Packet};
@@ -41,8 +42,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 #[serde(deny_unknown_fields)]
 pub struct TraceRequest {
     /// Source address.
+    #[schemars(schema_with = "tideway_api::openapi::ip_address")]
     pub src: IpAddr,
     /// Destination address (a ClusterIP, node IP, LoadBalancer IP, ...).
+    #[schemars(schema_with = "tideway_api::openapi::ip_address")]
     pub dst: IpAddr,
     /// Destination port.
     pub port: u16,
@@ -142,7 +145,11 @@ async fn agent_status(State(api): State<Api>) -> Response {
     axum::Json(api.status.read().unwrap_or_else(|e| e.into_inner()).clone()).into_response()
 }
 
-async fn ruleset(State(api): State<Api>, UrlQuery(q): UrlQuery<FamilyParam>) -> Result<Response, Problem> {
+async fn ruleset(
+    State(api): State<Api>,
+    q: Result<UrlQuery<FamilyParam>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let q = query_params(q)?;
     let family = match q.family.as_deref() {
         None | Some("ipv4") => IpFamily::V4,
         Some("ipv6") => IpFamily::V6,

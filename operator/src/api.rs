@@ -446,7 +446,8 @@ pub fn openapi() -> Value {
         None,
         vec![(200, "the config", Answer::Json(config))],
     );
-    let patch = serde_json::json!({"type": "object", "properties": {"spec": {"type": "object"}},
+    let spec = doc.schema::<ProxyConfigSpec>();
+    let patch = serde_json::json!({"type": "object", "properties": {"spec": spec},
         "additionalProperties": false, "description": "a JSON merge patch of the ProxyConfig: only spec"});
     let accepted = doc.schema::<PatchAnswer>();
     doc.operation(

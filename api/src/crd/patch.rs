@@ -33,7 +33,8 @@ pub fn patch_proxy_config(current: &CoreConfig, patch: &Value) -> Result<SpecCha
     if let Some(other) = fields.keys().find(|k| *k != "spec") {
         return Err(cx.err(other.as_str(), "only spec can be changed over this API"));
     }
-    let spec_patch = fields.get("spec").cloned().unwrap_or(Value::Null);
+    // No `spec` (an empty patch) changes nothing.
+    let spec_patch = fields.get("spec").cloned().unwrap_or_else(|| Value::Object(Default::default()));
     if !spec_patch.is_object() {
         return Err(cx.err("spec", "must be an object"));
     }
@@ -88,6 +89,12 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_patch_changes_nothing() {
+        let change = patch_proxy_config(&current(), &json!({})).unwrap();
+        assert_eq!(change.spec, spec_of(&current()));
+    }
+
+    #[test]
     fn null_removes_a_field_back_to_its_default() {
         let change =
             patch_proxy_config(&current(), &json!({"spec": {"nodeSelector": null, "mode": null}})).unwrap();
@@ -107,6 +114,7 @@ mod tests {
             (json!({"spec": {"clusterCIDRs": ["10.10.0.0/33"]}}), "spec.clusterCIDRs[0]", ""),
             (json!({"metadata": {"name": "other"}}), "metadata", "only spec"),
             (json!({"spec": "iptables"}), "spec", "must be an object"),
+            (json!({"spec": null}), "spec", "must be an object"),
             (json!(["spec"]), ".", "JSON object"),
         ];
         for (patch, field, message) in cases {
