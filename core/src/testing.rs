@@ -209,6 +209,7 @@ pub fn mk_slice(ns: &str, svc: &str) -> SliceBuilder {
         ports: Vec::new(),
         endpoints: Vec::new(),
         labels: BTreeMap::new(),
+        trigger_time: None,
     })
 }
 

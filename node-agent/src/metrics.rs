@@ -30,6 +30,16 @@ pub struct CodeLabel {
     pub code: String,
 }
 
+/// kube-proxy's buckets for network programming latency: 0.25 s and 0.5 s, every second to a
+/// minute, every 5 s to two minutes, every 30 s to five.
+fn programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.25, 0.5];
+    b.extend((1..60).map(f64::from));
+    b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
+    b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
+    b
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     /// Every sync.
@@ -46,6 +56,12 @@ pub struct Metrics {
     pub endpoint_changes: Counter,
     /// Unix time a relevant change was last queued for a sync.
     pub last_queued: Gauge<f64, AtomicU64>,
+    /// From an EndpointSlice change (its trigger-time annotation) to the sync that programmed it.
+    pub network_programming: Histogram,
+    /// Service changes not programmed yet.
+    pub service_changes_pending: Gauge,
+    /// EndpointSlice changes not programmed yet.
+    pub endpoint_changes_pending: Gauge,
     /// Failed nftables transactions.
     pub nftables_failures: Counter,
     /// Failed iptables restores (iptables and IPVS modes).
@@ -78,6 +94,9 @@ impl Metrics {
             service_changes: Counter::default(),
             endpoint_changes: Counter::default(),
             last_queued: Gauge::default(),
+            network_programming: Histogram::new(programming_buckets()),
+            service_changes_pending: Gauge::default(),
+            endpoint_changes_pending: Gauge::default(),
             nftables_failures: Counter::default(),
             iptables_failures: Counter::default(),
             no_local_endpoints: Family::default(),
@@ -156,6 +175,21 @@ impl Metrics {
             "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
             "Unix time a change was last queued for a sync",
             m.last_queued.clone(),
+        );
+        r.register(
+            "kubeproxy_network_programming_duration_seconds",
+            "In Cluster Network Programming Latency in seconds",
+            m.network_programming.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_service_changes_pending",
+            "Pending proxy rules Service changes",
+            m.service_changes_pending.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+            "Pending proxy rules Endpoint changes",
+            m.endpoint_changes_pending.clone(),
         );
         m
     }

@@ -6,6 +6,10 @@ use tideway_core::net::IpFamily;
 
 use crate::error::{ConvertError, Ctx};
 
+/// When the change an EndpointSlice version reflects happened (set by the EndpointSlice
+/// controller; an unreadable value is ignored, as kube-proxy does).
+pub const ANNOTATION_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
 /// Converts an EndpointSlice. `Ok(None)` for slices proxies ignore: FQDN slices and slices
 /// that belong to no Service.
 pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice>, ConvertError> {
@@ -70,5 +74,39 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
                 .and_then(|r| r.name.clone()),
         });
     }
-    Ok(Some(EndpointSlice { namespace, name, service, family, ports, endpoints, labels }))
+    let trigger_time = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_TRIGGER_TIME))
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(std::time::SystemTime::from);
+    Ok(Some(EndpointSlice { namespace, name, service, family, ports, endpoints, labels, trigger_time }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn slice(trigger: Option<&str>) -> k8s::EndpointSlice {
+        let mut annotations = serde_json::Map::new();
+        if let Some(t) = trigger {
+            annotations.insert(ANNOTATION_TRIGGER_TIME.into(), t.into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "demo", "annotations": annotations,
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_trigger_time_annotation_is_read() {
+        let s = endpoint_slice(&slice(Some("2026-11-23T10:00:00Z"))).unwrap().unwrap();
+        assert_eq!(s.trigger_time, Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_428_000)));
+        assert_eq!(endpoint_slice(&slice(Some("yesterday"))).unwrap().unwrap().trigger_time, None);
+        assert_eq!(endpoint_slice(&slice(None)).unwrap().unwrap().trigger_time, None);
+    }
 }

@@ -4,6 +4,6 @@ mod endpoint_slice;
 mod node;
 mod service;
 
-pub use endpoint_slice::endpoint_slice;
+pub use endpoint_slice::{ANNOTATION_TRIGGER_TIME, endpoint_slice};
 pub use node::{namespace, node, pod};
 pub use service::service;

@@ -40,6 +40,8 @@ pub struct Changes {
     pub announcements: BTreeSet<ServiceName>,
     /// True when any `LoadBalancerPool` changed.
     pub pools: bool,
+    /// The trigger times of the EndpointSlice versions applied (network programming latency).
+    pub trigger_times: Vec<std::time::SystemTime>,
 }
 
 impl Changes {
@@ -70,6 +72,7 @@ impl Changes {
         self.node_states.extend(other.node_states);
         self.announcements.extend(other.announcements);
         self.pools |= other.pools;
+        self.trigger_times.extend(other.trigger_times);
     }
 }
 
@@ -192,6 +195,7 @@ impl ClusterState {
         self.slices_by_service.entry(svc.clone()).or_default().insert(slice.name.clone());
         self.changes.services.insert(svc);
         self.changes.endpoint_events += 1;
+        self.changes.trigger_times.extend(slice.trigger_time);
         self.slices.entry(slice.namespace.clone()).or_default().insert(slice.name.clone(), slice);
         true
     }
@@ -419,6 +423,7 @@ mod tests {
             ports: vec![],
             endpoints: vec![Endpoint::ready(ip.parse().unwrap())],
             labels: Default::default(),
+            trigger_time: None,
         }
     }
 

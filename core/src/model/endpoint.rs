@@ -82,4 +82,9 @@ pub struct EndpointSlice {
     pub endpoints: Vec<Endpoint>,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
+    /// Annotation `endpoints.kubernetes.io/last-change-trigger-time`: when the change this
+    /// version of the slice reflects happened (kube-proxy's network programming latency
+    /// starts there).
+    #[serde(default)]
+    pub trigger_time: Option<std::time::SystemTime>,
 }

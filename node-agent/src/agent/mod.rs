@@ -29,6 +29,7 @@ use tracing::Instrument;
 pub mod query;
 mod run;
 mod status;
+mod unprogrammed;
 
 pub use status::AgentStatus;
 
@@ -117,6 +118,7 @@ pub struct Agent {
     hc_servers: HealthServers,
     announcer: Option<Announcer>,
     queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
+    unprogrammed: unprogrammed::Unprogrammed,
 }
 
 fn unix_now() -> f64 {
@@ -159,6 +161,7 @@ impl Agent {
             metrics,
             health,
             announcer: None,
+            unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
         }
     }
 
@@ -245,6 +248,7 @@ impl Agent {
         self.health.set_sync_period(node.settings.sync_period);
         self.metrics.service_changes.inc_by(changes.service_events);
         self.metrics.endpoint_changes.inc_by(changes.endpoint_events);
+        self.unprogrammed.take(&changes);
         self.pending.extend(changes.services);
         let mode = node.settings.mode;
         let periodic = self.last_full.is_none_or(|t| t.elapsed() >= self.opts.full_sync_period);
@@ -367,6 +371,10 @@ impl Agent {
             tracing::warn!(error = %e, "health check server");
         }
         self.health.updated();
+        for took in self.unprogrammed.programmed(SystemTime::now()) {
+            self.metrics.network_programming.observe(took.as_secs_f64());
+        }
+        self.set_pending_gauges();
         let elapsed = started.elapsed();
         self.metrics.sync_duration.observe(elapsed.as_secs_f64());
         if full {
@@ -422,6 +430,14 @@ impl Agent {
         Ok(())
     }
 
+    /// Sets the `*_changes_pending` gauges: what syncs took and did not program, and what is
+    /// queued.
+    fn set_pending_gauges(&self) {
+        let (services, endpoints) = self.unprogrammed.pending(self.cluster.lock().changes());
+        self.metrics.service_changes_pending.set(i64::try_from(services).unwrap_or(i64::MAX));
+        self.metrics.endpoint_changes_pending.set(i64::try_from(endpoints).unwrap_or(i64::MAX));
+    }
+
     /// Records a failed sync: the kernel keeps its previous rules, the next attempt is full.
     fn failed(&mut self, e: SyncError, mode: ProxyMode, full: bool, planned: Planned) -> SyncError {
         let msg = e.to_string();
@@ -430,6 +446,7 @@ impl Agent {
             ProxyMode::Nftables => self.metrics.nftables_failures.inc(),
             _ => self.metrics.iptables_failures.inc(),
         };
+        self.set_pending_gauges();
         self.needs_full = true;
         self.planned = Some(planned);
         self.set_status(|s| {

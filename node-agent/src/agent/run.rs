@@ -16,6 +16,7 @@ impl Agent {
         let mut state = self.cluster.lock();
         if state.changes().affect_proxy(&self.opts.node) {
             drop(state);
+            self.set_pending_gauges();
             self.health.queued();
             self.metrics.last_queued.set(super::unix_now());
             return true;
