@@ -19,7 +19,7 @@ use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
 use tideway_core::l2::announced_by;
 use tideway_core::model::ServiceName;
 use tideway_core::net::{IpFamily, Protocol};
-use tideway_core::plan::{NodeContext, Ruleset, Target, compile};
+use tideway_core::plan::{NodeContext, Ruleset, compile};
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
 use tideway_sources::SharedCluster;
@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub mod query;
+mod record;
 mod run;
 mod status;
 mod unprogrammed;
@@ -36,7 +37,8 @@ pub use status::AgentStatus;
 use crate::announcer::Announcer;
 use crate::dataplane::{self, Dataplane, DataplaneError, Keep, Retired, Update};
 use crate::health::{HealthServers, ProxyHealth};
-use crate::metrics::{KindLabel, Metrics, PolicyLabel};
+use crate::metrics::{KindLabel, Metrics};
+use record::Synced;
 
 /// Why a sync or a drift check did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +122,9 @@ pub struct Agent {
     queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
     unprogrammed: unprogrammed::Unprogrammed,
 }
+
+/// A cluster this large gets progress lines on its first sync.
+const LARGE: usize = 10_000;
 
 fn unix_now() -> f64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
@@ -264,6 +269,9 @@ impl Agent {
             Some(p) if !full => p,
             _ => {
                 let state = self.cluster.lock();
+                if self.dataplane.is_none() && state.service_count() >= LARGE {
+                    tracing::info!(services = state.service_count(), "first sync: planning every Service");
+                }
                 let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, &node));
                 generations = state.services().map(|s| (s.name.clone(), s.generation)).collect();
                 drop(state);
@@ -371,89 +379,11 @@ impl Agent {
             tracing::warn!(error = %e, "health check server");
         }
         self.health.updated();
-        for took in self.unprogrammed.programmed(SystemTime::now()) {
-            self.metrics.network_programming.observe(took.as_secs_f64());
-        }
-        self.set_pending_gauges();
-        let elapsed = started.elapsed();
-        self.metrics.sync_duration.observe(elapsed.as_secs_f64());
-        if full {
-            self.metrics.full_sync_duration.observe(elapsed.as_secs_f64());
-        } else {
-            self.metrics.partial_sync_duration.observe(elapsed.as_secs_f64());
-        }
-        self.metrics.last_sync.set(unix_now());
-        let (mut internal, mut external) = (0, 0);
-        for p in planned.ruleset.services.values() {
-            internal += i64::from(p.internal_target() == Target::Drop);
-            external += i64::from(p.external_target() == Target::Drop);
-        }
-        self.metrics
-            .no_local_endpoints
-            .get_or_create(&PolicyLabel { traffic_policy: "internal".into() })
-            .set(internal);
-        self.metrics
-            .no_local_endpoints
-            .get_or_create(&PolicyLabel { traffic_policy: "external".into() })
-            .set(external);
-        let warnings: Vec<String> =
-            planned.ruleset.warnings().iter().map(|w| format!("{}: {}", w.service_port, w.message)).collect();
-        let invalid: Vec<String> = self.cluster.errors().iter().map(ToString::to_string).collect();
-        let ports = self.hc_servers.ports();
-        self.set_status(|s| {
-            s.mode = Some(mode);
-            s.synced = true;
-            s.last_sync = Some(unix_now());
-            if full {
-                s.last_full_sync = s.last_sync;
-                s.full_syncs += 1;
-            }
-            s.last_sync_ms = elapsed.as_secs_f64() * 1000.0;
-            s.syncs += 1;
-            s.last_error = hc_errors.first().cloned();
-            s.service_ports = planned.ruleset.services.len();
-            s.warnings = warnings;
-            s.invalid_objects = invalid;
-            s.health_check_ports = ports;
-            s.conntrack_deleted += deleted as u64;
-            s.proxy_config = config;
-            s.endpoints = planned.ruleset.services.values().map(|p| p.cluster_endpoints.len()).sum();
-            s.rules = planned.programs().iter().map(|p| p.rule_count()).sum();
-            s.last_sync_duration = Some(elapsed);
-            record_programmed(&mut s.programmed, generations, full);
-        });
-        let span = tracing::Span::current();
-        span.record("service_ports", planned.ruleset.services.len());
-        span.record("rules", planned.programs().iter().map(|p| p.rule_count()).sum::<usize>());
-        tracing::debug!(%mode, full, ms = elapsed.as_millis() as u64, "synced");
+        let synced =
+            Synced { mode, full, elapsed: started.elapsed(), deleted, hc_errors, config, generations };
+        self.record_success(&planned, synced);
         self.planned = Some(planned);
         Ok(())
-    }
-
-    /// Sets the `*_changes_pending` gauges: what syncs took and did not program, and what is
-    /// queued.
-    fn set_pending_gauges(&self) {
-        let (services, endpoints) = self.unprogrammed.pending(self.cluster.lock().changes());
-        self.metrics.service_changes_pending.set(i64::try_from(services).unwrap_or(i64::MAX));
-        self.metrics.endpoint_changes_pending.set(i64::try_from(endpoints).unwrap_or(i64::MAX));
-    }
-
-    /// Records a failed sync: the kernel keeps its previous rules, the next attempt is full.
-    fn failed(&mut self, e: SyncError, mode: ProxyMode, full: bool, planned: Planned) -> SyncError {
-        let msg = e.to_string();
-        tracing::error!(error = %msg, %mode, full, "sync failed; the kernel keeps its previous rules");
-        match mode {
-            ProxyMode::Nftables => self.metrics.nftables_failures.inc(),
-            _ => self.metrics.iptables_failures.inc(),
-        };
-        self.set_pending_gauges();
-        self.needs_full = true;
-        self.planned = Some(planned);
-        self.set_status(|s| {
-            s.failures += 1;
-            s.last_error = Some(msg);
-        });
-        e
     }
 
     /// Answers ARP for the LoadBalancer IPs the operator chose this node to announce (the
@@ -567,25 +497,6 @@ fn enable_route_localnet() {
         Ok(false) => {}
         Err(e) => {
             tracing::warn!(error = %e, "cannot set route_localnet; NodePorts on 127.0.0.1 will not answer")
-        }
-    }
-}
-
-/// Folds the generations of what a sync applied into the programmed map: a full sync replaces
-/// it, a partial one updates the Services it planned (-1 marks a Service that is gone).
-fn record_programmed(
-    programmed: &mut BTreeMap<ServiceName, i64>,
-    applied: BTreeMap<ServiceName, i64>,
-    full: bool,
-) {
-    if full {
-        programmed.clear();
-    }
-    for (name, generation) in applied {
-        if generation < 0 {
-            programmed.remove(&name);
-        } else {
-            programmed.insert(name, generation);
         }
     }
 }

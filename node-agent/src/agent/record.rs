@@ -1,0 +1,151 @@
+//! What a sync leaves behind: metrics, the status the API and the node report read, the
+//! trace span's figures and, for a failed sync, what makes the next one full.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use tideway_core::config::ProxyMode;
+use tideway_core::model::ServiceName;
+use tideway_core::plan::Target;
+
+use super::{Agent, Planned, SyncError, unix_now};
+use crate::metrics::PolicyLabel;
+
+/// A sync that programmed the kernel.
+pub(super) struct Synced {
+    /// Mode programmed.
+    pub(super) mode: ProxyMode,
+    /// A full sync.
+    pub(super) full: bool,
+    /// How long it took.
+    pub(super) elapsed: Duration,
+    /// Stale UDP conntrack entries deleted.
+    pub(super) deleted: usize,
+    /// Health-check server errors.
+    pub(super) hc_errors: Vec<String>,
+    /// The ProxyConfig and generation in force.
+    pub(super) config: Option<(String, i64)>,
+    /// The generations of the Services it planned.
+    pub(super) generations: BTreeMap<ServiceName, i64>,
+}
+
+/// Full syncs longer than this are logged at info level (a large first sync is news).
+const LONG_SYNC: Duration = Duration::from_secs(1);
+
+impl Agent {
+    /// Records a sync that programmed `planned`.
+    pub(super) fn record_success(&mut self, planned: &Planned, synced: Synced) {
+        let Synced { mode, full, elapsed, deleted, hc_errors, config, generations } = synced;
+        for took in self.unprogrammed.programmed(SystemTime::now()) {
+            self.metrics.network_programming.observe(took.as_secs_f64());
+        }
+        self.set_pending_gauges();
+        self.metrics.sync_duration.observe(elapsed.as_secs_f64());
+        if full {
+            self.metrics.full_sync_duration.observe(elapsed.as_secs_f64());
+        } else {
+            self.metrics.partial_sync_duration.observe(elapsed.as_secs_f64());
+        }
+        self.metrics.last_sync.set(unix_now());
+        let (mut internal, mut external) = (0, 0);
+        for p in planned.ruleset.services.values() {
+            internal += i64::from(p.internal_target() == Target::Drop);
+            external += i64::from(p.external_target() == Target::Drop);
+        }
+        self.metrics
+            .no_local_endpoints
+            .get_or_create(&PolicyLabel { traffic_policy: "internal".into() })
+            .set(internal);
+        self.metrics
+            .no_local_endpoints
+            .get_or_create(&PolicyLabel { traffic_policy: "external".into() })
+            .set(external);
+        let warnings: Vec<String> =
+            planned.ruleset.warnings().iter().map(|w| format!("{}: {}", w.service_port, w.message)).collect();
+        let invalid: Vec<String> = self.cluster.errors().iter().map(ToString::to_string).collect();
+        let ports = self.hc_servers.ports();
+        let rules: usize = planned.programs().iter().map(|p| p.rule_count()).sum();
+        self.set_status(|s| {
+            s.mode = Some(mode);
+            s.synced = true;
+            s.last_sync = Some(unix_now());
+            if full {
+                s.last_full_sync = s.last_sync;
+                s.full_syncs += 1;
+            }
+            s.last_sync_ms = elapsed.as_secs_f64() * 1000.0;
+            s.syncs += 1;
+            s.last_error = hc_errors.first().cloned();
+            s.service_ports = planned.ruleset.services.len();
+            s.warnings = warnings;
+            s.invalid_objects = invalid;
+            s.health_check_ports = ports;
+            s.conntrack_deleted += deleted as u64;
+            s.proxy_config = config;
+            s.endpoints = planned.ruleset.services.values().map(|p| p.cluster_endpoints.len()).sum();
+            s.rules = rules;
+            s.last_sync_duration = Some(elapsed);
+            record_programmed(&mut s.programmed, generations, full);
+        });
+        let span = tracing::Span::current();
+        span.record("service_ports", planned.ruleset.services.len());
+        span.record("rules", rules);
+        if full && elapsed >= LONG_SYNC {
+            tracing::info!(%mode, service_ports = planned.ruleset.services.len(), rules,
+                seconds = elapsed.as_secs_f64(), "full sync programmed");
+        } else {
+            tracing::debug!(%mode, full, ms = elapsed.as_millis() as u64, "synced");
+        }
+    }
+
+    /// Sets the `*_changes_pending` gauges: what syncs took and did not program, and what is
+    /// queued.
+    pub(super) fn set_pending_gauges(&self) {
+        let (services, endpoints) = self.unprogrammed.pending(self.cluster.lock().changes());
+        self.metrics.service_changes_pending.set(i64::try_from(services).unwrap_or(i64::MAX));
+        self.metrics.endpoint_changes_pending.set(i64::try_from(endpoints).unwrap_or(i64::MAX));
+    }
+
+    /// Records a failed sync: the kernel keeps its previous rules, the next attempt is full.
+    pub(super) fn failed(
+        &mut self,
+        e: SyncError,
+        mode: ProxyMode,
+        full: bool,
+        planned: Planned,
+    ) -> SyncError {
+        let msg = e.to_string();
+        tracing::error!(error = %msg, %mode, full, "sync failed; the kernel keeps its previous rules");
+        match mode {
+            ProxyMode::Nftables => self.metrics.nftables_failures.inc(),
+            _ => self.metrics.iptables_failures.inc(),
+        };
+        self.set_pending_gauges();
+        self.needs_full = true;
+        self.planned = Some(planned);
+        self.set_status(|s| {
+            s.failures += 1;
+            s.last_error = Some(msg);
+        });
+        e
+    }
+}
+
+/// Folds the generations of what a sync applied into the programmed map: a full sync replaces
+/// it, a partial one updates the Services it planned (-1 marks a Service that is gone).
+fn record_programmed(
+    programmed: &mut BTreeMap<ServiceName, i64>,
+    applied: BTreeMap<ServiceName, i64>,
+    full: bool,
+) {
+    if full {
+        programmed.clear();
+    }
+    for (name, generation) in applied {
+        if generation < 0 {
+            programmed.remove(&name);
+        } else {
+            programmed.insert(name, generation);
+        }
+    }
+}
