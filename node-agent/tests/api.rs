@@ -232,7 +232,11 @@ async fn metrics_carry_kube_proxys_names() {
         "kubeproxy_conntrack_reconciler_deleted_entries_total",
         "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
         "tideway_drift_checks_total",
+        "kubeproxy_network_programming_duration_seconds_count",
+        "kubeproxy_network_programming_duration_seconds_bucket",
     ] {
         sample(name);
     }
+    assert_eq!(sample("kubeproxy_sync_proxy_rules_service_changes_pending"), 0.0, "all programmed");
+    assert_eq!(sample("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 0.0, "all programmed");
 }
