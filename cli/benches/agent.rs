@@ -8,7 +8,9 @@
 //! * the `tideway agent` process's memory and time to first sync with 10,000 Services x 10
 //!   endpoints read from a file, and listed by a stand-in Kubernetes API server.
 //!
-//! `cargo bench -p tideway --bench agent` (`SERVICES=N` to change the scale).
+//! `cargo bench -p tideway --bench agent` (`SERVICES=N` to change the scale, `MODES=nftables`
+//! to measure one mode, e.g. at 100,000 Services where iptables takes minutes; a name after
+//! `--` runs one part: `full`, `change`, `rate`, `memory`).
 
 #![allow(clippy::print_stdout)]
 
@@ -45,9 +47,22 @@ fn services() -> usize {
     std::env::var("SERVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000)
 }
 
+/// The modes of `MODES` (comma-separated; default nftables and iptables).
+fn modes() -> Vec<ProxyMode> {
+    let text = std::env::var("MODES").unwrap_or_else(|_| "nftables,iptables".into());
+    text.split(',').map(|m| m.trim().parse().unwrap_or_else(|e| panic!("MODES: {e}"))).collect()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// The `q` quantile (nearest rank) of `v`.
+fn quantile(mut v: Vec<Duration>, q: f64) -> Duration {
+    v.sort();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
 }
 
 fn ms(d: Duration) -> String {
@@ -185,6 +200,9 @@ fn full_sync(mode: ProxyMode, n: usize) {
     );
 }
 
+/// Endpoint changes measured by `one_change`.
+const CHANGES: usize = 100;
+
 /// One endpoint of one Service swapped back and forth: event into the tracker -> kernel.
 fn one_change(mode: ProxyMode, n: usize) {
     let ns = Netns::create("twbench-change");
@@ -193,7 +211,7 @@ fn one_change(mode: ProxyMode, n: usize) {
         let (rt, mut agent, shared) = agent(state, mode);
         rt.block_on(agent.sync(true)).expect("first sync");
         let mut samples = Vec::new();
-        for i in 0..30 {
+        for i in 0..CHANGES {
             let t = Instant::now();
             shared.update(|c| {
                 c.apply_endpoint_slice(synthetic_slice(n / 2, ENDPOINTS, (i % 2 == 0).then_some(3)))
@@ -219,8 +237,9 @@ fn one_change(mode: ProxyMode, n: usize) {
     });
     let max = samples.iter().max().copied().unwrap_or_default();
     println!(
-        "one endpoint change, {mode}, {n} services: median {}, max {} (30 changes)",
-        ms(median(samples)),
+        "one endpoint change, {mode}, {n} services: median {}, p99 {}, max {} ({CHANGES} changes)",
+        ms(median(samples.clone())),
+        ms(quantile(samples, 0.99)),
         ms(max)
     );
     if let Some(floor) = floor {
@@ -445,7 +464,7 @@ fn main() {
     let n = services();
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let run = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
-    for mode in [ProxyMode::Nftables, ProxyMode::Iptables] {
+    for mode in modes() {
         if run("full") {
             full_sync(mode, n);
         }

@@ -20,8 +20,8 @@ fn ingress_writes(w: &MemoryWriter) -> usize {
     w.written().iter().filter(|a| matches!(a, Action::SetIngress { .. })).count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_leader_writes_and_failed_writes_are_retried() {
+/// A synced cluster: one node, one LoadBalancer Service, one pool.
+fn one_load_balancer() -> SharedCluster {
     let cluster = SharedCluster::new();
     cluster.update(|s| {
         s.reset(Snapshot {
@@ -42,6 +42,12 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
         });
     });
     cluster.mark_synced();
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_failed_writes_are_retried() {
+    let cluster = one_load_balancer();
     let writer = MemoryWriter::default();
     // The first two attempts of the first write fail with conflicts: the loop retries.
     writer.fail_next(vec![
@@ -106,26 +112,7 @@ async fn each_reconcile_is_a_span_with_its_writes() {
     use tideway_telemetry::testing::Capture;
     let capture = Capture::new();
     let _guard = capture.install();
-    let cluster = SharedCluster::new();
-    cluster.update(|s| {
-        s.reset(Snapshot {
-            nodes: vec![mk_node("node-a", "172.18.0.2", "z")],
-            services: vec![
-                mk_service("demo", "web")
-                    .cluster_ip("10.96.0.10")
-                    .port("http", Protocol::Tcp, 80)
-                    .load_balancer()
-                    .build(),
-            ],
-            ..Default::default()
-        });
-        s.apply_pool(LoadBalancerPool {
-            pool: Pool::new("default", &["172.18.255.200/29"]),
-            l2: L2Settings::default(),
-            generation: 1,
-        });
-    });
-    cluster.mark_synced();
+    let cluster = one_load_balancer();
     let writer = MemoryWriter::default();
     let (_leader_tx, leader) = watch::channel(true);
     let status = Arc::new(RwLock::new(OperatorStatus::default()));

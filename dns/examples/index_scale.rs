@@ -1,0 +1,92 @@
+//! The DNS index at scale: build time and memory for `SERVICES` Services (default 100,000)
+//! x 10 endpoints, as ClusterIP Services (one A record each, the endpoints unused) and as
+//! headless Services (an A record per endpoint: 1,000,000 at the default), with the process's
+//! RSS after the cluster model, after the index, and its peak.
+//!
+//! `cargo run --release -p tideway-dns --example index_scale`
+
+#![allow(clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use tideway_core::cluster::ClusterState;
+use tideway_core::net::Protocol::Tcp;
+use tideway_core::testing::{mk_service, synthetic_slice};
+use tideway_dns::records::{IndexSettings, RecordIndex};
+
+const ENDPOINTS: usize = 10;
+
+fn kib(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l[key.len()..].trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn mib(k: u64) -> String {
+    format!("{:.0} MiB", k as f64 / 1024.0)
+}
+
+fn cluster(n: usize, headless: bool) -> ClusterState {
+    let mut c = ClusterState::new();
+    for i in 0..n {
+        let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
+        let svc = mk_service(&ns, &name).port("http", Tcp, 80);
+        let svc = if headless {
+            svc.headless()
+        } else {
+            svc.cluster_ip(&format!("10.{}.{}.{}", 96 + i / 62500, i / 250 % 250, i % 250 + 1))
+        };
+        c.apply_service(svc.build());
+        c.apply_endpoint_slice(synthetic_slice(i, ENDPOINTS, None));
+    }
+    c.take_changes();
+    c
+}
+
+/// Measures one kind in this process.
+fn measure(n: usize, headless: bool) {
+    let settings = IndexSettings::new("cluster.local").expect("zone");
+    let before = kib("VmRSS:");
+    let state = cluster(n, headless);
+    let model = kib("VmRSS:");
+    let mut times: Vec<Duration> = Vec::new();
+    let mut index = None;
+    for _ in 0..3 {
+        drop(index.take());
+        let t = Instant::now();
+        index = Some(RecordIndex::build(&state, &settings, 1));
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let with_index = kib("VmRSS:");
+    let kind = if headless { "headless" } else { "ClusterIP" };
+    println!(
+        "DNS index, {n} {kind} Services x {ENDPOINTS} endpoints: build {:.0} ms (median of 3), \
+         RSS model {} + index {} = {} (process peak {})",
+        times[1].as_secs_f64() * 1000.0,
+        mib(model.saturating_sub(before)),
+        mib(with_index.saturating_sub(model)),
+        mib(with_index),
+        mib(kib("VmHWM:")),
+    );
+    drop(index);
+}
+
+fn main() {
+    let n: usize = std::env::var("SERVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    match std::env::var("INDEX_KIND").as_deref() {
+        Ok("headless") => measure(n, true),
+        Ok(_) => measure(n, false),
+        // Each kind in a process of its own, so that neither's peak hides the other's.
+        Err(_) => {
+            for kind in ["clusterip", "headless"] {
+                let exe = std::env::current_exe().expect("own path");
+                let status = std::process::Command::new(exe).env("INDEX_KIND", kind).status().expect("run");
+                assert!(status.success(), "{kind} failed");
+            }
+        }
+    }
+}
