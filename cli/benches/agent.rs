@@ -322,12 +322,29 @@ enum From {
     Kubernetes,
 }
 
-/// What one `tideway agent` process did: start to synced, first sync, RSS and peak (KiB).
+/// What one `tideway agent` process did: start to synced, first sync, RSS and peak (KiB), and
+/// its CPU at rest (share of one core over [`REST`], drift checks every [`CHECK_EVERY`]).
 struct ProcessFigures {
     to_synced: Duration,
     sync_ms: String,
     rss_kib: u64,
     peak_kib: u64,
+    rest_cpu: f64,
+}
+
+/// How long CPU at rest is measured.
+const REST: Duration = Duration::from_secs(15);
+/// The agent's sync period (its drift check) while at rest.
+const CHECK_EVERY: &str = "5s";
+
+/// User plus system CPU time of process `pid`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 14th, stime the 15th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+    Duration::from_secs_f64(ticks as f64 / 100.0)
 }
 
 /// Starts `tideway agent` on `n` Services x 10 endpoints read from a YAML file or listed by a
@@ -360,7 +377,7 @@ fn agent_process(n: usize, from: From) -> ProcessFigures {
     };
     let log = dir.join("agent.log");
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
-    let mut args = vec!["agent", "--node", NODE];
+    let mut args = vec!["agent", "--node", NODE, "--sync-period", CHECK_EVERY];
     args.extend(source.iter().map(String::as_str));
     let t = Instant::now();
     let mut child = ns.spawn(bin, &args, &log, &[]);
@@ -388,10 +405,13 @@ fn agent_process(n: usize, from: From) -> ProcessFigures {
     };
     let sync_ms =
         status.split("\"last_sync_ms\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("?").to_string();
+    let before = cpu_time(child.id());
+    std::thread::sleep(REST);
+    let rest_cpu = (cpu_time(child.id()) - before).as_secs_f64() / REST.as_secs_f64() * 100.0;
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    ProcessFigures { to_synced, sync_ms, rss_kib: kib("VmRSS:"), peak_kib: kib("VmHWM:") }
+    ProcessFigures { to_synced, sync_ms, rss_kib: kib("VmRSS:"), peak_kib: kib("VmHWM:"), rest_cpu }
 }
 
 /// The agent process reading `n` Services from a file, then from the Kubernetes API.
@@ -400,11 +420,12 @@ fn agent_memory(n: usize) {
     let kube = agent_process(n, From::Kubernetes);
     for (name, f) in [("YAML file", &file), ("Kubernetes API (list + watch)", &kube)] {
         println!(
-            "tideway agent, {n} services x {ENDPOINTS} endpoints from the {name}: RSS {} MiB (peak {} MiB), started to synced {}, first sync {} ms",
+            "tideway agent, {n} services x {ENDPOINTS} endpoints from the {name}: RSS {} MiB (peak {} MiB), started to synced {}, first sync {} ms, CPU at rest {:.1} % of a core (drift check every {CHECK_EVERY})",
             f.rss_kib / 1024,
             f.peak_kib / 1024,
             ms(f.to_synced),
-            f.sync_ms
+            f.sync_ms,
+            f.rest_cpu
         );
     }
     println!(
