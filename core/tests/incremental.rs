@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::ProxyMode;
 use tideway_core::net::{IpFamily, Protocol};
-use tideway_core::plan::{NodeContext, compile};
+use tideway_core::plan::{NodeContext, Tally, compile};
 use tideway_core::program::{ChangeSet, KernelState, ProgramState, diff};
 use tideway_core::render;
 use tideway_core::testing::*;
@@ -45,6 +45,11 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
             ruleset, fresh,
             "[{mode} seed {seed} step {step}] incremental ruleset differs from a fresh compile"
         );
+        assert_eq!(
+            ruleset.tally(),
+            Tally::sum(ruleset.services.values()),
+            "[{mode} seed {seed} step {step}] the kept figures differ from a count"
+        );
         for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
             let full = render::lower(mode, &fresh, family);
             let (state, kernel) = &mut states[fi];
@@ -60,6 +65,11 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
                 state.program(),
                 &full,
                 "[{mode} {family} seed {seed} step {step}] incremental program differs"
+            );
+            assert_eq!(
+                state.rule_count(),
+                full.rule_count(),
+                "[{mode} {family} seed {seed} step {step}] rules"
             );
             kernel
                 .apply(&cs, &full)

@@ -208,10 +208,11 @@ pub fn openapi() -> Value {
 
 /// The API over the index `index` gives.
 pub fn router(index: IndexSource) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/api/v1/records", get(records))
         .route("/api/v1/stats", get(stats))
         .merge(tideway_api::openapi::router(openapi()))
         .fallback(tideway_api::problem::not_found)
-        .with_state(index)
+        .with_state(index);
+    tideway_api::http::with_timeout(router)
 }

@@ -57,5 +57,5 @@ pub fn metrics_router(
         .with_state(agent.clone())
         .merge(tideway_api::http::metrics_router(registry))
         .merge(crate::api::router(queries, agent));
-    crate::api::fallback(plain)
+    tideway_api::http::with_timeout(crate::api::fallback(plain))
 }

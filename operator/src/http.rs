@@ -38,6 +38,7 @@ pub fn router(registry: Arc<Registry>, status_: Status, api: crate::api::ApiStat
         .merge(tideway_api::http::metrics_router(registry))
         .merge(crate::api::router(api))
         .fallback(tideway_api::problem::not_found);
+    let router = tideway_api::http::with_timeout(router);
     match guard {
         Some(auth) => tideway_api::auth::require_tokens(router, auth, crate::api::read_access_of),
         None => router,

@@ -12,6 +12,7 @@ mod categorize;
 mod compile;
 mod node;
 mod ruleset;
+mod tally;
 
 pub use categorize::{Categorized, categorize_endpoints};
 pub use compile::{compile, plan_service};
@@ -19,3 +20,4 @@ pub use node::{NodeContext, NodePortDestinations};
 pub use ruleset::{
     Backend, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Ruleset, ServicePortPlan, Target,
 };
+pub use tally::Tally;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::compile::plan_service;
 use super::node::{NodeContext, NodePortDestinations};
+use super::tally::Tally;
 use crate::cluster::ClusterState;
 use crate::model::{ServiceName, ServicePortName};
 use crate::net::{IpFamily, IpNet, Protocol, join_host_port};
@@ -282,6 +283,9 @@ pub struct Ruleset {
     pub health_checks: BTreeMap<ServiceName, HealthCheck>,
     /// Endpoints reachable from this node, summed over plans, per family.
     endpoint_totals: BTreeMap<IpFamily, usize>,
+    /// The figures of every plan, kept current by `update`.
+    #[serde(default)]
+    tally: Tally,
     /// Every plan claiming each frontend, sorted: the first one owns it.
     claims: FxHashMap<Frontend, SmallVec<[PlanKey; 1]>>,
     by_service: FxHashMap<ServiceName, Vec<PlanKey>>,
@@ -327,6 +331,7 @@ impl Ruleset {
             services: BTreeMap::new(),
             health_checks: BTreeMap::new(),
             endpoint_totals: IpFamily::ALL.into_iter().map(|f| (f, 0)).collect(),
+            tally: Tally::default(),
             claims: FxHashMap::default(),
             by_service: FxHashMap::default(),
         }
@@ -341,6 +346,12 @@ impl Ruleset {
     /// large-cluster criterion).
     pub fn endpoint_total(&self, family: IpFamily) -> usize {
         self.endpoint_totals.get(&family).copied().unwrap_or(0)
+    }
+
+    /// The figures of every plan (ports, endpoints, Local policies without a local endpoint,
+    /// UDP ports, shadowed frontends), without walking them.
+    pub fn tally(&self) -> Tally {
+        self.tally
     }
 
     /// Plans of one family, in key order.
@@ -362,6 +373,7 @@ impl Ruleset {
             for key in self.by_service.remove(name).unwrap_or_default() {
                 if let Some(plan) = self.services.remove(&key) {
                     *self.endpoint_totals.entry(plan.family).or_default() -= plan.reachable_endpoints().len();
+                    self.tally -= Tally::of(&plan);
                     for f in plan.requested_frontends() {
                         self.unclaim(f, &key);
                         touched.push(f);
@@ -399,6 +411,7 @@ impl Ruleset {
             if plan.requested_frontends().any(|f| claims.get(&f).is_some_and(|c| c.len() > 1)) {
                 plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&key));
             }
+            self.tally += Tally::of(plan);
             if old.get(&key) != Some(&*plan) {
                 changed.insert(key);
             }
@@ -420,6 +433,8 @@ impl Ruleset {
             let before = plan.clone();
             plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&key));
             if before != *plan {
+                self.tally -= Tally::of(&before);
+                self.tally += Tally::of(plan);
                 changed.insert(key);
             }
         }

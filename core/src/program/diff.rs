@@ -100,6 +100,8 @@ pub struct ProgramState {
     program: Program,
     refs: HashMap<RefKey, u32>,
     shared_sets: HashSet<SetRef>,
+    /// `program.rule_count()`, kept current one fragment at a time.
+    rules: usize,
 }
 
 type VsKey = (std::net::IpAddr, Protocol, u16);
@@ -108,7 +110,8 @@ impl ProgramState {
     /// Starts from `program` (what is, or is about to be, programmed).
     pub fn new(program: Program) -> ProgramState {
         let shared_sets = program.base.sets.iter().filter(|s| s.shared).map(Set::id).collect();
-        let mut state = ProgramState { program, refs: HashMap::default(), shared_sets };
+        let rules = program.rule_count();
+        let mut state = ProgramState { program, refs: HashMap::default(), shared_sets, rules };
         let keys: Vec<RefKey> = state.program.services.values().flat_map(|f| state.ref_keys(f)).collect();
         for k in keys {
             *state.refs.entry(k).or_default() += 1;
@@ -119,6 +122,11 @@ impl ProgramState {
     /// The current program.
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// Rules of the current program (as [`Program::rule_count`], without walking it).
+    pub fn rule_count(&self) -> usize {
+        self.rules
     }
 
     /// Gives the program back.
@@ -164,6 +172,7 @@ impl ProgramState {
     pub fn replace(&mut self, key: &ServicePortName, new: Option<Fragment>, out: &mut ChangeSet) {
         let old = self.program.services.remove(key).unwrap_or_default();
         let new_frag = new.unwrap_or_default();
+        self.rules = self.rules - old.rule_count() + new_frag.rule_count();
         if old != new_frag {
             self.diff_fragment(&old, &new_frag, out);
         }

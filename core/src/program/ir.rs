@@ -419,3 +419,16 @@ pub struct Fragment {
     /// IPVS virtual servers.
     pub virtual_servers: Vec<VirtualServer>,
 }
+
+impl Fragment {
+    /// Rules it contributes: its own and those of its chains (shared ones counted here too).
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+            + self
+                .chains
+                .iter()
+                .chain(&self.shared_chains)
+                .map(|c| c.rules.len() + c.tail.len())
+                .sum::<usize>()
+    }
+}

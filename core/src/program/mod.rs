@@ -93,16 +93,7 @@ impl Program {
 
     /// Rules in the program (chain rules and contributions), without assembling it.
     pub fn rule_count(&self) -> usize {
-        self.fragments()
-            .map(|f| {
-                f.rules.len()
-                    + f.chains
-                        .iter()
-                        .chain(&f.shared_chains)
-                        .map(|c| c.rules.len() + c.tail.len())
-                        .sum::<usize>()
-            })
-            .sum()
+        self.fragments().map(Fragment::rule_count).sum()
     }
 
     /// Flattens the program: contributions placed into their chains and sets.

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
 use tideway_core::l2::announced_by;
 use tideway_core::model::ServiceName;
-use tideway_core::net::{IpFamily, Protocol};
+use tideway_core::net::IpFamily;
 use tideway_core::plan::{NodeContext, Ruleset, compile};
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
@@ -99,6 +99,11 @@ struct Planned {
 impl Planned {
     fn programs(&self) -> [&Program; 2] {
         [self.programs[0].program(), self.programs[1].program()]
+    }
+
+    /// Rules of both families' programs, without walking them.
+    fn rule_count(&self) -> usize {
+        self.programs.iter().map(ProgramState::rule_count).sum()
     }
 }
 
@@ -366,7 +371,7 @@ impl Agent {
             enable_route_localnet();
         }
         let mut deleted = 0;
-        if udp_changed && planned.ruleset.services.values().any(|p| p.name.protocol == Protocol::Udp) {
+        if udp_changed && planned.ruleset.tally().udp > 0 {
             match blocking(|| crate::conntrack::clean(&planned.ruleset)) {
                 Ok(n) => deleted = n,
                 Err(e) => tracing::warn!(error = %e, "conntrack cleanup failed"),

@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use tideway_core::config::ProxyMode;
 use tideway_core::model::ServiceName;
-use tideway_core::plan::Target;
 
 use super::{Agent, Planned, SyncError, unix_now};
 use crate::metrics::PolicyLabel;
@@ -47,24 +46,20 @@ impl Agent {
             self.metrics.partial_sync_duration.observe(elapsed.as_secs_f64());
         }
         self.metrics.last_sync.set(unix_now());
-        let (mut internal, mut external) = (0, 0);
-        for p in planned.ruleset.services.values() {
-            internal += i64::from(p.internal_target() == Target::Drop);
-            external += i64::from(p.external_target() == Target::Drop);
+        // Figures kept current by the planner: nothing here walks every plan.
+        let tally = planned.ruleset.tally();
+        for (policy, n) in [("internal", tally.internal_no_local), ("external", tally.external_no_local)] {
+            let label = PolicyLabel { traffic_policy: policy.into() };
+            self.metrics.no_local_endpoints.get_or_create(&label).set(i64::try_from(n).unwrap_or(i64::MAX));
         }
-        self.metrics
-            .no_local_endpoints
-            .get_or_create(&PolicyLabel { traffic_policy: "internal".into() })
-            .set(internal);
-        self.metrics
-            .no_local_endpoints
-            .get_or_create(&PolicyLabel { traffic_policy: "external".into() })
-            .set(external);
-        let warnings: Vec<String> =
-            planned.ruleset.warnings().iter().map(|w| format!("{}: {}", w.service_port, w.message)).collect();
+        let warnings: Vec<String> = if tally.shadowed == 0 {
+            Vec::new()
+        } else {
+            planned.ruleset.warnings().iter().map(|w| format!("{}: {}", w.service_port, w.message)).collect()
+        };
         let invalid: Vec<String> = self.cluster.errors().iter().map(ToString::to_string).collect();
         let ports = self.hc_servers.ports();
-        let rules: usize = planned.programs().iter().map(|p| p.rule_count()).sum();
+        let rules = planned.rule_count();
         self.set_status(|s| {
             s.mode = Some(mode);
             s.synced = true;
@@ -76,22 +71,22 @@ impl Agent {
             s.last_sync_ms = elapsed.as_secs_f64() * 1000.0;
             s.syncs += 1;
             s.last_error = hc_errors.first().cloned();
-            s.service_ports = planned.ruleset.services.len();
+            s.service_ports = tally.service_ports;
             s.warnings = warnings;
             s.invalid_objects = invalid;
             s.health_check_ports = ports;
             s.conntrack_deleted += deleted as u64;
             s.proxy_config = config;
-            s.endpoints = planned.ruleset.services.values().map(|p| p.cluster_endpoints.len()).sum();
+            s.endpoints = tally.cluster_endpoints;
             s.rules = rules;
             s.last_sync_duration = Some(elapsed);
             record_programmed(&mut s.programmed, generations, full);
         });
         let span = tracing::Span::current();
-        span.record("service_ports", planned.ruleset.services.len());
+        span.record("service_ports", tally.service_ports);
         span.record("rules", rules);
         if full && elapsed >= LONG_SYNC {
-            tracing::info!(%mode, service_ports = planned.ruleset.services.len(), rules,
+            tracing::info!(%mode, service_ports = tally.service_ports, rules,
                 seconds = elapsed.as_secs_f64(), "full sync programmed");
         } else {
             tracing::debug!(%mode, full, ms = elapsed.as_millis() as u64, "synced");
