@@ -1,6 +1,6 @@
 //! Building a [`RecordIndex`] from the cluster state.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 
 use hickory_proto::rr::rdata::SOA;
@@ -206,24 +206,24 @@ impl RecordIndex {
             ns_addrs: Vec::new(),
             svc_zone,
             text: Vec::new(),
-            namespaces: HashMap::new(),
+            namespaces: HashMap::default(),
             services: Vec::with_capacity(state.service_count()),
             by_name: Vec::with_capacity(state.service_count()),
-            by_hash: HashMap::default(),
+            by_hash: std::collections::HashMap::default(),
             ips: Vec::new(),
             ports: Vec::new(),
             port_sets: Vec::new(),
             endpoints: Vec::new(),
             external_names: Vec::new(),
-            reverse: HashMap::new(),
+            reverse: HashMap::default(),
             ptrs: Vec::new(),
             external: settings.external.as_ref().map(|e| ExternalIndex::new(e, serial)),
             programmed: None,
         };
         let mut b = Builder {
             ix,
-            labels: HashMap::new(),
-            port_sets: HashMap::new(),
+            labels: HashMap::default(),
+            port_sets: HashMap::default(),
             suffix_len,
             pods: state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect(),
         };

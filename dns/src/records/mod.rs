@@ -21,7 +21,9 @@ pub use external::ExternalZone;
 pub(crate) use programmed::ProgrammedIndex;
 pub use programmed::programmed_fingerprint;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -223,7 +225,7 @@ pub(crate) struct ServiceRecords {
 pub(crate) struct Namespace {
     /// Range of `by_name`: the namespace's Services sorted by lower-case name.
     services: Span,
-    pub(crate) pod_ips: HashSet<IpAddr>,
+    pub(crate) pod_ips: FxHashSet<IpAddr>,
 }
 
 /// A Service, seen through the index that holds its data.
@@ -324,7 +326,7 @@ pub struct RecordIndex {
     svc_zone: Name,
     /// Every label the index refers to, lower-case.
     text: Vec<u8>,
-    namespaces: HashMap<Box<[u8]>, Namespace>,
+    namespaces: FxHashMap<Box<[u8]>, Namespace>,
     services: Vec<ServiceRecords>,
     /// Service indices grouped by namespace, sorted by name within each.
     by_name: Vec<u32>,
@@ -339,7 +341,7 @@ pub struct RecordIndex {
     external_names: Vec<Name>,
     /// Reverse map: an address to its PTR targets in `ptrs` (a ClusterIP to its Service; an
     /// endpoint address to one name per Service it is an endpoint of).
-    reverse: HashMap<IpAddr, Span>,
+    reverse: FxHashMap<IpAddr, Span>,
     /// `(service, endpoint)`; endpoint `u32::MAX` stands for the Service name itself.
     ptrs: Vec<(u32, u32)>,
     /// The external zone, when configured.
