@@ -29,6 +29,7 @@ pub mod proxy;
 pub mod runner;
 pub mod server;
 pub mod spec;
+pub mod token;
 pub mod topology;
 pub mod tour;
 pub mod up;

@@ -281,7 +281,7 @@ impl Lab {
     fn wanted_processes(&self) -> BTreeMap<String, Vec<String>> {
         let source = format!("lab:{}", self.dir.path().display());
         let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let token = self.token_file().display().to_string();
+        let token = crate::token::path(self.dir.path()).display().to_string();
         for n in &self.world.nodes {
             let ns = self.names.node(&n.name);
             let args = [
@@ -336,7 +336,6 @@ impl Lab {
             }
         }
         // The operator runs in a namespace of its own too, so `lab down` finds it after a crash.
-        let token = self.token_file().display().to_string();
         let args = [
             "operator",
             "--source",
@@ -450,22 +449,6 @@ impl Lab {
         }
     }
 
-    /// The bearer token REST changes need (written by [`Lab::make_token`]).
-    pub fn token_file(&self) -> PathBuf {
-        self.dir.path().join("api-token")
-    }
-
-    /// Writes a new random token for the components' REST APIs, readable by root only.
-    pub fn make_token(&self) -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let token = tideway_api::auth::new_token()?;
-        let _ = std::fs::remove_file(self.token_file());
-        let mut f =
-            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(self.token_file())?;
-        writeln!(f, "{token}")
-    }
-
     /// The pid of a process (`agent/<node>`, `operator`, ...).
     pub fn pid(&self, label: &str) -> Option<u32> {
         self.procs.pid(label)
@@ -505,7 +488,7 @@ impl Lab {
             "netns": self.names.pod(&p.namespace, &p.name),
         })).collect();
         let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "netns": self.names.host(&h.name)})).collect();
-        let token = std::fs::read_to_string(self.token_file()).map(|t| t.trim().to_string()).ok();
+        let token = crate::token::read(self.dir.path());
         json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis})
     }
 

@@ -47,7 +47,7 @@ pub async fn serve(mut lab: Lab, spec: LabSpec, progress: bool) -> anyhow::Resul
         spec.pods.len(),
         spec.hosts.len()
     ));
-    if let Err(e) = lab.make_token() {
+    if let Err(e) = crate::token::make(lab.dir.path()) {
         return Err(anyhow::Error::from(e).context("writing the API token"));
     }
     if let Err(e) = lab.apply(spec) {

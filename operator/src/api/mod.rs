@@ -31,12 +31,16 @@ use tideway_api::crd::{
 };
 use tideway_api::openapi::{Answer, OpenApi, path_parameter};
 use tideway_api::problem::{Problem, json_body};
-use tideway_core::model::ServiceName;
 use tideway_core::operator::rollout::rollout;
 use tideway_sources::SharedCluster;
 use tideway_sources::status::{ClusterWriter, WriteError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+mod service;
+
+use service::service;
+pub use service::{EndpointView, PortSummary, ServiceSummary, ServiceView};
 
 /// One ProxyConfig and how its rollout stands, spelled as the custom resource is.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -55,163 +59,6 @@ pub struct ProxyConfigView {
     pub ties: BTreeMap<String, String>,
     /// Why the current version was rejected (the nodes keep the last valid one).
     pub invalid: Option<String>,
-}
-
-/// One Service as the cluster sees it.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServiceView {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// The Service (type, ClusterIPs, ports, traffic policies, LoadBalancer ingress).
-    pub service: ServiceSummary,
-    /// The LoadBalancer IPs' announcement: the announcing node and the nodes eligible under
-    /// the Service's `externalTrafficPolicy` (absent when nothing is announced).
-    pub announcement: Option<Value>,
-    /// The names the cluster DNS answers for it (in the default `cluster.local` zone).
-    pub dns_names: Vec<String>,
-    /// Its endpoints, from its EndpointSlices.
-    pub endpoints: Vec<EndpointView>,
-    /// Nodes whose agent reports this Service's current generation programmed.
-    pub programmed_on: Vec<String>,
-}
-
-/// A Service's addresses, ports and policies, spelled as the Kubernetes object is.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServiceSummary {
-    /// `ClusterIP`, `NodePort`, `LoadBalancer` or `ExternalName`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// `spec.clusterIPs` (empty when headless or ExternalName).
-    #[serde(rename = "clusterIPs")]
-    pub cluster_ips: Vec<String>,
-    /// `spec.externalIPs`.
-    #[serde(rename = "externalIPs")]
-    pub external_ips: Vec<String>,
-    /// `status.loadBalancer.ingress[].ip`.
-    #[serde(rename = "loadBalancerIPs")]
-    pub load_balancer_ips: Vec<String>,
-    /// Ports.
-    pub ports: Vec<PortSummary>,
-    /// `Cluster` or `Local`.
-    pub external_traffic_policy: String,
-    /// `Cluster` or `Local`.
-    pub internal_traffic_policy: String,
-    /// `None` or `ClientIP`.
-    pub session_affinity: String,
-    /// `spec.healthCheckNodePort`.
-    pub health_check_node_port: Option<u16>,
-    /// `spec.externalName`.
-    pub external_name: Option<String>,
-}
-
-/// One Service port.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PortSummary {
-    /// Its name.
-    pub name: String,
-    /// `TCP`, `UDP` or `SCTP`.
-    pub protocol: String,
-    /// The Service port.
-    pub port: u16,
-    /// The NodePort.
-    pub node_port: Option<u16>,
-}
-
-fn policy(p: tideway_core::model::TrafficPolicy) -> String {
-    format!("{p:?}")
-}
-
-fn summary(svc: &tideway_core::model::Service) -> ServiceSummary {
-    use tideway_core::model::{ServiceType, SessionAffinity};
-    let ips = |v: &[std::net::IpAddr]| v.iter().map(ToString::to_string).collect();
-    ServiceSummary {
-        kind: match svc.service_type {
-            ServiceType::ClusterIp => "ClusterIP",
-            ServiceType::NodePort => "NodePort",
-            ServiceType::LoadBalancer => "LoadBalancer",
-            ServiceType::ExternalName => "ExternalName",
-        }
-        .into(),
-        cluster_ips: ips(&svc.cluster_ips),
-        external_ips: ips(&svc.external_ips),
-        load_balancer_ips: svc
-            .load_balancer_ingress
-            .iter()
-            .filter_map(|i| i.ip)
-            .map(|ip| ip.to_string())
-            .collect(),
-        ports: svc
-            .ports
-            .iter()
-            .map(|p| PortSummary {
-                name: p.name.clone(),
-                protocol: p.protocol.to_string().to_ascii_uppercase(),
-                port: p.port,
-                node_port: p.node_port,
-            })
-            .collect(),
-        external_traffic_policy: policy(svc.external_traffic_policy),
-        internal_traffic_policy: policy(svc.internal_traffic_policy),
-        session_affinity: match svc.session_affinity {
-            SessionAffinity::None => "None".into(),
-            SessionAffinity::ClientIp { .. } => "ClientIP".into(),
-        },
-        health_check_node_port: svc.health_check_node_port,
-        external_name: svc.external_name.clone(),
-    }
-}
-
-/// One endpoint of a Service.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EndpointView {
-    /// Its addresses.
-    pub addresses: Vec<String>,
-    /// The node it runs on.
-    pub node: Option<String>,
-    /// Its zone.
-    pub zone: Option<String>,
-    /// The pod behind it.
-    pub pod: Option<String>,
-    /// `conditions.ready`.
-    pub ready: bool,
-    /// `conditions.serving`.
-    pub serving: bool,
-    /// `conditions.terminating`.
-    pub terminating: bool,
-}
-
-fn endpoint_views(state: &tideway_core::cluster::ClusterState, key: &ServiceName) -> Vec<EndpointView> {
-    state
-        .endpoint_slices_for(key)
-        .flat_map(|slice| slice.endpoints.iter())
-        .map(|e| EndpointView {
-            addresses: e.addresses.iter().map(ToString::to_string).collect(),
-            node: e.node_name.clone(),
-            zone: e.zone.clone(),
-            pod: e.pod_name.clone(),
-            ready: e.ready,
-            serving: e.serving,
-            terminating: e.terminating,
-        })
-        .collect()
-}
-
-fn programmed_on(
-    state: &tideway_core::cluster::ClusterState,
-    key: &ServiceName,
-    generation: i64,
-) -> Vec<String> {
-    state
-        .node_states()
-        .filter(|r| r.programmed.get(key).is_some_and(|g| *g >= generation))
-        .map(|r| r.node.clone())
-        .collect()
 }
 
 /// What the API answers from and writes through.
@@ -382,35 +229,6 @@ async fn nodes(State(api): State<ApiState>) -> Response {
         })
         .collect();
     axum::Json(nodes).into_response()
-}
-
-async fn service(
-    State(api): State<ApiState>,
-    Path((namespace, name)): Path<(String, String)>,
-) -> Result<Response, Problem> {
-    let key = ServiceName::new(&namespace, &name);
-    let state = api.cluster.lock();
-    let svc = state
-        .service(&key)
-        .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, format!("no Service {namespace}/{name}")))?;
-    let base = format!("{name}.{namespace}.svc.cluster.local");
-    let mut dns_names = vec![base.clone()];
-    dns_names.extend(
-        svc.ports
-            .iter()
-            .filter(|p| !p.name.is_empty())
-            .map(|p| format!("_{}._{}.{base}", p.name, p.protocol.to_string().to_ascii_lowercase())),
-    );
-    let view = ServiceView {
-        namespace: namespace.clone(),
-        name: name.clone(),
-        service: summary(svc),
-        announcement: state.announcement(&key).and_then(|a| serde_json::to_value(a).ok()),
-        dns_names,
-        endpoints: endpoint_views(&state, &key),
-        programmed_on: programmed_on(&state, &key, svc.generation),
-    };
-    Ok(axum::Json(view).into_response())
 }
 
 /// The OpenAPI document of this API (with the routes of [`crate::http`]).
