@@ -254,8 +254,10 @@ impl SliceBuilder {
         }
         self
     }
-    /// The slice.
-    pub fn build(self) -> EndpointSlice {
+    /// The slice (its vectors sized exactly, as the conversion from Kubernetes makes them).
+    pub fn build(mut self) -> EndpointSlice {
+        self.0.endpoints.shrink_to_fit();
+        self.0.ports.shrink_to_fit();
         self.0
     }
 }

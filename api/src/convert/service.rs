@@ -61,6 +61,7 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
         }
     }
 
+    out.ports.reserve_exact(spec.ports.as_ref().map_or(0, Vec::len));
     for (i, p) in spec.ports.iter().flatten().enumerate() {
         let f = |x: &str| format!("spec.ports[{i}].{x}");
         let port = cx.port(f("port"), p.port)?;
