@@ -99,6 +99,18 @@ fn otlp_endpoint() -> Option<String> {
         .filter(|e| !e.trim().is_empty())
 }
 
+/// An endpoint this exporter can reach: `http://` only (a collector in the cluster or a
+/// sidecar; TLS would need an HTTP stack this crate does not carry).
+fn check_endpoint(endpoint: &str) -> Result<(), TelemetryError> {
+    if endpoint.trim().starts_with("http://") {
+        Ok(())
+    } else {
+        Err(TelemetryError::Exporter(format!(
+            "OTEL_EXPORTER_OTLP_ENDPOINT {endpoint:?}: only http:// endpoints are supported (use a collector reachable over plain HTTP)"
+        )))
+    }
+}
+
 /// Installs the global subscriber for `service`: stderr logs filtered by `RUST_LOG` (else
 /// `default_filter`) in `format`, and OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 /// A second call (tests) keeps the first subscriber.
@@ -107,7 +119,13 @@ pub fn init(
     format: LogFormat,
     default_filter: &str,
 ) -> Result<Telemetry, TelemetryError> {
-    let provider = otlp_endpoint().map(|_| otlp::provider(service)).transpose()?;
+    let provider = match otlp_endpoint() {
+        Some(endpoint) => {
+            check_endpoint(&endpoint)?;
+            Some(otlp::provider(service)?)
+        }
+        None => None,
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("tideway")));
     let (text, json) = match format {
@@ -150,6 +168,14 @@ mod tests {
         assert_eq!(sample_every(Some("0")), 0);
         assert_eq!(sample_every(Some("lots")), 100);
         assert_eq!(sample_every(Some("7")), 100, "a ratio above 1 is not one");
+    }
+
+    #[test]
+    fn only_http_endpoints_are_taken() {
+        assert!(check_endpoint("http://otel-collector.monitoring:4318").is_ok());
+        let e = check_endpoint("https://collector:4318").unwrap_err().to_string();
+        assert!(e.contains("only http://"), "{e}");
+        assert!(check_endpoint("collector:4318").is_err());
     }
 
     #[test]
