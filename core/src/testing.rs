@@ -243,7 +243,7 @@ impl SliceBuilder {
     /// Sets zone hints on the last endpoint.
     pub fn zone_hint(mut self, zone: &str) -> Self {
         if let Some(ep) = self.0.endpoints.last_mut() {
-            ep.zone_hints.push(zone.into());
+            ep.hints.get_or_insert_with(Default::default).for_zones.push(zone.into());
         }
         self
     }

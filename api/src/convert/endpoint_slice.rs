@@ -1,7 +1,7 @@
 //! `discovery.k8s.io/v1/EndpointSlice` -> [`EndpointSlice`].
 
 use k8s_openapi::api::discovery::v1 as k8s;
-use tideway_core::model::{Endpoint, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
+use tideway_core::model::{Endpoint, EndpointHints, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
 use tideway_core::net::IpFamily;
 
 use crate::error::{ConvertError, Ctx};
@@ -60,15 +60,14 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
         let ready = cond.ready.unwrap_or(true);
         let hints = ep.hints.clone().unwrap_or_default();
         endpoints.push(Endpoint {
-            addresses,
+            addresses: addresses.into_boxed_slice(),
             ready,
             serving: cond.serving.unwrap_or(ready),
             terminating: cond.terminating.unwrap_or(false),
             hostname: ep.hostname.clone(),
             node_name: ep.node_name.clone(),
             zone: ep.zone.clone(),
-            zone_hints: hints.for_zones.into_iter().flatten().map(|z| z.name).collect(),
-            node_hints: hints.for_nodes.into_iter().flatten().map(|n| n.name).collect(),
+            hints: endpoint_hints(hints),
             pod_name: ep
                 .target_ref
                 .as_ref()
@@ -83,6 +82,13 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map(std::time::SystemTime::from);
     Ok(Some(EndpointSlice { namespace, name, service, family, ports, endpoints, labels, trigger_time }))
+}
+
+/// An endpoint's hints, boxed, or `None` when it has none.
+fn endpoint_hints(hints: k8s::EndpointHints) -> Option<Box<EndpointHints>> {
+    let for_zones: Vec<String> = hints.for_zones.into_iter().flatten().map(|z| z.name).collect();
+    let for_nodes: Vec<String> = hints.for_nodes.into_iter().flatten().map(|n| n.name).collect();
+    (!for_zones.is_empty() || !for_nodes.is_empty()).then(|| Box::new(EndpointHints { for_zones, for_nodes }))
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@ pub struct EndpointPort {
 /// `ready` nil means ready, `serving` nil means "same as ready", `terminating` nil means false.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
-    /// Addresses (all of the slice's family).
-    pub addresses: Vec<IpAddr>,
+    /// Addresses (all of the slice's family; a boxed slice: exactly as long as it is).
+    pub addresses: Box<[IpAddr]>,
     /// `conditions.ready`.
     pub ready: bool,
     /// `conditions.serving`.
@@ -39,29 +39,46 @@ pub struct Endpoint {
     pub node_name: Option<String>,
     /// `zone`.
     pub zone: Option<String>,
-    /// `hints.forZones[].name`.
-    pub zone_hints: Vec<String>,
-    /// `hints.forNodes[].name`.
-    pub node_hints: Vec<String>,
+    /// `hints`, when any (most endpoints have none: one pointer for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints: Option<Box<EndpointHints>>,
     /// `targetRef.name` when it refers to a Pod.
     pub pod_name: Option<String>,
+}
+
+/// Topology hints of an endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointHints {
+    /// `hints.forZones[].name`.
+    pub for_zones: Vec<String>,
+    /// `hints.forNodes[].name`.
+    pub for_nodes: Vec<String>,
 }
 
 impl Endpoint {
     /// A ready endpoint at `ip`, for builders and tests.
     pub fn ready(ip: IpAddr) -> Self {
         Endpoint {
-            addresses: vec![ip],
+            addresses: Box::new([ip]),
             ready: true,
             serving: true,
             terminating: false,
             hostname: None,
             node_name: None,
             zone: None,
-            zone_hints: Vec::new(),
-            node_hints: Vec::new(),
+            hints: None,
             pod_name: None,
         }
+    }
+
+    /// `hints.forZones[].name` (empty without hints).
+    pub fn zone_hints(&self) -> &[String] {
+        self.hints.as_deref().map_or(&[], |h| &h.for_zones)
+    }
+
+    /// `hints.forNodes[].name` (empty without hints).
+    pub fn node_hints(&self) -> &[String] {
+        self.hints.as_deref().map_or(&[], |h| &h.for_nodes)
     }
 }
 

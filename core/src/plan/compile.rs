@@ -127,8 +127,8 @@ fn gather<'a>(
                     serving: ep.serving,
                     terminating: ep.terminating,
                 },
-                zone_hints: &ep.zone_hints,
-                node_hints: &ep.node_hints,
+                zone_hints: ep.zone_hints(),
+                node_hints: ep.node_hints(),
             };
             let rank = |b: &Backend| (b.ready, b.serving);
             match by_addr.get(&(ip, ep_port.port)) {
