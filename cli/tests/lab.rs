@@ -273,6 +273,16 @@ fn traffic_policies_and_services_without_endpoints() {
     assert_eq!(code(&[]), "401");
     assert_eq!(code(&["-H", "authorization: Bearer wrong"]), "401");
     assert_eq!(code(&["-H", &token]), "200");
+    // Pods became ready after the agents started: kube-proxy's programming latency, from the
+    // slices' trigger times (the lab's control plane stamps them) to the kernel.
+    let metrics = agent.replace("/api/v1/status", "/metrics");
+    let out = Command::new("curl").args(["-s", "--max-time", "5", &metrics]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let count = text
+        .lines()
+        .find_map(|l| l.strip_prefix("kubeproxy_network_programming_duration_seconds_count "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(count.is_some_and(|n| n > 0), "no programming latency observed:\n{text}");
     // The DNS API says what the server answers, and why.
     let dns = format!(
         "http://{}/api/v1/records?name=local.default.svc.cluster.local&type=A",

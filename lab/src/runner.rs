@@ -132,6 +132,7 @@ impl Lab {
         self.finish_departure();
         let spec = if self.spec.nodes.is_empty() { self.with_mode(spec) } else { spec };
         let mut alloc = self.alloc.clone();
+        alloc.set_clock(SystemTime::now());
         let world = control::build(&spec, &self.plan, &mut alloc, &self.health)?;
         let old = std::mem::replace(&mut self.world, world);
         if let Err(e) = self.grow(&old) {
@@ -393,6 +394,7 @@ impl Lab {
             self.health.nodes_down = down;
             self.health.pods_started = started;
             let mut alloc = self.alloc.clone();
+            alloc.set_clock(SystemTime::now());
             self.world = control::build(&self.spec, &self.plan, &mut alloc, &self.health)?;
             self.alloc = alloc;
             changed = true;
@@ -440,6 +442,7 @@ impl Lab {
         }
         tracing::info!(proxyconfigs = ?changed, "ProxyConfig spec changed over the REST API");
         let mut alloc = self.alloc.clone();
+        alloc.set_clock(SystemTime::now());
         match control::build(&self.spec, &self.plan, &mut alloc, &self.health) {
             Ok(world) => {
                 self.world = world;

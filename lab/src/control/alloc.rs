@@ -66,6 +66,11 @@ pub struct Allocations {
     node_ports: BTreeMap<(String, String, usize), u16>,
     hc_ports: BTreeMap<(String, String), u16>,
     generations: BTreeMap<(&'static str, String, String), (String, i64)>,
+    /// Each EndpointSlice's endpoints and ports (serialised) and when they last changed:
+    /// (namespace, Service, slice) -> (content, RFC 3339 time).
+    slice_changes: BTreeMap<(String, String, String), (String, String)>,
+    /// The time a build stamps changes with; without one, slices carry no trigger time.
+    clock: Option<String>,
 }
 
 /// Takes a given value (checked) or the first free one.
@@ -103,6 +108,25 @@ impl Allocations {
         self.cluster_ips.retain(|k, _| svcs.contains(k));
         self.node_ports.retain(|(ns, n, _), _| svcs.contains(&(ns.clone(), n.clone())));
         self.hc_ports.retain(|k, _| svcs.contains(k));
+        self.slice_changes.retain(|(ns, svc, _), _| svcs.contains(&(ns.clone(), svc.clone())));
+    }
+
+    /// Builds from now on happen at `now` (what a changed EndpointSlice is stamped with).
+    pub fn set_clock(&mut self, now: std::time::SystemTime) {
+        self.clock = k8s_openapi::jiff::Timestamp::try_from(now).ok().map(|t| t.to_string());
+    }
+
+    /// When slice `slice` of Service `ns/svc` last changed (its content is `content`), as the
+    /// EndpointSlice controller's `endpoints.kubernetes.io/last-change-trigger-time`: the
+    /// clock's time when it is new or differs, else the time kept. None without a clock.
+    pub fn trigger_time(&mut self, ns: &str, svc: &str, slice: &str, content: String) -> Option<String> {
+        let now = self.clock.clone()?;
+        let key = (ns.to_string(), svc.to_string(), slice.to_string());
+        let entry = self.slice_changes.entry(key).or_insert_with(|| (content.clone(), now.clone()));
+        if entry.0 != content {
+            *entry = (content, now);
+        }
+        Some(entry.1.clone())
     }
 
     /// A node's address (given, kept, or the next free one from .2).

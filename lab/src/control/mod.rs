@@ -197,7 +197,14 @@ pub fn build(
     for s in &services {
         let svc = service(s, plan, alloc)?;
         let mut ready = 0;
-        for slice in endpoints::slices(&svc, &world.pods) {
+        let (ns, name) = (namespace(&svc.metadata), svc.metadata.name.clone().unwrap_or_default());
+        for mut slice in endpoints::slices(&svc, &world.pods) {
+            let content = serde_json::to_string(&(&slice.endpoints, &slice.ports)).unwrap_or_default();
+            let slice_name = slice.metadata.name.clone().unwrap_or_default();
+            if let Some(t) = alloc.trigger_time(&ns, &name, &slice_name, content) {
+                let key = tideway_api::convert::ANNOTATION_TRIGGER_TIME.to_string();
+                slice.metadata.annotations = Some(BTreeMap::from([(key, t)]));
+            }
             ready += slice
                 .endpoints
                 .iter()

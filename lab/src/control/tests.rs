@@ -112,3 +112,40 @@ fn pods_are_ready_once_their_servers_listen() {
         Some(serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "False"}]})).unwrap());
     assert_eq!(ready(&build(&spec, &plan, &mut alloc, &one).unwrap()), [false, false]);
 }
+
+#[test]
+fn endpoint_slices_carry_the_time_their_endpoints_last_changed() {
+    use std::time::{Duration, SystemTime};
+    let trigger = |w: &World| {
+        objects(w, "EndpointSlice")
+            .find(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == "svc1")
+            .map(|s| s["metadata"]["annotations"]["endpoints.kubernetes.io/last-change-trigger-time"].clone())
+            .unwrap()
+    };
+    let (plan, spec) = (Plan::default(), demo());
+    let mut alloc = Allocations::default();
+    let started = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_428_000 + secs);
+    let all_started = || Health {
+        nodes_down: Default::default(),
+        pods_started: spec
+            .pods
+            .iter()
+            .map(|p| (namespace(&p.metadata), p.metadata.name.clone().unwrap()))
+            .collect(),
+    };
+    alloc.set_clock(started(0));
+    let w = build(&spec, &plan, &mut alloc, &Health::default()).unwrap();
+    assert_eq!(trigger(&w), "2026-11-23T10:00:00Z");
+    // Nothing changed: the time stays.
+    alloc.set_clock(started(5));
+    assert_eq!(
+        trigger(&build(&spec, &plan, &mut alloc, &Health::default()).unwrap()),
+        "2026-11-23T10:00:00Z"
+    );
+    // The pods became ready: the endpoints changed at the new time.
+    alloc.set_clock(started(9));
+    assert_eq!(trigger(&build(&spec, &plan, &mut alloc, &all_started()).unwrap()), "2026-11-23T10:00:09Z");
+    // Without a clock (a pure build), no annotation.
+    let w = build(&spec, &plan, &mut Allocations::default(), &Health::default()).unwrap();
+    assert!(trigger(&w).is_null());
+}
