@@ -393,10 +393,7 @@ impl Lab {
             tracing::info!(nodes_down = ?down, pods_started = started.len(), "readiness changed");
             self.health.nodes_down = down;
             self.health.pods_started = started;
-            let mut alloc = self.alloc.clone();
-            alloc.set_clock(SystemTime::now());
-            self.world = control::build(&self.spec, &self.plan, &mut alloc, &self.health)?;
-            self.alloc = alloc;
+            self.rebuild()?;
             changed = true;
         }
         if changed {
@@ -441,15 +438,18 @@ impl Lab {
             return;
         }
         tracing::info!(proxyconfigs = ?changed, "ProxyConfig spec changed over the REST API");
+        if let Err(e) = self.rebuild() {
+            tracing::warn!(error = %e, "the changed ProxyConfig could not be built");
+        }
+    }
+
+    /// Builds the cluster of the current spec and health again, now (allocations kept).
+    fn rebuild(&mut self) -> Result<(), control::ControlError> {
         let mut alloc = self.alloc.clone();
         alloc.set_clock(SystemTime::now());
-        match control::build(&self.spec, &self.plan, &mut alloc, &self.health) {
-            Ok(world) => {
-                self.world = world;
-                self.alloc = alloc;
-            }
-            Err(e) => tracing::warn!(error = %e, "the changed ProxyConfig could not be built"),
-        }
+        self.world = control::build(&self.spec, &self.plan, &mut alloc, &self.health)?;
+        self.alloc = alloc;
+        Ok(())
     }
 
     /// The pid of a process (`agent/<node>`, `operator`, ...).
