@@ -28,42 +28,28 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// The lab's status, when the target is a lab.
-    fn lab_status(&self) -> Result<Option<Value>> {
-        if self.operator.is_some() {
-            return Ok(None);
-        }
-        let status = tideway_lab::cli::status_json(&self.lab)
-            .with_context(|| format!("asking lab {} (or name an operator with --operator URL)", self.lab))?;
-        Ok(Some(status))
-    }
-
-    fn token(&self, lab: Option<&Value>) -> Option<String> {
-        self.token.clone().or_else(|| lab.and_then(|l| l["apiToken"].as_str().map(str::to_string)))
-    }
-
-    /// The operator's API.
+    /// The operator's API: the URL given, else the running lab's.
     pub(crate) fn operator(&self) -> Result<ApiClient> {
-        let lab = self.lab_status()?;
-        let base = match (&self.operator, &lab) {
-            (Some(url), _) => url.clone(),
-            (None, Some(l)) => {
-                format!("http://{}", l["apis"]["operator"].as_str().context("the lab lists no operator API")?)
-            }
-            (None, None) => unreachable!("a target is an operator URL or a lab"),
-        };
-        Ok(ApiClient::new(&base, self.token(lab.as_ref())))
+        match &self.operator {
+            Some(url) => Ok(ApiClient::new(url, self.token.clone())),
+            None => lab_api(&self.lab, "operator", self.token.clone())
+                .context("or name an operator with --operator URL"),
+        }
     }
+}
+
+/// API `label` (`operator`, `agent/NODE`, `dns`) of the running lab `lab`, with the lab's
+/// token unless `token` is given.
+fn lab_api(lab: &str, label: &str, token: Option<String>) -> Result<ApiClient> {
+    let status = tideway_lab::cli::status_json(lab).with_context(|| format!("asking lab {lab}"))?;
+    let addr = status["apis"][label].as_str().with_context(|| format!("lab {lab} has no API {label:?}"))?;
+    let token = token.or_else(|| status["apiToken"].as_str().map(str::to_string));
+    Ok(ApiClient::new(&format!("http://{addr}"), token))
 }
 
 /// The agent API of `node` in lab `lab`, with the lab's token unless `token` is given.
 pub(crate) fn lab_agent(lab: &str, node: &str, token: Option<String>) -> Result<ApiClient> {
-    let status = tideway_lab::cli::status_json(lab).with_context(|| format!("asking lab {lab}"))?;
-    let addr = status["apis"][format!("agent/{node}")]
-        .as_str()
-        .with_context(|| format!("lab {lab} has no node {node:?}"))?;
-    let token = token.or_else(|| status["apiToken"].as_str().map(str::to_string));
-    Ok(ApiClient::new(&format!("http://{addr}"), token))
+    lab_api(lab, &format!("agent/{node}"), token)
 }
 
 /// `tideway status`.
