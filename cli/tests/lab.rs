@@ -305,6 +305,12 @@ fn traffic_policies_and_services_without_endpoints() {
         assert_eq!(out.status.code(), Some(7), "connection refused (curl exit 7) from {from} to {url}");
         assert!(t.elapsed() < Duration::from_secs(2), "refused after {:?}", t.elapsed());
     }
+    // `tideway mode` over the operator's API: a bad mode is refused naming the field, and
+    // nothing changes.
+    let out = tideway(&["mode", "ipvz", "--lab", "policy"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("400 spec.mode"), "{err}");
+    assert!(lab.status()["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == "nftables"));
 }
 
 #[test]
