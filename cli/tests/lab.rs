@@ -273,16 +273,6 @@ fn traffic_policies_and_services_without_endpoints() {
     assert_eq!(code(&[]), "401");
     assert_eq!(code(&["-H", "authorization: Bearer wrong"]), "401");
     assert_eq!(code(&["-H", &token]), "200");
-    // Pods became ready after the agents started: kube-proxy's programming latency, from the
-    // slices' trigger times (the lab's control plane stamps them) to the kernel.
-    let metrics = agent.replace("/api/v1/status", "/metrics");
-    let out = Command::new("curl").args(["-s", "--max-time", "5", &metrics]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let count = text
-        .lines()
-        .find_map(|l| l.strip_prefix("kubeproxy_network_programming_duration_seconds_count "))
-        .and_then(|n| n.trim().parse::<u64>().ok());
-    assert!(count.is_some_and(|n| n > 0), "no programming latency observed:\n{text}");
     // The DNS API says what the server answers, and why.
     let dns = format!(
         "http://{}/api/v1/records?name=local.default.svc.cluster.local&type=A",
@@ -330,6 +320,20 @@ fn scale_to_zero_and_back() {
     .expect("refused with no pods");
     lab.apply(DEMO);
     eventually(patience(5.0), || lab.curl("mypc", &lb)).expect("served again");
+    // The endpoints changed while the agents ran: kube-proxy's programming latency, from the
+    // slices' trigger times (the lab's control plane stamps them) to the kernel.
+    let status = lab.status();
+    let metrics = format!("http://{}/metrics", status["apis"]["agent/myk8s-worker"].as_str().unwrap());
+    let text = eventually(patience(5.0), || {
+        let out = Command::new("curl").args(["-s", "--max-time", "5", &metrics]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let count = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kubeproxy_network_programming_duration_seconds_count "))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        if count.is_some_and(|n| n > 0) { Ok(text) } else { Err(text) }
+    });
+    assert!(text.is_ok(), "no programming latency observed:\n{}", text.unwrap_err());
 }
 
 const WORKER4: &str = "---\napiVersion: v1\nkind: Node\nmetadata: {name: myk8s-worker4}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: webpod3, labels: {app: webpod}}\nspec:\n  nodeName: myk8s-worker4\n  containers: [{name: c, image: whoami, ports: [{containerPort: 80}]}]\n";
