@@ -46,7 +46,7 @@ fn one_change(c: &mut Criterion) {
     for mode in ProxyMode::ALL {
         let mut cluster = synthetic_cluster(SERVICES, ENDPOINTS);
         let mut ruleset = compile(&cluster, &node);
-        let mut state = ProgramState::new(render::lower(mode, &ruleset, IpFamily::V4));
+        let mut state = ProgramState::new(&render::lower(mode, &ruleset, IpFamily::V4));
         let mut flip = false;
         let mut ops = 0;
         let mut bytes = 0;
@@ -57,35 +57,15 @@ fn one_change(c: &mut Criterion) {
                 cluster.apply_endpoint_slice(synthetic_slice(4242, ENDPOINTS, flip.then_some(3)));
                 let changes = cluster.take_changes();
                 let changed = ruleset.update(&cluster, &changes.services);
-                let np = ruleset.family(IpFamily::V4).clone();
-                let frags = changed.iter().map(|(_, spn)| {
-                    let plan = ruleset.services.get(&(IpFamily::V4, spn.clone()));
-                    (spn.clone(), plan.map(|p| lower_one(mode, &np, p, &ruleset)))
-                });
-                let cs = state.replace_all(frags.collect::<Vec<_>>());
+                let cs = render::update(mode, &ruleset, &mut state, &changed).expect("the base is unchanged");
                 ops = cs.operations();
-                bytes = render::changes_text(state.program(), &cs).len();
+                bytes = render::changes_text(state.skeleton(), &cs).len();
                 black_box(bytes)
             })
         });
         eprintln!("  {mode}: one endpoint change = {ops} kernel operations, {bytes} bytes of kernel input");
     }
     g.finish();
-}
-
-fn lower_one(
-    mode: ProxyMode,
-    np: &tideway_core::plan::NodePlan,
-    p: &tideway_core::plan::ServicePortPlan,
-    ruleset: &tideway_core::plan::Ruleset,
-) -> tideway_core::program::Fragment {
-    match mode {
-        ProxyMode::Nftables => render::nftables::lower_plan(np, p),
-        ProxyMode::Iptables => {
-            render::iptables::lower_plan(np, p, render::iptables::is_large(ruleset, IpFamily::V4))
-        }
-        ProxyMode::Ipvs => render::ipvs::lower_plan(np, p, ruleset.node.settings.ipvs.scheduler),
-    }
 }
 
 criterion_group!(benches, full, one_change);

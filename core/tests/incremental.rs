@@ -12,7 +12,7 @@ use tideway_core::cluster::ClusterState;
 use tideway_core::config::ProxyMode;
 use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::plan::{NodeContext, Tally, compile};
-use tideway_core::program::{ChangeSet, KernelState, ProgramState, diff};
+use tideway_core::program::{ChangeSet, Element, Fragment, KernelState, Program, ProgramState, diff};
 use tideway_core::render;
 use tideway_core::testing::*;
 
@@ -27,16 +27,14 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
     }
     cluster.take_changes();
     let mut ruleset = compile(&cluster, &node);
-    let mut states: Vec<(ProgramState, KernelState)> = IpFamily::ALL
+    let mut states: Vec<(ProgramState, KernelState, Program)> = IpFamily::ALL
         .into_iter()
         .map(|f| {
             let p = render::lower(mode, &ruleset, f);
-            let k = KernelState::of(&p);
-            (ProgramState::new(p), k)
+            (ProgramState::new(&p), KernelState::of(&p), p)
         })
         .collect();
     for step in 0..steps {
-        let before: Vec<_> = states.iter().map(|(s, _)| s.program().clone()).collect();
         mutate(&mut rng, &mut cluster, 24);
         let changes = cluster.take_changes();
         let changed = ruleset.update(&cluster, &changes.services);
@@ -52,25 +50,53 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
         );
         for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
             let full = render::lower(mode, &fresh, family);
-            let (state, kernel) = &mut states[fi];
-            let keys: BTreeSet<_> = changed.iter().filter(|k| k.0 == family).map(|k| k.1.clone()).collect();
-            let cs =
-                if full.base != state.program().base || full.large_cluster != state.program().large_cluster {
-                    *state = ProgramState::new(full.clone());
+            let (state, kernel, before) = &mut states[fi];
+            let cs = match render::update(mode, &ruleset, state, &changed) {
+                Some(cs) => {
+                    // The fragments before, re-derived from the plans before, are the ones
+                    // that were rendered then: nothing of the old program needed keeping.
+                    for ((f, key), plan) in changed.iter().filter(|((f, _), _)| *f == family) {
+                        let again = plan.as_ref().map(|p| render::lower_fragment(mode, &ruleset, p));
+                        let kept = before.services.get(key).cloned();
+                        assert_eq!(
+                            again.filter(|f| *f != Fragment::default()),
+                            kept.filter(|f| *f != Fragment::default()),
+                            "[{mode} {f} seed {seed} step {step}] {key}: re-derived fragment differs"
+                        );
+                    }
+                    cs
+                }
+                None => {
+                    assert!(
+                        full.base != before.base || full.large_cluster != before.large_cluster,
+                        "[{mode} {family} seed {seed} step {step}] a full sync asked for with the base unchanged"
+                    );
+                    *state = ProgramState::new(&full);
                     ChangeSet { full: true, ..ChangeSet::default() }
-                } else {
-                    state.replace_all(keys.iter().map(|k| (k.clone(), full.services.get(k).cloned())))
-                };
+                }
+            };
             assert_eq!(
-                state.program(),
-                &full,
-                "[{mode} {family} seed {seed} step {step}] incremental program differs"
+                state.skeleton(),
+                &Program { services: Default::default(), base: full.base.clone(), ..full },
+                "[{mode} {family} seed {seed} step {step}] the kept node-level part differs"
             );
             assert_eq!(
                 state.rule_count(),
                 full.rule_count(),
                 "[{mode} {family} seed {seed} step {step}] rules"
             );
+            for set in full.base.sets.iter().filter(|s| s.flags.interval) {
+                let all: BTreeSet<&Element> = full
+                    .assemble()
+                    .set(set.table, &set.name)
+                    .map_or_else(Default::default, |s| s.elements.iter().copied().collect());
+                assert_eq!(
+                    state.interval_elements(&set.name).into_iter().collect::<BTreeSet<_>>(),
+                    all,
+                    "[{mode} {family} seed {seed} step {step}] interval set {}",
+                    set.name
+                );
+            }
             kernel
                 .apply(&cs, &full)
                 .unwrap_or_else(|e| panic!("[{mode} {family} seed {seed} step {step}] {e}"));
@@ -81,14 +107,15 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
                 kernel.describe_difference(&want)
             );
             // The stateless diff of the two programs agrees with the incremental one.
-            let whole = diff(&before[fi], &full);
-            let mut k2 = KernelState::of(&before[fi]);
+            let whole = diff(before, &full);
+            let mut k2 = KernelState::of(before);
             k2.apply(&whole, &full).unwrap_or_else(|e| panic!("[{mode} {family}] diff(): {e}"));
             assert!(
                 k2.canonical() == want.canonical(),
                 "[{mode} {family}] diff(): {}",
                 k2.describe_difference(&want)
             );
+            *before = full;
         }
     }
 }

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
-use tideway_core::plan::compile;
-use tideway_core::program::Program;
+use tideway_core::plan::{Ruleset, compile};
+use tideway_core::program::ProgramState;
 use tideway_core::render;
 use tideway_core::testing::{mk_node, mk_node_context, synthetic_cluster};
-use tideway_node_agent::dataplane::{Dataplane, Nftables, Update};
+use tideway_node_agent::dataplane::{Dataplane, Desired, Nftables, Update};
 use tideway_tests::netns::Netns;
 
 fn ms(d: Duration) -> String {
@@ -31,13 +31,28 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Plans and renders `services` x 10 endpoints for this node.
-fn programs(services: usize) -> [Program; 2] {
-    let mut c = synthetic_cluster(services, 10);
-    c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
-    c.take_changes();
-    let ruleset = compile(&c, &mk_node_context());
-    IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f))
+/// What the agent holds between syncs: the plans of `services` x 10 endpoints for this node
+/// and what it keeps of their programs.
+struct Planned {
+    ruleset: Ruleset,
+    kept: [ProgramState; 2],
+}
+
+impl Planned {
+    fn new(services: usize) -> Planned {
+        let mut c = synthetic_cluster(services, 10);
+        c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
+        c.take_changes();
+        let ruleset = compile(&c, &mk_node_context());
+        let programs = IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f));
+        let kept = programs.each_ref().map(ProgramState::new);
+        Planned { ruleset, kept }
+    }
+
+    /// As the agent gives it to the dataplane (whole programs rendered when asked for).
+    fn desired(&self) -> Desired<'_> {
+        Desired::new(ProxyMode::Nftables, &self.ruleset, self.kept.each_ref())
+    }
 }
 
 /// Another program's nf_tables transaction (the generation moves on; our table is untouched).
@@ -63,12 +78,12 @@ fn scale(services: usize, runs: usize, reference: bool) {
         let mut full = Vec::new();
         for _ in 0..runs {
             let t = Instant::now();
-            let p = programs(services);
-            dp.apply([&p[0], &p[1]], Update::Full).expect("apply");
+            let p = Planned::new(services);
+            dp.apply(&p.desired(), Update::Full).expect("apply");
             full.push(t.elapsed());
         }
-        let p = programs(services);
-        dp.apply([&p[0], &p[1]], Update::Full).expect("apply");
+        let p = Planned::new(services);
+        dp.apply(&p.desired(), Update::Full).expect("apply");
         let mut check = |deep: bool, foreign: bool| {
             let mut times = Vec::new();
             for _ in 0..runs {
@@ -76,7 +91,8 @@ fn scale(services: usize, runs: usize, reference: bool) {
                     touch();
                 }
                 let t = Instant::now();
-                let drift = dp.verify([&p[0], &p[1]], deep).expect("verify");
+                // A check renders the whole programs only when it reads the table back.
+                let drift = dp.verify(&p.desired(), deep).expect("verify");
                 times.push(t.elapsed());
                 assert!(drift.is_empty(), "a clean table read back with drift: {drift:?}");
             }

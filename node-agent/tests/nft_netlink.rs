@@ -113,8 +113,8 @@ fn every_fixture_lists_the_same_as_nft() {
 
 use tideway_core::testing::random::{Rng, mutate};
 
-/// A random cluster walked one mutation at a time, with the nftables programs of both
-/// families kept up to date by change sets, as the agent keeps them.
+/// A random cluster walked one mutation at a time, with what is kept of the nftables programs
+/// of both families brought up to date by change sets, as the agent keeps them.
 struct Walk {
     rng: Rng,
     cluster: ClusterState,
@@ -133,34 +133,38 @@ impl Walk {
         let ruleset = compile(&cluster, &mk_node_context());
         let states = IpFamily::ALL
             .into_iter()
-            .map(|f| ProgramState::new(render::lower(ProxyMode::Nftables, &ruleset, f)))
+            .map(|f| ProgramState::new(&render::lower(ProxyMode::Nftables, &ruleset, f)))
             .collect();
         Walk { rng, cluster, ruleset, states }
     }
 
-    fn programs(&self) -> [&Program; 2] {
-        [self.states[0].program(), self.states[1].program()]
+    /// The whole programs of the current ruleset.
+    fn programs(&self) -> [Program; 2] {
+        IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &self.ruleset, f))
     }
 
-    /// One mutation; the change sets (IPv4, IPv6) that bring the programs up to date.
-    fn step(&mut self) -> Vec<ChangeSet> {
+    fn kept(&self) -> [&ProgramState; 2] {
+        [&self.states[0], &self.states[1]]
+    }
+
+    /// One mutation; the change sets (IPv4, IPv6) that bring the programs up to date, or
+    /// `None` when the node-level part changed (a full apply).
+    fn step(&mut self) -> Option<Vec<ChangeSet>> {
         mutate(&mut self.rng, &mut self.cluster, 16);
         let changes = self.cluster.take_changes();
         let changed = self.ruleset.update(&self.cluster, &changes.services);
         let mut sets = Vec::new();
-        for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
-            let full = render::lower(ProxyMode::Nftables, &self.ruleset, family);
-            let state = &mut self.states[fi];
-            if full.base != state.program().base {
-                *state = ProgramState::new(full);
-                sets.push(ChangeSet { full: true, ..ChangeSet::default() });
-            } else {
-                let keys: BTreeSet<_> =
-                    changed.iter().filter(|k| k.0 == family).map(|k| k.1.clone()).collect();
-                sets.push(state.replace_all(keys.iter().map(|k| (k.clone(), full.services.get(k).cloned()))));
+        for state in &mut self.states {
+            match render::update(ProxyMode::Nftables, &self.ruleset, state, &changed) {
+                Some(cs) => sets.push(cs),
+                None => {
+                    let programs = self.programs();
+                    self.states = programs.iter().map(ProgramState::new).collect();
+                    return None;
+                }
             }
         }
-        sets
+        Some(sets)
     }
 }
 
@@ -171,13 +175,20 @@ fn incremental_changes_list_the_same_as_a_full_nft_load() {
     let text_ns = Netns::create(&format!("twnl-it-{}", std::process::id()));
     let nl_ns = Netns::create(&format!("twnl-in-{}", std::process::id()));
     let mut nl = open(&nl_ns);
-    nl.apply_full(walk.programs()).expect("initial apply");
+    let programs = walk.programs();
+    nl.apply_full([&programs[0], &programs[1]]).expect("initial apply");
     for step in 0..60 {
-        let sets = walk.step();
-        nl.apply_changes(walk.programs(), [&sets[0], &sets[1]])
-            .unwrap_or_else(|e| panic!("step {step}: {e}\n{sets:#?}"));
+        match walk.step() {
+            Some(sets) => nl
+                .apply_changes(walk.kept(), [&sets[0], &sets[1]])
+                .unwrap_or_else(|e| panic!("step {step}: {e}\n{sets:#?}")),
+            None => {
+                let programs = walk.programs();
+                nl.apply_full([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("step {step}: {e}"));
+            }
+        }
         if step % 5 == 4 {
-            let programs = walk.programs().map(Clone::clone);
+            let programs = walk.programs();
             text_ns.sh("nft flush ruleset");
             nft_apply(&text_ns, &programs);
             let (want, got) = (listing(&text_ns), listing(&nl_ns));
@@ -208,8 +219,9 @@ fn a_refused_transaction_changes_nothing() {
     cs.flush_chains
         .push(asm.chains.iter().find(|c| &*c.def.name == "services").expect("services").def.clone());
     cs.delete_chains.push(tideway_core::program::ChainRef { table: "tideway", name: "no-such-chain".into() });
+    let kept = [ProgramState::new(&programs[0]), ProgramState::new(&programs[1])];
     let err = nl
-        .apply_changes([&programs[0], &programs[1]], [&cs, &ChangeSet::default()])
+        .apply_changes([&kept[0], &kept[1]], [&cs, &ChangeSet::default()])
         .expect_err("the kernel refuses the transaction");
     let msg = err.to_string();
     assert!(msg.contains("no-such-chain") && msg.contains("No such file or directory"), "{msg}");
@@ -222,20 +234,39 @@ mod drift {
     //! lists exactly as it did before the damage.
 
     use super::*;
-    use tideway_node_agent::dataplane::{Dataplane, DriftKind, Nftables, Update};
+    use tideway_core::plan::Ruleset;
+    use tideway_node_agent::dataplane::{Dataplane, Desired, DriftKind, Nftables, Update};
 
-    fn programs(fixture: &str) -> Vec<Program> {
-        let path = tideway_tests::fixtures().into_iter().find(|p| p.ends_with(fixture)).expect("fixture");
-        let f = tideway_tests::load(&path);
-        let ruleset = compile(&f.cluster, &f.node);
-        IpFamily::ALL.into_iter().map(|fam| render::lower(ProxyMode::Nftables, &ruleset, fam)).collect()
+    /// What the agent holds between syncs: plans and what is kept of their programs.
+    #[derive(Clone)]
+    pub(super) struct Wanted {
+        ruleset: Ruleset,
+        kept: [ProgramState; 2],
     }
 
-    fn applied(ns: &Netns, p: &[Program]) -> Nftables {
-        let p = [p[0].clone(), p[1].clone()];
+    impl Wanted {
+        pub(super) fn of(ruleset: Ruleset) -> Wanted {
+            let programs = IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f));
+            Wanted { kept: programs.each_ref().map(ProgramState::new), ruleset }
+        }
+
+        /// As the agent gives it to the dataplane.
+        fn desired(&self) -> Desired<'_> {
+            Desired::new(ProxyMode::Nftables, &self.ruleset, self.kept.each_ref())
+        }
+    }
+
+    fn programs(fixture: &str) -> Wanted {
+        let path = tideway_tests::fixtures().into_iter().find(|p| p.ends_with(fixture)).expect("fixture");
+        let f = tideway_tests::load(&path);
+        Wanted::of(compile(&f.cluster, &f.node))
+    }
+
+    fn applied(ns: &Netns, p: &Wanted) -> Nftables {
+        let p = p.clone();
         ns.run(move || {
             let mut dp = Nftables::new();
-            dp.apply([&p[0], &p[1]], Update::Full).expect("apply");
+            dp.apply(&p.desired(), Update::Full).expect("apply");
             dp
         })
     }
@@ -246,8 +277,8 @@ mod drift {
         ns.sh("nft add table ip unrelated && nft delete table ip unrelated");
     }
 
-    fn kinds(dp: &mut Nftables, p: &[Program]) -> BTreeSet<(DriftKind, String)> {
-        let drift = dp.verify([&p[0], &p[1]], true).expect("verify");
+    fn kinds(dp: &mut Nftables, p: &Wanted) -> BTreeSet<(DriftKind, String)> {
+        let drift = dp.verify(&p.desired(), true).expect("verify");
         drift.into_iter().map(|d| (d.kind, d.object)).collect()
     }
 
@@ -272,13 +303,17 @@ mod drift {
         // A random walk of change sets: the digests learnt after each keep the check clean.
         let mut walk = Walk::new(77);
         let ns = Netns::create(&format!("twdr-w-{}", std::process::id()));
-        let mut dp = applied(&ns, &walk.programs().map(Clone::clone));
+        let mut dp = applied(&ns, &Wanted::of(walk.ruleset.clone()));
         for step in 0..30 {
             let sets = walk.step();
-            let p = walk.programs();
-            dp.apply(p, Update::Changes([&sets[0], &sets[1]])).unwrap_or_else(|e| panic!("step {step}: {e}"));
+            let desired = Desired::new(ProxyMode::Nftables, &walk.ruleset, walk.kept());
+            let update = match &sets {
+                Some(sets) => Update::Changes([&sets[0], &sets[1]]),
+                None => Update::Full,
+            };
+            dp.apply(&desired, update).unwrap_or_else(|e| panic!("step {step}: {e}"));
             touch(&ns);
-            let drift = dp.verify(p, true).expect("verify");
+            let drift = dp.verify(&desired, true).expect("verify");
             assert!(drift.is_empty(), "step {step}: {drift:?}");
         }
     }
@@ -288,9 +323,7 @@ mod drift {
         require_root("reading nftables back over netlink");
         let mut c = tideway_core::testing::synthetic_cluster(600, 10);
         c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
-        let ruleset = compile(&c, &mk_node_context());
-        let p: Vec<Program> =
-            IpFamily::ALL.into_iter().map(|f| render::lower(ProxyMode::Nftables, &ruleset, f)).collect();
+        let p = Wanted::of(compile(&c, &mk_node_context()));
         let ns = Netns::create(&format!("twdr-l-{}", std::process::id()));
         let mut dp = applied(&ns, &p);
         touch(&ns);
@@ -310,7 +343,7 @@ mod drift {
         ] {
             ns.sh(&damage);
             assert_eq!(kinds(&mut dp, &p), want, "{damage}");
-            dp.repair([&p[0], &p[1]], &[]).expect("repair");
+            dp.repair(&p.desired(), &[]).expect("repair");
             touch(&ns);
             assert_eq!(kinds(&mut dp, &p), BTreeSet::new(), "{damage}: repaired");
         }
@@ -327,7 +360,7 @@ mod drift {
         assert_eq!(kinds(&mut dp, &p), BTreeSet::new());
         ns.sh("nft insert rule ip tideway filter-input counter accept");
         assert_eq!(kinds(&mut dp, &p).len(), 1, "a change moves the generation and is read back");
-        dp.repair([&p[0], &p[1]], &[]).expect("repair");
+        dp.repair(&p.desired(), &[]).expect("repair");
         // Our own repair leaves the generation ours; an unrelated commit makes the next
         // check read everything, and find nothing.
         assert_eq!(kinds(&mut dp, &p), BTreeSet::new());
@@ -393,7 +426,7 @@ mod drift {
             ns.sh(&damage(&ns));
             let found = kinds(&mut dp, &p);
             assert_eq!(found, want.into_iter().collect(), "{what}");
-            dp.repair([&p[0], &p[1]], &[]).unwrap_or_else(|e| panic!("{what}: repair: {e}"));
+            dp.repair(&p.desired(), &[]).unwrap_or_else(|e| panic!("{what}: repair: {e}"));
             touch(&ns);
             assert_eq!(kinds(&mut dp, &p), BTreeSet::new(), "{what}: still differs after the repair");
             let after = listing(&ns);
@@ -414,7 +447,7 @@ mod drift {
                 && found.iter().all(|(k, _)| matches!(k, DriftKind::ChainRules | DriftKind::SetElements)),
             "{found:?}"
         );
-        dp.repair([&p[0], &p[1]], &[]).expect("repair");
+        dp.repair(&p.desired(), &[]).expect("repair");
         touch(&ns);
         assert_eq!(kinds(&mut dp, &p), BTreeSet::new());
         assert!(before == listing(&ns), "flushed table: listing differs after the repair");

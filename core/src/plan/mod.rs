@@ -18,6 +18,6 @@ pub use categorize::{Categorized, categorize_endpoints};
 pub use compile::{compile, plan_service};
 pub use node::{NodeContext, NodePortDestinations};
 pub use ruleset::{
-    Backend, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Ruleset, ServicePortPlan, Target,
+    Backend, Changed, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Ruleset, ServicePortPlan, Target,
 };
 pub use tally::Tally;

@@ -19,6 +19,10 @@ use crate::net::{IpFamily, IpNet, Protocol, join_host_port};
 /// Identifies a plan: the family first, so one family's plans form a contiguous range.
 pub type PlanKey = (IpFamily, ServicePortName);
 
+/// What [`Ruleset::update`] changed: each key whose plan changed, with its plan before
+/// (`None` when it is new; a key whose plan is gone is no longer in the ruleset).
+pub type Changed = BTreeMap<PlanKey, Option<ServicePortPlan>>;
+
 /// One endpoint as the dataplane sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Backend {
@@ -360,12 +364,13 @@ impl Ruleset {
     }
 
     /// Re-plans `services` from `cluster` and returns the keys whose plans changed, including
-    /// plans of other Services whose frontends changed owner as a consequence.
+    /// plans of other Services whose frontends changed owner as a consequence, each with its
+    /// plan before the update (`None` for a new one).
     pub fn update<'a>(
         &mut self,
         cluster: &ClusterState,
         services: impl IntoIterator<Item = &'a ServiceName>,
-    ) -> BTreeSet<PlanKey> {
+    ) -> Changed {
         let mut old: FxHashMap<PlanKey, ServicePortPlan> = FxHashMap::default();
         let mut touched: Vec<Frontend> = Vec::new();
         let mut replanned: Vec<PlanKey> = Vec::new();
@@ -403,7 +408,7 @@ impl Ruleset {
                 self.by_service.insert(name.clone(), keys);
             }
         }
-        let mut changed: BTreeSet<PlanKey> = BTreeSet::new();
+        let mut changed = Changed::new();
         // New plans start with every frontend they asked for; only contested ones are cut.
         for key in replanned {
             let claims = &self.claims;
@@ -413,7 +418,8 @@ impl Ruleset {
             }
             self.tally += Tally::of(plan);
             if old.get(&key) != Some(&*plan) {
-                changed.insert(key);
+                let before = old.remove(&key);
+                changed.insert(key, before);
             }
         }
         // Other claimants of touched frontends may have gained or lost one.
@@ -435,10 +441,13 @@ impl Ruleset {
             if before != *plan {
                 self.tally -= Tally::of(&before);
                 self.tally += Tally::of(plan);
-                changed.insert(key);
+                // A replanned key keeps the plan from before its own replanning.
+                changed.entry(key).or_insert(Some(before));
             }
         }
-        changed.extend(old.into_keys().filter(|k| !self.services.contains_key(k)));
+        changed.extend(
+            old.into_iter().filter(|(k, _)| !self.services.contains_key(k)).map(|(k, p)| (k, Some(p))),
+        );
         changed
     }
 

@@ -94,13 +94,20 @@ enum RefKey {
     Elem(SetRef, Element),
 }
 
-/// A program plus the reference counts needed to update it one fragment at a time.
+/// What is kept of a programmed program between syncs: its node-level part (dialect, family,
+/// base) and the counts needed to update it one fragment at a time. The per-Service fragments
+/// are not kept: a caller re-derives the fragment it replaces from the plan it had (see
+/// [`render::update`](crate::render::update)), so a node holds its rules once, as plans.
 #[derive(Debug, Clone)]
 pub struct ProgramState {
-    program: Program,
+    /// The program without its service fragments.
+    skeleton: Program,
     refs: HashMap<RefKey, u32>,
     shared_sets: HashSet<SetRef>,
-    /// `program.rule_count()`, kept current one fragment at a time.
+    /// Elements fragments contribute to the base's interval sets, counted (an interval set is
+    /// rewritten whole by the netlink backend; these are few: source ranges).
+    intervals: HashMap<SetRef, BTreeMap<Element, u32>>,
+    /// The rule count of the whole program, kept current one fragment at a time.
     rules: usize,
 }
 
@@ -108,30 +115,64 @@ type VsKey = (std::net::IpAddr, Protocol, u16);
 
 impl ProgramState {
     /// Starts from `program` (what is, or is about to be, programmed).
-    pub fn new(program: Program) -> ProgramState {
+    pub fn new(program: &Program) -> ProgramState {
         let shared_sets = program.base.sets.iter().filter(|s| s.shared).map(Set::id).collect();
-        let rules = program.rule_count();
-        let mut state = ProgramState { program, refs: HashMap::default(), shared_sets, rules };
-        let keys: Vec<RefKey> = state.program.services.values().flat_map(|f| state.ref_keys(f)).collect();
-        for k in keys {
-            *state.refs.entry(k).or_default() += 1;
+        let intervals =
+            program.base.sets.iter().filter(|s| s.flags.interval).map(|s| (s.id(), BTreeMap::new()));
+        let skeleton = Program { services: BTreeMap::new(), base: program.base.clone(), ..*program };
+        let mut state = ProgramState {
+            skeleton,
+            refs: HashMap::default(),
+            shared_sets,
+            intervals: intervals.collect(),
+            rules: program.rule_count(),
+        };
+        for frag in program.services.values() {
+            for k in state.ref_keys(frag) {
+                *state.refs.entry(k).or_default() += 1;
+            }
+            state.count_intervals(&[], &frag.elements);
         }
         state
     }
 
-    /// The current program.
-    pub fn program(&self) -> &Program {
-        &self.program
+    /// The program's node-level part: dialect, family and base, with no service fragments.
+    pub fn skeleton(&self) -> &Program {
+        &self.skeleton
     }
 
-    /// Rules of the current program (as [`Program::rule_count`], without walking it).
+    /// Rules of the whole program (as [`Program::rule_count`]).
     pub fn rule_count(&self) -> usize {
         self.rules
     }
 
-    /// Gives the program back.
-    pub fn into_program(self) -> Program {
-        self.program
+    /// Every element the program puts in the base's interval set `set` (the set's own and
+    /// the fragments'), sorted; empty for any other set.
+    pub fn interval_elements(&self, set: &str) -> Vec<&Element> {
+        let own = self.skeleton.base.sets.iter().filter(|s| &*s.name == set).flat_map(|s| &s.elements);
+        let contributed = self.intervals.iter().filter(|(r, _)| &*r.name == set).flat_map(|(_, e)| e.keys());
+        let mut out: Vec<&Element> = own.chain(contributed).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn count_intervals(&mut self, gone: &[(SetRef, Element)], added: &[(SetRef, Element)]) {
+        for (s, e) in gone {
+            if let Some(elems) = self.intervals.get_mut(s)
+                && let Some(n) = elems.get_mut(e)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    elems.remove(e);
+                }
+            }
+        }
+        for (s, e) in added {
+            if let Some(elems) = self.intervals.get_mut(s) {
+                *elems.entry(e.clone()).or_default() += 1;
+            }
+        }
     }
 
     fn ref_keys(&self, frag: &Fragment) -> Vec<RefKey> {
@@ -167,17 +208,16 @@ impl ProgramState {
         }
     }
 
-    /// Replaces (or with `None`, removes) one service port's fragment, appending the kernel
-    /// changes this needs to `out` (normalize `out` after the last call, or use `replace_all`).
-    pub fn replace(&mut self, key: &ServicePortName, new: Option<Fragment>, out: &mut ChangeSet) {
-        let old = self.program.services.remove(key).unwrap_or_default();
-        let new_frag = new.unwrap_or_default();
-        self.rules = self.rules - old.rule_count() + new_frag.rule_count();
-        if old != new_frag {
-            self.diff_fragment(&old, &new_frag, out);
-        }
-        if new_frag != Fragment::default() {
-            self.program.services.insert(key.clone(), new_frag);
+    /// Replaces one service port's fragment `old` (as it was rendered, `None` when it had
+    /// none) with `new` (`None`: removed), appending the kernel changes this needs to `out`
+    /// (normalize `out` after the last call, or use `replace_all`).
+    pub fn replace(&mut self, old: Option<&Fragment>, new: Option<&Fragment>, out: &mut ChangeSet) {
+        let none = Fragment::default();
+        let (old, new) = (old.unwrap_or(&none), new.unwrap_or(&none));
+        self.rules = self.rules - old.rule_count() + new.rule_count();
+        if old != new {
+            self.diff_fragment(old, new, out);
+            self.count_intervals(&old.elements, &new.elements);
         }
     }
 
@@ -264,14 +304,15 @@ impl ProgramState {
 }
 
 impl ProgramState {
-    /// Replaces several fragments and returns the normalized change set.
-    pub fn replace_all(
+    /// Replaces several fragments (each as it was, and as it is now) and returns the
+    /// normalized change set.
+    pub fn replace_all<'f>(
         &mut self,
-        fragments: impl IntoIterator<Item = (ServicePortName, Option<Fragment>)>,
+        fragments: impl IntoIterator<Item = (Option<&'f Fragment>, Option<&'f Fragment>)>,
     ) -> ChangeSet {
         let mut out = ChangeSet::default();
-        for (key, frag) in fragments {
-            self.replace(&key, frag, &mut out);
+        for (old, new) in fragments {
+            self.replace(old, new, &mut out);
         }
         out.normalize();
         out
@@ -288,11 +329,11 @@ pub fn diff(old: &Program, new: &Program) -> ChangeSet {
     {
         return ChangeSet { full: true, ..ChangeSet::default() };
     }
-    let mut state = ProgramState::new(old.clone());
+    let mut state = ProgramState::new(old);
     let keys: BTreeSet<&ServicePortName> = old.services.keys().chain(new.services.keys()).collect();
     let changed = keys
         .into_iter()
-        .filter(|k| old.services.get(*k) != new.services.get(*k))
-        .map(|k| (k.clone(), new.services.get(k).cloned()));
+        .map(|k| (old.services.get(k), new.services.get(k)))
+        .filter(|(before, after)| before != after);
     state.replace_all(changed)
 }

@@ -9,8 +9,8 @@ pub mod nftables;
 
 use crate::config::ProxyMode;
 use crate::net::IpFamily;
-use crate::plan::Ruleset;
-use crate::program::Program;
+use crate::plan::{Changed, Ruleset};
+use crate::program::{Fragment, Program, ProgramState};
 
 /// Lowers `ruleset` for `family` with the backend of `mode`.
 pub fn lower(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
@@ -71,6 +71,33 @@ pub fn lower_fragment(
         ProxyMode::Iptables => iptables::lower_plan(np, plan, iptables::is_large(ruleset, plan.family)),
         ProxyMode::Ipvs => ipvs::lower_plan(np, plan, ruleset.node.settings.ipvs.scheduler),
     }
+}
+
+/// The change set that brings the program `state` keeps up to date with `ruleset`, after
+/// [`Ruleset::update`] returned `changed`: each changed fragment is rendered as it is now and,
+/// from the plan before, as it was (the same renderer on the same node facts gives the same
+/// fragment, so nothing of the old program needs keeping). `None` when the node-level part
+/// changed: only a full sync will do.
+pub fn update(
+    mode: ProxyMode,
+    ruleset: &Ruleset,
+    state: &mut ProgramState,
+    changed: &Changed,
+) -> Option<ChangeSet> {
+    let family = state.skeleton().family;
+    if needs_full(mode, ruleset, state.skeleton()) {
+        return None;
+    }
+    let fragments: Vec<(Option<Fragment>, Option<Fragment>)> = changed
+        .iter()
+        .filter(|((f, _), _)| *f == family)
+        .map(|(key, before)| {
+            let old = before.as_ref().map(|p| lower_fragment(mode, ruleset, p));
+            let new = ruleset.services.get(key).map(|p| lower_fragment(mode, ruleset, p));
+            (old, new)
+        })
+        .collect();
+    Some(state.replace_all(fragments.iter().map(|(old, new)| (old.as_ref(), new.as_ref()))))
 }
 
 /// True when the program `p` no longer matches the ruleset's node-level facts (node addresses,

@@ -35,7 +35,7 @@ mod unprogrammed;
 pub use status::AgentStatus;
 
 use crate::announcer::Announcer;
-use crate::dataplane::{self, Dataplane, DataplaneError, Keep, Retired, Update};
+use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, Update};
 use crate::health::{HealthServers, ProxyHealth};
 use crate::metrics::{KindLabel, Metrics};
 use record::Synced;
@@ -96,9 +96,19 @@ struct Planned {
     programs: [ProgramState; 2],
 }
 
+/// Renders both families' whole programs, and what is kept of them between syncs.
+fn render_whole(mode: ProxyMode, ruleset: &Ruleset) -> ([Program; 2], [ProgramState; 2]) {
+    tracing::info_span!("render", full = true).in_scope(|| {
+        let programs = IpFamily::ALL.map(|f| render::lower(mode, ruleset, f));
+        let kept = programs.each_ref().map(ProgramState::new);
+        (programs, kept)
+    })
+}
+
 impl Planned {
-    fn programs(&self) -> [&Program; 2] {
-        [self.programs[0].program(), self.programs[1].program()]
+    /// What was last planned, as the dataplane is given it (whole programs on demand).
+    fn desired(&self) -> Desired<'_> {
+        Desired::new(self.node.settings.mode, &self.ruleset, self.programs.each_ref())
     }
 
     /// Rules of both families' programs, without walking them.
@@ -270,6 +280,8 @@ impl Agent {
 
         // Plan.
         let mut generations = BTreeMap::new();
+        // Whole programs, when this sync renders them (a full one); dropped once applied.
+        let mut whole: Option<[Program; 2]> = None;
         let mut planned = match self.planned.take() {
             Some(p) if !full => p,
             _ => {
@@ -280,10 +292,10 @@ impl Agent {
                 let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, &node));
                 generations = state.services().map(|s| (s.name.clone(), s.generation)).collect();
                 drop(state);
-                let programs = tracing::info_span!("render", full = true)
-                    .in_scope(|| IpFamily::ALL.map(|f| ProgramState::new(render::lower(mode, &ruleset, f))));
+                let (programs, kept) = render_whole(mode, &ruleset);
+                whole = Some(programs);
                 full = true;
-                Planned { node: node.clone(), ruleset, programs }
+                Planned { node: node.clone(), ruleset, programs: kept }
             }
         };
         let mut change_sets: Vec<ChangeSet> = Vec::new();
@@ -296,21 +308,19 @@ impl Agent {
             }
             drop(state);
             let _render = tracing::info_span!("render", full = false, fragments = changed.len()).entered();
-            for (i, family) in IpFamily::ALL.into_iter().enumerate() {
-                if render::needs_full(mode, &planned.ruleset, planned.programs[i].program()) {
-                    full = true;
-                    break;
+            for kept in &mut planned.programs {
+                match render::update(mode, &planned.ruleset, kept, &changed) {
+                    Some(cs) => change_sets.push(cs),
+                    None => {
+                        full = true;
+                        break;
+                    }
                 }
-                let frags = changed.iter().filter(|k| k.0 == family).map(|(_, spn)| {
-                    let plan = planned.ruleset.services.get(&(family, spn.clone()));
-                    (spn.clone(), plan.map(|p| render::lower_fragment(mode, &planned.ruleset, p)))
-                });
-                let frags: Vec<_> = frags.collect();
-                change_sets.push(planned.programs[i].replace_all(frags));
             }
             if full {
-                planned.programs =
-                    IpFamily::ALL.map(|f| ProgramState::new(render::lower(mode, &planned.ruleset, f)));
+                let (programs, kept) = render_whole(mode, &planned.ruleset);
+                whole = Some(programs);
+                planned.programs = kept;
                 generations =
                     self.cluster.lock().services().map(|s| (s.name.clone(), s.generation)).collect();
             }
@@ -324,15 +334,19 @@ impl Agent {
             Some(d) => d,
             None => self.dataplane.as_mut().expect("dataplane exists"),
         };
-        let programs = planned.programs();
+        let kept = planned.programs.each_ref();
+        let desired = match whole {
+            Some(programs) => Desired::rendered(mode, &planned.ruleset, kept, programs),
+            None => Desired::new(mode, &planned.ruleset, kept),
+        };
         let update = if full { Update::Full } else { Update::Changes([&change_sets[0], &change_sets[1]]) };
         tracing::Span::current().record("full", full);
         let apply_span = tracing::info_span!("apply", backend = %dp.mode(), full, switching);
         let mut applied =
-            apply_span.in_scope(|| blocking(|| dp.apply(programs, update))).map_err(SyncError::Apply);
+            apply_span.in_scope(|| blocking(|| dp.apply(&desired, update))).map_err(SyncError::Apply);
         if applied.is_ok() && switching {
             // The old mode goes only once the new one reads back as applied.
-            applied = match apply_span.in_scope(|| blocking(|| dp.verify(programs, true))) {
+            applied = match apply_span.in_scope(|| blocking(|| dp.verify(&desired, true))) {
                 Ok(drift) if drift.is_empty() => Ok(()),
                 Ok(drift) => Err(SyncError::Unverified {
                     mode,
@@ -342,6 +356,7 @@ impl Agent {
             };
         }
         if let Err(e) = applied {
+            drop(desired);
             return Err(self.failed(e, mode, full, planned));
         }
         if let Some(new) = new_dataplane
@@ -350,14 +365,15 @@ impl Agent {
             tracing::info!(from = %old.mode(), to = %mode, "proxy mode switched; removing the old mode's rules");
             // A backend being retired in the new mode is adopted, not removed.
             self.retiring.retain(|(d, _)| d.mode() != mode);
-            self.retiring.push((old, Keep::of(programs)));
+            self.retiring.push((old, Keep::of(desired.programs())));
             self.metrics.mode_switches.inc();
             self.set_status(|s| s.mode_switches += 1);
         }
         if !self.leftovers_checked {
             self.leftovers_checked = true;
-            self.find_leftovers(&node.settings, programs);
+            self.find_leftovers(&node.settings, desired.programs());
         }
+        drop(desired);
         self.retire();
 
         // Side effects of a successful sync.
@@ -473,14 +489,15 @@ impl Agent {
             return Ok(false);
         }
         self.metrics.drift_checks.inc();
-        let programs = planned.programs();
-        let drift = blocking(|| dp.verify(programs, deep)).map_err(SyncError::Verify)?;
+        let desired = planned.desired();
+        let drift = blocking(|| dp.verify(&desired, deep)).map_err(SyncError::Verify)?;
         if drift.is_empty() {
             return Ok(false);
         }
         let found: Vec<String> = drift.iter().map(ToString::to_string).collect();
         tracing::warn!(drift = ?found, "kernel rules differ from the applied ones; repairing what differs");
-        let repaired = blocking(|| dp.repair(programs, &drift));
+        let repaired = blocking(|| dp.repair(&desired, &drift));
+        drop(desired);
         self.set_status(|s| s.last_drift = found);
         if let Err(e) = repaired {
             // The next sync rewrites everything.

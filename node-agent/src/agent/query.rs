@@ -7,7 +7,7 @@ use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::ServicePortPlan;
 use tideway_core::program::Dialect;
-use tideway_core::render::{iptables, ipvs, nftables};
+use tideway_core::render::{self, iptables, ipvs, nftables};
 use tideway_core::trace::{Packet, TraceEnv, TracePath, render_trace, trace};
 use tokio::sync::{mpsc, oneshot};
 
@@ -84,10 +84,11 @@ impl Agent {
         };
         let mode = planned.node.settings.mode;
         let node = &self.opts.node;
-        let program = |f: IpFamily| planned.programs[usize::from(f == IpFamily::V6)].program();
+        // Rendered for the question (the agent keeps plans, not programs).
+        let program = |f: IpFamily| render::lower(mode, &planned.ruleset, f);
         match q {
             Query::Ruleset(family, reply) => {
-                let p = program(family);
+                let p = &program(family);
                 let text = match p.dialect {
                     Dialect::Nftables => nftables::text::program(p),
                     Dialect::Iptables => iptables::text::program(p, &[]),
@@ -97,7 +98,7 @@ impl Agent {
             }
             Query::Trace(packet, reply) => {
                 let family = IpFamily::of(&packet.dst);
-                let t = trace(program(family), &packet, &TraceEnv::for_node(planned.ruleset.family(family)));
+                let t = trace(&program(family), &packet, &TraceEnv::for_node(planned.ruleset.family(family)));
                 let traced =
                     Traced { verdict: t.verdict().to_string(), text: render_trace(&t), paths: t.paths };
                 let _ = reply.send(Some(Programmed::new(node, mode, traced)));

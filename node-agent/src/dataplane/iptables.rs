@@ -15,7 +15,7 @@ use tideway_core::render::iptables::text;
 use tideway_core::render::names::is_own_chain;
 
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, DriftKind, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
 
 /// Which iptables implementation the host uses.
@@ -313,18 +313,20 @@ impl Dataplane for Iptables {
         ProxyMode::Iptables
     }
 
-    fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError> {
+    fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
         match update {
-            Update::Full => desired.iter().try_for_each(|p| self.full(p)),
-            Update::Changes(cs) => {
-                desired.iter().zip(cs).try_for_each(|(p, c)| self.restore(p.family, &text::changes(p, c)))
-            }
+            Update::Changes(cs) if cs.iter().all(|c| !c.full) => desired
+                .skeletons()
+                .iter()
+                .zip(cs)
+                .try_for_each(|(p, c)| self.restore(p.family, &text::changes(p, c))),
+            _ => desired.programs().iter().try_for_each(|p| self.full(p)),
         }
     }
 
-    fn verify(&mut self, desired: [&Program; 2], _deep: bool) -> Result<Vec<Drift>, DataplaneError> {
+    fn verify(&mut self, desired: &Desired<'_>, _deep: bool) -> Result<Vec<Drift>, DataplaneError> {
         let mut drift = Vec::new();
-        for p in desired {
+        for p in desired.programs() {
             drift.extend(self.verify_rules(p, &format!("{} iptables", p.family))?);
         }
         Ok(drift)

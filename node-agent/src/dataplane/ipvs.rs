@@ -18,7 +18,7 @@ use tideway_core::render::ipvs::{DUMMY_INTERFACE, IPVS_IPS, set_name, text};
 use super::iptables::Iptables;
 use super::ipvs_netlink::IpvsNetlink;
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Drift, DriftKind, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
 
 /// Real servers still draining after this long are removed anyway.
@@ -299,10 +299,15 @@ impl Dataplane for Ipvs {
         ProxyMode::Ipvs
     }
 
-    fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError> {
-        let services = Self::desired_services(desired);
+    fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
+        let update = match update {
+            Update::Changes(cs) if cs.iter().any(|c| c.full) => Update::Full,
+            u => u,
+        };
         match update {
             Update::Full => {
+                let desired = desired.programs();
+                let services = Self::desired_services(desired);
                 self.prepare();
                 let have = Self::ensure_dummy()?;
                 for p in desired {
@@ -347,10 +352,16 @@ impl Dataplane for Ipvs {
                 Self::change_addresses(&[], &del)?;
             }
         }
-        self.reap(&services)
+        // Draining real servers follow their virtual server's desired weights (whole
+        // programs are rendered for it only while some drain).
+        if self.draining.is_empty() {
+            return Ok(());
+        }
+        self.reap(&Self::desired_services(desired.programs()))
     }
 
-    fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError> {
+    fn verify(&mut self, desired: &Desired<'_>, deep: bool) -> Result<Vec<Drift>, DataplaneError> {
+        let desired = desired.programs();
         let mut drift = Vec::new();
         for p in desired {
             drift.extend(self.iptables.verify_rules(p, &format!("{} ipvs", p.family))?);

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tideway_core::config::{ProxyMode, ProxySettings};
-use tideway_core::program::{KernelState, Program};
+use tideway_core::program::KernelState;
 
-use super::{Dataplane, DataplaneError, Drift, DriftKind, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec::{CommandError, CommandStatus};
 
 /// One call a dataplane received.
@@ -83,18 +83,21 @@ impl Dataplane for MemoryDataplane {
         self.mode
     }
 
-    fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError> {
+    fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
         let mut k = self.kernel.lock();
         k.calls.push(Call::Apply { mode: self.mode, full: matches!(update, Update::Full) });
         if let Some(message) = k.fail_apply.clone() {
             return Err(injected(&message));
         }
         let next = match update {
-            Update::Full => desired.map(KernelState::of),
+            Update::Full => desired.programs().map(KernelState::of),
             Update::Changes(sets) => {
+                // A kernel model checks what the change sets do; the whole programs only
+                // serve full change sets.
                 let mut next = k.state.get(&self.mode).cloned().unwrap_or_default();
                 for (i, state) in next.iter_mut().enumerate() {
-                    state.apply(sets[i], desired[i]).map_err(|e| injected(&e.to_string()))?;
+                    let p = if sets[i].full { desired.programs()[i] } else { desired.skeletons()[i] };
+                    state.apply(sets[i], p).map_err(|e| injected(&e.to_string()))?;
                 }
                 next
             }
@@ -103,11 +106,12 @@ impl Dataplane for MemoryDataplane {
         Ok(())
     }
 
-    fn verify(&mut self, desired: [&Program; 2], _deep: bool) -> Result<Vec<Drift>, DataplaneError> {
+    fn verify(&mut self, desired: &Desired<'_>, _deep: bool) -> Result<Vec<Drift>, DataplaneError> {
         let mut k = self.kernel.lock();
         k.calls.push(Call::Verify(self.mode));
         let have = k.state.get(&self.mode).cloned().unwrap_or_default();
         let drift = desired
+            .programs()
             .iter()
             .zip(&have)
             .zip(["IPv4", "IPv6"])

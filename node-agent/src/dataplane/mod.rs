@@ -1,10 +1,11 @@
 //! Dataplanes: one backend per proxy mode, applying what core rendered.
 //!
-//! A dataplane makes no decisions about Services: it receives the desired [`Program`] of each
-//! family (and, for incremental syncs, the [`ChangeSet`]s), turns them into kernel calls with the
-//! core printers, reads back what the kernel holds to detect drift, and removes its objects when
+//! A dataplane makes no decisions about Services: it receives the [`Desired`] programs of both
+//! families (rendered whole only when a backend asks) and, for incremental syncs, the
+//! [`ChangeSet`]s, turns them into kernel calls with the core printers, reads back what the kernel holds to detect drift, and removes its objects when
 //! the mode changes.
 
+mod desired;
 mod iptables;
 mod ipvs;
 mod ipvs_netlink;
@@ -20,6 +21,7 @@ use tideway_core::config::{ProxyMode, ProxySettings};
 pub use tideway_core::drift::DriftKind;
 use tideway_core::program::{ChangeSet, Program};
 
+pub use desired::Desired;
 pub use iptables::{BACKEND_ENV as IPTABLES_BACKEND_ENV, Iptables, IptablesBackend};
 pub use ipvs::Ipvs;
 pub use nftables::Nftables;
@@ -154,17 +156,18 @@ pub trait Dataplane: Send {
     fn mode(&self) -> ProxyMode;
 
     /// Programs `desired` ([IPv4, IPv6]) wholesale, or applies `update` on top of the last
-    /// programs. On error the kernel keeps what it had (one transaction where the kernel
-    /// offers one) and the caller must follow up with a full update.
-    fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError>;
+    /// programs (asking `desired` for whole programs only where a change set is not enough).
+    /// On error the kernel keeps what it had (one transaction where the kernel offers one)
+    /// and the caller must follow up with a full update.
+    fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError>;
 
     /// Compares the kernel with `desired`; `deep` also compares set and map members, which is
     /// slower at scale.
-    fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError>;
+    fn verify(&mut self, desired: &Desired<'_>, deep: bool) -> Result<Vec<Drift>, DataplaneError>;
 
     /// Repairs what `verify` found. Backends that can rewrite single objects do only that;
     /// the others rewrite everything.
-    fn repair(&mut self, desired: [&Program; 2], _drift: &[Drift]) -> Result<(), DataplaneError> {
+    fn repair(&mut self, desired: &Desired<'_>, _drift: &[Drift]) -> Result<(), DataplaneError> {
         self.apply(desired, Update::Full)
     }
 

@@ -18,7 +18,7 @@ use tideway_core::program::{ChangeSet, Element, Program};
 use tideway_core::render::nftables::{TABLE, text};
 
 use super::nft_netlink::{ElementRead, NftNetlink, element_digest};
-use super::{Dataplane, DataplaneError, Drift, Keep, Retired, Update};
+use super::{Dataplane, DataplaneError, Desired, Drift, Keep, Retired, Update};
 use crate::exec;
 
 /// Sets up to this size are read back whole (extra elements are found too); larger ones are
@@ -173,28 +173,31 @@ impl Dataplane for Nftables {
         ProxyMode::Nftables
     }
 
-    fn apply(&mut self, desired: [&Program; 2], update: Update<'_>) -> Result<(), DataplaneError> {
-        self.transaction(|nl| match update {
-            Update::Full => nl.apply_full(desired),
-            Update::Changes(cs) => nl.apply_changes(desired, cs),
-        })?;
-        for (i, p) in desired.into_iter().enumerate() {
-            let changes = match update {
-                Update::Full => None,
-                Update::Changes(cs) => Some(cs[i]),
-            };
-            self.learn(i, p, changes);
+    fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
+        let changes = match update {
+            Update::Changes(cs) if cs.iter().all(|c| !c.full) => Some(cs),
+            _ => None,
+        };
+        match changes {
+            Some(cs) => self.transaction(|nl| nl.apply_changes(desired.kept(), cs))?,
+            None => {
+                let programs = desired.programs();
+                self.transaction(|nl| nl.apply_full(programs))?;
+            }
+        }
+        for (i, p) in desired.skeletons().into_iter().enumerate() {
+            self.learn(i, p, changes.map(|cs| cs[i]));
         }
         Ok(())
     }
 
-    fn verify(&mut self, desired: [&Program; 2], deep: bool) -> Result<Vec<Drift>, DataplaneError> {
+    fn verify(&mut self, desired: &Desired<'_>, deep: bool) -> Result<Vec<Drift>, DataplaneError> {
         let now = self.netlink()?.generation()?;
         if self.generation == Some(now) {
             return Ok(Vec::new());
         }
         let mut drift = Vec::new();
-        for (i, p) in desired.into_iter().enumerate() {
+        for (i, p) in desired.programs().into_iter().enumerate() {
             let (expected, reads) = self.expected(i, p, deep);
             let observed = self.netlink()?.observe(p.family, &reads)?;
             // Chains whose digest could not be learnt are adopted as they are now.
@@ -219,7 +222,8 @@ impl Dataplane for Nftables {
         Ok(drift)
     }
 
-    fn repair(&mut self, desired: [&Program; 2], _drift: &[Drift]) -> Result<(), DataplaneError> {
+    fn repair(&mut self, desired: &Desired<'_>, _drift: &[Drift]) -> Result<(), DataplaneError> {
+        let desired = desired.programs();
         let plans = self.found.clone().map(|f| Repair::plan(&f));
         let work: Vec<(&Program, Repair)> =
             desired.into_iter().zip(plans.iter().cloned()).filter(|(_, r)| !r.is_empty()).collect();

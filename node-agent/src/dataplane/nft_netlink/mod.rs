@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use netlink_sys::Socket;
 use tideway_core::drift::{Digest, Observed, Repair};
 use tideway_core::net::IpFamily;
-use tideway_core::program::{ChangeSet, Element, Program, Set, SetRef};
+use tideway_core::program::{ChangeSet, Element, Program, ProgramState, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
 
 use super::{DataplaneError, NetlinkError, Refusal};
@@ -74,19 +74,19 @@ impl NftNetlink {
         self.commit(b)
     }
 
-    /// Applies `changes` (per family) on top of what is programmed, in one transaction.
+    /// Applies `changes` (per family; incremental ones: a full replacement goes through
+    /// [`apply_full`](Self::apply_full)) on top of what is programmed, in one transaction.
+    /// `kept` is what is kept of each family's new program: its base and the members of its
+    /// interval sets (rewritten whole).
     pub fn apply_changes(
         &mut self,
-        desired: [&Program; 2],
+        kept: [&ProgramState; 2],
         changes: [&ChangeSet; 2],
     ) -> Result<(), DataplaneError> {
         let mut b = Batch::new(self.seq);
-        for (p, cs) in desired.into_iter().zip(changes) {
-            if cs.full {
-                full(&mut b, p);
-            } else {
-                incremental(&mut b, p, cs);
-            }
+        for (state, cs) in kept.into_iter().zip(changes) {
+            debug_assert!(!cs.full, "a full change set needs the whole program");
+            incremental(&mut b, state, cs);
         }
         self.commit(b)
     }
@@ -334,7 +334,9 @@ fn repair(b: &mut Batch, p: &Program, r: &Repair) {
         if r.refill_sets.contains(name) {
             sets::flush(b, fam, TABLE, name);
         }
-        let all = all_elements(p, name);
+        let mut all: Vec<&Element> = asm.set(TABLE, name).map(|s| s.elements.clone()).unwrap_or_default();
+        all.sort();
+        all.dedup();
         if !all.is_empty() {
             sets::elements(b, fam, TABLE, def, &all, id, false);
         }
@@ -355,22 +357,11 @@ fn set_defs(p: &Program) -> HashMap<&str, &Set> {
     p.fragments().flat_map(|f| f.sets.iter()).map(|s| (&*s.name, s)).collect()
 }
 
-/// Every element of one set in the program (for interval sets, which are rewritten whole).
-fn all_elements<'a>(p: &'a Program, set: &str) -> Vec<&'a Element> {
-    let mut out: Vec<&Element> = Vec::new();
-    for f in p.fragments() {
-        for s in f.sets.iter().filter(|s| &*s.name == set) {
-            out.extend(&s.elements);
-        }
-        out.extend(f.elements.iter().filter(|(r, _)| &*r.name == set).map(|(_, e)| e));
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// A change set: new objects first, references before their targets go away.
-fn incremental(b: &mut Batch, p: &Program, cs: &ChangeSet) {
+/// A change set: new objects first, references before their targets go away. Rules need the
+/// definition only of sets new in this batch (their id) and of concatenated interval sets
+/// (their key layout), all of which are the base's; any other set is named by name.
+fn incremental(b: &mut Batch, state: &ProgramState, cs: &ChangeSet) {
+    let p = state.skeleton();
     let fam = nfproto(p.family);
     let defs = set_defs(p);
     let mut next_id = 1;
@@ -405,7 +396,7 @@ fn incremental(b: &mut Batch, p: &Program, cs: &ChangeSet) {
         if def.flags.interval {
             if rewritten.insert(&*s.name) {
                 sets::flush(b, fam, TABLE, &s.name);
-                let all = all_elements(p, &s.name);
+                let all = state.interval_elements(&s.name);
                 if !all.is_empty() {
                     sets::elements(b, fam, TABLE, def, &all, id, false);
                 }
