@@ -421,6 +421,18 @@ pub struct Fragment {
 }
 
 impl Fragment {
+    /// The fragment with no spare capacity in its lists (a whole program holds one per
+    /// service port, and growth by doubling leaves up to half of each list unused).
+    pub fn shrunk(mut self) -> Fragment {
+        self.chains.shrink_to_fit();
+        self.shared_chains.shrink_to_fit();
+        self.sets.shrink_to_fit();
+        self.rules.shrink_to_fit();
+        self.elements.shrink_to_fit();
+        self.virtual_servers.shrink_to_fit();
+        self
+    }
+
     /// Rules it contributes: its own and those of its chains (shared ones counted here too).
     pub fn rule_count(&self) -> usize {
         self.rules.len()

@@ -450,7 +450,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
     let mut owned: Vec<Chain> = per_chain.into_iter().map(|(n, rules)| Chain::new(NAT, n, rules)).collect();
     owned.extend(chains);
     frag.chains = owned;
-    frag
+    frag.shrunk()
 }
 
 /// `KUBE-SEP-*` names of a plan's endpoints, hashed once each.

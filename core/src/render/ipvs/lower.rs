@@ -529,7 +529,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
         add("KUBE-LOOP-BACK", e);
     }
     frag.virtual_servers = vs;
-    frag
+    frag.shrunk()
 }
 
 #[cfg(test)]

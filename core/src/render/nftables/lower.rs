@@ -445,7 +445,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
             out.elem("hairpin", smallvec![Value::Ip(ep.ip), Value::Ip(ep.ip)], None);
         }
     }
-    out.frag
+    out.frag.shrunk()
 }
 
 /// `<prefix>-lb-N`: picks one of N endpoints of the frontend being dispatched.
