@@ -14,11 +14,12 @@ use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
 use tideway_core::render::nftables::text;
 use tideway_core::testing::*;
-use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
+use tideway_node_agent::dataplane::nft_netlink::{MIN_CAPACITY, NftNetlink};
 use tideway_tests::netns::{Netns, require_root};
 
 /// The ruleset as JSON, normalized: no handles, set elements sorted (hash sets list in hash
-/// order), objects sorted by kind and name so creation order does not matter.
+/// order), objects sorted by kind and name so creation order does not matter, and no set
+/// sizes (the netlink writer declares each set with room to grow; `nft -f` text has none).
 fn listing(ns: &Netns) -> Vec<String> {
     let out = ns.sh("nft -j list ruleset");
     let json: Value = serde_json::from_str(&out).expect("nft JSON");
@@ -30,6 +31,9 @@ fn listing(ns: &Netns) -> Vec<String> {
         }
         strip_handles(&mut item);
         for kind in ["set", "map"] {
+            if let Some(set) = item.get_mut(kind).and_then(Value::as_object_mut) {
+                set.remove("size");
+            }
             if let Some(elems) =
                 item.get_mut(kind).and_then(|s| s.get_mut("elem")).and_then(Value::as_array_mut)
             {
@@ -105,6 +109,8 @@ fn every_fixture_lists_the_same_as_nft() {
         nl.apply_full([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (want, got) = (listing(&text_ns), listing(&nl_ns));
         assert!(want == got, "{name}: listings differ\n{}", first_difference(&want, &got));
+        let map = nl_ns.sh("nft list map ip tideway service-ips");
+        assert!(map.contains(&format!("size {MIN_CAPACITY}")), "{name}: maps are declared with room\n{map}");
         // Applying the same program again replaces the table atomically.
         nl.apply_full([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name} again: {e}"));
         assert!(listing(&nl_ns) == want, "{name}: second full apply differs");
@@ -347,6 +353,39 @@ mod drift {
             touch(&ns);
             assert_eq!(kinds(&mut dp, &p), BTreeSet::new(), "{damage}: repaired");
         }
+    }
+
+    #[test]
+    fn a_change_that_outgrows_a_map_is_applied_whole() {
+        require_root("programming nftables over netlink");
+        let node = mk_node_context();
+        let mut wanted = Wanted::of(compile(&tideway_core::testing::synthetic_cluster(10, 2), &node));
+        let ns = Netns::create(&format!("twdr-o-{}", std::process::id()));
+        let mut dp = applied(&ns, &wanted);
+        // 1,100 Services: more than the Service map was declared with room for.
+        let large = tideway_core::testing::synthetic_cluster(1100, 2);
+        let names: Vec<_> = large.services().map(|s| s.name.clone()).collect();
+        let changed = wanted.ruleset.update(&large, &names);
+        let sets: Vec<ChangeSet> = wanted
+            .kept
+            .iter_mut()
+            .map(|k| render::update(ProxyMode::Nftables, &wanted.ruleset, k, &changed).expect("same node"))
+            .collect();
+        assert!(
+            sets[0].add_elements.iter().filter(|(s, _)| &*s.name == "service-ips").count() > MIN_CAPACITY
+        );
+        // Sent as it is, the kernel refuses it: a set's size is a limit.
+        let err = open(&ns)
+            .apply_changes(wanted.kept.each_ref(), [&sets[0], &sets[1]])
+            .expect_err("the kernel holds a set to its size");
+        assert!(err.to_string().contains("os error 23"), "ENFILE: {err}");
+        // The dataplane sees it coming and rewrites the table with more room.
+        dp.apply(&wanted.desired(), Update::Changes([&sets[0], &sets[1]])).expect("applied whole");
+        let map = ns.sh("nft list map ip tideway service-ips");
+        assert_eq!(map.matches(": goto cluster-ip").count(), 1100, "{map}");
+        assert!(map.contains("size 2200"), "{map}");
+        touch(&ns);
+        assert_eq!(kinds(&mut dp, &wanted), BTreeSet::new());
     }
 
     #[test]

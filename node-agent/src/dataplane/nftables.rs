@@ -17,7 +17,7 @@ use tideway_core::drift::{self, Digest, Expected, Found, Repair};
 use tideway_core::program::{ChangeSet, Element, Program};
 use tideway_core::render::nftables::{TABLE, text};
 
-use super::nft_netlink::{ElementRead, NftNetlink, element_digest};
+use super::nft_netlink::{ElementRead, NftNetlink, Room, element_digest};
 use super::{Dataplane, DataplaneError, Desired, Drift, Keep, Retired, Update};
 use crate::exec;
 
@@ -37,6 +37,9 @@ pub struct Nftables {
     /// The ruleset generation our last transaction left (or the last check found clean);
     /// `None` when another transaction may have run since.
     generation: Option<u32>,
+    /// How full each sized set is (IPv4, IPv6): a change that would overflow one is applied
+    /// as a full sync.
+    room: [Room; 2],
 }
 
 impl std::fmt::Debug for Nftables {
@@ -175,14 +178,25 @@ impl Dataplane for Nftables {
 
     fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
         let changes = match update {
-            Update::Changes(cs) if cs.iter().all(|c| !c.full) => Some(cs),
-            _ => None,
+            Update::Changes(cs) if cs.iter().any(|c| c.full) => None,
+            Update::Changes(cs) if cs.iter().zip(&self.room).all(|(c, room)| room.fits(c)) => Some(cs),
+            Update::Changes(_) => {
+                tracing::info!("a map outgrew the room it was declared with; rewriting the table with more");
+                None
+            }
+            Update::Full => None,
         };
         match changes {
-            Some(cs) => self.transaction(|nl| nl.apply_changes(desired.kept(), cs))?,
+            Some(cs) => {
+                self.transaction(|nl| nl.apply_changes(desired.kept(), cs))?;
+                for (room, c) in self.room.iter_mut().zip(cs) {
+                    room.apply(c);
+                }
+            }
             None => {
                 let programs = desired.programs();
                 self.transaction(|nl| nl.apply_full(programs))?;
+                self.room = programs.map(Room::of);
             }
         }
         for (i, p) in desired.skeletons().into_iter().enumerate() {
@@ -233,6 +247,11 @@ impl Dataplane for Nftables {
                 self.learnt[i].remove(name);
             }
             if plan.full {
+                self.room[i] = Room::of(p);
+            } else {
+                self.room[i].redeclared(p, &plan.add_sets);
+            }
+            if plan.full {
                 self.learn_chains(i, p, None);
             } else if !plan.is_empty() {
                 self.learn_chains(i, p, Some(plan.filled_chains().cloned().collect()));
@@ -245,6 +264,7 @@ impl Dataplane for Nftables {
     fn cleanup(&mut self, _keep: &Keep) -> Result<Retired, DataplaneError> {
         self.learnt = Default::default();
         self.generation = None;
+        self.room = Default::default();
         let tables = Self::tables()?;
         let mut script = String::new();
         for fam in ["ip", "ip6"] {

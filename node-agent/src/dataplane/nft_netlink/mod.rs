@@ -4,6 +4,7 @@
 //! messages match what `nft` sends for the same rules, so `nft list ruleset` reads the same.
 
 mod batch;
+mod capacity;
 mod expr;
 mod read;
 mod sets;
@@ -18,6 +19,7 @@ use tideway_core::render::nftables::TABLE;
 
 use super::{DataplaneError, NetlinkError, Refusal};
 use batch::{Batch, NLM_F_CREATE, msg};
+pub use capacity::{MIN_CAPACITY, Room, capacity};
 use expr::SetIndex;
 pub use read::ElementRead;
 
@@ -280,7 +282,7 @@ fn full(b: &mut Batch, p: &Program) {
     let mut next_id = 1;
     let mut index = SetIndex { sets: HashMap::new() };
     for s in &asm.sets {
-        sets::declare(b, fam, TABLE, s.def, next_id);
+        sets::declare(b, fam, TABLE, s.def, next_id, s.elements.len());
         if !s.elements.is_empty() {
             sets::elements(b, fam, TABLE, s.def, &s.elements, Some(next_id), false);
         }
@@ -309,7 +311,8 @@ fn repair(b: &mut Batch, p: &Program, r: &Repair) {
     let mut index = SetIndex { sets: defs.iter().map(|(n, s)| (*n, (*s, None))).collect() };
     for name in &r.add_sets {
         let Some(def) = defs.get(name.as_str()) else { continue };
-        sets::declare(b, fam, TABLE, def, next_id);
+        let held = asm.set(TABLE, name).map_or(0, |s| s.elements.len());
+        sets::declare(b, fam, TABLE, def, next_id, held);
         index.sets.insert(&def.name, (def, Some(next_id)));
         next_id += 1;
     }
@@ -367,7 +370,7 @@ fn incremental(b: &mut Batch, state: &ProgramState, cs: &ChangeSet) {
     let mut next_id = 1;
     let mut index = SetIndex { sets: defs.iter().map(|(n, s)| (*n, (*s, None))).collect() };
     for s in &cs.add_sets {
-        sets::declare(b, fam, TABLE, s, next_id);
+        sets::declare(b, fam, TABLE, s, next_id, s.elements.len());
         index.sets.insert(&s.name, (s, Some(next_id)));
         next_id += 1;
     }

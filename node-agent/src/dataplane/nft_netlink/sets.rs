@@ -224,7 +224,8 @@ fn set_udata(s: &Set) -> Vec<u8> {
 }
 
 /// Declares `s` (id `id` within the batch).
-pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32) {
+/// Declares `s`, sized for `elements` (see [`capacity`](super::capacity)).
+pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32, elements: usize) {
     b.message(msg::NEWSET, family, NLM_F_CREATE, format!("add set {}", s.name));
     b.str(attr::SET_TABLE, table);
     b.str(attr::SET_NAME, &s.name);
@@ -253,6 +254,11 @@ pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32) 
     b.be32(attr::SET_ID, id);
     if let Some(t) = s.flags.dynamic_timeout {
         b.be64(attr::SET_TIMEOUT, u64::from(t) * 1000);
+    }
+    if let Some(size) = super::capacity::capacity(s, elements) {
+        let desc = b.nest(attr::SET_DESC);
+        b.be32(attr::DESC_SIZE, size);
+        b.end(desc);
     }
     if concat_interval {
         let desc = b.nest(attr::SET_DESC);
