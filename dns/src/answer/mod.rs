@@ -35,7 +35,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 pub use programmed::{Gate, gate};
 
 use crate::records::names::{pod_label_ip, reverse_ip, reverse_tree};
-use crate::records::{EndpointRecord, Kind, PodsMode, Port, RecordIndex, Svc};
+use crate::records::{EndpointRecord, Host, Kind, PodsMode, Port, RecordIndex, Svc};
 
 mod external;
 mod programmed;
@@ -218,7 +218,7 @@ impl<'a> Cx<'a> {
 
     /// `<host>.<svc>.<ns>.svc.<zone>`: the endpoint's host label, the rest as the query spells it.
     fn endpoint_name(&self, svc: &Svc<'_>, ep: &EndpointRecord) -> Name {
-        Name::from_labels([svc.host(ep)])
+        Name::from_labels([&*svc.host(ep)])
             .and_then(|host| host.append_domain(&self.service_name()))
             .unwrap_or_else(|_| svc.endpoint_fqdn(ep))
     }
@@ -331,11 +331,11 @@ impl<'a> Cx<'a> {
     fn cluster_ip_srv(&self, svc: &Svc<'_>, filter: Option<(&[u8], &[u8])>) -> Outcome {
         let ips = svc.cluster_ips();
         let fqdn = self.service_name();
-        let rows: Vec<(&[u8], u32, u16)> = svc
+        let rows: Vec<(Host<'_>, u32, u16)> = svc
             .ports()
             .iter()
             .filter(|p| filter.is_none_or(|(name, proto)| svc.port_matches(p, name, proto)))
-            .map(|p| (&[][..], 0, p.port))
+            .map(|p| (Host::Named(&[]), 0, p.port))
             .collect();
         let candidates = rows.len() * ips.len();
         let answers = self.srv_rows(rows, candidates, |_| fqdn.clone());
@@ -357,7 +357,7 @@ impl<'a> Cx<'a> {
                 self.answer(self.addresses(self.qname, ips), Vec::new())
             }
             RecordType::SRV => {
-                let rows: Vec<(&[u8], u32, u16)> = eps
+                let rows: Vec<(Host<'_>, u32, u16)> = eps
                     .iter()
                     .enumerate()
                     .flat_map(|(i, ep)| {
@@ -372,13 +372,13 @@ impl<'a> Cx<'a> {
                 let mut extra = Vec::new();
                 if !answers.is_empty() {
                     // Glue: every address of every target host, once.
-                    let mut last: Option<&[u8]> = None;
+                    let mut last: Option<Host<'_>> = None;
                     for ep in eps.iter().filter(|ep| svc.endpoint_ports(ep).iter().any(port_ok)) {
                         let host = svc.host(ep);
-                        if last != Some(host) {
+                        if last.as_deref() != Some(&*host) {
                             last = Some(host);
                             let fqdn = self.endpoint_name(svc, ep);
-                            self.glue(&fqdn, svc.endpoints_named(host).iter().map(|e| e.ip), &mut extra);
+                            self.glue(&fqdn, svc.endpoints_named(&host).iter().map(|e| e.ip), &mut extra);
                         }
                     }
                 }
@@ -392,13 +392,13 @@ impl<'a> Cx<'a> {
     /// names the endpoint a row's second field refers to.
     fn srv_rows(
         &self,
-        mut rows: Vec<(&[u8], u32, u16)>,
+        mut rows: Vec<(Host<'_>, u32, u16)>,
         candidates: usize,
         target: impl Fn(u32) -> Name,
     ) -> Vec<Record> {
         let weight = u16::try_from(100 / candidates.max(1)).unwrap_or(100).max(1);
-        rows.sort_by(|a, b| a.0.cmp(b.0).then(a.2.cmp(&b.2)));
-        rows.dedup_by(|a, b| a.0 == b.0 && a.2 == b.2);
+        rows.sort_by(|a, b| (*a.0).cmp(&*b.0).then(a.2.cmp(&b.2)));
+        rows.dedup_by(|a, b| *a.0 == *b.0 && a.2 == b.2);
         rows.into_iter()
             .map(|(_, ep, port)| self.record(self.qname, RData::SRV(SRV::new(0, weight, port, target(ep)))))
             .collect()

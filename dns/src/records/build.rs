@@ -10,10 +10,10 @@ use tideway_core::model::{Endpoint, EndpointPort, Pod, Service, ServiceType};
 use tideway_core::net::Protocol;
 
 use super::external::external_addresses;
-use super::names::{dashed_ip, is_host_label};
+use super::names::{DashedIp, is_host_label};
 use super::{
-    EndpointRecord, ExternalIndex, IndexSettings, Kind, PodsMode, Port, ProgrammedIndex, RecordIndex,
-    ServiceRecords, Span, name_hash,
+    EndpointRecord, ExternalIndex, IndexSettings, Kind, Namespace, PodsMode, Port, ProgrammedIndex,
+    RecordIndex, ServiceRecords, Span, name_hash,
 };
 
 /// `<zone>. SOA ns.dns.<zone>. hostmaster.<zone>. <serial> 7200 1800 86400 <ttl>`, with TTL
@@ -33,6 +33,22 @@ fn lower(s: &str) -> Vec<u8> {
     s.to_ascii_lowercase().into_bytes()
 }
 
+/// An endpoint's host label while building: its name (lower case), or its address dashed
+/// (not stored in the index: written again when asked for).
+enum Label {
+    Named(Vec<u8>),
+    Dashed(DashedIp),
+}
+
+impl Label {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Label::Named(h) => h,
+            Label::Dashed(d) => d.as_bytes(),
+        }
+    }
+}
+
 fn len32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -45,31 +61,65 @@ struct Builder<'s> {
     /// Wire length of `svc.<zone>.`, to reject names longer than 255 bytes.
     suffix_len: usize,
     pods: HashMap<(&'s str, &'s str), &'s Pod>,
+    /// The port list of the last slice, and its index.
+    last_ports: Option<(Vec<EndpointPort>, u32)>,
+    /// The namespace of the last Service (Services come in namespace order).
+    last_namespace: Option<String>,
 }
 
 impl Builder<'_> {
-    fn intern(&mut self, label: Vec<u8>) -> Span {
-        if let Some(span) = self.labels.get(&label) {
+    /// The arena span of `label` (lower case), adding it when new.
+    fn intern(&mut self, label: &[u8]) -> Span {
+        if let Some(span) = self.labels.get(label) {
             return *span;
         }
         let span = Span { start: len32(self.ix.text.len()), len: len32(label.len()) };
-        self.ix.text.extend_from_slice(&label);
-        self.labels.insert(label, span);
+        self.ix.text.extend_from_slice(label);
+        self.labels.insert(label.to_vec(), span);
         span
     }
 
+    /// [`intern`](Self::intern) of `s` in lower case (copied only when it has capitals).
+    fn intern_lower(&mut self, s: &str) -> Span {
+        if s.bytes().any(|b| b.is_ascii_uppercase()) {
+            self.intern(&lower(s))
+        } else {
+            self.intern(s.as_bytes())
+        }
+    }
+
+    /// Notes that the namespace `ns` exists.
+    fn namespace(&mut self, ns: &str) {
+        let label = lower(ns);
+        if !self.ix.namespaces.contains_key(label.as_slice()) {
+            self.ix.namespaces.insert(label.into(), Namespace::default());
+        }
+    }
+
     /// True when `labels` under `svc.<zone>.` make a legal name.
-    fn fits(&self, labels: &[&str]) -> bool {
-        labels.iter().all(|l| is_host_label(l))
+    fn fits(&self, labels: &[&[u8]]) -> bool {
+        labels.iter().all(is_host_label)
             && labels.iter().map(|l| l.len() + 1).sum::<usize>() + self.suffix_len <= 255
     }
 
     fn port(&mut self, name: &str, protocol: Protocol, port: u16) -> Port {
-        Port { name: self.intern(lower(name)), protocol, port }
+        Port { name: self.intern_lower(name), protocol, port }
     }
 
     /// The index of `ports` in `port_sets`, adding it when new.
     fn port_set(&mut self, ports: &[EndpointPort]) -> u32 {
+        // Slices mostly repeat the port list of the one before.
+        if let Some((last, i)) = &self.last_ports
+            && last.as_slice() == ports
+        {
+            return *i;
+        }
+        let i = self.new_port_set(ports);
+        self.last_ports = Some((ports.to_vec(), i));
+        i
+    }
+
+    fn new_port_set(&mut self, ports: &[EndpointPort]) -> u32 {
         let key: Vec<(String, Protocol, u16)> =
             ports.iter().map(|p| (p.name.to_ascii_lowercase(), p.protocol, p.port)).collect();
         if let Some(i) = self.port_sets.get(&key) {
@@ -107,7 +157,7 @@ impl Builder<'_> {
         reverse: &mut Vec<(IpAddr, u32, u32)>,
     ) -> bool {
         let (ns, name) = (svc.name.namespace.as_str(), svc.name.name.as_str());
-        if !self.fits(&[name, ns]) {
+        if !self.fits(&[name.as_bytes(), ns.as_bytes()]) {
             return false;
         }
         let index = len32(self.ix.services.len());
@@ -147,33 +197,42 @@ impl Builder<'_> {
         let external = Span { start: external_start, len: len32(self.ix.ips.len()) - external_start };
 
         // Ready endpoints (publishNotReadyAddresses: the controller marks everything ready;
-        // the flag is honoured here too, so hand-written slices behave the same).
-        let mut eps: Vec<(Vec<u8>, IpAddr, u32)> = Vec::new();
+        // the flag is honoured here too, so hand-written slices behave the same). A host
+        // label is kept only when it is a name: an address's dashed label is written when
+        // asked for.
+        let mut eps: Vec<(Label, IpAddr, u32)> = Vec::new();
         if !matches!(kind, Kind::ExternalName(_)) {
             for slice in state.endpoint_slices_for(&svc.name) {
                 let set = self.port_set(&slice.ports);
                 for ep in slice.endpoints.iter().filter(|e| e.ready || svc.publish_not_ready_addresses) {
                     let host = self.endpoint_host(ep, ns, name);
                     for ip in &ep.addresses {
-                        let host = host.clone().unwrap_or_else(|| dashed_ip(*ip));
-                        if self.fits(&[&host, name, ns]) {
-                            eps.push((lower(&host), *ip, set));
+                        let label = match host.as_deref() {
+                            Some(h) => Label::Named(h.as_bytes().to_ascii_lowercase()),
+                            None => Label::Dashed(DashedIp::new(*ip)),
+                        };
+                        if self.fits(&[label.bytes(), name.as_bytes(), ns.as_bytes()]) {
+                            eps.push((label, *ip, set));
                         }
                     }
                 }
             }
         }
-        eps.sort();
-        eps.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        // In host label order (lookups by label search them), then address.
+        eps.sort_by(|a, b| a.0.bytes().cmp(b.0.bytes()).then(a.1.cmp(&b.1)));
+        eps.dedup_by(|a, b| a.1 == b.1 && a.0.bytes() == b.0.bytes());
         let eps_start = len32(self.ix.endpoints.len());
         for (host, ip, port_set) in eps {
-            let host = self.intern(host);
+            let host = match host {
+                Label::Named(h) => self.intern(&h),
+                Label::Dashed(_) => Span::DASHED,
+            };
             reverse.push((ip, index, len32(self.ix.endpoints.len())));
             self.ix.endpoints.push(EndpointRecord { host, ip, port_set });
         }
         let record = ServiceRecords {
-            ns: self.intern(lower(ns)),
-            name: self.intern(lower(name)),
+            ns: self.intern_lower(ns),
+            name: self.intern_lower(name),
             kind,
             ips,
             ports,
@@ -182,7 +241,10 @@ impl Builder<'_> {
             generation: svc.generation,
         };
         self.ix.services.push(record);
-        self.ix.namespaces.entry(lower(ns).into()).or_default();
+        if self.last_namespace.as_deref() != Some(ns) {
+            self.namespace(ns);
+            self.last_namespace = Some(ns.to_string());
+        }
         true
     }
 }
@@ -215,7 +277,7 @@ impl RecordIndex {
             port_sets: Vec::new(),
             endpoints: Vec::new(),
             external_names: Vec::new(),
-            reverse: HashMap::default(),
+            reverse: Vec::new(),
             ptrs: Vec::new(),
             external: settings.external.as_ref().map(|e| ExternalIndex::new(e, serial)),
             programmed: None,
@@ -226,6 +288,8 @@ impl RecordIndex {
             port_sets: HashMap::default(),
             suffix_len,
             pods: state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect(),
+            last_ports: None,
+            last_namespace: None,
         };
         // A namespace exists when its Namespace object does, or (sources without Namespace
         // objects) when anything lives in it.
@@ -242,7 +306,12 @@ impl RecordIndex {
             b.ix.namespaces.entry(lower(&slice.namespace).into()).or_default();
         }
 
-        let mut reverse: Vec<(IpAddr, u32, u32)> = Vec::new();
+        // Sized once: growth by doubling would copy (and the kernel zero) these many times.
+        let addresses: usize =
+            state.endpoint_slices().flat_map(|s| &s.endpoints).map(|e| e.addresses.len()).sum();
+        b.ix.endpoints.reserve_exact(addresses);
+        b.ix.ips.reserve(state.service_count());
+        let mut reverse: Vec<(IpAddr, u32, u32)> = Vec::with_capacity(addresses + state.service_count());
         for svc in state.services() {
             if !b.service(state, svc, &mut reverse) {
                 tracing::debug!(service = %svc.name, "names do not form DNS names; not published");
@@ -287,9 +356,10 @@ impl RecordIndex {
                 reverse.extend(Span::of(&ix.ips, svc.ips).iter().map(|ip| (*ip, len32(i), u32::MAX)));
             }
         }
-        // Stable: per address, Services stay in name order, ClusterIP entries last.
-        reverse.sort_by_key(|r| r.0);
-        ix.reverse.reserve(reverse.len());
+        // Per address, Services in name order (their index); a ClusterIP's own entry is found
+        // wherever it sorts.
+        reverse.sort_unstable();
+        ix.reverse.reserve_exact(reverse.chunk_by(|a, b| a.0 == b.0).count());
         for group in reverse.chunk_by(|a, b| a.0 == b.0) {
             let chosen: &[(IpAddr, u32, u32)] = match group.iter().position(|r| r.2 == u32::MAX) {
                 Some(at) => &group[at..=at],
@@ -297,7 +367,7 @@ impl RecordIndex {
             };
             let span = Span { start: len32(ix.ptrs.len()), len: len32(chosen.len()) };
             ix.ptrs.extend(chosen.iter().map(|r| (r.1, r.2)));
-            ix.reverse.insert(group[0].0, span);
+            ix.reverse.push((group[0].0, span));
         }
         if settings.require_programmed {
             let programmed = ProgrammedIndex::build(state, |name| {

@@ -166,6 +166,31 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    /// An endpoint's host label that is its address, dashed ([`names::DashedIp`]).
+    const DASHED: Span = Span { start: u32::MAX, len: 0 };
+}
+
+/// An endpoint's host label: from the label arena, or its address dashed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Host<'a> {
+    /// A hostname (the endpoint's or its pod's).
+    Named(&'a [u8]),
+    /// The address with `-` for `.` and `:`.
+    Dashed(names::DashedIp),
+}
+
+impl std::ops::Deref for Host<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Host::Named(label) => label,
+            Host::Dashed(d) => d.as_bytes(),
+        }
+    }
+}
+
+impl Span {
     fn of<T>(v: &[T], span: Span) -> &[T] {
         let start = span.start as usize;
         v.get(start..start + span.len as usize).unwrap_or(&[])
@@ -195,7 +220,7 @@ pub(crate) enum Kind {
 /// One address of a ready endpoint, under the host label it is published as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EndpointRecord {
-    /// Lower-case host label (hostname, pod hostname, or dashed address).
+    /// Lower-case host label (hostname or pod hostname), or [`Span::DASHED`].
     host: Span,
     pub(crate) ip: IpAddr,
     /// Index into the port lists of the Service's EndpointSlices.
@@ -285,22 +310,26 @@ impl<'a> Svc<'a> {
         Span::of(&self.ix.endpoints, self.rec.endpoints)
     }
 
-    /// The endpoint addresses published under `host`.
+    /// The endpoint addresses published under `host` (endpoints are in host label order).
     pub(crate) fn endpoints_named(&self, host: &[u8]) -> &'a [EndpointRecord] {
         let eps = self.endpoints();
-        let start = eps.partition_point(|e| self.ix.text(e.host) < host);
-        let len = eps[start..].iter().take_while(|e| self.ix.text(e.host) == host).count();
+        let start = eps.partition_point(|e| &*self.host(e) < host);
+        let len = eps[start..].iter().take_while(|e| &*self.host(e) == host).count();
         &eps[start..start + len]
     }
 
-    pub(crate) fn host(&self, ep: &EndpointRecord) -> &'a [u8] {
-        self.ix.text(ep.host)
+    pub(crate) fn host(&self, ep: &EndpointRecord) -> Host<'a> {
+        if ep.host == Span::DASHED {
+            Host::Dashed(names::DashedIp::new(ep.ip))
+        } else {
+            Host::Named(self.ix.text(ep.host))
+        }
     }
 
     /// `<host>.<svc>.<ns>.svc.<zone>.`
     pub(crate) fn endpoint_fqdn(&self, ep: &EndpointRecord) -> Name {
         let ix = self.ix;
-        ix.under_svc(&[ix.text(ep.host), ix.text(self.rec.name), ix.text(self.rec.ns)])
+        ix.under_svc(&[&self.host(ep), ix.text(self.rec.name), ix.text(self.rec.ns)])
     }
 
     /// The ports of one endpoint (its EndpointSlice's).
@@ -339,9 +368,10 @@ pub struct RecordIndex {
     port_sets: Vec<Span>,
     endpoints: Vec<EndpointRecord>,
     external_names: Vec<Name>,
-    /// Reverse map: an address to its PTR targets in `ptrs` (a ClusterIP to its Service; an
-    /// endpoint address to one name per Service it is an endpoint of).
-    reverse: FxHashMap<IpAddr, Span>,
+    /// Reverse map, in address order: an address to its PTR targets in `ptrs` (a ClusterIP
+    /// to its Service; an endpoint address to one name per Service it is an endpoint of). A
+    /// sorted list: built by the sort it needs anyway, half the memory of a hash map.
+    reverse: Vec<(IpAddr, Span)>,
     /// `(service, endpoint)`; endpoint `u32::MAX` stands for the Service name itself.
     ptrs: Vec<(u32, u32)>,
     /// The external zone, when configured.
@@ -422,8 +452,8 @@ impl RecordIndex {
 
     /// The PTR targets of `ip`.
     pub(crate) fn reverse(&self, ip: &IpAddr) -> Option<Vec<Name>> {
-        let span = self.reverse.get(ip)?;
-        let names = Span::of(&self.ptrs, *span)
+        let at = self.reverse.binary_search_by(|(a, _)| a.cmp(ip)).ok()?;
+        let names = Span::of(&self.ptrs, self.reverse[at].1)
             .iter()
             .filter_map(|&(s, e)| {
                 let svc = Svc { ix: self, rec: self.services.get(s as usize)?, id: s };

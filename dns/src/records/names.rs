@@ -7,11 +7,59 @@ use hickory_proto::rr::Name;
 /// The label CoreDNS gives an endpoint without a hostname: its address with `.`/`:` replaced
 /// by `-`, and a `0` appended when that leaves a trailing `-` (`5678:abcd::` -> `5678-abcd--0`).
 pub fn dashed_ip(ip: IpAddr) -> String {
-    let mut s: String = ip.to_string().chars().map(|c| if c == '.' || c == ':' { '-' } else { c }).collect();
-    if s.ends_with('-') {
-        s.push('0');
+    String::from_utf8_lossy(DashedIp::new(ip).as_bytes()).into_owned()
+}
+
+/// [`dashed_ip`] written into a buffer of its own: the index writes the label of an endpoint
+/// without a hostname when it is asked for, instead of storing a million of them.
+#[derive(Debug, Clone, Copy)]
+pub struct DashedIp {
+    buf: [u8; 48],
+    len: u8,
+}
+
+impl DashedIp {
+    /// The label of `ip`.
+    pub fn new(ip: IpAddr) -> DashedIp {
+        use std::io::Write;
+        let mut buf = [0u8; 48];
+        if let IpAddr::V4(v4) = ip {
+            // Written by hand: a million of these are made when the index is built.
+            let mut len = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[len] = b'-';
+                    len += 1;
+                }
+                for div in [100, 10, 1] {
+                    if octet >= div || div == 1 {
+                        buf[len] = b'0' + octet / div % 10;
+                        len += 1;
+                    }
+                }
+            }
+            return DashedIp { buf, len: len as u8 };
+        }
+        let mut free = &mut buf[..];
+        // At most 45 bytes (`::ffff:255.255.255.255`): the write cannot run out of room.
+        let _ = write!(free, "{ip}");
+        let mut len = 48 - free.len();
+        for b in &mut buf[..len] {
+            if *b == b'.' || *b == b':' {
+                *b = b'-';
+            }
+        }
+        if buf[len - 1] == b'-' {
+            buf[len] = b'0';
+            len += 1;
+        }
+        DashedIp { buf, len: len as u8 }
     }
-    s
+
+    /// The label's bytes (lower case).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
 }
 
 /// The address a pod-record label stands for (`10-1-2-3` or `fd00-244--5`), as CoreDNS reads
@@ -27,11 +75,12 @@ pub fn pod_label_ip(label: &[u8]) -> Option<IpAddr> {
 }
 
 /// True for a label usable as an endpoint or pod host name (RFC 1123 label, any case).
-pub fn is_host_label(s: &str) -> bool {
+pub fn is_host_label(s: impl AsRef<[u8]>) -> bool {
+    let s = s.as_ref();
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && !s.starts_with('-')
+        && s.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+        && s[0] != b'-'
 }
 
 /// Which reverse tree a name is in.
@@ -103,6 +152,9 @@ mod tests {
     #[test]
     fn dashed_ips_follow_coredns() {
         assert_eq!(dashed_ip("10.1.2.3".parse().unwrap()), "10-1-2-3");
+        for ip in ["0.0.0.0", "255.255.255.255", "100.9.10.101", "1.200.30.4"] {
+            assert_eq!(dashed_ip(ip.parse().unwrap()), ip.replace('.', "-"));
+        }
         assert_eq!(dashed_ip("5678:abcd::1".parse().unwrap()), "5678-abcd--1");
         assert_eq!(dashed_ip("5678:abcd::".parse().unwrap()), "5678-abcd--0");
     }
