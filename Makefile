@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps lint purity generated check-generated unit test-helm test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release
+.PHONY: demo test deps lint purity generated check-generated unit test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release
 
 demo: build
 	./scripts/demo.sh
@@ -50,6 +50,10 @@ unit:
 		-E '($(PRIVILEGED)) and not ($(NOT_ON_THIS_KERNEL))' 2>/dev/null | wc -l); \
 	echo "TIDEWAY_SKIP_PRIVILEGED=1: $$n privileged tests were left out (not run)";,) exit $$rc
 
+# 100,000 Services render the recorded rules (the debug build in `unit` checks 10,000).
+test-scale:
+	$(CARGO) test --release --locked -p tideway-core --test scale
+
 # The REST APIs of a running lab against their OpenAPI documents (schemathesis; root).
 test-api: build
 	./scripts/test-api.sh
@@ -76,4 +80,4 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm unit test-api test-ipvs
+test: deps lint purity check-generated test-helm unit test-scale test-api test-ipvs
