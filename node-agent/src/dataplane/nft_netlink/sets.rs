@@ -56,6 +56,8 @@ const DATA_VERDICT: u32 = 0xffff_ff00;
 /// Bits per component in a concatenated type.
 const TYPE_BITS: u32 = 6;
 
+/// Elements converted to their wire form at a time.
+const WIRE_CHUNK: usize = 512;
 /// Elements per message: a message's element list is one nested attribute (at most 64 KiB).
 const ELEMENTS_BYTES: usize = 48 * 1024;
 
@@ -468,10 +470,16 @@ pub(super) fn elements(
     set_id: Option<u32>,
     delete: bool,
 ) {
-    let wire = wire(set, elements);
+    // Elements are converted a few hundred at a time, so a large set's wire form is never
+    // held whole beside the batch; single-field intervals need the whole list (sorted ranges).
+    let mut wires: Box<dyn Iterator<Item = Wire<'_>>> = if set.flags.interval && set.key.len() == 1 {
+        Box::new(wire(set, elements).into_iter())
+    } else {
+        Box::new(elements.chunks(WIRE_CHUNK).flat_map(|chunk| wire(set, chunk)))
+    };
     let verb = if delete { "delete" } else { "add" };
-    let mut i = 0;
-    while i < wire.len() {
+    let mut next = wires.next();
+    while next.is_some() {
         let kind = if delete { msg::DELSETELEM } else { msg::NEWSETELEM };
         b.message(
             kind,
@@ -487,8 +495,9 @@ pub(super) fn elements(
         let list = b.nest(attr::ELEM_LIST_ELEMENTS);
         let start = b.message_len();
         let mut n = 0u16;
-        while i < wire.len() && b.message_len() - start < ELEMENTS_BYTES {
-            let w = &wire[i];
+        while let Some(w) = next.as_ref()
+            && b.message_len() - start < ELEMENTS_BYTES
+        {
             n += 1;
             let e = b.nest(n);
             if w.interval_end {
@@ -506,7 +515,7 @@ pub(super) fn elements(
                 elem_data(b, d);
             }
             b.end(e);
-            i += 1;
+            next = wires.next();
         }
         b.end(list);
     }
