@@ -19,13 +19,13 @@ use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
 use tideway_core::l2::announced_by;
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
-use tideway_core::plan::{NodeContext, Ruleset, compile};
-use tideway_core::program::{ChangeSet, Program, ProgramState};
-use tideway_core::render;
+use tideway_core::plan::NodeContext;
+use tideway_core::program::Program;
 use tideway_sources::SharedCluster;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+mod plan;
 pub mod query;
 mod record;
 mod run;
@@ -34,6 +34,7 @@ mod unprogrammed;
 
 pub use status::AgentStatus;
 
+use self::plan::{Planned, Planning};
 use crate::announcer::Announcer;
 use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, Update};
 use crate::health::{HealthServers, ProxyHealth};
@@ -87,33 +88,6 @@ impl AgentOptions {
             min_sync_period: None,
             full_sync_period: Duration::from_secs(3600),
         }
-    }
-}
-
-struct Planned {
-    node: NodeContext,
-    ruleset: Ruleset,
-    programs: [ProgramState; 2],
-}
-
-/// Renders both families' whole programs, and what is kept of them between syncs.
-fn render_whole(mode: ProxyMode, ruleset: &Ruleset) -> ([Program; 2], [ProgramState; 2]) {
-    tracing::info_span!("render", full = true).in_scope(|| {
-        let programs = IpFamily::ALL.map(|f| render::lower(mode, ruleset, f));
-        let kept = programs.each_ref().map(ProgramState::new);
-        (programs, kept)
-    })
-}
-
-impl Planned {
-    /// What was last planned, as the dataplane is given it (whole programs on demand).
-    fn desired(&self) -> Desired<'_> {
-        Desired::new(self.node.settings.mode, &self.ruleset, self.programs.each_ref())
-    }
-
-    /// Rules of both families' programs, without walking them.
-    fn rule_count(&self) -> usize {
-        self.programs.iter().map(ProgramState::rule_count).sum()
     }
 }
 
@@ -272,59 +246,15 @@ impl Agent {
         self.pending.extend(changes.services);
         let mode = node.settings.mode;
         let periodic = self.last_full.is_none_or(|t| t.elapsed() >= self.opts.full_sync_period);
-        let mut full =
+        let full_wanted =
             force_full || self.needs_full || periodic || self.planned.as_ref().is_none_or(|p| p.node != node);
         let span = tracing::Span::current();
         span.record("mode", mode.to_string());
         span.record("changed_services", self.pending.len());
 
         // Plan.
-        let mut generations = BTreeMap::new();
-        // Whole programs, when this sync renders them (a full one); dropped once applied.
-        let mut whole: Option<[Program; 2]> = None;
-        let mut planned = match self.planned.take() {
-            Some(p) if !full => p,
-            _ => {
-                let state = self.cluster.lock();
-                if self.dataplane.is_none() && state.service_count() >= LARGE {
-                    tracing::info!(services = state.service_count(), "first sync: planning every Service");
-                }
-                let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, &node));
-                generations = state.services().map(|s| (s.name.clone(), s.generation)).collect();
-                drop(state);
-                let (programs, kept) = render_whole(mode, &ruleset);
-                whole = Some(programs);
-                full = true;
-                Planned { node: node.clone(), ruleset, programs: kept }
-            }
-        };
-        let mut change_sets: Vec<ChangeSet> = Vec::new();
-        if !full {
-            let state = self.cluster.lock();
-            let plan_span = tracing::info_span!("plan", full = false, services = self.pending.len());
-            let changed = plan_span.in_scope(|| planned.ruleset.update(&state, &self.pending));
-            for name in &self.pending {
-                generations.insert(name.clone(), state.service(name).map_or(-1, |s| s.generation));
-            }
-            drop(state);
-            let _render = tracing::info_span!("render", full = false, fragments = changed.len()).entered();
-            for kept in &mut planned.programs {
-                match render::update(mode, &planned.ruleset, kept, &changed) {
-                    Some(cs) => change_sets.push(cs),
-                    None => {
-                        full = true;
-                        break;
-                    }
-                }
-            }
-            if full {
-                let (programs, kept) = render_whole(mode, &planned.ruleset);
-                whole = Some(programs);
-                planned.programs = kept;
-                generations =
-                    self.cluster.lock().services().map(|s| (s.name.clone(), s.generation)).collect();
-            }
-        }
+        let Planning { planned, whole, changes: change_sets, generations } = self.plan(&node, full_wanted);
+        let full = whole.is_some();
 
         // Apply.
         let switching = self.dataplane.as_ref().is_some_and(|d| d.mode() != mode);
