@@ -34,10 +34,9 @@ fn a_large_cluster_renders_the_recorded_rules() {
     for &(n, mode, bytes, hash) in RECORDED.iter().filter(|r| r.0 == services) {
         let text = node_text(mode, &ruleset);
         let got = (text.len(), fnv1a(text.as_bytes()));
-        println!("({n}, ProxyMode::{mode:?}, {}, {:#018x}),", got.0, got.1);
         if got != (bytes, hash) {
             differ.push(format!(
-                "{mode}: {} bytes hashing to {:#018x}, recorded {bytes} / {hash:#018x}",
+                "({n}, ProxyMode::{mode:?}, {}, {:#018x}) where {bytes} / {hash:#018x} was recorded",
                 got.0, got.1
             ));
         }
