@@ -2,8 +2,10 @@
 //!
 //! ```text
 //!  source (Kubernetes or file) --> SharedCluster --changes--> agent::Agent (sync loop)
-//!      core: Ruleset::update -> render::lower_fragment -> ProgramState::replace_all
-//!      --> dataplane::{Nftables, Iptables, Ipvs}::apply  (one transaction where possible)
+//!      core: Ruleset::update (plans before and after) -> render::update (both sides'
+//!            fragments rendered, diffed against the kept ProgramState) -> ChangeSet
+//!      --> dataplane::{Nftables, Iptables, Ipvs}::apply(Desired, ..)  (one transaction where
+//!          possible; whole programs rendered only for a full apply, a check or a repair)
 //!      --> conntrack cleanup (UDP), health-check NodePort servers, status + metrics
 //!      every syncPeriod: dataplane.verify -> drift -> full resync
 //!  status --report::run--> NodeProxyState (server-side apply, when its content changes)

@@ -2,7 +2,9 @@
 //!
 //! A [`Program`] is a base [`Fragment`] (constant chains, hooks, shared sets) plus one fragment
 //! per service port. Fragments are what incremental syncs replace; [`diff`] turns a set of
-//! replaced fragments into the minimal [`ChangeSet`].
+//! replaced fragments into the minimal [`ChangeSet`]. Between syncs a node keeps only a
+//! [`ProgramState`] (the base and the counts shared objects need): the fragments a change
+//! replaces are rendered again from the plans they came from.
 
 mod diff;
 mod intern;

@@ -1,4 +1,4 @@
-//! Renderers: lower a [`Ruleset`](crate::plan::Ruleset) into a [`Program`](crate::program::Program)
+//! Renderers: lower a [`Ruleset`] into a [`Program`]
 //! per backend, and print programs and change sets as kernel input text.
 
 mod fmt;

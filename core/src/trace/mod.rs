@@ -1,4 +1,4 @@
-//! The packet tracer: walks a [`Program`] with one new connection and reports every path it can
+//! The packet tracer: walks a [`Program`](crate::program::Program) with one new connection and reports every path it can
 //! take (random endpoint choices are all explored) and where it ends up.
 //!
 //! Hooks are visited as the kernel does for a first packet: prerouting, then input (local
