@@ -51,7 +51,13 @@ fn align4(n: usize) -> usize {
 impl Batch {
     /// A batch whose messages are numbered from `first_seq`.
     pub(super) fn new(first_seq: u32) -> Batch {
-        let mut b = Batch { buf: Vec::with_capacity(4096), seq: first_seq, open: None, what: Vec::new() };
+        Batch::with_capacity(first_seq, 4096)
+    }
+
+    /// The same, with room for `bytes` reserved up front (a large batch then grows without
+    /// being copied; reserved pages it never writes cost no memory).
+    pub(super) fn with_capacity(first_seq: u32, bytes: usize) -> Batch {
+        let mut b = Batch { buf: Vec::with_capacity(bytes), seq: first_seq, open: None, what: Vec::new() };
         b.header(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0);
         b.buf.extend_from_slice(&SUBSYS_NFTABLES.to_be_bytes());
         b.close_message();

@@ -69,7 +69,7 @@ impl NftNetlink {
 
     /// Replaces both families' tables with `desired` in one transaction.
     pub fn apply_full(&mut self, desired: [&Program; 2]) -> Result<(), DataplaneError> {
-        let mut b = Batch::new(self.seq);
+        let mut b = Batch::with_capacity(self.seq, desired.iter().map(|p| full_size_bound(p)).sum());
         for p in desired {
             full(&mut b, p);
         }
@@ -266,6 +266,15 @@ fn delete_chain(b: &mut Batch, fam: u8, name: &str) {
     b.message(msg::DELCHAIN, fam, 0, format!("delete chain {name}"));
     b.str(CHAIN_TABLE, TABLE);
     b.str(CHAIN_NAME, name);
+}
+
+/// Room for the bytes [`full`] writes for `p`, generously: an element takes well under 128
+/// bytes on the wire (a concatenated key, its data and attribute headers), a rule under 1 KiB
+/// (more only costs the batch one copy as it grows).
+fn full_size_bound(p: &Program) -> usize {
+    let elements: usize =
+        p.fragments().map(|f| f.elements.len() + f.sets.iter().map(|s| s.elements.len()).sum::<usize>()).sum();
+    64 * 1024 + 128 * elements + 1024 * p.rule_count()
 }
 
 /// The whole program: the table is recreated with everything in it.
