@@ -7,12 +7,15 @@
 //! disappear with their last.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::Serialize;
 
-use super::{Chain, ChainRef, Element, Fragment, Program, Rule, Set, SetRef, VirtualServer};
+use super::{
+    Chain, ChainRef, ElemData, Element, Fragment, Program, Rule, Set, SetRef, Value, Verdict, VirtualServer,
+};
 use crate::model::ServicePortName;
 use crate::net::Protocol;
 
@@ -88,10 +91,77 @@ impl ChangeSet {
     }
 }
 
+/// What the counts are kept by: a shared chain, or an element of a shared set (the set's
+/// index among the base's shared sets, and the element in a compact byte form: a hairpin
+/// element `ip . ip` is 11 bytes inline instead of a 152-byte structure, which matters with
+/// one per local endpoint).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum RefKey {
     Chain(ChainRef),
-    Elem(SetRef, Element),
+    Elem(u16, ElemKey),
+}
+
+type ElemKey = smallvec::SmallVec<[u8; 22]>;
+
+/// `e` as bytes, one to one: every value and the data start with a tag that fixes their length.
+fn elem_key(e: &Element) -> ElemKey {
+    let mut k = ElemKey::new();
+    let ip = |k: &mut ElemKey, ip: &IpAddr| match ip {
+        IpAddr::V4(a) => {
+            k.push(4);
+            k.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            k.push(6);
+            k.extend_from_slice(&a.octets());
+        }
+    };
+    let name = |k: &mut ElemKey, n: &str| {
+        k.extend_from_slice(&u16::try_from(n.len()).unwrap_or(u16::MAX).to_be_bytes());
+        k.extend_from_slice(n.as_bytes());
+    };
+    for v in &e.key {
+        match v {
+            Value::Ip(a) => ip(&mut k, a),
+            Value::Net(n) => {
+                k.push(1);
+                ip(&mut k, &n.addr());
+                k.push(n.prefix_len());
+            }
+            Value::Proto(p) => k.extend_from_slice(&[2, *p as u8]),
+            Value::Port(p) => {
+                k.push(3);
+                k.extend_from_slice(&p.to_be_bytes());
+            }
+            Value::Int(i) => {
+                k.push(5);
+                k.extend_from_slice(&i.to_be_bytes());
+            }
+        }
+    }
+    match &e.data {
+        None => k.push(0),
+        Some(ElemData::AddrPort(a, p)) => {
+            k.push(1);
+            ip(&mut k, a);
+            k.extend_from_slice(&p.to_be_bytes());
+        }
+        Some(ElemData::Verdict(v)) => match v {
+            Verdict::Jump(c) => {
+                k.push(2);
+                name(&mut k, c);
+            }
+            Verdict::Goto(c) => {
+                k.push(3);
+                name(&mut k, c);
+            }
+            Verdict::Return => k.push(4),
+            Verdict::Accept => k.push(5),
+            Verdict::Drop => k.push(6),
+            Verdict::Reject => k.push(7),
+        },
+    }
+    k
 }
 
 /// What is kept of a programmed program between syncs: its node-level part (dialect, family,
@@ -103,7 +173,8 @@ pub struct ProgramState {
     /// The program without its service fragments.
     skeleton: Program,
     refs: HashMap<RefKey, u32>,
-    shared_sets: HashSet<SetRef>,
+    /// The base's shared sets (a [`RefKey::Elem`] names one by its index here).
+    shared_sets: Vec<SetRef>,
     /// Elements fragments contribute to the base's interval sets, counted (an interval set is
     /// rewritten whole by the netlink backend; these are few: source ranges).
     intervals: HashMap<SetRef, BTreeMap<Element, u32>>,
@@ -180,12 +251,14 @@ impl ProgramState {
         let chains: BTreeSet<ChainRef> = frag.shared_chains.iter().map(Chain::id).collect();
         let mut keys: Vec<RefKey> = chains.into_iter().map(RefKey::Chain).collect();
         keys.extend(
-            frag.elements
-                .iter()
-                .filter(|(s, _)| self.shared_sets.contains(s))
-                .map(|(s, e)| RefKey::Elem(s.clone(), e.clone())),
+            frag.elements.iter().filter_map(|(s, e)| self.shared(s).map(|i| RefKey::Elem(i, elem_key(e)))),
         );
         keys
+    }
+
+    /// The index of `set` among the shared sets, when it is one.
+    fn shared(&self, set: &SetRef) -> Option<u16> {
+        self.shared_sets.iter().position(|s| s == set).and_then(|i| u16::try_from(i).ok())
     }
 
     fn inc(&mut self, k: RefKey) -> bool {
@@ -273,13 +346,13 @@ impl ProgramState {
         let old_elems: HashSet<&(SetRef, Element)> = old.elements.iter().collect();
         let new_elems: HashSet<&(SetRef, Element)> = new.elements.iter().collect();
         for (s, e) in old.elements.iter().filter(|x| !new_elems.contains(x)) {
-            let gone = !self.shared_sets.contains(s) || self.dec(RefKey::Elem(s.clone(), e.clone()));
+            let gone = self.shared(s).is_none_or(|i| self.dec(RefKey::Elem(i, elem_key(e))));
             if gone {
                 out.delete_elements.push((s.clone(), e.clone()));
             }
         }
         for (s, e) in new.elements.iter().filter(|x| !old_elems.contains(x)) {
-            let fresh = !self.shared_sets.contains(s) || self.inc(RefKey::Elem(s.clone(), e.clone()));
+            let fresh = self.shared(s).is_none_or(|i| self.inc(RefKey::Elem(i, elem_key(e))));
             if fresh {
                 out.add_elements.push((s.clone(), e.clone()));
             }
@@ -336,4 +409,36 @@ pub fn diff(old: &Program, new: &Program) -> ChangeSet {
         .map(|k| (old.services.get(k), new.services.get(k)))
         .filter(|(before, after)| before != after);
     state.replace_all(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::Key;
+    use smallvec::smallvec;
+
+    #[test]
+    fn element_keys_tell_every_element_apart() {
+        let ip = |s: &str| Value::Ip(s.parse().unwrap());
+        let e = |key: Key, data: Option<ElemData>| Element { key, data };
+        let elements = [
+            e(smallvec![ip("10.0.0.1"), ip("10.0.0.1")], None),
+            e(smallvec![ip("10.0.0.1"), ip("10.0.0.2")], None),
+            e(smallvec![ip("::a00:1"), ip("10.0.0.1")], None),
+            e(smallvec![Value::Net("10.0.0.0/8".parse().unwrap())], None),
+            e(smallvec![Value::Net("10.0.0.0/16".parse().unwrap())], None),
+            e(smallvec![Value::Port(0x0203)], None),
+            e(smallvec![Value::Proto(Protocol::Tcp), Value::Port(3)], None),
+            e(smallvec![Value::Int(0x0203)], None),
+            e(smallvec![Value::Port(0x0203)], Some(ElemData::AddrPort("10.0.0.1".parse().unwrap(), 80))),
+            e(smallvec![Value::Port(0x0203)], Some(ElemData::Verdict(Verdict::Goto("ab".into())))),
+            e(smallvec![Value::Port(0x0203)], Some(ElemData::Verdict(Verdict::Jump("ab".into())))),
+            e(smallvec![Value::Port(0x0203)], Some(ElemData::Verdict(Verdict::Goto("abc".into())))),
+            e(smallvec![Value::Port(0x0203)], Some(ElemData::Verdict(Verdict::Accept))),
+        ];
+        let keys: BTreeSet<ElemKey> = elements.iter().map(elem_key).collect();
+        assert_eq!(keys.len(), elements.len(), "two elements share a key");
+        // A hairpin element stays inline.
+        assert!(!elem_key(&elements[0]).spilled());
+    }
 }

@@ -272,8 +272,10 @@ fn delete_chain(b: &mut Batch, fam: u8, name: &str) {
 /// bytes on the wire (a concatenated key, its data and attribute headers), a rule under 1 KiB
 /// (more only costs the batch one copy as it grows).
 fn full_size_bound(p: &Program) -> usize {
-    let elements: usize =
-        p.fragments().map(|f| f.elements.len() + f.sets.iter().map(|s| s.elements.len()).sum::<usize>()).sum();
+    let elements: usize = p
+        .fragments()
+        .map(|f| f.elements.len() + f.sets.iter().map(|s| s.elements.len()).sum::<usize>())
+        .sum();
     64 * 1024 + 128 * elements + 1024 * p.rule_count()
 }
 
