@@ -5,6 +5,7 @@
 
 mod batch;
 mod capacity;
+mod elements;
 mod expr;
 mod read;
 mod sets;
@@ -295,7 +296,7 @@ fn full(b: &mut Batch, p: &Program) {
     for s in &asm.sets {
         sets::declare(b, fam, TABLE, s.def, next_id, s.elements.len());
         if !s.elements.is_empty() {
-            sets::elements(b, fam, TABLE, s.def, &s.elements, Some(next_id), false);
+            elements::elements(b, fam, TABLE, s.def, &s.elements, Some(next_id), false);
         }
         index.sets.insert(&s.def.name, (s.def, Some(next_id)));
         next_id += 1;
@@ -346,13 +347,13 @@ fn repair(b: &mut Batch, p: &Program, r: &Repair) {
     for name in r.add_sets.iter().chain(&r.refill_sets) {
         let Some((def, id)) = index.sets.get(name.as_str()).copied() else { continue };
         if r.refill_sets.contains(name) {
-            sets::flush(b, fam, TABLE, name);
+            elements::flush(b, fam, TABLE, name);
         }
         let mut all: Vec<&Element> = asm.set(TABLE, name).map(|s| s.elements.clone()).unwrap_or_default();
         all.sort();
         all.dedup();
         if !all.is_empty() {
-            sets::elements(b, fam, TABLE, def, &all, id, false);
+            elements::elements(b, fam, TABLE, def, &all, id, false);
         }
     }
     for name in &r.delete_chains {
@@ -409,26 +410,26 @@ fn incremental(b: &mut Batch, state: &ProgramState, cs: &ChangeSet) {
         let Some((def, id)) = index.sets.get(&*s.name).copied() else { continue };
         if def.flags.interval {
             if rewritten.insert(&*s.name) {
-                sets::flush(b, fam, TABLE, &s.name);
+                elements::flush(b, fam, TABLE, &s.name);
                 let all = state.interval_elements(&s.name);
                 if !all.is_empty() {
-                    sets::elements(b, fam, TABLE, def, &all, id, false);
+                    elements::elements(b, fam, TABLE, def, &all, id, false);
                 }
             }
             continue;
         }
         if !del.is_empty() {
-            sets::elements(b, fam, TABLE, def, del, id, true);
+            elements::elements(b, fam, TABLE, def, del, id, true);
         }
         if !add.is_empty() {
-            sets::elements(b, fam, TABLE, def, add, id, false);
+            elements::elements(b, fam, TABLE, def, add, id, false);
         }
     }
     for s in &cs.add_sets {
         let elems: Vec<&Element> = s.elements.iter().collect();
         if !elems.is_empty() && !rewritten.contains(&*s.name) {
             let id = index.sets.get(&*s.name).and_then(|(_, id)| *id);
-            sets::elements(b, fam, TABLE, s, &elems, id, false);
+            elements::elements(b, fam, TABLE, s, &elems, id, false);
         }
     }
     for c in &cs.delete_chains {

@@ -213,7 +213,7 @@ fn add_elements(body: &[u8], sum: &mut Digest) {
 /// as they are sent, then read with the kernel answer's parser.
 pub(super) fn expected_elements(set: &Set, elements: &[&Element]) -> Digest {
     let mut b = Batch::new(0);
-    super::sets::elements(&mut b, 0, TABLE, set, elements, None, false);
+    super::elements::elements(&mut b, 0, TABLE, set, elements, None, false);
     let (bytes, _) = b.finish();
     let mut sum: Digest = 0;
     for m in messages(&bytes) {
@@ -377,7 +377,7 @@ impl NftNetlink {
         for chunk in wanted.chunks(LOOKUP_BATCH) {
             let mut list = Attrs::default();
             for (i, e) in chunk.iter().enumerate() {
-                let key = Attrs::default().put(attr::DATA_VALUE, &super::sets::key_bytes(e, false));
+                let key = Attrs::default().put(attr::DATA_VALUE, &super::elements::key_bytes(e, false));
                 list = list.nested(i as u16 + 1, Attrs::default().nested(attr::ELEM_KEY, key));
             }
             let a = Attrs::default()
