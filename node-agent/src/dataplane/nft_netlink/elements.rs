@@ -223,31 +223,14 @@ pub(super) fn flush(b: &mut Batch, family: u8, table: &str, set: &str) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sets::tests::{hex, set};
     use super::*;
     use tideway_core::net::{IpFamily, Protocol};
-    use tideway_core::program::{KeyType, SetFlags};
-
-    fn set(key: Vec<KeyType>, interval: bool) -> Set {
-        Set {
-            table: "tideway",
-            name: "s".into(),
-            key,
-            data: None,
-            flags: SetFlags { interval, dynamic_timeout: None },
-            ipset_type: None,
-            shared: false,
-            elements: vec![],
-            comment: None,
-        }
-    }
-
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
+    use tideway_core::program::KeyType;
 
     #[test]
     fn interval_ranges_take_nfts_encoding() {
-        let cidrs = set(vec![KeyType::Net(IpFamily::V4)], true);
+        let cidrs = set(vec![KeyType::Net(IpFamily::V4)], None, true);
         let e =
             Element { key: [Value::Net("10.244.0.0/16".parse().unwrap())].into_iter().collect(), data: None };
         let w = wire(&cidrs, &[&e]);
@@ -263,6 +246,7 @@ mod tests {
         // Concatenated ranges: key and key end.
         let fw = set(
             vec![KeyType::Addr(IpFamily::V4), KeyType::Proto, KeyType::Port, KeyType::Net(IpFamily::V4)],
+            None,
             true,
         );
         let e = Element {

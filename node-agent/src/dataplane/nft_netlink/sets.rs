@@ -324,11 +324,12 @@ pub(super) fn delete(b: &mut Batch, family: u8, table: &str, set: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use tideway_core::program::SetFlags;
 
-    fn set(key: Vec<KeyType>, data: Option<DataType>, interval: bool) -> Set {
+    /// A set `s` with this key, data and interval flag.
+    pub(in super::super) fn set(key: Vec<KeyType>, data: Option<DataType>, interval: bool) -> Set {
         Set {
             table: "tideway",
             name: "s".into(),
@@ -342,7 +343,8 @@ mod tests {
         }
     }
 
-    fn hex(b: &[u8]) -> String {
+    /// Bytes as lower-case hex.
+    pub(in super::super) fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()
     }
 
