@@ -12,9 +12,10 @@ use tideway_core::net::IpFamily;
 use tideway_core::plan::compile;
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
+use tideway_core::render::nftables::capacity::MIN_CAPACITY;
 use tideway_core::render::nftables::text;
 use tideway_core::testing::*;
-use tideway_node_agent::dataplane::nft_netlink::{MIN_CAPACITY, NftNetlink};
+use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
 use tideway_tests::netns::{Netns, require_root};
 
 /// The ruleset as JSON, normalized: no handles, set elements sorted (hash sets list in hash

@@ -15,9 +15,10 @@ use std::collections::HashMap;
 use tideway_core::config::ProxyMode;
 use tideway_core::drift::{self, Digest, Expected, Found, Repair};
 use tideway_core::program::{ChangeSet, Element, Program};
+use tideway_core::render::nftables::capacity::Room;
 use tideway_core::render::nftables::{TABLE, text};
 
-use super::nft_netlink::{ElementRead, NftNetlink, Room, element_digest};
+use super::nft_netlink::{ElementRead, NftNetlink, element_digest};
 use super::{Dataplane, DataplaneError, Desired, Drift, Keep, Retired, Update};
 use crate::exec;
 

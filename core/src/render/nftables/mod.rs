@@ -1,5 +1,6 @@
 //! nftables backend: map-based layout ([`lower`]) and `nft -f` text ([`text`]).
 
+pub mod capacity;
 mod lower;
 pub mod text;
 

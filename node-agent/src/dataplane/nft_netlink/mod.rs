@@ -4,7 +4,6 @@
 //! messages match what `nft` sends for the same rules, so `nft list ruleset` reads the same.
 
 mod batch;
-mod capacity;
 mod elements;
 mod expr;
 mod read;
@@ -20,7 +19,6 @@ use tideway_core::render::nftables::TABLE;
 
 use super::{DataplaneError, NetlinkError, Refusal};
 use batch::{Batch, NLM_F_CREATE, msg};
-pub use capacity::{MIN_CAPACITY, Room, capacity};
 use expr::SetIndex;
 pub use read::ElementRead;
 

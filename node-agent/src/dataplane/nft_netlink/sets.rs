@@ -4,6 +4,7 @@
 
 use tideway_core::net::IpFamily;
 use tideway_core::program::{DataType, KeyType, Set, Verdict};
+use tideway_core::render::nftables::capacity;
 
 use super::batch::{Batch, NLM_F_CREATE, msg};
 use super::expr::verdict;
@@ -218,7 +219,7 @@ fn set_udata(s: &Set) -> Vec<u8> {
 }
 
 /// Declares `s` (id `id` within the batch).
-/// Declares `s`, sized for `elements` (see [`capacity`](super::capacity)).
+/// Declares `s`, sized for `elements` (see [`capacity`]).
 pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32, elements: usize) {
     b.message(msg::NEWSET, family, NLM_F_CREATE, format!("add set {}", s.name));
     b.str(attr::SET_TABLE, table);
@@ -249,7 +250,7 @@ pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32, 
     if let Some(t) = s.flags.dynamic_timeout {
         b.be64(attr::SET_TIMEOUT, u64::from(t) * 1000);
     }
-    if let Some(size) = super::capacity::capacity(s, elements) {
+    if let Some(size) = capacity::capacity(s, elements) {
         let desc = b.nest(attr::SET_DESC);
         b.be32(attr::DESC_SIZE, size);
         b.end(desc);

@@ -1,16 +1,16 @@
-//! Set capacities.
+//! Set capacities: the size each set is declared with, and when a change no longer fits.
 //!
 //! A set declared with a size gets a hash table of that size from the start (the kernel
 //! chooses its fixed-size hash for it) instead of a resizable one that rehashes again and
 //! again while a full sync fills it: at 100,000 Services that halves the kernel's share of a
 //! full sync. The size is also a limit (the kernel refuses elements beyond it with `ENFILE`),
-//! so every set is declared with room to grow, and [`Room`] follows how full each one is: a
-//! change set that would overflow a set is applied as a full sync instead, which declares the
+//! so every set is declared with room to grow, and [`Room`] follows how full each one is: the
+//! netlink backend applies a change set that would overflow a set as a full sync instead, which declares the
 //! sets again with room for what they then hold.
 
 use std::collections::HashMap;
 
-use tideway_core::program::{ChangeSet, Program, Set};
+use crate::program::{ChangeSet, Program, Set};
 
 /// The least room a set is declared with (a small cluster grows by this much between full
 /// syncs; its fixed-size table costs the kernel a few KiB).
@@ -97,7 +97,7 @@ impl Room {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tideway_core::program::{Element, SetFlags, SetRef, Value};
+    use crate::program::{Element, SetFlags, SetRef, Value};
 
     fn set(name: &str, flags: SetFlags) -> Set {
         Set {
