@@ -6,12 +6,8 @@ use hickory_proto::rr::Name;
 
 /// The label CoreDNS gives an endpoint without a hostname: its address with `.`/`:` replaced
 /// by `-`, and a `0` appended when that leaves a trailing `-` (`5678:abcd::` -> `5678-abcd--0`).
-pub fn dashed_ip(ip: IpAddr) -> String {
-    String::from_utf8_lossy(DashedIp::new(ip).as_bytes()).into_owned()
-}
-
-/// [`dashed_ip`] written into a buffer of its own: the index writes the label of an endpoint
-/// without a hostname when it is asked for, instead of storing a million of them.
+/// Written into a buffer of its own: the index writes the label of an endpoint without a
+/// hostname when it is asked for, instead of storing a million of them.
 #[derive(Debug, Clone, Copy)]
 pub struct DashedIp {
     buf: [u8; 48],
@@ -147,6 +143,10 @@ mod tests {
 
     fn labels(s: &str) -> Vec<&[u8]> {
         s.trim_end_matches('.').split('.').map(str::as_bytes).collect()
+    }
+
+    fn dashed_ip(ip: IpAddr) -> String {
+        String::from_utf8_lossy(DashedIp::new(ip).as_bytes()).into_owned()
     }
 
     #[test]
