@@ -1,10 +1,13 @@
 //! The DNS index at scale: build time and memory for `SERVICES` Services (default 100,000)
-//! x 10 endpoints, as ClusterIP Services (one A record each, the endpoints unused) and as
-//! headless Services (an A record per endpoint: 1,000,000 at the default), with the process's
-//! RSS after the cluster model, after the index, and its peak.
+//! x 10 endpoints, as ClusterIP Services (the Service name answers with the ClusterIP; each
+//! endpoint still has its own name and PTR record) and as headless Services (the Service name
+//! answers with every endpoint: 1,000,000 addresses at the default), with the process's RSS
+//! after the cluster model, after the index, and its peak. The build time is the median of
+//! `RUNS` (default 7) builds, each after the last index was dropped.
 //!
 //! `cargo run --release -p tideway-dns --example index_scale` (run with
-//! `MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0`, as `tideway dns` sets them).
+//! `MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0`, as `tideway dns` sets them: freed
+//! pages go back to the system at once, so every build faults its memory in again).
 
 #![allow(clippy::print_stdout)]
 
@@ -57,9 +60,10 @@ fn measure(n: usize, headless: bool) {
     let before = kib("VmRSS:");
     let state = cluster(n, headless);
     let model = kib("VmRSS:");
+    let runs: usize = std::env::var("RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(7).max(1);
     let mut times: Vec<Duration> = Vec::new();
     let mut index = None;
-    for _ in 0..3 {
+    for _ in 0..runs {
         drop(index.take());
         let t = Instant::now();
         index = Some(RecordIndex::build(&state, &settings, 1));
@@ -69,9 +73,11 @@ fn measure(n: usize, headless: bool) {
     let with_index = kib("VmRSS:");
     let kind = if headless { "headless" } else { "ClusterIP" };
     println!(
-        "DNS index, {n} {kind} Services x {ENDPOINTS} endpoints: build {:.0} ms (median of 3), \
-         RSS model {} + index {} = {} (process peak {})",
-        times[1].as_secs_f64() * 1000.0,
+        "DNS index, {n} {kind} Services x {ENDPOINTS} endpoints: build {:.0} ms (median of {runs}; \
+         {:.0}-{:.0}), RSS model {} + index {} = {} (process peak {})",
+        times[runs / 2].as_secs_f64() * 1000.0,
+        times[0].as_secs_f64() * 1000.0,
+        times[runs - 1].as_secs_f64() * 1000.0,
         mib(model.saturating_sub(before)),
         mib(with_index.saturating_sub(model)),
         mib(with_index),

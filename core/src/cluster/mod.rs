@@ -101,6 +101,23 @@ pub struct Snapshot {
 
 type ObjectKey = (String, String);
 
+/// The EndpointSlices of one Service, sorted by slice name
+/// ([`ClusterState::services_with_slices`]).
+#[derive(Debug, Clone)]
+pub struct ServiceSlices<'a> {
+    names: Option<std::collections::btree_set::Iter<'a, String>>,
+    slices: Option<&'a BTreeMap<String, EndpointSlice>>,
+}
+
+impl<'a> Iterator for ServiceSlices<'a> {
+    type Item = &'a EndpointSlice;
+
+    fn next(&mut self) -> Option<&'a EndpointSlice> {
+        let slices = self.slices?;
+        self.names.as_mut()?.find_map(|name| slices.get(name.as_str()))
+    }
+}
+
 /// Every kind Tideway reads, indexed for the planner, DNS and the operator.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
@@ -247,6 +264,24 @@ impl ClusterState {
     ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
         let ns = self.slices.get(svc.namespace.as_str());
         self.slices_by_service.get(svc).into_iter().flatten().filter_map(move |name| ns?.get(name.as_str()))
+    }
+
+    /// Every Service with its EndpointSlices, in Service order: one walk of the Services and
+    /// the slice index side by side instead of a lookup per Service.
+    pub fn services_with_slices(&self) -> impl Iterator<Item = (&Service, ServiceSlices<'_>)> {
+        let mut index = self.slices_by_service.iter().peekable();
+        let mut namespace: Option<(&str, Option<&BTreeMap<String, EndpointSlice>>)> = None;
+        self.services.values().map(move |svc| {
+            while index.next_if(|(name, _)| *name < &svc.name).is_some() {}
+            let names = index.next_if(|(name, _)| *name == &svc.name).map(|(_, names)| names.iter());
+            let ns = svc.name.namespace.as_str();
+            let slices = match namespace {
+                Some((current, slices)) if current == ns => slices,
+                _ => self.slices.get(ns),
+            };
+            namespace = Some((ns, slices));
+            (svc, ServiceSlices { names, slices })
+        })
     }
 
     /// Every EndpointSlice.
@@ -452,6 +487,40 @@ mod tests {
         assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 1);
         assert!(state.delete_endpoint_slice("ns", "a-1"));
         assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 0);
+    }
+
+    #[test]
+    fn services_with_slices_walks_what_per_service_lookups_find() {
+        let mut state = ClusterState::new();
+        let mut in_ns = |ns: &str, svc_name: &str, slice_name: &str| {
+            let mut s = slice(slice_name, svc_name, "10.0.0.1");
+            s.namespace = ns.into();
+            state.apply_endpoint_slice(s);
+        };
+        // Slices without a Service before, between and after the Services; a Service without
+        // slices; Services of several namespaces, one namespace without slices.
+        in_ns("a", "orphan", "orphan-1");
+        in_ns("ns", "b", "b-2");
+        in_ns("ns", "b", "b-1");
+        in_ns("ns", "c", "c-1");
+        in_ns("ns", "zz", "zz-1");
+        in_ns("other", "b", "other-b");
+        for name in [("ns", "a"), ("ns", "b"), ("ns", "d"), ("other", "b"), ("quiet", "x")] {
+            state.apply_service(Service::new(ServiceName::new(name.0, name.1)));
+        }
+        let walked: Vec<(String, Vec<String>)> = state
+            .services_with_slices()
+            .map(|(svc, slices)| (svc.name.to_string(), slices.map(|s| s.name.clone()).collect()))
+            .collect();
+        let looked_up: Vec<(String, Vec<String>)> = state
+            .services()
+            .map(|svc| {
+                (svc.name.to_string(), state.endpoint_slices_for(&svc.name).map(|s| s.name.clone()).collect())
+            })
+            .collect();
+        assert_eq!(walked, looked_up);
+        assert_eq!(walked[1], ("ns/b".to_string(), vec!["b-1".to_string(), "b-2".to_string()]));
+        assert_eq!(walked[3], ("other/b".to_string(), vec!["other-b".to_string()]));
     }
 
     #[test]

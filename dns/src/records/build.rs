@@ -6,11 +6,13 @@ use std::net::IpAddr;
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
 use tideway_core::cluster::ClusterState;
-use tideway_core::model::{Endpoint, EndpointPort, Pod, Service, ServiceType};
+use tideway_core::model::{EndpointPort, Service, ServiceType};
 use tideway_core::net::Protocol;
 
 use super::external::external_addresses;
-use super::names::{DashedIp, is_host_label};
+use super::names::is_host_label;
+use super::reverse::{Claims, ReverseMap, SERVICE_NAME};
+use super::rows::{self, Row, Rows};
 use super::{
     EndpointRecord, ExternalIndex, IndexSettings, Kind, Namespace, PodsMode, Port, ProgrammedIndex,
     RecordIndex, ServiceRecords, Span, name_hash,
@@ -33,41 +35,24 @@ fn lower(s: &str) -> Vec<u8> {
     s.to_ascii_lowercase().into_bytes()
 }
 
-/// An endpoint's host label while building: its name (lower case), or its address dashed
-/// (not stored in the index: written again when asked for).
-enum Label {
-    Named(Vec<u8>),
-    Dashed(DashedIp),
-}
-
-impl Label {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Label::Named(h) => h,
-            Label::Dashed(d) => d.as_bytes(),
-        }
-    }
-}
-
 fn len32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Build-time state: label interning and port-list dedup.
-struct Builder<'s> {
+struct Builder {
     ix: RecordIndex,
     labels: HashMap<Vec<u8>, Span>,
     port_sets: HashMap<Vec<(String, Protocol, u16)>, u32>,
     /// Wire length of `svc.<zone>.`, to reject names longer than 255 bytes.
     suffix_len: usize,
-    pods: HashMap<(&'s str, &'s str), &'s Pod>,
     /// The port list of the last slice, and its index.
     last_ports: Option<(Vec<EndpointPort>, u32)>,
     /// The namespace of the last Service (Services come in namespace order).
     last_namespace: Option<String>,
 }
 
-impl Builder<'_> {
+impl Builder {
     /// The arena span of `label` (lower case), adding it when new.
     fn intern(&mut self, label: &[u8]) -> Span {
         if let Some(span) = self.labels.get(label) {
@@ -136,26 +121,8 @@ impl Builder<'_> {
         i
     }
 
-    /// The endpoint's host label: its `hostname`, else the hostname of the pod it points to
-    /// when that pod's `subdomain` is this Service (how StatefulSet pods get stable names).
-    fn endpoint_host(&self, ep: &Endpoint, ns: &str, svc: &str) -> Option<String> {
-        if let Some(h) = ep.hostname.as_deref().filter(|h| is_host_label(h)) {
-            return Some(h.to_string());
-        }
-        let pod = self.pods.get(&(ns, ep.pod_name.as_deref()?))?;
-        if pod.subdomain.as_deref() != Some(svc) {
-            return None;
-        }
-        pod.hostname.as_deref().filter(|h| is_host_label(h)).map(str::to_string)
-    }
-
     /// Adds one Service; false when its names cannot form DNS names.
-    fn service(
-        &mut self,
-        state: &ClusterState,
-        svc: &Service,
-        reverse: &mut Vec<(IpAddr, u32, u32)>,
-    ) -> bool {
+    fn service(&mut self, svc: &Service, rows: &[Row<'_>], reverse: &mut Claims) -> bool {
         let (ns, name) = (svc.name.namespace.as_str(), svc.name.name.as_str());
         if !self.fits(&[name.as_bytes(), ns.as_bytes()]) {
             return false;
@@ -196,39 +163,12 @@ impl Builder<'_> {
         }
         let external = Span { start: external_start, len: len32(self.ix.ips.len()) - external_start };
 
-        // Ready endpoints (publishNotReadyAddresses: the controller marks everything ready;
-        // the flag is honoured here too, so hand-written slices behave the same). A host
-        // label is kept only when it is a name: an address's dashed label is written when
-        // asked for.
-        let mut eps: Vec<(Label, IpAddr, u32)> = Vec::new();
-        if !matches!(kind, Kind::ExternalName(_)) {
-            for slice in state.endpoint_slices_for(&svc.name) {
-                let set = self.port_set(&slice.ports);
-                for ep in slice.endpoints.iter().filter(|e| e.ready || svc.publish_not_ready_addresses) {
-                    let host = self.endpoint_host(ep, ns, name);
-                    for ip in &ep.addresses {
-                        let label = match host.as_deref() {
-                            Some(h) => Label::Named(h.as_bytes().to_ascii_lowercase()),
-                            None => Label::Dashed(DashedIp::new(*ip)),
-                        };
-                        if self.fits(&[label.bytes(), name.as_bytes(), ns.as_bytes()]) {
-                            eps.push((label, *ip, set));
-                        }
-                    }
-                }
-            }
-        }
-        // In host label order (lookups by label search them), then address.
-        eps.sort_by(|a, b| a.0.bytes().cmp(b.0.bytes()).then(a.1.cmp(&b.1)));
-        eps.dedup_by(|a, b| a.1 == b.1 && a.0.bytes() == b.0.bytes());
         let eps_start = len32(self.ix.endpoints.len());
-        for (host, ip, port_set) in eps {
-            let host = match host {
-                Label::Named(h) => self.intern(&h),
-                Label::Dashed(_) => Span::DASHED,
-            };
-            reverse.push((ip, index, len32(self.ix.endpoints.len())));
-            self.ix.endpoints.push(EndpointRecord { host, ip, port_set });
+        for row in rows {
+            let host = row.host.map_or(Span::DASHED, |h| self.intern_lower(h));
+            let port_set = self.port_set(row.ports);
+            reverse.push(row.ip, index, len32(self.ix.endpoints.len()));
+            self.ix.endpoints.push(EndpointRecord { host, ip: row.ip, port_set });
         }
         let record = ServiceRecords {
             ns: self.intern_lower(ns),
@@ -277,8 +217,7 @@ impl RecordIndex {
             port_sets: Vec::new(),
             endpoints: Vec::new(),
             external_names: Vec::new(),
-            reverse: Vec::new(),
-            ptrs: Vec::new(),
+            reverse: ReverseMap::default(),
             external: settings.external.as_ref().map(|e| ExternalIndex::new(e, serial)),
             programmed: None,
         };
@@ -287,7 +226,6 @@ impl RecordIndex {
             labels: HashMap::default(),
             port_sets: HashMap::default(),
             suffix_len,
-            pods: state.pods().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect(),
             last_ports: None,
             last_namespace: None,
         };
@@ -302,20 +240,25 @@ impl RecordIndex {
                 ns.pod_ips.extend(pod.ips.iter().copied());
             }
         }
-        for slice in state.endpoint_slices() {
-            b.ix.namespaces.entry(lower(&slice.namespace).into()).or_default();
-        }
-
         // Sized once: growth by doubling would copy (and the kernel zero) these many times.
-        let addresses: usize =
-            state.endpoint_slices().flat_map(|s| &s.endpoints).map(|e| e.addresses.len()).sum();
+        // An endpoint nearly always has one address (the count does not read the endpoints).
+        let mut addresses = 0;
+        let mut last_namespace = None;
+        for slice in state.endpoint_slices() {
+            addresses += slice.endpoints.len();
+            if last_namespace != Some(slice.namespace.as_str()) {
+                b.ix.namespaces.entry(lower(&slice.namespace).into()).or_default();
+                last_namespace = Some(slice.namespace.as_str());
+            }
+        }
         b.ix.endpoints.reserve_exact(addresses);
         b.ix.ips.reserve(state.service_count());
-        let mut reverse: Vec<(IpAddr, u32, u32)> = Vec::with_capacity(addresses + state.service_count());
-        for svc in state.services() {
-            if !b.service(state, svc, &mut reverse) {
+        let mut reverse = Claims::with_capacity(addresses + state.service_count());
+
+        rows::for_each_service(state, &Rows::new(state, suffix_len), |svc, rows| {
+            if !b.service(svc, rows, &mut reverse) {
                 tracing::debug!(service = %svc.name, "names do not form DNS names; not published");
-                continue;
+                return;
             }
             if Some(&svc.name) == settings.dns_service.as_ref() {
                 b.ix.ns_addrs = svc.cluster_ips.clone();
@@ -323,7 +266,8 @@ impl RecordIndex {
                     ext.ns_addrs = external_addresses(svc);
                 }
             }
-        }
+        });
+
         let mut ix = b.ix;
         if ix.ns_addrs.is_empty() {
             ix.ns_addrs = settings.fallback_ns_addrs.clone();
@@ -353,22 +297,13 @@ impl RecordIndex {
         // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
         for (i, svc) in ix.services.iter().enumerate() {
             if svc.kind == Kind::ClusterIp {
-                reverse.extend(Span::of(&ix.ips, svc.ips).iter().map(|ip| (*ip, len32(i), u32::MAX)));
+                for ip in Span::of(&ix.ips, svc.ips) {
+                    reverse.push(*ip, len32(i), SERVICE_NAME);
+                }
             }
         }
-        // Per address, Services in name order (their index); a ClusterIP's own entry is found
-        // wherever it sorts.
-        reverse.sort_unstable();
-        ix.reverse.reserve_exact(reverse.chunk_by(|a, b| a.0 == b.0).count());
-        for group in reverse.chunk_by(|a, b| a.0 == b.0) {
-            let chosen: &[(IpAddr, u32, u32)] = match group.iter().position(|r| r.2 == u32::MAX) {
-                Some(at) => &group[at..=at],
-                None => group,
-            };
-            let span = Span { start: len32(ix.ptrs.len()), len: len32(chosen.len()) };
-            ix.ptrs.extend(chosen.iter().map(|r| (r.1, r.2)));
-            ix.reverse.push((group[0].0, span));
-        }
+        ix.reverse = reverse.finish();
+
         if settings.require_programmed {
             let programmed = ProgrammedIndex::build(state, |name| {
                 let (ns, svc) = (lower(&name.namespace), lower(&name.name));
@@ -380,7 +315,6 @@ impl RecordIndex {
         ix.ports.shrink_to_fit();
         ix.ips.shrink_to_fit();
         ix.endpoints.shrink_to_fit();
-        ix.ptrs.shrink_to_fit();
         ix
     }
 }

@@ -15,6 +15,8 @@ mod build;
 mod external;
 pub mod names;
 mod programmed;
+mod reverse;
+mod rows;
 
 pub(crate) use external::ExternalIndex;
 pub use external::ExternalZone;
@@ -368,12 +370,8 @@ pub struct RecordIndex {
     port_sets: Vec<Span>,
     endpoints: Vec<EndpointRecord>,
     external_names: Vec<Name>,
-    /// Reverse map, in address order: an address to its PTR targets in `ptrs` (a ClusterIP
-    /// to its Service; an endpoint address to one name per Service it is an endpoint of). A
-    /// sorted list: built by the sort it needs anyway, half the memory of a hash map.
-    reverse: Vec<(IpAddr, Span)>,
-    /// `(service, endpoint)`; endpoint `u32::MAX` stands for the Service name itself.
-    ptrs: Vec<(u32, u32)>,
+    /// Addresses to PTR targets.
+    reverse: reverse::ReverseMap,
     /// The external zone, when configured.
     pub(crate) external: Option<ExternalIndex>,
     /// Node reports, with `--require-programmed`.
@@ -452,10 +450,13 @@ impl RecordIndex {
 
     /// The PTR targets of `ip`.
     pub(crate) fn reverse(&self, ip: &IpAddr) -> Option<Vec<Name>> {
-        let at = self.reverse.binary_search_by(|(a, _)| a.cmp(ip)).ok()?;
-        let names = Span::of(&self.ptrs, self.reverse[at].1)
-            .iter()
-            .filter_map(|&(s, e)| {
+        let targets = self.reverse.lookup(ip);
+        if targets.is_empty() {
+            return None;
+        }
+        let names = targets
+            .into_iter()
+            .filter_map(|(s, e)| {
                 let svc = Svc { ix: self, rec: self.services.get(s as usize)?, id: s };
                 Some(match self.endpoints.get(e as usize) {
                     Some(ep) => svc.endpoint_fqdn(ep),
