@@ -189,8 +189,11 @@ impl ServiceBuilder {
         self.0.labels.insert(k.into(), v.into());
         self
     }
-    /// The Service.
-    pub fn build(self) -> Service {
+    /// The Service (its lists sized exactly, as the Kubernetes conversion sizes them).
+    pub fn build(mut self) -> Service {
+        self.0.cluster_ips.shrink_to_fit();
+        self.0.ports.shrink_to_fit();
+        self.0.external_ips.shrink_to_fit();
         self.0
     }
 }

@@ -60,19 +60,20 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
         let ready = cond.ready.unwrap_or(true);
         let hints = ep.hints.clone().unwrap_or_default();
         endpoints.push(Endpoint {
-            addresses: addresses.into_boxed_slice(),
+            addresses: addresses.into(),
             ready,
             serving: cond.serving.unwrap_or(ready),
             terminating: cond.terminating.unwrap_or(false),
-            hostname: ep.hostname.clone(),
-            node_name: ep.node_name.clone(),
-            zone: ep.zone.clone(),
+            hostname: ep.hostname.as_deref().map(Into::into),
+            node_name: ep.node_name.as_deref().map(Into::into),
+            zone: ep.zone.as_deref().map(Into::into),
             hints: endpoint_hints(hints),
             pod_name: ep
                 .target_ref
                 .as_ref()
                 .filter(|r| r.kind.as_deref() == Some("Pod"))
-                .and_then(|r| r.name.clone()),
+                .and_then(|r| r.name.as_deref())
+                .map(Into::into),
         });
     }
     let trigger_time = meta

@@ -51,6 +51,8 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
         out.headless = true;
     } else if service_type != ServiceType::ExternalName {
         let mut families = BTreeSet::new();
+        // Sized exactly, as every list a Service keeps: 100,000 Services hold them all.
+        out.cluster_ips.reserve_exact(raw.len());
         for (i, ip) in raw.iter().enumerate() {
             let f = if raw.len() > 1 { format!("{field}[{i}]") } else { field.to_string() };
             let addr = cx.ip(&f, ip)?;

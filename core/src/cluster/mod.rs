@@ -4,11 +4,13 @@
 //! (`apply_*`, `delete_*`, `replace_*` for one kind after a relist, `reset` for everything);
 //! no-op updates are dropped, so `take_changes` reports only what can actually differ.
 
+mod names;
 mod store;
 mod written;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use names::SharedNames;
 use store::Store;
 
 use crate::config::ProxyConfig;
@@ -101,12 +103,15 @@ pub struct Snapshot {
 
 type ObjectKey = (String, String);
 
+/// One namespace's EndpointSlices by name.
+type SlicesByName = BTreeMap<String, Box<EndpointSlice>>;
+
 /// The EndpointSlices of one Service, sorted by slice name
 /// ([`ClusterState::services_with_slices`]).
 #[derive(Debug, Clone)]
 pub struct ServiceSlices<'a> {
-    names: Option<std::collections::btree_set::Iter<'a, String>>,
-    slices: Option<&'a BTreeMap<String, EndpointSlice>>,
+    names: Option<std::slice::Iter<'a, String>>,
+    slices: Option<&'a SlicesByName>,
 }
 
 impl<'a> Iterator for ServiceSlices<'a> {
@@ -114,7 +119,7 @@ impl<'a> Iterator for ServiceSlices<'a> {
 
     fn next(&mut self) -> Option<&'a EndpointSlice> {
         let slices = self.slices?;
-        self.names.as_mut()?.find_map(|name| slices.get(name.as_str()))
+        self.names.as_mut()?.find_map(|name| slices.get(name.as_str()).map(|s| &**s))
     }
 }
 
@@ -122,9 +127,11 @@ impl<'a> Iterator for ServiceSlices<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     services: Store<ServiceName, Service>,
-    /// namespace -> slice name -> slice (lookups by `&str`, no allocation).
-    slices: BTreeMap<String, BTreeMap<String, EndpointSlice>>,
-    slices_by_service: BTreeMap<ServiceName, BTreeSet<String>>,
+    /// namespace -> slice name -> slice (lookups by `&str`, no allocation; boxed: a map
+    /// node holds a pointer per slice, not the slice, so half-full nodes cost little).
+    slices: BTreeMap<String, SlicesByName>,
+    /// A Service's slice names, sorted (a Service has one to a few: a list, not a tree).
+    slices_by_service: BTreeMap<ServiceName, Vec<String>>,
     nodes: Store<String, Node>,
     pods: Store<ObjectKey, Pod>,
     proxy_configs: Store<String, ProxyConfig>,
@@ -132,6 +139,8 @@ pub struct ClusterState {
     node_states: Store<String, NodeProxyState>,
     announcements: Store<ServiceName, L2Announcement>,
     pools: Store<String, LoadBalancerPool>,
+    /// Node and zone names, one copy each for all endpoints.
+    names: SharedNames,
     changes: Changes,
 }
 
@@ -196,9 +205,10 @@ impl ClusterState {
     // === EndpointSlices ===
 
     /// Inserts or updates an EndpointSlice; returns false when nothing changed.
-    pub fn apply_endpoint_slice(&mut self, slice: EndpointSlice) -> bool {
+    pub fn apply_endpoint_slice(&mut self, mut slice: EndpointSlice) -> bool {
+        self.names.share_in(&mut slice);
         let prev = self.slices.get(&slice.namespace).and_then(|m| m.get(&slice.name));
-        if prev == Some(&slice) {
+        if prev.is_some_and(|p| **p == slice) {
             return false;
         }
         if let Some(old) = prev {
@@ -209,11 +219,14 @@ impl ClusterState {
             self.changes.services.insert(old_svc);
         }
         let svc = ServiceName::new(&slice.namespace, &slice.service);
-        self.slices_by_service.entry(svc.clone()).or_default().insert(slice.name.clone());
+        let names = self.slices_by_service.entry(svc.clone()).or_default();
+        if let Err(at) = names.binary_search(&slice.name) {
+            names.insert(at, slice.name.clone());
+        }
         self.changes.services.insert(svc);
         self.changes.endpoint_events += 1;
         self.changes.trigger_times.extend(slice.trigger_time);
-        self.slices.entry(slice.namespace.clone()).or_default().insert(slice.name.clone(), slice);
+        self.slices.entry(slice.namespace.clone()).or_default().insert(slice.name.clone(), Box::new(slice));
         true
     }
 
@@ -249,9 +262,9 @@ impl ClusterState {
     }
 
     fn unindex_slice(&mut self, svc: &ServiceName, slice: &str) {
-        if let Some(set) = self.slices_by_service.get_mut(svc) {
-            set.remove(slice);
-            if set.is_empty() {
+        if let Some(names) = self.slices_by_service.get_mut(svc) {
+            names.retain(|n| n != slice);
+            if names.is_empty() {
                 self.slices_by_service.remove(svc);
             }
         }
@@ -263,14 +276,18 @@ impl ClusterState {
         svc: &ServiceName,
     ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
         let ns = self.slices.get(svc.namespace.as_str());
-        self.slices_by_service.get(svc).into_iter().flatten().filter_map(move |name| ns?.get(name.as_str()))
+        self.slices_by_service
+            .get(svc)
+            .into_iter()
+            .flatten()
+            .filter_map(move |name| ns?.get(name.as_str()).map(|s| &**s))
     }
 
     /// Every Service with its EndpointSlices, in Service order: one walk of the Services and
     /// the slice index side by side instead of a lookup per Service.
     pub fn services_with_slices(&self) -> impl Iterator<Item = (&Service, ServiceSlices<'_>)> {
         let mut index = self.slices_by_service.iter().peekable();
-        let mut namespace: Option<(&str, Option<&BTreeMap<String, EndpointSlice>>)> = None;
+        let mut namespace: Option<(&str, Option<&SlicesByName>)> = None;
         self.services.values().map(move |svc| {
             while index.next_if(|(name, _)| *name < &svc.name).is_some() {}
             let names = index.next_if(|(name, _)| *name == &svc.name).map(|(_, names)| names.iter());
@@ -286,7 +303,7 @@ impl ClusterState {
 
     /// Every EndpointSlice.
     pub fn endpoint_slices(&self) -> impl Iterator<Item = &EndpointSlice> {
-        self.slices.values().flat_map(BTreeMap::values)
+        self.slices.values().flat_map(BTreeMap::values).map(|s| &**s)
     }
 
     // === Nodes ===
@@ -440,98 +457,4 @@ impl ClusterState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Endpoint;
-    use crate::net::IpFamily;
-
-    fn svc(name: &str) -> Service {
-        Service::new(ServiceName::new("ns", name))
-    }
-
-    fn slice(name: &str, svc: &str, ip: &str) -> EndpointSlice {
-        EndpointSlice {
-            namespace: "ns".into(),
-            name: name.into(),
-            service: svc.into(),
-            family: IpFamily::V4,
-            ports: vec![],
-            endpoints: vec![Endpoint::ready(ip.parse().unwrap())],
-            labels: Default::default(),
-            trigger_time: None,
-        }
-    }
-
-    #[test]
-    fn no_op_updates_are_dropped() {
-        let mut state = ClusterState::new();
-        assert!(state.apply_service(svc("a")));
-        assert_eq!(state.take_changes().services.len(), 1);
-        assert!(!state.apply_service(svc("a")));
-        assert!(state.take_changes().is_empty());
-    }
-
-    #[test]
-    fn slices_mark_their_service_and_move_between_services() {
-        let mut state = ClusterState::new();
-        state.apply_endpoint_slice(slice("a-1", "a", "10.0.0.1"));
-        state.apply_endpoint_slice(slice("a-2", "a", "10.0.0.2"));
-        assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 2);
-        state.take_changes();
-        // Relabelled to another Service: both are marked.
-        state.apply_endpoint_slice(slice("a-2", "b", "10.0.0.2"));
-        let changed = state.take_changes().services;
-        assert!(
-            changed.contains(&ServiceName::new("ns", "a")) && changed.contains(&ServiceName::new("ns", "b"))
-        );
-        assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 1);
-        assert!(state.delete_endpoint_slice("ns", "a-1"));
-        assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 0);
-    }
-
-    #[test]
-    fn services_with_slices_walks_what_per_service_lookups_find() {
-        let mut state = ClusterState::new();
-        let mut in_ns = |ns: &str, svc_name: &str, slice_name: &str| {
-            let mut s = slice(slice_name, svc_name, "10.0.0.1");
-            s.namespace = ns.into();
-            state.apply_endpoint_slice(s);
-        };
-        // Slices without a Service before, between and after the Services; a Service without
-        // slices; Services of several namespaces, one namespace without slices.
-        in_ns("a", "orphan", "orphan-1");
-        in_ns("ns", "b", "b-2");
-        in_ns("ns", "b", "b-1");
-        in_ns("ns", "c", "c-1");
-        in_ns("ns", "zz", "zz-1");
-        in_ns("other", "b", "other-b");
-        for name in [("ns", "a"), ("ns", "b"), ("ns", "d"), ("other", "b"), ("quiet", "x")] {
-            state.apply_service(Service::new(ServiceName::new(name.0, name.1)));
-        }
-        let walked: Vec<(String, Vec<String>)> = state
-            .services_with_slices()
-            .map(|(svc, slices)| (svc.name.to_string(), slices.map(|s| s.name.clone()).collect()))
-            .collect();
-        let looked_up: Vec<(String, Vec<String>)> = state
-            .services()
-            .map(|svc| {
-                (svc.name.to_string(), state.endpoint_slices_for(&svc.name).map(|s| s.name.clone()).collect())
-            })
-            .collect();
-        assert_eq!(walked, looked_up);
-        assert_eq!(walked[1], ("ns/b".to_string(), vec!["b-1".to_string(), "b-2".to_string()]));
-        assert_eq!(walked[3], ("other/b".to_string(), vec!["other-b".to_string()]));
-    }
-
-    #[test]
-    fn reset_records_only_differences() {
-        let mut state = ClusterState::from_snapshot(Snapshot {
-            services: vec![svc("a"), svc("b")],
-            ..Default::default()
-        });
-        state.take_changes();
-        state.reset(Snapshot { services: vec![svc("a"), svc("c")], ..Default::default() });
-        let changed: Vec<String> = state.take_changes().services.into_iter().map(|s| s.name).collect();
-        assert_eq!(changed, vec!["b".to_string(), "c".to_string()]);
-    }
-}
+mod tests;

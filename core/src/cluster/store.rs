@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Objects of one kind.
+/// Objects of one kind (boxed: a map node then holds a pointer per object, so the room
+/// half-full nodes leave costs a pointer, not a whole object).
 #[derive(Debug, Clone)]
 pub(crate) struct Store<K, V> {
-    objects: BTreeMap<K, V>,
+    objects: BTreeMap<K, Box<V>>,
 }
 
 impl<K, V> Default for Store<K, V> {
@@ -18,10 +19,10 @@ impl<K, V> Default for Store<K, V> {
 impl<K: Ord + Clone, V: PartialEq> Store<K, V> {
     /// Inserts or updates; false when the stored value is already equal.
     pub(crate) fn apply(&mut self, key: K, value: V) -> bool {
-        if self.objects.get(&key) == Some(&value) {
+        if self.objects.get(&key).is_some_and(|v| **v == value) {
             return false;
         }
-        self.objects.insert(key, value);
+        self.objects.insert(key, Box::new(value));
         true
     }
 
@@ -31,7 +32,7 @@ impl<K: Ord + Clone, V: PartialEq> Store<K, V> {
         K: std::borrow::Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.objects.remove(key)
+        self.objects.remove(key).map(|v| *v)
     }
 
     /// Replaces every object with `items`; returns the keys that were added, changed or removed.
@@ -57,11 +58,11 @@ impl<K: Ord + Clone, V: PartialEq> Store<K, V> {
         K: std::borrow::Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.objects.get(key)
+        self.objects.get(key).map(|v| &**v)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        self.objects.values()
+        self.objects.values().map(|v| &**v)
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -6,7 +6,7 @@ mod pool;
 mod service;
 mod status;
 
-pub use endpoint::{Endpoint, EndpointHints, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
+pub use endpoint::{Addresses, Endpoint, EndpointHints, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
 pub use node::{LABEL_ZONE, Namespace, Node, Pod};
 pub use pool::{L2Settings, LoadBalancerPool};
 pub use service::{

@@ -148,9 +148,9 @@ fn endpoint_views(state: &tideway_core::cluster::ClusterState, key: &ServiceName
         .flat_map(|slice| slice.endpoints.iter())
         .map(|e| EndpointView {
             addresses: e.addresses.iter().map(ToString::to_string).collect(),
-            node: e.node_name.clone(),
-            zone: e.zone.clone(),
-            pod: e.pod_name.clone(),
+            node: e.node_name.as_deref().map(Into::into),
+            zone: e.zone.as_deref().map(Into::into),
+            pod: e.pod_name.as_deref().map(Into::into),
             ready: e.ready,
             serving: e.serving,
             terminating: e.terminating,
