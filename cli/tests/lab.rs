@@ -158,6 +158,25 @@ fn split(lab: &TestLab, from: &str, url: &str, n: usize) -> BTreeMap<String, usi
     seen
 }
 
+/// Waits until curls from `from` to `url` were answered by `pods` different pods. `lab up`
+/// returns once every agent synced and every pod started, which can be before the pods'
+/// readiness probes pass and their endpoints are programmed: a curl right then may be
+/// refused, as it would be by kube-proxy for a Service without ready endpoints.
+fn wait_serving(lab: &TestLab, from: &str, url: &str, pods: usize) {
+    let mut seen = std::collections::BTreeSet::new();
+    eventually(patience(30.0), || {
+        if let Ok(who) = lab.curl(from, url) {
+            seen.insert(who);
+        }
+        if seen.len() >= pods {
+            Ok(())
+        } else {
+            Err(format!("{url} from {from}: answered by {seen:?} so far"))
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+}
+
 #[test]
 fn without_root_the_lab_refuses_at_once_and_says_why() {
     let out = Command::new("setpriv")
@@ -173,6 +192,7 @@ fn without_root_the_lab_refuses_at_once_and_says_why() {
 fn the_seed_experiments_work_on_the_demo() {
     let lab = TestLab::up("seed", DEMO, None);
     let lb = lab.lb_ip("svc1");
+    wait_serving(&lab, "mypc", &lb, 2);
     // 100 curls from the outside client split across both pods.
     let seen = split(&lab, "mypc", &lb, 100);
     assert_eq!(seen.len(), 2, "{seen:?}");
@@ -533,6 +553,7 @@ fn down_removes_everything_even_after_kill_9() {
 fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
     let lab = TestLab::up("ipvs", DEMO, Some("ipvs"));
     let lb = lab.lb_ip("svc1");
+    wait_serving(&lab, "mypc", &lb, 2);
     let seen = split(&lab, "mypc", &lb, 40);
     assert_eq!(seen.len(), 2, "{seen:?}");
     for (pod, n) in &seen {
