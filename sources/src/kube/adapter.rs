@@ -9,7 +9,7 @@
 
 use tideway_core::cluster::ClusterState;
 
-use super::kinds::Kind;
+use super::kinds::{Kind, Reader};
 use crate::shared::{InvalidObjects, ObjectKey, SharedCluster};
 use kube::runtime::watcher::Event;
 
@@ -18,7 +18,7 @@ pub struct KindAdapter<K: Kind> {
     cluster: SharedCluster,
     relist: Option<Relist<K>>,
     listed: bool,
-    proxy_only: bool,
+    reader: Reader,
 }
 
 struct Relist<K: Kind> {
@@ -45,20 +45,18 @@ pub enum Outcome {
 impl<K: Kind> KindAdapter<K> {
     /// An adapter writing into `cluster`.
     pub fn new(cluster: SharedCluster) -> Self {
-        KindAdapter { cluster, relist: None, listed: false, proxy_only: false }
+        KindAdapter { cluster, relist: None, listed: false, reader: Reader::All }
     }
 
-    /// An adapter that keeps only what a service proxy reads ([`Kind::trim_for_proxy`]).
-    pub fn for_proxy(cluster: SharedCluster) -> Self {
-        KindAdapter { proxy_only: true, ..Self::new(cluster) }
+    /// An adapter that keeps only what `reader` reads ([`Kind::trim`]).
+    pub fn for_reader(cluster: SharedCluster, reader: Reader) -> Self {
+        KindAdapter { reader, ..Self::new(cluster) }
     }
 
     fn model_of(&self, obj: &K) -> Result<Option<K::Model>, tideway_api::ConvertError> {
         let mut m = obj.convert()?;
-        if self.proxy_only
-            && let Some(m) = m.as_mut()
-        {
-            K::trim_for_proxy(m);
+        if let Some(m) = m.as_mut() {
+            K::trim(m, self.reader);
         }
         Ok(m)
     }

@@ -31,8 +31,8 @@ pub trait Kind:
     /// The state's current version of the object named by `key` (kept when an update is invalid).
     fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model>;
 
-    /// Drops what a service proxy does not read (called for the agent's watches only).
-    fn trim_for_proxy(_model: &mut Self::Model) {}
+    /// Drops what `reader` does not read, so that it is not kept (nothing by default).
+    fn trim(_model: &mut Self::Model, _reader: Reader) {}
 
     /// The key naming `obj`.
     fn key(obj: &Self) -> ObjectKey {
@@ -49,6 +49,18 @@ fn service_name(key: &ObjectKey) -> ServiceName {
     ServiceName::new(ns(key), &key.name)
 }
 
+/// Who reads the objects a watch delivers: each keeps only what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reader {
+    /// Everything is kept (the operator).
+    #[default]
+    All,
+    /// A service proxy (the node agent): of the labels, only the two it reads.
+    Proxy,
+    /// Cluster DNS: no labels, no endpoint topology (node, zone, hints).
+    Dns,
+}
+
 /// The only labels a service proxy reads: which proxy a Service is for, and headlessness.
 fn keep_proxy_labels(labels: &mut std::collections::BTreeMap<String, String>) {
     // Rebuilt rather than retained: an emptied map would keep its node allocated.
@@ -60,8 +72,12 @@ fn keep_proxy_labels(labels: &mut std::collections::BTreeMap<String, String>) {
 
 impl Kind for Service {
     type Model = model::Service;
-    fn trim_for_proxy(m: &mut Self::Model) {
-        keep_proxy_labels(&mut m.labels);
+    fn trim(m: &mut Self::Model, reader: Reader) {
+        match reader {
+            Reader::All => {}
+            Reader::Proxy => keep_proxy_labels(&mut m.labels),
+            Reader::Dns => m.labels = Default::default(),
+        }
     }
     fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
         convert::service(self).map(Some)
@@ -82,8 +98,17 @@ impl Kind for Service {
 
 impl Kind for EndpointSlice {
     type Model = model::EndpointSlice;
-    fn trim_for_proxy(m: &mut Self::Model) {
-        keep_proxy_labels(&mut m.labels);
+    fn trim(m: &mut Self::Model, reader: Reader) {
+        match reader {
+            Reader::All => {}
+            Reader::Proxy => keep_proxy_labels(&mut m.labels),
+            Reader::Dns => {
+                m.labels = Default::default();
+                for ep in &mut m.endpoints {
+                    (ep.node_name, ep.zone, ep.hints) = (None, None, None);
+                }
+            }
+        }
     }
     fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
         convert::endpoint_slice(self)
@@ -232,5 +257,42 @@ impl Kind for crd::LoadBalancerPool {
     }
     fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
         state.pool(&key.name).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_core::net::Protocol::Tcp;
+    use tideway_core::testing::{mk_service, mk_slice};
+
+    use super::*;
+
+    #[test]
+    fn each_reader_keeps_what_it_reads() {
+        let svc = mk_service("ns", "web")
+            .port("http", Tcp, 80)
+            .label("app", "web")
+            .label(model::LABEL_SERVICE_PROXY_NAME, "p")
+            .build();
+        let slice =
+            mk_slice("ns", "web").port("http", Tcp, 80).ready("10.0.0.1", "node-a").zone_hint("z").build();
+        let slice = model::EndpointSlice { labels: [("app".to_string(), "web".to_string())].into(), ..slice };
+        let trimmed = |reader| {
+            let (mut s, mut e) = (svc.clone(), slice.clone());
+            Service::trim(&mut s, reader);
+            EndpointSlice::trim(&mut e, reader);
+            (s, e)
+        };
+        assert_eq!(trimmed(Reader::All), (svc.clone(), slice.clone()));
+        let (s, e) = trimmed(Reader::Proxy);
+        assert_eq!(s.labels.keys().collect::<Vec<_>>(), [model::LABEL_SERVICE_PROXY_NAME]);
+        assert!(e.labels.is_empty());
+        assert_eq!(e.endpoints, slice.endpoints, "a proxy reads node names and hints");
+        let (s, e) = trimmed(Reader::Dns);
+        assert!(s.labels.is_empty() && e.labels.is_empty());
+        assert_eq!(s.ports, svc.ports);
+        let ep = &e.endpoints[0];
+        assert_eq!((&ep.node_name, &ep.zone, &ep.hints), (&None, &None, &None));
+        assert_eq!((&*ep.addresses, ep.ready), (&*slice.endpoints[0].addresses, true));
     }
 }

@@ -45,7 +45,7 @@ use tokio::task::JoinSet;
 pub use adapter::{KindAdapter, Outcome};
 pub use client::{ClientError, client};
 pub use errors::{ErrorCause, ErrorLog, classify};
-pub use kinds::Kind;
+pub use kinds::{Kind, Reader};
 pub use lease::{KubeLease, record as lease_record};
 pub use review::KubeReview;
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
@@ -139,13 +139,13 @@ struct WatchSpec {
     config: watcher::Config,
     /// Bumped after every change, for watches that depend on this kind.
     notify: Option<watch::Sender<u64>>,
-    /// Keep only what a service proxy reads.
-    proxy_only: bool,
+    /// Who reads the objects (what is kept of them).
+    reader: Reader,
 }
 
 impl WatchSpec {
     fn all() -> Self {
-        WatchSpec { config: watcher::Config::default(), notify: None, proxy_only: false }
+        WatchSpec { config: watcher::Config::default(), notify: None, reader: Reader::All }
     }
 
     fn with(config: watcher::Config) -> Self {
@@ -189,8 +189,9 @@ impl KubeSource {
         }
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
-        self.spawn::<Service>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<EndpointSlice>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        let for_dns = || WatchSpec { reader: Reader::Dns, ..WatchSpec::all() };
+        self.spawn::<Service>(&mut tasks, &cluster, &barrier, for_dns());
+        self.spawn::<EndpointSlice>(&mut tasks, &cluster, &barrier, for_dns());
         self.spawn::<Namespace>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         if pods {
             self.spawn::<Pod>(&mut tasks, &cluster, &barrier, WatchSpec::all());
@@ -252,7 +253,7 @@ impl KubeSource {
             tracing::info!(%selector, "watching Services and EndpointSlices");
             let mut services = JoinSet::new();
             let labelled = || WatchSpec {
-                proxy_only: true,
+                reader: Reader::Proxy,
                 ..WatchSpec::with(watcher::Config::default().labels(&selector))
             };
             self.spawn::<Service>(&mut services, &cluster, &barrier, labelled());
@@ -289,8 +290,7 @@ async fn watch_kind<K: Kind>(
 ) {
     let kind = K::kind(&()).to_string();
     let label = SourceMetrics::kind(&kind);
-    let mut adapter =
-        if spec.proxy_only { KindAdapter::<K>::for_proxy(cluster) } else { KindAdapter::new(cluster) };
+    let mut adapter = KindAdapter::<K>::for_reader(cluster, spec.reader);
     let mut errors = ErrorLog::default();
     let mut stream = watcher(api, spec.config.page_size(LIST_PAGE_SIZE)).default_backoff().boxed();
     while let Some(item) = stream.next().await {
