@@ -55,7 +55,8 @@ pub enum Reader {
     /// Everything is kept (the operator).
     #[default]
     All,
-    /// A service proxy (the node agent): of the labels, only the two it reads.
+    /// A service proxy (the node agent): of the labels, only the two it reads; of an
+    /// endpoint, no hostname, pod or zone (its node and hints decide locality).
     Proxy,
     /// Cluster DNS: no labels, no endpoint topology (node, zone, hints).
     Dns,
@@ -101,7 +102,12 @@ impl Kind for EndpointSlice {
     fn trim(m: &mut Self::Model, reader: Reader) {
         match reader {
             Reader::All => {}
-            Reader::Proxy => keep_proxy_labels(&mut m.labels),
+            Reader::Proxy => {
+                keep_proxy_labels(&mut m.labels);
+                for ep in &mut m.endpoints {
+                    (ep.hostname, ep.pod_name, ep.zone) = (None, None, None);
+                }
+            }
             Reader::Dns => {
                 m.labels = Default::default();
                 for ep in &mut m.endpoints {
@@ -276,7 +282,11 @@ mod tests {
             .build();
         let slice =
             mk_slice("ns", "web").port("http", Tcp, 80).ready("10.0.0.1", "node-a").zone_hint("z").build();
-        let slice = model::EndpointSlice { labels: [("app".to_string(), "web".to_string())].into(), ..slice };
+        let mut slice =
+            model::EndpointSlice { labels: [("app".to_string(), "web".to_string())].into(), ..slice };
+        let first = &mut slice.endpoints[0];
+        (first.hostname, first.pod_name, first.zone) =
+            (Some("web-0".into()), Some("web-0".into()), Some("z".into()));
         let trimmed = |reader| {
             let (mut s, mut e) = (svc.clone(), slice.clone());
             Service::trim(&mut s, reader);
@@ -287,12 +297,18 @@ mod tests {
         let (s, e) = trimmed(Reader::Proxy);
         assert_eq!(s.labels.keys().collect::<Vec<_>>(), [model::LABEL_SERVICE_PROXY_NAME]);
         assert!(e.labels.is_empty());
-        assert_eq!(e.endpoints, slice.endpoints, "a proxy reads node names and hints");
+        let (ep, was) = (&e.endpoints[0], &slice.endpoints[0]);
+        assert_eq!((&ep.node_name, &ep.hints), (&was.node_name, &was.hints), "a proxy reads nodes and hints");
+        assert_eq!((&ep.hostname, &ep.pod_name, &ep.zone), (&None, &None, &None));
         let (s, e) = trimmed(Reader::Dns);
         assert!(s.labels.is_empty() && e.labels.is_empty());
         assert_eq!(s.ports, svc.ports);
         let ep = &e.endpoints[0];
         assert_eq!((&ep.node_name, &ep.zone, &ep.hints), (&None, &None, &None));
         assert_eq!((&*ep.addresses, ep.ready), (&*slice.endpoints[0].addresses, true));
+        assert_eq!(
+            (&ep.hostname, &ep.pod_name),
+            (&slice.endpoints[0].hostname, &slice.endpoints[0].pod_name)
+        );
     }
 }
