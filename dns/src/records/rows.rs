@@ -35,13 +35,6 @@ impl Row<'_> {
         }
     }
 
-    fn label_len(&self) -> usize {
-        match self.host {
-            Some(h) => h.len(),
-            None => DashedIp::new(self.ip).as_bytes().len(),
-        }
-    }
-
     /// Label order, then address.
     fn order(&self, other: &Row<'_>) -> Ordering {
         self.prefix
@@ -93,20 +86,19 @@ impl<'s> Rows<'s> {
             for ep in slice.endpoints.iter().filter(|e| e.ready || svc.publish_not_ready_addresses) {
                 let host = self.endpoint_host(ep, ns, name);
                 for ip in &ep.addresses {
-                    let row = Row { prefix: 0, host, ip: *ip, ports: &slice.ports };
-                    let row = match host {
-                        Some(h) => Row { prefix: prefix(h.as_bytes()), ..row },
+                    let (key, len) = match host {
+                        Some(h) => (prefix(h.as_bytes()), h.len()),
                         None => {
                             let dashed = DashedIp::new(*ip);
                             // An IPv6 address can dash to a label starting with `-` (`::1`).
                             if !is_host_label(dashed.as_bytes()) {
                                 continue;
                             }
-                            Row { prefix: prefix(dashed.as_bytes()), ..row }
+                            (prefix(dashed.as_bytes()), dashed.as_bytes().len())
                         }
                     };
-                    if row.label_len() + 1 + under <= 255 {
-                        out.push(row);
+                    if len + 1 + under <= 255 {
+                        out.push(Row { prefix: key, host, ip: *ip, ports: &slice.ports });
                     }
                 }
             }
