@@ -107,7 +107,7 @@ type ObjectKey = (String, String);
 type SlicesByName = BTreeMap<String, Box<EndpointSlice>>;
 
 /// The EndpointSlices of one Service, sorted by slice name
-/// ([`ClusterState::services_with_slices`]).
+/// ([`ClusterState::endpoint_slices_for`], [`ClusterState::services_with_slices`]).
 #[derive(Debug, Clone)]
 pub struct ServiceSlices<'a> {
     names: Option<std::slice::Iter<'a, String>>,
@@ -271,16 +271,11 @@ impl ClusterState {
     }
 
     /// The EndpointSlices of a Service, sorted by slice name.
-    pub fn endpoint_slices_for<'a>(
-        &'a self,
-        svc: &ServiceName,
-    ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
-        let ns = self.slices.get(svc.namespace.as_str());
-        self.slices_by_service
-            .get(svc)
-            .into_iter()
-            .flatten()
-            .filter_map(move |name| ns?.get(name.as_str()).map(|s| &**s))
+    pub fn endpoint_slices_for(&self, svc: &ServiceName) -> ServiceSlices<'_> {
+        ServiceSlices {
+            names: self.slices_by_service.get(svc).map(|names| names.iter()),
+            slices: self.slices.get(svc.namespace.as_str()),
+        }
     }
 
     /// Every Service with its EndpointSlices, in Service order: one walk of the Services and
