@@ -246,14 +246,16 @@ impl SliceBuilder {
     /// Sets zone hints on the last endpoint.
     pub fn zone_hint(mut self, zone: &str) -> Self {
         if let Some(ep) = self.0.endpoints.last_mut() {
-            ep.hints.get_or_insert_with(Default::default).for_zones.push(zone.into());
+            let mut hints = ep.hints().cloned().unwrap_or_default();
+            hints.for_zones.push(zone.into());
+            ep.set_hints(Some(hints));
         }
         self
     }
     /// Sets the hostname of the last endpoint.
     pub fn hostname(mut self, h: &str) -> Self {
         if let Some(ep) = self.0.endpoints.last_mut() {
-            ep.hostname = Some(h.into());
+            ep.set_hostname(Some(h.into()));
         }
         self
     }

@@ -59,22 +59,21 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
         // discovery/v1: nil ready means ready; nil serving means "same as ready".
         let ready = cond.ready.unwrap_or(true);
         let hints = ep.hints.clone().unwrap_or_default();
-        endpoints.push(Endpoint {
-            addresses: addresses.into(),
-            ready,
-            serving: cond.serving.unwrap_or(ready),
-            terminating: cond.terminating.unwrap_or(false),
-            hostname: ep.hostname.as_deref().map(Into::into),
-            node_name: ep.node_name.as_deref().map(Into::into),
-            zone: ep.zone.as_deref().map(Into::into),
-            hints: endpoint_hints(hints),
-            pod_name: ep
-                .target_ref
-                .as_ref()
-                .filter(|r| r.kind.as_deref() == Some("Pod"))
-                .and_then(|r| r.name.as_deref())
-                .map(Into::into),
-        });
+        let mut out = Endpoint::at(addresses.into());
+        out.ready = ready;
+        out.serving = cond.serving.unwrap_or(ready);
+        out.terminating = cond.terminating.unwrap_or(false);
+        out.node_name = ep.node_name.as_deref().map(Into::into);
+        out.pod_name = ep
+            .target_ref
+            .as_ref()
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            .and_then(|r| r.name.as_deref())
+            .map(Into::into);
+        out.set_hostname(ep.hostname.as_deref().map(Into::into));
+        out.set_zone(ep.zone.as_deref().map(Into::into));
+        out.set_hints(Some(endpoint_hints(hints)));
+        endpoints.push(out);
     }
     let trigger_time = meta
         .annotations
@@ -85,11 +84,11 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
     Ok(Some(EndpointSlice { namespace, name, service, family, ports, endpoints, labels, trigger_time }))
 }
 
-/// An endpoint's hints, boxed, or `None` when it has none.
-fn endpoint_hints(hints: k8s::EndpointHints) -> Option<Box<EndpointHints>> {
+/// An endpoint's hints (empty when it has none).
+fn endpoint_hints(hints: k8s::EndpointHints) -> EndpointHints {
     let for_zones: Vec<String> = hints.for_zones.into_iter().flatten().map(|z| z.name).collect();
     let for_nodes: Vec<String> = hints.for_nodes.into_iter().flatten().map(|n| n.name).collect();
-    (!for_zones.is_empty() || !for_nodes.is_empty()).then(|| Box::new(EndpointHints { for_zones, for_nodes }))
+    EndpointHints { for_zones, for_nodes }
 }
 
 #[cfg(test)]

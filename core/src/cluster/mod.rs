@@ -144,6 +144,18 @@ pub struct ClusterState {
     changes: Changes,
 }
 
+/// Moves `list` into a new allocation of its exact size. Not `shrink_to_fit`, and whatever
+/// the capacity says: allocators shrink a block in place when the new size is close to the
+/// old, so ten endpoints grown to room for sixteen and shrunk keep the larger block (half as
+/// much again), with a capacity of ten. One copy per slice applied, the state's largest part.
+fn fit<T>(list: &mut Vec<T>) {
+    if !list.is_empty() {
+        let mut exact = Vec::with_capacity(list.len());
+        exact.append(list);
+        *list = exact;
+    }
+}
+
 impl ClusterState {
     /// An empty state.
     pub fn new() -> Self {
@@ -211,6 +223,7 @@ impl ClusterState {
         if prev.is_some_and(|p| **p == slice) {
             return false;
         }
+        fit(&mut slice.endpoints);
         if let Some(old) = prev {
             let old_svc = ServiceName::new(&old.namespace, &old.service);
             if old.service != slice.service {

@@ -22,8 +22,11 @@ impl SharedNames {
     /// Points the slice's node and zone names at the shared copies.
     pub(crate) fn share_in(&mut self, slice: &mut EndpointSlice) {
         for ep in &mut slice.endpoints {
-            for name in [&mut ep.node_name, &mut ep.zone].into_iter().flatten() {
-                self.share(name);
+            if let Some(node) = &mut ep.node_name {
+                self.share(node);
+            }
+            if let Some(zone) = ep.zone_mut() {
+                self.share(zone);
             }
         }
     }

@@ -24,7 +24,12 @@ pub struct EndpointPort {
 
 /// One endpoint (a pod, usually), conditions resolved per the discovery/v1 rules:
 /// `ready` nil means ready, `serving` nil means "same as ready", `terminating` nil means false.
+///
+/// What every reader reads is inline; the hostname, zone and hints, which most endpoints lack
+/// as a reader keeps them, share one optional box (72 bytes in all, no heap of its own in the
+/// usual case). Serialized as the flat list of fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "EndpointFields", into = "EndpointFields")]
 pub struct Endpoint {
     /// Addresses (all of the slice's family; nearly always one, kept inline).
     pub addresses: Addresses,
@@ -34,18 +39,70 @@ pub struct Endpoint {
     pub serving: bool,
     /// `conditions.terminating`.
     pub terminating: bool,
-    /// `hostname`.
-    pub hostname: Option<Box<str>>,
     /// `nodeName` (one copy per name: [`ClusterState`](crate::cluster::ClusterState) shares
     /// it among the endpoints it holds).
     pub node_name: Option<Arc<str>>,
-    /// `zone` (shared like `node_name`).
-    pub zone: Option<Arc<str>>,
-    /// `hints`, when any (most endpoints have none: one pointer for them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hints: Option<Box<EndpointHints>>,
     /// `targetRef.name` when it refers to a Pod.
     pub pod_name: Option<Box<str>>,
+    /// Hostname, zone and hints; `None` when all three are (never a box of nothing, so
+    /// equal endpoints compare equal).
+    details: Option<Box<Details>>,
+}
+
+/// The fields of an endpoint most do without.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Details {
+    hostname: Option<Box<str>>,
+    zone: Option<Arc<str>>,
+    hints: Option<Box<EndpointHints>>,
+}
+
+/// An endpoint as (de)serialized: every field flat.
+#[derive(Serialize, Deserialize)]
+struct EndpointFields {
+    addresses: Addresses,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+    hostname: Option<Box<str>>,
+    node_name: Option<Arc<str>>,
+    zone: Option<Arc<str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hints: Option<Box<EndpointHints>>,
+    pod_name: Option<Box<str>>,
+}
+
+impl From<EndpointFields> for Endpoint {
+    fn from(f: EndpointFields) -> Self {
+        let mut ep = Endpoint {
+            addresses: f.addresses,
+            ready: f.ready,
+            serving: f.serving,
+            terminating: f.terminating,
+            node_name: f.node_name,
+            pod_name: f.pod_name,
+            details: None,
+        };
+        ep.set_details(Details { hostname: f.hostname, zone: f.zone, hints: f.hints });
+        ep
+    }
+}
+
+impl From<Endpoint> for EndpointFields {
+    fn from(ep: Endpoint) -> Self {
+        let d = ep.details.map(|d| *d).unwrap_or_default();
+        EndpointFields {
+            addresses: ep.addresses,
+            ready: ep.ready,
+            serving: ep.serving,
+            terminating: ep.terminating,
+            hostname: d.hostname,
+            node_name: ep.node_name,
+            zone: d.zone,
+            hints: d.hints,
+            pod_name: ep.pod_name,
+        }
+    }
 }
 
 /// An endpoint's addresses: one inline (nearly every endpoint has exactly one), more on the
@@ -118,27 +175,77 @@ pub struct EndpointHints {
 impl Endpoint {
     /// A ready endpoint at `ip`, for builders and tests.
     pub fn ready(ip: IpAddr) -> Self {
+        Self::at(Addresses::One(ip))
+    }
+
+    /// A ready endpoint at `addresses`, with no other field set.
+    pub fn at(addresses: Addresses) -> Self {
         Endpoint {
-            addresses: Addresses::One(ip),
+            addresses,
             ready: true,
             serving: true,
             terminating: false,
-            hostname: None,
             node_name: None,
-            zone: None,
-            hints: None,
             pod_name: None,
+            details: None,
         }
+    }
+
+    /// `hostname`.
+    pub fn hostname(&self) -> Option<&str> {
+        self.details.as_ref()?.hostname.as_deref()
+    }
+
+    /// `zone`.
+    pub fn zone(&self) -> Option<&str> {
+        self.details.as_ref()?.zone.as_deref()
+    }
+
+    /// `hints`, when any.
+    pub fn hints(&self) -> Option<&EndpointHints> {
+        self.details.as_ref()?.hints.as_deref()
     }
 
     /// `hints.forZones[].name` (empty without hints).
     pub fn zone_hints(&self) -> &[String] {
-        self.hints.as_deref().map_or(&[], |h| &h.for_zones)
+        self.hints().map_or(&[], |h| &h.for_zones)
     }
 
     /// `hints.forNodes[].name` (empty without hints).
     pub fn node_hints(&self) -> &[String] {
-        self.hints.as_deref().map_or(&[], |h| &h.for_nodes)
+        self.hints().map_or(&[], |h| &h.for_nodes)
+    }
+
+    /// Sets `hostname`.
+    pub fn set_hostname(&mut self, hostname: Option<Box<str>>) {
+        self.edit_details(|d| d.hostname = hostname);
+    }
+
+    /// Sets `zone`.
+    pub fn set_zone(&mut self, zone: Option<Arc<str>>) {
+        self.edit_details(|d| d.zone = zone);
+    }
+
+    /// Sets `hints` (hints naming no zone and no node are none).
+    pub fn set_hints(&mut self, hints: Option<EndpointHints>) {
+        let hints = hints.filter(|h| !h.for_zones.is_empty() || !h.for_nodes.is_empty());
+        self.edit_details(|d| d.hints = hints.map(Box::new));
+    }
+
+    /// The zone, to be pointed at a shared copy.
+    pub(crate) fn zone_mut(&mut self) -> Option<&mut Arc<str>> {
+        self.details.as_mut()?.zone.as_mut()
+    }
+
+    fn edit_details(&mut self, edit: impl FnOnce(&mut Details)) {
+        let mut d = self.details.take().map(|d| *d).unwrap_or_default();
+        edit(&mut d);
+        self.set_details(d);
+    }
+
+    fn set_details(&mut self, d: Details) {
+        let none = d.hostname.is_none() && d.zone.is_none() && d.hints.is_none();
+        self.details = (!none).then(|| Box::new(d));
     }
 }
 
@@ -181,8 +288,29 @@ mod tests {
         assert_eq!(serde_json::to_string(&Addresses::One(a)).unwrap(), r#"["10.0.0.1"]"#);
         let back: Addresses = serde_json::from_str(r#"["10.0.0.1","10.0.0.2"]"#).unwrap();
         assert_eq!(back, two);
-        // An endpoint keeps no heap allocation of its own in the usual case (one address,
-        // shared node and zone names): the struct is all it costs.
-        assert!(size_of::<Endpoint>() <= 104, "Endpoint grew to {} bytes", size_of::<Endpoint>());
+        // An endpoint keeps no heap allocation of its own in the usual case (one address, a
+        // shared node name): the struct is all it costs.
+        assert!(size_of::<Endpoint>() <= 72, "Endpoint grew to {} bytes", size_of::<Endpoint>());
+    }
+
+    #[test]
+    fn details_are_boxed_only_when_set_and_serialize_flat() {
+        let mut ep = Endpoint::ready("10.0.0.1".parse().unwrap());
+        let plain = ep.clone();
+        ep.set_hostname(Some("web-0".into()));
+        ep.set_zone(Some("z1".into()));
+        ep.set_hints(Some(EndpointHints { for_zones: vec!["z1".into()], for_nodes: vec![] }));
+        assert_eq!((ep.hostname(), ep.zone()), (Some("web-0"), Some("z1")));
+        assert_eq!(ep.zone_hints(), ["z1"]);
+        let json = serde_json::to_value(&ep).unwrap();
+        assert_eq!((&json["hostname"], &json["zone"]), (&"web-0".into(), &"z1".into()));
+        assert_eq!(serde_json::from_value::<Endpoint>(json).unwrap(), ep);
+        ep.set_hostname(None);
+        ep.set_zone(None);
+        ep.set_hints(Some(EndpointHints::default()));
+        assert!(ep.details.is_none(), "nothing set: no box");
+        assert_eq!(ep, plain);
+        let back: Endpoint = serde_json::from_str(&serde_json::to_string(&plain).unwrap()).unwrap();
+        assert!(back.details.is_none());
     }
 }

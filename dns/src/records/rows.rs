@@ -112,7 +112,7 @@ impl<'s> Rows<'s> {
     /// The endpoint's host label: its `hostname`, else the hostname of the pod it points to
     /// when that pod's `subdomain` is this Service (how StatefulSet pods get stable names).
     fn endpoint_host(&self, ep: &'s Endpoint, ns: &str, svc: &str) -> Option<&'s str> {
-        if let Some(h) = ep.hostname.as_deref().filter(|h| is_host_label(h)) {
+        if let Some(h) = ep.hostname().filter(|h| is_host_label(h)) {
             return Some(h);
         }
         if self.pods.is_empty() {

@@ -149,7 +149,7 @@ fn endpoint_views(state: &tideway_core::cluster::ClusterState, key: &ServiceName
         .map(|e| EndpointView {
             addresses: e.addresses.iter().map(ToString::to_string).collect(),
             node: e.node_name.as_deref().map(Into::into),
-            zone: e.zone.as_deref().map(Into::into),
+            zone: e.zone().map(Into::into),
             pod: e.pod_name.as_deref().map(Into::into),
             ready: e.ready,
             serving: e.serving,

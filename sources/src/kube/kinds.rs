@@ -105,13 +105,17 @@ impl Kind for EndpointSlice {
             Reader::Proxy => {
                 keep_proxy_labels(&mut m.labels);
                 for ep in &mut m.endpoints {
-                    (ep.hostname, ep.pod_name, ep.zone) = (None, None, None);
+                    ep.pod_name = None;
+                    ep.set_hostname(None);
+                    ep.set_zone(None);
                 }
             }
             Reader::Dns => {
                 m.labels = Default::default();
                 for ep in &mut m.endpoints {
-                    (ep.node_name, ep.zone, ep.hints) = (None, None, None);
+                    ep.node_name = None;
+                    ep.set_zone(None);
+                    ep.set_hints(None);
                 }
             }
         }
@@ -285,8 +289,9 @@ mod tests {
         let mut slice =
             model::EndpointSlice { labels: [("app".to_string(), "web".to_string())].into(), ..slice };
         let first = &mut slice.endpoints[0];
-        (first.hostname, first.pod_name, first.zone) =
-            (Some("web-0".into()), Some("web-0".into()), Some("z".into()));
+        first.pod_name = Some("web-0".into());
+        first.set_hostname(Some("web-0".into()));
+        first.set_zone(Some("z".into()));
         let trimmed = |reader| {
             let (mut s, mut e) = (svc.clone(), slice.clone());
             Service::trim(&mut s, reader);
@@ -298,17 +303,21 @@ mod tests {
         assert_eq!(s.labels.keys().collect::<Vec<_>>(), [model::LABEL_SERVICE_PROXY_NAME]);
         assert!(e.labels.is_empty());
         let (ep, was) = (&e.endpoints[0], &slice.endpoints[0]);
-        assert_eq!((&ep.node_name, &ep.hints), (&was.node_name, &was.hints), "a proxy reads nodes and hints");
-        assert_eq!((&ep.hostname, &ep.pod_name, &ep.zone), (&None, &None, &None));
+        assert_eq!(
+            (&ep.node_name, ep.hints()),
+            (&was.node_name, was.hints()),
+            "a proxy reads nodes and hints"
+        );
+        assert_eq!((ep.hostname(), &ep.pod_name, ep.zone()), (None, &None, None));
         let (s, e) = trimmed(Reader::Dns);
         assert!(s.labels.is_empty() && e.labels.is_empty());
         assert_eq!(s.ports, svc.ports);
         let ep = &e.endpoints[0];
-        assert_eq!((&ep.node_name, &ep.zone, &ep.hints), (&None, &None, &None));
+        assert_eq!((&ep.node_name, ep.zone(), ep.hints()), (&None, None, None));
         assert_eq!((&*ep.addresses, ep.ready), (&*slice.endpoints[0].addresses, true));
         assert_eq!(
-            (&ep.hostname, &ep.pod_name),
-            (&slice.endpoints[0].hostname, &slice.endpoints[0].pod_name)
+            (ep.hostname(), &ep.pod_name),
+            (slice.endpoints[0].hostname(), &slice.endpoints[0].pod_name)
         );
     }
 }
