@@ -353,7 +353,7 @@ impl<'a> Cx<'a> {
         let selected = |ep: &&EndpointRecord| filter.is_none() || svc.endpoint_ports(ep).iter().any(port_ok);
         match self.qtype {
             RecordType::A | RecordType::AAAA => {
-                let ips = eps.iter().filter(selected).map(|ep| ep.ip);
+                let ips = eps.iter().filter(selected).map(|ep| svc.ip(ep));
                 self.answer(self.addresses(self.qname, ips), Vec::new())
             }
             RecordType::SRV => {
@@ -378,7 +378,11 @@ impl<'a> Cx<'a> {
                         if last.as_deref() != Some(&*host) {
                             last = Some(host);
                             let fqdn = self.endpoint_name(svc, ep);
-                            self.glue(&fqdn, svc.endpoints_named(&host).iter().map(|e| e.ip), &mut extra);
+                            self.glue(
+                                &fqdn,
+                                svc.endpoints_named(&host).iter().map(|e| svc.ip(e)),
+                                &mut extra,
+                            );
                         }
                     }
                 }

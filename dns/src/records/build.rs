@@ -44,6 +44,8 @@ struct Builder {
     ix: RecordIndex,
     labels: HashMap<Vec<u8>, Span>,
     port_sets: HashMap<Vec<(String, Protocol, u16)>, u32>,
+    /// Host labels by their place in the label arena, to their place in the host list.
+    hosts: HashMap<u32, u32>,
     /// Wire length of `svc.<zone>.`, to reject names longer than 255 bytes.
     suffix_len: usize,
     /// The port list of the last slice, and its index.
@@ -71,6 +73,17 @@ impl Builder {
         } else {
             self.intern(s.as_bytes())
         }
+    }
+
+    /// The place of host label `label` (lower-cased) in the index's host labels.
+    fn host(&mut self, label: &str) -> u32 {
+        let span = self.intern_lower(label);
+        let next = len32(self.ix.hosts.len());
+        let id = *self.hosts.entry(span.start).or_insert(next);
+        if id == next {
+            self.ix.hosts.push(span);
+        }
+        id
     }
 
     /// Notes that the namespace `ns` exists.
@@ -165,10 +178,21 @@ impl Builder {
 
         let eps_start = len32(self.ix.endpoints.len());
         for row in rows {
-            let host = row.host.map_or(Span::DASHED, |h| self.intern_lower(h));
+            let host = row.host.map_or(EndpointRecord::DASHED, |h| self.host(h));
             let port_set = self.port_set(row.ports);
             reverse.push(row.ip, index, len32(self.ix.endpoints.len()));
-            self.ix.endpoints.push(EndpointRecord { host, ip: row.ip, port_set });
+            let record = match row.ip {
+                IpAddr::V4(v4) => EndpointRecord { host, port_set, ip: u32::from(v4) },
+                IpAddr::V6(v6) => {
+                    self.ix.v6.push(v6);
+                    EndpointRecord {
+                        host,
+                        port_set: port_set | EndpointRecord::V6,
+                        ip: len32(self.ix.v6.len() - 1),
+                    }
+                }
+            };
+            self.ix.endpoints.push(record);
         }
         let record = ServiceRecords {
             ns: self.intern_lower(ns),
@@ -216,6 +240,8 @@ impl RecordIndex {
             ports: Vec::new(),
             port_sets: Vec::new(),
             endpoints: Vec::new(),
+            hosts: Vec::new(),
+            v6: Vec::new(),
             external_names: Vec::new(),
             reverse: ReverseMap::default(),
             external: settings.external.as_ref().map(|e| ExternalIndex::new(e, serial)),
@@ -225,6 +251,7 @@ impl RecordIndex {
             ix,
             labels: HashMap::default(),
             port_sets: HashMap::default(),
+            hosts: HashMap::default(),
             suffix_len,
             last_ports: None,
             last_namespace: None,
@@ -315,6 +342,8 @@ impl RecordIndex {
         ix.ports.shrink_to_fit();
         ix.ips.shrink_to_fit();
         ix.endpoints.shrink_to_fit();
+        ix.hosts.shrink_to_fit();
+        ix.v6.shrink_to_fit();
         ix
     }
 }

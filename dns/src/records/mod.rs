@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use hickory_proto::rr::{Name, Record};
@@ -167,11 +167,6 @@ pub(crate) struct Span {
     len: u32,
 }
 
-impl Span {
-    /// An endpoint's host label that is its address, dashed ([`names::DashedIp`]).
-    const DASHED: Span = Span { start: u32::MAX, len: 0 };
-}
-
 /// An endpoint's host label: from the label arena, or its address dashed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Host<'a> {
@@ -219,14 +214,24 @@ pub(crate) enum Kind {
     ExternalName(u32),
 }
 
-/// One address of a ready endpoint, under the host label it is published as.
+/// One address of a ready endpoint, under the host label it is published as: 12 bytes (a
+/// million of them at 100,000 Services), read through [`Svc`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EndpointRecord {
-    /// Lower-case host label (hostname or pod hostname), or [`Span::DASHED`].
-    host: Span,
-    pub(crate) ip: IpAddr,
-    /// Index into the port lists of the Service's EndpointSlices.
+    /// Index into the index's host labels, or [`EndpointRecord::DASHED`].
+    host: u32,
+    /// Index into the port lists of the Service's EndpointSlices; the top bit,
+    /// [`EndpointRecord::V6`], marks an IPv6 address.
     port_set: u32,
+    /// The IPv4 address, or the place of the IPv6 address in the index's IPv6 list.
+    ip: u32,
+}
+
+impl EndpointRecord {
+    /// The host label is the address, dashed ([`names::DashedIp`]).
+    const DASHED: u32 = u32::MAX;
+    /// The address is IPv6.
+    const V6: u32 = 1 << 31;
 }
 
 /// Everything published for one Service.
@@ -321,10 +326,19 @@ impl<'a> Svc<'a> {
     }
 
     pub(crate) fn host(&self, ep: &EndpointRecord) -> Host<'a> {
-        if ep.host == Span::DASHED {
-            Host::Dashed(names::DashedIp::new(ep.ip))
+        match self.ix.hosts.get(ep.host as usize) {
+            Some(label) => Host::Named(self.ix.text(*label)),
+            None => Host::Dashed(names::DashedIp::new(self.ip(ep))),
+        }
+    }
+
+    /// The endpoint's address.
+    pub(crate) fn ip(&self, ep: &EndpointRecord) -> IpAddr {
+        if ep.port_set & EndpointRecord::V6 == 0 {
+            IpAddr::V4(Ipv4Addr::from(ep.ip))
         } else {
-            Host::Named(self.ix.text(ep.host))
+            let v6 = self.ix.v6.get(ep.ip as usize).copied().unwrap_or(Ipv6Addr::UNSPECIFIED);
+            IpAddr::V6(v6)
         }
     }
 
@@ -336,7 +350,8 @@ impl<'a> Svc<'a> {
 
     /// The ports of one endpoint (its EndpointSlice's).
     pub(crate) fn endpoint_ports(&self, ep: &EndpointRecord) -> &'a [Port] {
-        let span = self.ix.port_sets.get(ep.port_set as usize).copied().unwrap_or_default();
+        let set = ep.port_set & !EndpointRecord::V6;
+        let span = self.ix.port_sets.get(set as usize).copied().unwrap_or_default();
         Span::of(&self.ix.ports, span)
     }
 }
@@ -369,6 +384,10 @@ pub struct RecordIndex {
     ports: Vec<Port>,
     port_sets: Vec<Span>,
     endpoints: Vec<EndpointRecord>,
+    /// Endpoint host labels (hostnames) in the label arena.
+    hosts: Vec<Span>,
+    /// Endpoint IPv6 addresses.
+    v6: Vec<Ipv6Addr>,
     external_names: Vec<Name>,
     /// Addresses to PTR targets.
     reverse: reverse::ReverseMap,
@@ -471,7 +490,7 @@ impl RecordIndex {
 #[cfg(test)]
 mod tests {
     use tideway_core::cluster::{ClusterState, Snapshot};
-    use tideway_core::testing::mk_service;
+    use tideway_core::testing::{mk_service, mk_slice};
 
     use super::*;
 
@@ -488,6 +507,24 @@ mod tests {
         let Some(namespace) = ix.namespace(ns.as_bytes()) else { return false };
         ix.service(ns.as_bytes(), namespace, name.as_bytes())
             .is_some_and(|s| s.fqdn().to_string() == format!("{name}.{ns}.svc.cluster.local."))
+    }
+
+    #[test]
+    fn an_endpoint_record_is_twelve_bytes_and_reads_back_both_families() {
+        assert_eq!(size_of::<EndpointRecord>(), 12);
+        let mut state = ClusterState::new();
+        state.apply_service(mk_service("ns", "web").headless().build());
+        state.apply_endpoint_slice(mk_slice("ns", "web").ready("fd00::7", "n").hostname("Web-0").build());
+        state.apply_endpoint_slice(mk_slice("ns", "web").name("web-v4").ready("10.0.0.7", "n").build());
+        let ix = RecordIndex::build(&state, &IndexSettings::new("cluster.local").unwrap(), 1);
+        let svc = ix.service(b"ns", ix.namespace(b"ns").unwrap(), b"web").unwrap();
+        let got: Vec<(String, IpAddr)> = svc
+            .endpoints()
+            .iter()
+            .map(|e| (String::from_utf8(svc.host(e).to_vec()).unwrap(), svc.ip(e)))
+            .collect();
+        let want = [("10-0-0-7", "10.0.0.7"), ("web-0", "fd00::7")];
+        assert_eq!(got, want.map(|(h, ip)| (h.to_string(), ip.parse().unwrap())));
     }
 
     #[test]
