@@ -5,12 +5,15 @@
 //! no-op updates are dropped, so `take_changes` reports only what can actually differ.
 
 mod names;
+mod slices;
 mod store;
 mod written;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use names::SharedNames;
+pub use slices::ServiceSlices;
+use slices::SliceIndex;
 use store::Store;
 
 use crate::config::ProxyConfig;
@@ -103,35 +106,11 @@ pub struct Snapshot {
 
 type ObjectKey = (String, String);
 
-/// One namespace's EndpointSlices by name.
-type SlicesByName = BTreeMap<String, Box<EndpointSlice>>;
-
-/// The EndpointSlices of one Service, sorted by slice name
-/// ([`ClusterState::endpoint_slices_for`], [`ClusterState::services_with_slices`]).
-#[derive(Debug, Clone)]
-pub struct ServiceSlices<'a> {
-    names: Option<std::slice::Iter<'a, String>>,
-    slices: Option<&'a SlicesByName>,
-}
-
-impl<'a> Iterator for ServiceSlices<'a> {
-    type Item = &'a EndpointSlice;
-
-    fn next(&mut self) -> Option<&'a EndpointSlice> {
-        let slices = self.slices?;
-        self.names.as_mut()?.find_map(|name| slices.get(name.as_str()).map(|s| &**s))
-    }
-}
-
 /// Every kind Tideway reads, indexed for the planner, DNS and the operator.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     services: Store<ServiceName, Service>,
-    /// namespace -> slice name -> slice (lookups by `&str`, no allocation; boxed: a map
-    /// node holds a pointer per slice, not the slice, so half-full nodes cost little).
-    slices: BTreeMap<String, SlicesByName>,
-    /// A Service's slice names, sorted (a Service has one to a few: a list, not a tree).
-    slices_by_service: BTreeMap<ServiceName, Vec<String>>,
+    slices: SliceIndex,
     nodes: Store<String, Node>,
     pods: Store<ObjectKey, Pod>,
     proxy_configs: Store<String, ProxyConfig>,
@@ -219,40 +198,24 @@ impl ClusterState {
     /// Inserts or updates an EndpointSlice; returns false when nothing changed.
     pub fn apply_endpoint_slice(&mut self, mut slice: EndpointSlice) -> bool {
         self.names.share_in(&mut slice);
-        let prev = self.slices.get(&slice.namespace).and_then(|m| m.get(&slice.name));
-        if prev.is_some_and(|p| **p == slice) {
+        if self.slices.get(&slice.namespace, &slice.name).is_some_and(|p| *p == slice) {
             return false;
         }
         fit(&mut slice.endpoints);
-        if let Some(old) = prev {
-            let old_svc = ServiceName::new(&old.namespace, &old.service);
-            if old.service != slice.service {
-                self.unindex_slice(&old_svc, &slice.name);
-            }
-            self.changes.services.insert(old_svc);
-        }
         let svc = ServiceName::new(&slice.namespace, &slice.service);
-        let names = self.slices_by_service.entry(svc.clone()).or_default();
-        if let Err(at) = names.binary_search(&slice.name) {
-            names.insert(at, slice.name.clone());
-        }
-        self.changes.services.insert(svc);
         self.changes.endpoint_events += 1;
         self.changes.trigger_times.extend(slice.trigger_time);
-        self.slices.entry(slice.namespace.clone()).or_default().insert(slice.name.clone(), Box::new(slice));
+        if let Some(old) = self.slices.insert(slice) {
+            self.changes.services.insert(ServiceName::new(&old.namespace, &old.service));
+        }
+        self.changes.services.insert(svc);
         true
     }
 
     /// Removes an EndpointSlice; returns false when it was absent.
     pub fn delete_endpoint_slice(&mut self, namespace: &str, name: &str) -> bool {
-        let Some(ns) = self.slices.get_mut(namespace) else { return false };
-        let Some(old) = ns.remove(name) else { return false };
-        if ns.is_empty() {
-            self.slices.remove(namespace);
-        }
-        let svc = ServiceName::new(&old.namespace, &old.service);
-        self.unindex_slice(&svc, name);
-        self.changes.services.insert(svc);
+        let Some(old) = self.slices.remove(namespace, name) else { return false };
+        self.changes.services.insert(ServiceName::new(&old.namespace, &old.service));
         self.changes.endpoint_events += 1;
         true
     }
@@ -274,44 +237,20 @@ impl ClusterState {
         }
     }
 
-    fn unindex_slice(&mut self, svc: &ServiceName, slice: &str) {
-        if let Some(names) = self.slices_by_service.get_mut(svc) {
-            names.retain(|n| n != slice);
-            if names.is_empty() {
-                self.slices_by_service.remove(svc);
-            }
-        }
-    }
-
     /// The EndpointSlices of a Service, sorted by slice name.
     pub fn endpoint_slices_for(&self, svc: &ServiceName) -> ServiceSlices<'_> {
-        ServiceSlices {
-            names: self.slices_by_service.get(svc).map(|names| names.iter()),
-            slices: self.slices.get(svc.namespace.as_str()),
-        }
+        self.slices.for_service(&svc.namespace, &svc.name)
     }
 
     /// Every Service with its EndpointSlices, in Service order: one walk of the Services and
-    /// the slice index side by side instead of a lookup per Service.
+    /// the slices side by side instead of a lookup per Service.
     pub fn services_with_slices(&self) -> impl Iterator<Item = (&Service, ServiceSlices<'_>)> {
-        let mut index = self.slices_by_service.iter().peekable();
-        let mut namespace: Option<(&str, Option<&SlicesByName>)> = None;
-        self.services.values().map(move |svc| {
-            while index.next_if(|(name, _)| *name < &svc.name).is_some() {}
-            let names = index.next_if(|(name, _)| *name == &svc.name).map(|(_, names)| names.iter());
-            let ns = svc.name.namespace.as_str();
-            let slices = match namespace {
-                Some((current, slices)) if current == ns => slices,
-                _ => self.slices.get(ns),
-            };
-            namespace = Some((ns, slices));
-            (svc, ServiceSlices { names, slices })
-        })
+        self.slices.with_services(self.services.values())
     }
 
     /// Every EndpointSlice.
     pub fn endpoint_slices(&self) -> impl Iterator<Item = &EndpointSlice> {
-        self.slices.values().flat_map(BTreeMap::values).map(|s| &**s)
+        self.slices.iter()
     }
 
     // === Nodes ===
