@@ -11,7 +11,7 @@ use tideway_core::net::Protocol;
 
 use super::external::external_addresses;
 use super::names::is_host_label;
-use super::reverse::{Claims, ReverseMap, SERVICE_NAME};
+use super::reverse::{Claims, ReverseMap, Target};
 use super::rows::{self, Row, Rows};
 use super::{
     EndpointRecord, ExternalIndex, IndexSettings, Kind, Namespace, PodsMode, Port, ProgrammedIndex,
@@ -140,7 +140,6 @@ impl Builder {
         if !self.fits(&[name.as_bytes(), ns.as_bytes()]) {
             return false;
         }
-        let index = len32(self.ix.services.len());
         let kind = if svc.service_type == ServiceType::ExternalName {
             // CoreDNS publishes ExternalName only when it is a host name, not an address.
             let Some(mut target) = svc
@@ -180,7 +179,7 @@ impl Builder {
         for row in rows {
             let host = row.host.map_or(EndpointRecord::DASHED, |h| self.host(h));
             let port_set = self.port_set(row.ports);
-            reverse.push(row.ip, index, len32(self.ix.endpoints.len()));
+            reverse.push(row.ip, Target::Endpoint(len32(self.ix.endpoints.len())));
             let record = match row.ip {
                 IpAddr::V4(v4) => EndpointRecord { host, port_set, ip: u32::from(v4) },
                 IpAddr::V6(v6) => {
@@ -325,7 +324,7 @@ impl RecordIndex {
         for (i, svc) in ix.services.iter().enumerate() {
             if svc.kind == Kind::ClusterIp {
                 for ip in Span::of(&ix.ips, svc.ips) {
-                    reverse.push(*ip, len32(i), SERVICE_NAME);
+                    reverse.push(*ip, Target::Service(len32(i)));
                 }
             }
         }

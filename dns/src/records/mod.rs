@@ -467,6 +467,10 @@ impl RecordIndex {
         Some(Svc { ix: self, rec: self.services.get(ids[at] as usize)?, id: ids[at] })
     }
 
+    fn svc(&self, id: u32) -> Option<Svc<'_>> {
+        Some(Svc { ix: self, rec: self.services.get(id as usize)?, id })
+    }
+
     /// The PTR targets of `ip`.
     pub(crate) fn reverse(&self, ip: &IpAddr) -> Option<Vec<Name>> {
         let targets = self.reverse.lookup(ip);
@@ -475,12 +479,13 @@ impl RecordIndex {
         }
         let names = targets
             .into_iter()
-            .filter_map(|(s, e)| {
-                let svc = Svc { ix: self, rec: self.services.get(s as usize)?, id: s };
-                Some(match self.endpoints.get(e as usize) {
-                    Some(ep) => svc.endpoint_fqdn(ep),
-                    None => svc.fqdn(),
-                })
+            .filter_map(|target| match target {
+                reverse::Target::Service(s) => Some(self.svc(s)?.fqdn()),
+                reverse::Target::Endpoint(e) => {
+                    // Endpoints are stored Service by Service: the one whose span ends past `e`.
+                    let s = self.services.partition_point(|s| s.endpoints.start + s.endpoints.len <= e);
+                    Some(self.svc(u32::try_from(s).ok()?)?.endpoint_fqdn(self.endpoints.get(e as usize)?))
+                }
             })
             .collect();
         Some(names)
@@ -488,60 +493,4 @@ impl RecordIndex {
 }
 
 #[cfg(test)]
-mod tests {
-    use tideway_core::cluster::{ClusterState, Snapshot};
-    use tideway_core::testing::{mk_service, mk_slice};
-
-    use super::*;
-
-    fn index() -> RecordIndex {
-        let services = ["a", "b"]
-            .iter()
-            .flat_map(|ns| ["web", "db", "cache"].map(|n| mk_service(ns, n).cluster_ip("10.96.0.1").build()))
-            .collect();
-        let state = ClusterState::from_snapshot(Snapshot { services, ..Default::default() });
-        RecordIndex::build(&state, &IndexSettings::new("cluster.local").unwrap(), 1)
-    }
-
-    fn found(ix: &RecordIndex, ns: &str, name: &str) -> bool {
-        let Some(namespace) = ix.namespace(ns.as_bytes()) else { return false };
-        ix.service(ns.as_bytes(), namespace, name.as_bytes())
-            .is_some_and(|s| s.fqdn().to_string() == format!("{name}.{ns}.svc.cluster.local."))
-    }
-
-    #[test]
-    fn an_endpoint_record_is_twelve_bytes_and_reads_back_both_families() {
-        assert_eq!(size_of::<EndpointRecord>(), 12);
-        let mut state = ClusterState::new();
-        state.apply_service(mk_service("ns", "web").headless().build());
-        state.apply_endpoint_slice(mk_slice("ns", "web").ready("fd00::7", "n").hostname("Web-0").build());
-        state.apply_endpoint_slice(mk_slice("ns", "web").name("web-v4").ready("10.0.0.7", "n").build());
-        let ix = RecordIndex::build(&state, &IndexSettings::new("cluster.local").unwrap(), 1);
-        let svc = ix.service(b"ns", ix.namespace(b"ns").unwrap(), b"web").unwrap();
-        let got: Vec<(String, IpAddr)> = svc
-            .endpoints()
-            .iter()
-            .map(|e| (String::from_utf8(svc.host(e).to_vec()).unwrap(), svc.ip(e)))
-            .collect();
-        let want = [("10-0-0-7", "10.0.0.7"), ("web-0", "fd00::7")];
-        assert_eq!(got, want.map(|(h, ip)| (h.to_string(), ip.parse().unwrap())));
-    }
-
-    #[test]
-    fn services_are_found_by_hash_and_by_search_when_hashes_collide() {
-        let mut ix = index();
-        for ix in [ix.clone(), {
-            // Every hash marked as shared: the namespace's sorted list is searched instead.
-            ix.by_hash.values_mut().for_each(|v| *v = u32::MAX);
-            ix
-        }] {
-            for ns in ["a", "b"] {
-                for name in ["web", "db", "cache"] {
-                    assert!(found(&ix, ns, name), "{name}.{ns}");
-                }
-                assert!(!found(&ix, ns, "nope"));
-            }
-            assert!(!found(&ix, "c", "web"));
-        }
-    }
-}
+mod tests;
