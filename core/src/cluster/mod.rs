@@ -109,15 +109,15 @@ type ObjectKey = (String, String);
 /// Every kind Tideway reads, indexed for the planner, DNS and the operator.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
-    services: Store<ServiceName, Service>,
+    services: Store<Service>,
     slices: SliceIndex,
-    nodes: Store<String, Node>,
-    pods: Store<ObjectKey, Pod>,
-    proxy_configs: Store<String, ProxyConfig>,
-    namespaces: Store<String, Namespace>,
-    node_states: Store<String, NodeProxyState>,
-    announcements: Store<ServiceName, L2Announcement>,
-    pools: Store<String, LoadBalancerPool>,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    proxy_configs: Store<ProxyConfig>,
+    namespaces: Store<Namespace>,
+    node_states: Store<NodeProxyState>,
+    announcements: Store<L2Announcement>,
+    pools: Store<LoadBalancerPool>,
     /// Node and zone names, one copy each for all endpoints.
     names: SharedNames,
     changes: Changes,
@@ -153,7 +153,7 @@ impl ClusterState {
     /// Inserts or updates a Service; returns false when nothing changed.
     pub fn apply_service(&mut self, svc: Service) -> bool {
         let name = svc.name.clone();
-        let changed = self.services.apply(name.clone(), svc);
+        let changed = self.services.apply(svc);
         if changed {
             self.changes.services.insert(name);
             self.changes.service_events += 1;
@@ -163,7 +163,7 @@ impl ClusterState {
 
     /// Removes a Service; returns false when it was absent.
     pub fn delete_service(&mut self, name: &ServiceName) -> bool {
-        let removed = self.services.delete(name).is_some();
+        let removed = self.services.delete((&name.namespace, &name.name)).is_some();
         if removed {
             self.changes.services.insert(name.clone());
             self.changes.service_events += 1;
@@ -173,14 +173,16 @@ impl ClusterState {
 
     /// Replaces every Service (after a relist), recording only real differences.
     pub fn replace_services(&mut self, services: Vec<Service>) {
-        let changed = self.services.replace(services.into_iter().map(|s| (s.name.clone(), s)));
+        let changed = self.services.replace(services);
         self.changes.service_events += changed.len() as u64;
-        self.changes.services.extend(changed);
+        self.changes
+            .services
+            .extend(changed.into_iter().map(|(namespace, name)| ServiceName { namespace, name }));
     }
 
     /// The Service called `name`.
     pub fn service(&self, name: &ServiceName) -> Option<&Service> {
-        self.services.get(name)
+        self.services.get((&name.namespace, &name.name))
     }
 
     /// Every Service, sorted by name.
@@ -258,7 +260,7 @@ impl ClusterState {
     /// Inserts or updates a Node; returns false when nothing changed.
     pub fn apply_node(&mut self, node: Node) -> bool {
         let name = node.name.clone();
-        let changed = self.nodes.apply(name.clone(), node);
+        let changed = self.nodes.apply(node);
         if changed {
             self.changes.nodes.insert(name);
         }
@@ -267,7 +269,7 @@ impl ClusterState {
 
     /// Removes a Node.
     pub fn delete_node(&mut self, name: &str) -> bool {
-        let removed = self.nodes.delete(name).is_some();
+        let removed = self.nodes.delete(("", name)).is_some();
         if removed {
             self.changes.nodes.insert(name.to_string());
         }
@@ -276,13 +278,13 @@ impl ClusterState {
 
     /// Replaces every Node (after a relist).
     pub fn replace_nodes(&mut self, nodes: Vec<Node>) {
-        let changed = self.nodes.replace(nodes.into_iter().map(|n| (n.name.clone(), n)));
-        self.changes.nodes.extend(changed);
+        let changed = self.nodes.replace(nodes);
+        self.changes.nodes.extend(changed.into_iter().map(|(_, name)| name));
     }
 
     /// The Node called `name`.
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes.get(name)
+        self.nodes.get(("", name))
     }
 
     /// Every Node.
@@ -294,21 +296,21 @@ impl ClusterState {
 
     /// Inserts or updates a Pod.
     pub fn apply_pod(&mut self, pod: Pod) -> bool {
-        let changed = self.pods.apply((pod.namespace.clone(), pod.name.clone()), pod);
+        let changed = self.pods.apply(pod);
         self.changes.pods |= changed;
         changed
     }
 
     /// Removes a Pod.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) -> bool {
-        let removed = self.pods.delete(&(namespace.to_string(), name.to_string())).is_some();
+        let removed = self.pods.delete((namespace, name)).is_some();
         self.changes.pods |= removed;
         removed
     }
 
     /// Replaces every Pod (after a relist).
     pub fn replace_pods(&mut self, pods: Vec<Pod>) {
-        let changed = self.pods.replace(pods.into_iter().map(|p| ((p.namespace.clone(), p.name.clone()), p)));
+        let changed = self.pods.replace(pods);
         self.changes.pods |= !changed.is_empty();
     }
 
@@ -319,27 +321,27 @@ impl ClusterState {
 
     /// Inserts or updates a Namespace.
     pub fn apply_namespace(&mut self, ns: Namespace) -> bool {
-        let changed = self.namespaces.apply(ns.name.clone(), ns);
+        let changed = self.namespaces.apply(ns);
         self.changes.namespaces |= changed;
         changed
     }
 
     /// Removes a Namespace.
     pub fn delete_namespace(&mut self, name: &str) -> bool {
-        let removed = self.namespaces.delete(name).is_some();
+        let removed = self.namespaces.delete(("", name)).is_some();
         self.changes.namespaces |= removed;
         removed
     }
 
     /// Replaces every Namespace (after a relist).
     pub fn replace_namespaces(&mut self, namespaces: Vec<Namespace>) {
-        let changed = self.namespaces.replace(namespaces.into_iter().map(|n| (n.name.clone(), n)));
+        let changed = self.namespaces.replace(namespaces);
         self.changes.namespaces |= !changed.is_empty();
     }
 
     /// The Namespace called `name`.
     pub fn namespace(&self, name: &str) -> Option<&Namespace> {
-        self.namespaces.get(name)
+        self.namespaces.get(("", name))
     }
 
     /// Every Namespace.
@@ -349,21 +351,21 @@ impl ClusterState {
 
     /// Inserts or updates a ProxyConfig.
     pub fn apply_proxy_config(&mut self, config: ProxyConfig) -> bool {
-        let changed = self.proxy_configs.apply(config.name.clone(), config);
+        let changed = self.proxy_configs.apply(config);
         self.changes.proxy_configs |= changed;
         changed
     }
 
     /// Removes a ProxyConfig.
     pub fn delete_proxy_config(&mut self, name: &str) -> bool {
-        let removed = self.proxy_configs.delete(name).is_some();
+        let removed = self.proxy_configs.delete(("", name)).is_some();
         self.changes.proxy_configs |= removed;
         removed
     }
 
     /// Replaces every ProxyConfig (after a relist).
     pub fn replace_proxy_configs(&mut self, configs: Vec<ProxyConfig>) {
-        let changed = self.proxy_configs.replace(configs.into_iter().map(|c| (c.name.clone(), c)));
+        let changed = self.proxy_configs.replace(configs);
         self.changes.proxy_configs |= !changed.is_empty();
     }
 

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::store::{Key, ordered_by_key};
 use crate::model::{EndpointSlice, Service};
 
 /// Every EndpointSlice, by namespace.
@@ -48,7 +49,7 @@ impl SliceIndex {
         let slice = Arc::new(slice);
         let old = ns.by_name.replace(ByName(Arc::clone(&slice))).map(|old| old.0);
         if let Some(old) = &old {
-            ns.by_service.remove(&(old.service.as_str(), old.name.as_str()) as &dyn ServiceOrder);
+            ns.by_service.remove(&(old.service.as_str(), old.name.as_str()) as &dyn Key);
         }
         ns.by_service.insert(ByService(slice));
         old
@@ -58,7 +59,7 @@ impl SliceIndex {
     pub(crate) fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<EndpointSlice>> {
         let ns = self.namespaces.get_mut(namespace)?;
         let old = ns.by_name.take(name)?.0;
-        ns.by_service.remove(&(old.service.as_str(), name) as &dyn ServiceOrder);
+        ns.by_service.remove(&(old.service.as_str(), name) as &dyn Key);
         if ns.by_name.is_empty() {
             self.namespaces.remove(namespace);
         }
@@ -74,9 +75,7 @@ impl SliceIndex {
     pub(crate) fn for_service(&self, namespace: &str, service: &str) -> ServiceSlices<'_> {
         let Some(ns) = self.namespaces.get(namespace) else { return ServiceSlices::NONE };
         let from = (service, "");
-        let rest = ns
-            .by_service
-            .range::<dyn ServiceOrder, _>((Bound::Included(&from as &dyn ServiceOrder), Bound::Unbounded));
+        let rest = ns.by_service.range::<dyn Key, _>((Bound::Included(&from as &dyn Key), Bound::Unbounded));
         ServiceSlices::run(rest, service)
     }
 
@@ -90,7 +89,7 @@ impl SliceIndex {
         services.map(move |svc| {
             let ns = svc.name.namespace.as_str();
             if namespace.as_ref().is_none_or(|(current, _)| *current != ns) {
-                let slices = self.namespaces.get(ns).map(|n| n.by_service.range::<dyn ServiceOrder, _>(..));
+                let slices = self.namespaces.get(ns).map(|n| n.by_service.range::<dyn Key, _>(..));
                 namespace = Some((ns, slices));
             }
             let Some((_, Some(cursor))) = &mut namespace else { return (svc, ServiceSlices::NONE) };
@@ -146,69 +145,14 @@ impl<'a> Iterator for ServiceSlices<'a> {
     }
 }
 
-/// A place in Service-then-slice-name order: a stored slice, or a (Service, slice name)
-/// pair to look one up by.
-trait ServiceOrder {
-    fn service_order(&self) -> (&str, &str);
-}
-
-impl ServiceOrder for ByService {
-    fn service_order(&self) -> (&str, &str) {
+impl Key for ByService {
+    /// Service, then slice name.
+    fn key(&self) -> (&str, &str) {
         (&self.0.service, &self.0.name)
     }
 }
 
-impl ServiceOrder for (&str, &str) {
-    fn service_order(&self) -> (&str, &str) {
-        *self
-    }
-}
-
-impl PartialEq for dyn ServiceOrder + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.service_order() == other.service_order()
-    }
-}
-
-impl Eq for dyn ServiceOrder + '_ {}
-
-impl PartialOrd for dyn ServiceOrder + '_ {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for dyn ServiceOrder + '_ {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.service_order().cmp(&other.service_order())
-    }
-}
-
-impl<'a> Borrow<dyn ServiceOrder + 'a> for ByService {
-    fn borrow(&self) -> &(dyn ServiceOrder + 'a) {
-        self
-    }
-}
-
-impl PartialEq for ByService {
-    fn eq(&self, other: &Self) -> bool {
-        self.service_order() == other.service_order()
-    }
-}
-
-impl Eq for ByService {}
-
-impl PartialOrd for ByService {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByService {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.service_order().cmp(&other.service_order())
-    }
-}
+ordered_by_key!(ByService);
 
 impl Borrow<str> for ByName {
     fn borrow(&self) -> &str {

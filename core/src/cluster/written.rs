@@ -8,7 +8,7 @@ impl ClusterState {
     /// Inserts or updates a node's report.
     pub fn apply_node_state(&mut self, state: NodeProxyState) -> bool {
         let node = state.node.clone();
-        let changed = self.node_states.apply(node.clone(), state);
+        let changed = self.node_states.apply(state);
         if changed {
             self.changes.node_states.insert(node);
         }
@@ -17,7 +17,7 @@ impl ClusterState {
 
     /// Removes a node's report.
     pub fn delete_node_state(&mut self, node: &str) -> bool {
-        let removed = self.node_states.delete(node).is_some();
+        let removed = self.node_states.delete(("", node)).is_some();
         if removed {
             self.changes.node_states.insert(node.to_string());
         }
@@ -26,13 +26,13 @@ impl ClusterState {
 
     /// Replaces every node report (after a relist).
     pub fn replace_node_states(&mut self, states: Vec<NodeProxyState>) {
-        let changed = self.node_states.replace(states.into_iter().map(|s| (s.node.clone(), s)));
-        self.changes.node_states.extend(changed);
+        let changed = self.node_states.replace(states);
+        self.changes.node_states.extend(changed.into_iter().map(|(_, node)| node));
     }
 
     /// The report of `node`.
     pub fn node_state(&self, node: &str) -> Option<&NodeProxyState> {
-        self.node_states.get(node)
+        self.node_states.get(("", node))
     }
 
     /// Every node report.
@@ -43,7 +43,7 @@ impl ClusterState {
     /// Inserts or updates an announcement decision.
     pub fn apply_announcement(&mut self, a: L2Announcement) -> bool {
         let svc = a.service.clone();
-        let changed = self.announcements.apply(svc.clone(), a);
+        let changed = self.announcements.apply(a);
         if changed {
             self.changes.announcements.insert(svc);
         }
@@ -52,7 +52,7 @@ impl ClusterState {
 
     /// Removes an announcement decision.
     pub fn delete_announcement(&mut self, svc: &ServiceName) -> bool {
-        let removed = self.announcements.delete(svc).is_some();
+        let removed = self.announcements.delete((&svc.namespace, &svc.name)).is_some();
         if removed {
             self.changes.announcements.insert(svc.clone());
         }
@@ -61,13 +61,15 @@ impl ClusterState {
 
     /// Replaces every announcement (after a relist).
     pub fn replace_announcements(&mut self, all: Vec<L2Announcement>) {
-        let changed = self.announcements.replace(all.into_iter().map(|a| (a.service.clone(), a)));
-        self.changes.announcements.extend(changed);
+        let changed = self.announcements.replace(all);
+        self.changes
+            .announcements
+            .extend(changed.into_iter().map(|(namespace, name)| ServiceName { namespace, name }));
     }
 
     /// The announcement for `svc`.
     pub fn announcement(&self, svc: &ServiceName) -> Option<&L2Announcement> {
-        self.announcements.get(svc)
+        self.announcements.get((&svc.namespace, &svc.name))
     }
 
     /// Every announcement.
@@ -77,27 +79,27 @@ impl ClusterState {
 
     /// Inserts or updates a pool.
     pub fn apply_pool(&mut self, pool: LoadBalancerPool) -> bool {
-        let changed = self.pools.apply(pool.name().to_string(), pool);
+        let changed = self.pools.apply(pool);
         self.changes.pools |= changed;
         changed
     }
 
     /// Removes a pool.
     pub fn delete_pool(&mut self, name: &str) -> bool {
-        let removed = self.pools.delete(name).is_some();
+        let removed = self.pools.delete(("", name)).is_some();
         self.changes.pools |= removed;
         removed
     }
 
     /// Replaces every pool (after a relist).
     pub fn replace_pools(&mut self, pools: Vec<LoadBalancerPool>) {
-        let changed = self.pools.replace(pools.into_iter().map(|p| (p.name().to_string(), p)));
+        let changed = self.pools.replace(pools);
         self.changes.pools |= !changed.is_empty();
     }
 
     /// The pool called `name`.
     pub fn pool(&self, name: &str) -> Option<&LoadBalancerPool> {
-        self.pools.get(name)
+        self.pools.get(("", name))
     }
 
     /// Every pool, by name.
