@@ -84,17 +84,22 @@ pub fn load_file(path: &Path) -> Result<Manifest, LoadError> {
     Ok(load_str(&file, &text))
 }
 
-/// Splits YAML text into documents at `---` lines, keeping each one's starting line.
-fn documents(text: &str) -> Vec<(usize, String)> {
-    let mut docs = vec![(1usize, String::new())];
-    for (i, line) in text.lines().enumerate() {
-        if line == "---" || line.starts_with("--- ") {
-            docs.push((i + 2, String::new()));
-        } else if let Some((_, cur)) = docs.last_mut() {
-            cur.push_str(line);
-            cur.push('\n');
+/// Splits YAML text into documents at `---` lines, keeping each one's starting line: slices
+/// of the text, not copies (a cluster file can run to a hundred megabytes, and copies made
+/// up front would be freed among the objects built from them, scattering those).
+fn documents(text: &str) -> Vec<(usize, &str)> {
+    let mut docs = Vec::new();
+    let (mut start, mut first_line, mut at) = (0, 1, 0);
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let bare = line.strip_suffix('\n').map_or(line, |l| l.strip_suffix('\r').unwrap_or(l));
+        if bare == "---" || bare.starts_with("--- ") {
+            docs.push((first_line, &text[start..at]));
+            start = at + line.len();
+            first_line = i + 2;
         }
+        at += line.len();
     }
+    docs.push((first_line, &text[start..]));
     docs
 }
 
@@ -114,9 +119,9 @@ pub fn load_str(file: &str, text: &str) -> Manifest {
         }
         // A document in JSON (what the lab writes; YAML's flow subset) takes the fast parser.
         let parsed = if doc.trim_start().starts_with('{') {
-            serde_json::from_str(&doc).map_err(|e| e.to_string())
+            serde_json::from_str(doc).map_err(|e| e.to_string())
         } else {
-            serde_saphyr::from_str(&doc).map_err(|e| e.to_string())
+            serde_saphyr::from_str(doc).map_err(|e| e.to_string())
         };
         let value: Value = match parsed {
             Ok(v) => v,
@@ -298,5 +303,13 @@ endpoints:
             "{}",
             m.errors[0]
         );
+    }
+
+    #[test]
+    fn documents_are_slices_of_the_text_with_their_first_lines() {
+        let text = "a: 1\n---\nb: 2\r\n--- # second\r\nc: 3\n---\n";
+        let docs = documents(text);
+        assert_eq!(docs, [(1, "a: 1\n"), (3, "b: 2\r\n"), (5, "c: 3\n"), (7, "")]);
+        assert_eq!(documents("only: one"), [(1, "only: one")]);
     }
 }

@@ -394,6 +394,9 @@ fn agent_process(n: usize, from: From) -> ProcessFigures {
         }
     });
     let to_synced = t.elapsed();
+    // Every Service read and programmed (one port each), none skipped as invalid.
+    let ports = status.split("\"service_ports\":").nth(1).and_then(|s| s.split(',').next());
+    assert_eq!(ports, Some(n.to_string().as_str()), "Service ports programmed, of {n}");
     // Settled: the allocator returns what loading needed.
     std::thread::sleep(Duration::from_secs(2));
     let proc = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
@@ -454,8 +457,9 @@ fn manifest(n: usize) -> String {
         let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
         y.push_str(&format!(
             "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
-             spec: {{clusterIP: 10.96.{}.{}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}\n",
-            i / 250,
+             spec: {{clusterIP: 10.{}.{}.{}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}\n",
+            96 + i / 62500,
+            i / 250 % 250,
             i % 250 + 1
         ));
         y.push_str(&format!(

@@ -26,8 +26,10 @@ pub fn endpoint_slice(slice: &k8s::EndpointSlice) -> Result<Option<EndpointSlice
         "FQDN" => return Ok(None),
         other => return Err(cx.err("addressType", format!("unknown address type {other:?}"))),
     };
-    let labels = meta.labels.clone().unwrap_or_default();
-    let Some(service) = labels.get(LABEL_SERVICE_NAME).cloned() else {
+    let mut labels = meta.labels.clone().unwrap_or_default();
+    // The Service's name becomes `service`; the map keeps the other labels (usually none: an
+    // empty map holds no allocation, a map of one a whole tree node).
+    let Some(service) = labels.remove(LABEL_SERVICE_NAME) else {
         return Ok(None);
     };
     let mut ports = Vec::with_capacity(slice.ports.as_ref().map_or(0, Vec::len));

@@ -264,7 +264,7 @@ pub struct EndpointSlice {
     pub ports: Vec<EndpointPort>,
     /// Endpoints.
     pub endpoints: Vec<Endpoint>,
-    /// `metadata.labels`.
+    /// `metadata.labels` but `kubernetes.io/service-name`, which is `service`.
     pub labels: BTreeMap<String, String>,
     /// Annotation `endpoints.kubernetes.io/last-change-trigger-time`: when the change this
     /// version of the slice reflects happened (kube-proxy's network programming latency
