@@ -10,7 +10,7 @@
 use tideway_core::cluster::ClusterState;
 
 use super::kinds::{Kind, Reader};
-use crate::shared::{InvalidObjects, ObjectKey, SharedCluster};
+use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, compact};
 use kube::runtime::watcher::Event;
 
 /// Feeds one kind's events into a [`SharedCluster`].
@@ -103,7 +103,8 @@ impl<K: Kind> KindAdapter<K> {
     fn init_done(&mut self) -> Outcome {
         let relist =
             self.relist.take().unwrap_or(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
-        self.cluster.update(|s: &mut ClusterState| K::replace(s, relist.objects));
+        let objects = compact(relist.objects);
+        self.cluster.update(|s: &mut ClusterState| K::replace(s, objects));
         self.cluster.replace_invalid_kind(K::kind(&()).as_ref(), relist.invalid);
         let first = !self.listed;
         self.listed = true;

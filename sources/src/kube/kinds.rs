@@ -17,7 +17,7 @@ pub trait Kind:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
 {
     /// Its model type.
-    type Model: Send + 'static;
+    type Model: Clone + Send + 'static;
 
     /// Converts an object; `Ok(None)` for objects the model ignores (an FQDN EndpointSlice, a
     /// slice of no Service), which also removes a previous version.
