@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use names::SharedNames;
 pub use slices::ServiceSlices;
 use slices::SliceIndex;
-use store::Store;
+use store::{Store, service_names};
 
 use crate::config::ProxyConfig;
 use crate::model::{
@@ -163,7 +163,7 @@ impl ClusterState {
 
     /// Removes a Service; returns false when it was absent.
     pub fn delete_service(&mut self, name: &ServiceName) -> bool {
-        let removed = self.services.delete((&name.namespace, &name.name)).is_some();
+        let removed = self.services.delete(name).is_some();
         if removed {
             self.changes.services.insert(name.clone());
             self.changes.service_events += 1;
@@ -175,14 +175,12 @@ impl ClusterState {
     pub fn replace_services(&mut self, services: Vec<Service>) {
         let changed = self.services.replace(services);
         self.changes.service_events += changed.len() as u64;
-        self.changes
-            .services
-            .extend(changed.into_iter().map(|(namespace, name)| ServiceName { namespace, name }));
+        self.changes.services.extend(service_names(changed));
     }
 
     /// The Service called `name`.
     pub fn service(&self, name: &ServiceName) -> Option<&Service> {
-        self.services.get((&name.namespace, &name.name))
+        self.services.get(name)
     }
 
     /// Every Service, sorted by name.
@@ -269,7 +267,7 @@ impl ClusterState {
 
     /// Removes a Node.
     pub fn delete_node(&mut self, name: &str) -> bool {
-        let removed = self.nodes.delete(("", name)).is_some();
+        let removed = self.nodes.delete(&("", name)).is_some();
         if removed {
             self.changes.nodes.insert(name.to_string());
         }
@@ -284,7 +282,7 @@ impl ClusterState {
 
     /// The Node called `name`.
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes.get(("", name))
+        self.nodes.get(&("", name))
     }
 
     /// Every Node.
@@ -303,7 +301,7 @@ impl ClusterState {
 
     /// Removes a Pod.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) -> bool {
-        let removed = self.pods.delete((namespace, name)).is_some();
+        let removed = self.pods.delete(&(namespace, name)).is_some();
         self.changes.pods |= removed;
         removed
     }
@@ -328,7 +326,7 @@ impl ClusterState {
 
     /// Removes a Namespace.
     pub fn delete_namespace(&mut self, name: &str) -> bool {
-        let removed = self.namespaces.delete(("", name)).is_some();
+        let removed = self.namespaces.delete(&("", name)).is_some();
         self.changes.namespaces |= removed;
         removed
     }
@@ -341,7 +339,7 @@ impl ClusterState {
 
     /// The Namespace called `name`.
     pub fn namespace(&self, name: &str) -> Option<&Namespace> {
-        self.namespaces.get(("", name))
+        self.namespaces.get(&("", name))
     }
 
     /// Every Namespace.
@@ -358,7 +356,7 @@ impl ClusterState {
 
     /// Removes a ProxyConfig.
     pub fn delete_proxy_config(&mut self, name: &str) -> bool {
-        let removed = self.proxy_configs.delete(("", name)).is_some();
+        let removed = self.proxy_configs.delete(&("", name)).is_some();
         self.changes.proxy_configs |= removed;
         removed
     }

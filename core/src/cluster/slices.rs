@@ -2,8 +2,6 @@
 //! and by Service (the planner and DNS read a Service's slices). Both orders are sets of
 //! pointers to the one copy, keyed by the slice's own fields: no key strings of their own.
 
-use std::borrow::Borrow;
-use std::cmp::Ordering;
 use std::collections::btree_set::Range;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -36,7 +34,7 @@ struct ByService(Arc<EndpointSlice>);
 impl SliceIndex {
     /// The slice `name` in `namespace`.
     pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&EndpointSlice> {
-        let slice = self.namespaces.get(namespace)?.by_name.get(name)?;
+        let slice = self.namespaces.get(namespace)?.by_name.get(&("", name) as &dyn Key)?;
         Some(&slice.0)
     }
 
@@ -58,7 +56,7 @@ impl SliceIndex {
     /// Removes the slice `name` in `namespace`; the one removed.
     pub(crate) fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<EndpointSlice>> {
         let ns = self.namespaces.get_mut(namespace)?;
-        let old = ns.by_name.take(name)?.0;
+        let old = ns.by_name.take(&("", name) as &dyn Key)?.0;
         ns.by_service.remove(&(old.service.as_str(), name) as &dyn Key);
         if ns.by_name.is_empty() {
             self.namespaces.remove(namespace);
@@ -93,15 +91,11 @@ impl SliceIndex {
                 namespace = Some((ns, slices));
             }
             let Some((_, Some(cursor))) = &mut namespace else { return (svc, ServiceSlices::NONE) };
-            // Slices of Services that do not exist, then this Service's run.
+            // Past slices of earlier Services (the one before, and Services that do not exist).
             while cursor.clone().next().is_some_and(|s| s.0.service < svc.name.name) {
                 cursor.next();
             }
-            let run = ServiceSlices::run(cursor.clone(), &svc.name.name);
-            while cursor.clone().next().is_some_and(|s| s.0.service == svc.name.name) {
-                cursor.next();
-            }
-            (svc, run)
+            (svc, ServiceSlices::run(cursor.clone(), &svc.name.name))
         })
     }
 }
@@ -154,31 +148,14 @@ impl Key for ByService {
 
 ordered_by_key!(ByService);
 
-impl Borrow<str> for ByName {
-    fn borrow(&self) -> &str {
-        &self.0.name
+impl Key for ByName {
+    /// The slice name (within its namespace).
+    fn key(&self) -> (&str, &str) {
+        ("", &self.0.name)
     }
 }
 
-impl PartialEq for ByName {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.name == other.0.name
-    }
-}
-
-impl Eq for ByName {}
-
-impl PartialOrd for ByName {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByName {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.name.cmp(&other.0.name)
-    }
-}
+ordered_by_key!(ByName);
 
 #[cfg(test)]
 mod tests {

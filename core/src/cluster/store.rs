@@ -4,12 +4,13 @@
 //! An object is found by the names it holds (namespace, then name), not by a copy of them:
 //! the set orders boxed objects through [`Key`], and lookups pass a `(&str, &str)` pair.
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use crate::config::ProxyConfig;
-use crate::model::{L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod, Service};
+use crate::model::{
+    L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod, Service, ServiceName,
+};
 
 /// A place in an order of two names compared in turn: an object's (namespace, name), with
 /// `""` for kinds that are not namespaced, or a pair to look one up by.
@@ -53,16 +54,16 @@ macro_rules! ordered_by_key {
         }
         impl$(<$p: Key>)? Eq for $t$(<$p>)? {}
         impl$(<$p: Key>)? PartialOrd for $t$(<$p>)? {
-            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
                 Some(self.cmp(other))
             }
         }
         impl$(<$p: Key>)? Ord for $t$(<$p>)? {
-            fn cmp(&self, other: &Self) -> Ordering {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
                 self.key().cmp(&other.key())
             }
         }
-        impl<'a $(, $p: Key + 'a)?> Borrow<dyn Key + 'a> for $t$(<$p>)? {
+        impl<'a $(, $p: Key + 'a)?> std::borrow::Borrow<dyn Key + 'a> for $t$(<$p>)? {
             fn borrow(&self) -> &(dyn Key + 'a) {
                 self
             }
@@ -102,7 +103,7 @@ pub(crate) type ChangedKey = (String, String);
 impl<V: Key + PartialEq> Store<V> {
     /// Inserts or updates; false when the stored value is already equal.
     pub(crate) fn apply(&mut self, value: V) -> bool {
-        if self.get(value.key()).is_some_and(|v| *v == value) {
+        if self.get(&value.key()).is_some_and(|v| *v == value) {
             return false;
         }
         self.objects.replace(Entry(Box::new(value)));
@@ -110,8 +111,8 @@ impl<V: Key + PartialEq> Store<V> {
     }
 
     /// Removes; the removed value, if there was one.
-    pub(crate) fn delete(&mut self, key: (&str, &str)) -> Option<V> {
-        self.objects.take(&key as &dyn Key).map(|e| *e.0)
+    pub(crate) fn delete(&mut self, key: &dyn Key) -> Option<V> {
+        self.objects.take(key).map(|e| *e.0)
     }
 
     /// Replaces every object with `items`; returns the keys that were added, changed or removed.
@@ -122,7 +123,7 @@ impl<V: Key + PartialEq> Store<V> {
         let gone: Vec<ChangedKey> =
             self.objects.iter().map(|e| owned(&e.0)).filter(|k| !keep.contains(k)).collect();
         for key in gone {
-            self.delete((&key.0, &key.1));
+            self.delete(&(key.0.as_str(), key.1.as_str()));
             changed.push(key);
         }
         for value in items {
@@ -135,8 +136,8 @@ impl<V: Key + PartialEq> Store<V> {
     }
 
     /// The object at `key`.
-    pub(crate) fn get(&self, key: (&str, &str)) -> Option<&V> {
-        self.objects.get(&key as &dyn Key).map(|e| &*e.0)
+    pub(crate) fn get(&self, key: &dyn Key) -> Option<&V> {
+        self.objects.get(key).map(|e| &*e.0)
     }
 
     /// Every object, in key order.
@@ -162,16 +163,27 @@ macro_rules! cluster_wide {
 
 cluster_wide!(Node => name, Namespace => name, ProxyConfig => name, NodeProxyState => node);
 
+impl Key for ServiceName {
+    fn key(&self) -> (&str, &str) {
+        (&self.namespace, &self.name)
+    }
+}
+
 impl Key for Service {
     fn key(&self) -> (&str, &str) {
-        (&self.name.namespace, &self.name.name)
+        self.name.key()
     }
 }
 
 impl Key for L2Announcement {
     fn key(&self) -> (&str, &str) {
-        (&self.service.namespace, &self.service.name)
+        self.service.key()
     }
+}
+
+/// The Services (or announcements) named by changed keys.
+pub(crate) fn service_names(changed: Vec<ChangedKey>) -> impl Iterator<Item = ServiceName> {
+    changed.into_iter().map(|(namespace, name)| ServiceName { namespace, name })
 }
 
 impl Key for Pod {
@@ -211,8 +223,8 @@ mod tests {
         assert_eq!(s.replace(vec![Obj("c", 4)]), vec![key("a"), key("b")]);
         assert_eq!(s.len(), 1);
         assert!(!s.apply(Obj("c", 4)));
-        assert_eq!(s.get(("", "c")), Some(&Obj("c", 4)));
-        assert_eq!(s.delete(("", "c")), Some(Obj("c", 4)));
+        assert_eq!(s.get(&("", "c")), Some(&Obj("c", 4)));
+        assert_eq!(s.delete(&("", "c")), Some(Obj("c", 4)));
         assert_eq!(s.len(), 0);
     }
 }

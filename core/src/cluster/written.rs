@@ -2,6 +2,7 @@
 //! and the operator's pools: the same event-shaped API as the other kinds.
 
 use super::ClusterState;
+use super::store::service_names;
 use crate::model::{L2Announcement, LoadBalancerPool, NodeProxyState, ServiceName};
 
 impl ClusterState {
@@ -17,7 +18,7 @@ impl ClusterState {
 
     /// Removes a node's report.
     pub fn delete_node_state(&mut self, node: &str) -> bool {
-        let removed = self.node_states.delete(("", node)).is_some();
+        let removed = self.node_states.delete(&("", node)).is_some();
         if removed {
             self.changes.node_states.insert(node.to_string());
         }
@@ -32,7 +33,7 @@ impl ClusterState {
 
     /// The report of `node`.
     pub fn node_state(&self, node: &str) -> Option<&NodeProxyState> {
-        self.node_states.get(("", node))
+        self.node_states.get(&("", node))
     }
 
     /// Every node report.
@@ -52,7 +53,7 @@ impl ClusterState {
 
     /// Removes an announcement decision.
     pub fn delete_announcement(&mut self, svc: &ServiceName) -> bool {
-        let removed = self.announcements.delete((&svc.namespace, &svc.name)).is_some();
+        let removed = self.announcements.delete(svc).is_some();
         if removed {
             self.changes.announcements.insert(svc.clone());
         }
@@ -62,14 +63,12 @@ impl ClusterState {
     /// Replaces every announcement (after a relist).
     pub fn replace_announcements(&mut self, all: Vec<L2Announcement>) {
         let changed = self.announcements.replace(all);
-        self.changes
-            .announcements
-            .extend(changed.into_iter().map(|(namespace, name)| ServiceName { namespace, name }));
+        self.changes.announcements.extend(service_names(changed));
     }
 
     /// The announcement for `svc`.
     pub fn announcement(&self, svc: &ServiceName) -> Option<&L2Announcement> {
-        self.announcements.get((&svc.namespace, &svc.name))
+        self.announcements.get(svc)
     }
 
     /// Every announcement.
@@ -86,7 +85,7 @@ impl ClusterState {
 
     /// Removes a pool.
     pub fn delete_pool(&mut self, name: &str) -> bool {
-        let removed = self.pools.delete(("", name)).is_some();
+        let removed = self.pools.delete(&("", name)).is_some();
         self.changes.pools |= removed;
         removed
     }
@@ -99,7 +98,7 @@ impl ClusterState {
 
     /// The pool called `name`.
     pub fn pool(&self, name: &str) -> Option<&LoadBalancerPool> {
-        self.pools.get(("", name))
+        self.pools.get(&("", name))
     }
 
     /// Every pool, by name.
