@@ -455,18 +455,19 @@ impl RecordIndex {
         match self.by_hash.get(&name_hash(ns_label, name)) {
             None => return None,
             Some(&i) if i != u32::MAX => {
-                let rec = self.services.get(i as usize)?;
-                let found = self.text(rec.name) == name && self.text(rec.ns) == ns_label;
-                return found.then_some(Svc { ix: self, rec, id: i });
+                let svc = self.svc(i)?;
+                let found = self.text(svc.rec.name) == name && self.text(svc.rec.ns) == ns_label;
+                return found.then_some(svc);
             }
             Some(_) => {}
         }
         let ids = Span::of(&self.by_name, ns.services);
         let name_of = |i: u32| self.services.get(i as usize).map_or(&[][..], |s| self.text(s.name));
         let at = ids.binary_search_by(|&i| name_of(i).cmp(name)).ok()?;
-        Some(Svc { ix: self, rec: self.services.get(ids[at] as usize)?, id: ids[at] })
+        self.svc(ids[at])
     }
 
+    /// The Service at `id`.
     fn svc(&self, id: u32) -> Option<Svc<'_>> {
         Some(Svc { ix: self, rec: self.services.get(id as usize)?, id })
     }
