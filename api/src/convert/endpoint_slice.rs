@@ -119,4 +119,18 @@ mod tests {
         assert_eq!(endpoint_slice(&slice(Some("yesterday"))).unwrap().unwrap().trigger_time, None);
         assert_eq!(endpoint_slice(&slice(None)).unwrap().unwrap().trigger_time, None);
     }
+
+    #[test]
+    fn the_service_name_label_becomes_the_service_and_other_labels_stay() {
+        let mut k = slice(None);
+        k.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(tideway_core::model::LABEL_HEADLESS.into(), String::new());
+        let s = endpoint_slice(&k).unwrap().unwrap();
+        assert_eq!(s.service, "web");
+        assert_eq!(s.labels.keys().collect::<Vec<_>>(), [tideway_core::model::LABEL_HEADLESS]);
+        let plain = endpoint_slice(&slice(None)).unwrap().unwrap();
+        assert!(plain.labels.is_empty(), "{:?}", plain.labels);
+    }
 }
