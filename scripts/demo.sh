@@ -3,7 +3,8 @@
 # kind + MetalLB setup without either), and walk the tour: 100 curls from an outside client
 # split across two pods, the cluster DNS from a pod, the rules kube-proxy users know, a packet
 # traced through them, and a live switch of the proxy mode. The lab keeps running afterwards;
-# `./target/debug/tideway lab down` removes it. Needs root (network namespaces).
+# `tideway lab down` removes it (`make demo` links the build into /usr/local/bin, unless another
+# `tideway` is already on the PATH). Needs root (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -13,6 +14,13 @@ fi
 ./scripts/install-deps.sh
 cargo build -p tideway
 T=./target/debug/tideway
+# The tour writes `tideway ...`: make that name reach this build, unless another tideway
+# already answers to it (then the tour's commands need the path printed at the end).
+on_path=$(command -v tideway || true)
+if [ -z "$on_path" ] || [ "$(readlink -f "$on_path")" = "$(readlink -f "$T")" ]; then
+  ln -sf "$PWD/target/debug/tideway" /usr/local/bin/tideway
+  T=tideway
+fi
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 "$T" lab down --name demo >/dev/null 2>&1 || true
 step "$T" lab up --detach
@@ -30,3 +38,4 @@ sleep 2
 step "$T" lab status
 step "$T" lab exec myk8s-worker -- nft list map ip tideway service-ips
 printf '\nThe lab keeps running: try the commands above, `%s lab status`, and `%s lab down` to remove it.\n' "$T" "$T"
+[ "$T" = tideway ] || printf '(`tideway` on your PATH is %s, not this build: use %s)\n' "$on_path" "$PWD/target/debug/tideway"
