@@ -177,7 +177,25 @@ impl fmt::Display for Verdict {
             Verdict::Forward { masquerade: true } => f.write_str("forwarded (masqueraded)"),
             Verdict::Drop => f.write_str("DROP"),
             Verdict::Reject => f.write_str("REJECT"),
-            Verdict::Mixed(o) => write!(f, "mixed: {o:?}"),
+            Verdict::Mixed(o) => {
+                let each: Vec<String> = o.iter().map(Outcome::to_string).collect();
+                write!(f, "depends on the path: {}", each.join(" | "))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let masq = |m: bool| if m { " (masqueraded)" } else { " (source kept)" };
+        match self {
+            Outcome::Dnat { ip, port, masquerade } => {
+                write!(f, "DNAT to {}{}", crate::net::join_host_port(ip, *port), masq(*masquerade))
+            }
+            Outcome::Local => f.write_str("delivered to the node"),
+            Outcome::Forward { masquerade } => write!(f, "forwarded{}", masq(*masquerade)),
+            Outcome::Drop => f.write_str("DROP"),
+            Outcome::Reject => f.write_str("REJECT"),
         }
     }
 }

@@ -39,7 +39,7 @@ pub fn render_trace(t: &Trace) -> String {
     }
     if t.paths.len() > 1 {
         for (i, path) in t.paths.iter().enumerate() {
-            let _ = writeln!(out, "  path {}/{} -> {:?}", i + 1, t.paths.len(), path.outcome);
+            let _ = writeln!(out, "  path {}/{} -> {}", i + 1, t.paths.len(), path.outcome);
             for s in &path.steps[common..] {
                 step_line(&mut out, s, "    ");
             }
@@ -47,4 +47,46 @@ pub fn render_trace(t: &Trace) -> String {
     }
     let _ = writeln!(out, "verdict: {}", t.verdict());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Protocol;
+    use crate::program::Hook;
+    use crate::testing::ip;
+    use crate::trace::{Outcome, Packet, TracePath};
+
+    fn path(outcome: Outcome) -> TracePath {
+        let step = super::super::Step {
+            hook: Hook::Prerouting,
+            chain: "tideway/services".into(),
+            rule: "jump x".into(),
+            note: None,
+        };
+        TracePath { steps: vec![step], outcome }
+    }
+
+    #[test]
+    fn paths_and_verdicts_read_as_words() {
+        let packet = Packet {
+            src: ip("10.0.0.1"),
+            dst: ip("10.96.0.10"),
+            protocol: Protocol::Tcp,
+            dport: 80,
+            origin: Origin::Pod,
+        };
+        let paths = vec![
+            path(Outcome::Dnat { ip: ip("10.244.1.5"), port: 8080, masquerade: false }),
+            path(Outcome::Reject),
+        ];
+        let text = render_trace(&Trace { packet, paths });
+        assert!(text.contains("path 1/2 -> DNAT to 10.244.1.5:8080 (source kept)"), "{text}");
+        assert!(text.contains("path 2/2 -> REJECT"), "{text}");
+        assert!(
+            text.ends_with("verdict: depends on the path: DNAT to 10.244.1.5:8080 (source kept) | REJECT\n"),
+            "{text}"
+        );
+        assert!(!text.contains('{'), "no debug syntax: {text}");
+    }
 }
