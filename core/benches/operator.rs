@@ -20,7 +20,9 @@ use tideway_core::announce::{LocalEndpoints, NodeInfo, ServiceTraffic, decide};
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::LabelSelector;
 use tideway_core::ipam::{Allocator, LbRequest, Pool, ServiceAllocation};
-use tideway_core::model::{EndpointSlice, L2Settings, LoadBalancerPool, ServiceName, TrafficPolicy};
+use tideway_core::model::{
+    AgentLiveness, EndpointSlice, L2Settings, LoadBalancerPool, ServiceName, TrafficPolicy,
+};
 use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::operator::Reconciler;
 use tideway_core::testing::{mk_node, mk_service, mk_slice};
@@ -99,6 +101,7 @@ fn layouts() -> Vec<Vec<NodeInfo>> {
                 .map(|n| NodeInfo {
                     name: format!("node-{n:03}"),
                     ready: n % 37 != 5,
+                    agent: AgentLiveness::Unknown,
                     labels: BTreeMap::from([("zone".to_string(), format!("z{}", n % 4))]),
                     local: if (n + l).is_multiple_of(33) {
                         LocalEndpoints::Ready

@@ -2,8 +2,9 @@
 //! answers ARP / neighbour solicitations for an address (MetalLB layer 2, made sticky).
 //!
 //! ```text
-//!  nodes (ready, labels, local endpoints of the Service)  +  pool's L2 node selectors
-//!        | eligible_nodes: Cluster -> ready nodes the selectors admit, if any endpoint serves
+//!  nodes (ready, agent liveness, labels, local endpoints of the Service)  +  pool's L2 node selectors
+//!        | eligible_nodes: Cluster -> ready nodes with a live agent the selectors admit, if any
+//!        |                            endpoint serves
 //!        |                 Local   -> those with a serving endpoint of their own
 //!        v
 //!  eligible (sorted)  +  current announcer
@@ -16,6 +17,12 @@
 //! MetalLB re-hashes on every change, so a node joining can steal an address from a healthy
 //! announcer and break its clients' connections for a gratuitous-ARP round. Here an address
 //! moves only when its announcer stops being eligible; the hash only decides where it goes.
+//! A node announces only while its Node is Ready *and* its agent is alive: kubelet keeps a
+//! Node Ready when only the agent died, and turns it NotReady only after the node monitor's
+//! grace period when the whole node died. Agent liveness comes from the agents' failure
+//! detector through [`crate::cluster::ClusterState::set_agent_liveness`]; `Unknown` (no
+//! information yet, e.g. right after an operator restart) counts as alive, so it moves nothing.
+//!
 //! Every Service sharing one address must be given the same eligible set (the intersection
 //! of theirs), so that they agree on the announcer.
 
@@ -25,7 +32,7 @@ use std::net::IpAddr;
 use sha2::{Digest, Sha256};
 
 use crate::config::LabelSelector;
-use crate::model::{Node, TrafficPolicy};
+use crate::model::{AgentLiveness, Node, TrafficPolicy};
 
 /// The endpoints a Service has on one node, by kube-proxy's rule for `Local` policy: ready
 /// ones, or serving-terminating ones when none is ready.
@@ -66,6 +73,8 @@ pub struct NodeInfo {
     pub name: String,
     /// `Ready` condition true and not being deleted.
     pub ready: bool,
+    /// Whether the node's agent is alive (`Unknown` counts as alive).
+    pub agent: AgentLiveness,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// The Service's endpoints on this node.
@@ -73,11 +82,13 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
-    /// The view of `node` for a Service with `local` endpoints there.
-    pub fn of(node: &Node, local: LocalEndpoints) -> NodeInfo {
+    /// The view of `node`, whose agent's liveness is `agent`, for a Service with `local`
+    /// endpoints there.
+    pub fn of(node: &Node, agent: AgentLiveness, local: LocalEndpoints) -> NodeInfo {
         NodeInfo {
             name: node.name.clone(),
             ready: node.ready && !node.deleting,
+            agent,
             labels: node.labels.clone(),
             local,
         }
@@ -102,6 +113,9 @@ pub enum Ineligible {
     /// The node is not ready, or being deleted.
     #[error("node is not ready")]
     NotReady,
+    /// The node's agent is dead or unreachable (its Node may still be Ready).
+    #[error("the node's agent is down (its Node may still be Ready)")]
+    AgentDown,
     /// No L2 node selector of the pool matches the node.
     #[error("node does not match the pool's L2 node selectors")]
     Selector,
@@ -122,6 +136,9 @@ pub fn eligibility(
     if !node.ready {
         return Err(Ineligible::NotReady);
     }
+    if !node.agent.counts_as_alive() {
+        return Err(Ineligible::AgentDown);
+    }
     if !node_selectors.is_empty() && !node_selectors.iter().any(|s| s.matches(&node.labels)) {
         return Err(Ineligible::Selector);
     }
@@ -133,7 +150,7 @@ pub fn eligibility(
 }
 
 /// The nodes that may receive the Service's external traffic, sorted by name. Cluster:
-/// every ready node the pool's L2 node selectors admit (no selector: every node), provided
+/// every ready node with a live agent the pool's L2 node selectors admit (no selector: every node), provided
 /// some endpoint serves; Local: those of them with a serving endpoint of their own.
 pub fn eligible_nodes(
     traffic: &ServiceTraffic,
@@ -244,7 +261,7 @@ mod tests {
 
     fn node(name: &str, ready: bool, zone: &str, local: LocalEndpoints) -> NodeInfo {
         let labels = [("zone".to_string(), zone.to_string())].into();
-        NodeInfo { name: name.into(), ready, labels, local }
+        NodeInfo { name: name.into(), ready, agent: AgentLiveness::Unknown, labels, local }
     }
 
     fn zone(z: &str) -> LabelSelector {
@@ -292,6 +309,43 @@ mod tests {
         assert_eq!(eligibility(&LOCAL, &nodes[2], &[]), Err(Ineligible::NotReady));
         assert_eq!(eligibility(&CLUSTER, &nodes[1], &[zone("a")]), Err(Ineligible::Selector));
         assert_eq!(eligibility(&IDLE, &nodes[3], &[]), Err(Ineligible::NoServingEndpoints));
+    }
+
+    #[test]
+    fn a_dead_agent_bars_its_ready_node_and_unknown_counts_as_alive() {
+        use AgentLiveness::{Alive, Dead, Unknown};
+        let vip = ip("192.168.0.200");
+        let with = |a: AgentLiveness, b: AgentLiveness| {
+            let mut nodes =
+                [node("a", true, "a", LocalEndpoints::Ready), node("b", true, "a", LocalEndpoints::Ready)];
+            (nodes[0].agent, nodes[1].agent) = (a, b);
+            nodes
+        };
+        for (a, b, want) in [
+            (Unknown, Unknown, &["a", "b"][..]),
+            (Alive, Unknown, &["a", "b"]),
+            (Dead, Alive, &["b"]),
+            (Unknown, Dead, &["a"]),
+            (Dead, Dead, &[]),
+        ] {
+            assert_eq!(eligible_nodes(&CLUSTER, &with(a, b), &[]), want, "{a:?} {b:?}");
+        }
+        assert_eq!(eligibility(&CLUSTER, &with(Dead, Alive)[0], &[]), Err(Ineligible::AgentDown));
+        let mut not_ready = with(Dead, Alive);
+        not_ready[0].ready = false;
+        assert_eq!(
+            eligibility(&CLUSTER, &not_ready[0], &[]),
+            Err(Ineligible::NotReady),
+            "NotReady says more"
+        );
+        let d = decide(vip, &LOCAL, &with(Dead, Alive), &[], Some("a"));
+        let why = Change::PreviousIneligible { previous: "a".into(), why: Ineligible::AgentDown };
+        assert_eq!((d.announcer.as_deref(), d.change), (Some("b"), Some(why)));
+        assert_eq!(
+            decide(vip, &LOCAL, &with(Unknown, Alive), &[], Some("a")).change,
+            None,
+            "a restart moves nothing"
+        );
     }
 
     #[test]

@@ -16,6 +16,14 @@
 //!        `-- trace::trace      -> path + verdict of a packet through the program
 //! ```
 //!
+//! The operator's side reads the same state: `operator::Reconciler` turns it into addresses
+//! (`ipam`) and announcers (`announce`). An announcer needs its Node Ready *and* its agent
+//! alive; the agent's liveness is not in the API (kubelet keeps a Node Ready when only the
+//! agent died), so the operator's failure detector feeds it in with
+//! `ClusterState::set_agent_liveness(node, AgentLiveness::{Alive, Dead, Unknown})`. `Unknown`
+//! (nothing known yet, as after an operator restart) counts as alive and moves nothing; `Dead`
+//! makes the node ineligible (`announce::Ineligible::AgentDown`).
+//!
 //! Nothing here performs I/O, spawns tasks or talks to a kernel or an API server: edges do
 //! that behind narrow traits, and feed this crate plain values.
 

@@ -1,6 +1,7 @@
 //! The layer-2 announcer moves only when it must.
 //!
-//! A deterministic random walk churns nodes (join, leave, readiness, zone labels) and each
+//! A deterministic random walk churns nodes (join, leave, readiness, agent liveness, zone
+//! labels) and each
 //! Service's endpoints (per node, and elsewhere) and sometimes its traffic policy. After every
 //! step, for every address: the eligible set equals a model's, the announcer is eligible
 //! whenever any node is, it moves exactly when the previous one became ineligible (or there
@@ -15,7 +16,7 @@ use tideway_core::announce::{
     Change, Ineligible, LocalEndpoints, NodeInfo, ServiceTraffic, choose_announcer, decide,
 };
 use tideway_core::config::LabelSelector;
-use tideway_core::model::TrafficPolicy;
+use tideway_core::model::{AgentLiveness, TrafficPolicy};
 use tideway_core::testing::random::Rng;
 
 const NODES: u64 = 10;
@@ -24,7 +25,12 @@ const ZONES: [&str; 3] = ["a", "b", "c"];
 #[derive(Debug, Clone)]
 struct Node {
     ready: bool,
+    agent: AgentLiveness,
     zone: &'static str,
+}
+
+fn random_agent(rng: &mut Rng) -> AgentLiveness {
+    [AgentLiveness::Unknown, AgentLiveness::Alive, AgentLiveness::Dead][rng.below(3) as usize]
 }
 
 #[derive(Debug, Clone)]
@@ -63,7 +69,8 @@ fn mutate(rng: &mut Rng, nodes: &mut BTreeMap<String, Node>, services: &mut [Svc
     let name = node_name(rng.below(NODES));
     match rng.below(8) {
         0 => {
-            nodes.insert(name, Node { ready: rng.below(4) != 0, zone: ZONES[rng.below(3) as usize] });
+            let agent = random_agent(rng);
+            nodes.insert(name, Node { ready: rng.below(4) != 0, agent, zone: ZONES[rng.below(3) as usize] });
         }
         1 => {
             nodes.remove(&name);
@@ -74,6 +81,10 @@ fn mutate(rng: &mut Rng, nodes: &mut BTreeMap<String, Node>, services: &mut [Svc
         3 => {
             let zone = ZONES[rng.below(3) as usize];
             nodes.entry(name).and_modify(|n| n.zone = zone);
+        }
+        4 if rng.below(2) == 0 => {
+            let agent = random_agent(rng);
+            nodes.entry(name).and_modify(|n| n.agent = agent);
         }
         4 => {
             let s = rng.below(services.len() as u64) as usize;
@@ -100,6 +111,7 @@ fn view(rng: &mut Rng, nodes: &BTreeMap<String, Node>, svc: &Svc) -> Vec<NodeInf
         .map(|(name, n)| NodeInfo {
             name: name.clone(),
             ready: n.ready,
+            agent: n.agent,
             labels: [("zone".to_string(), n.zone.to_string())].into(),
             local: svc.local.get(name).copied().unwrap_or_default(),
         })
@@ -123,6 +135,8 @@ fn model_ineligible(nodes: &BTreeMap<String, Node>, svc: &Svc, name: &str) -> Op
     let serving_anywhere = svc.elsewhere || nodes.keys().any(|n| local(n));
     if !n.ready {
         Some(Ineligible::NotReady)
+    } else if n.agent == AgentLiveness::Dead {
+        Some(Ineligible::AgentDown)
     } else if !svc.zones.is_empty() && !svc.zones.contains(&n.zone) {
         Some(Ineligible::Selector)
     } else if svc.policy == TrafficPolicy::Local && !local(name) {

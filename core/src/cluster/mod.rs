@@ -3,13 +3,19 @@
 //! Sources (a YAML file, kube-runtime watchers, the lab) call the event-shaped methods
 //! (`apply_*`, `delete_*`, `replace_*` for one kind after a relist, `reset` for everything);
 //! no-op updates are dropped, so `take_changes` reports only what can actually differ.
+//!
+//! Beside the Kubernetes kinds it keeps each node's agent liveness
+//! ([`ClusterState::set_agent_liveness`]), which the operator learns from the agents' failure
+//! detector rather than the API: a Node stays Ready when only its agent died. A liveness
+//! change marks the node in [`Changes::nodes`]; a relist (`reset`) leaves liveness alone.
 
+mod liveness;
 mod names;
 mod slices;
 mod store;
 mod written;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use names::SharedNames;
 pub use slices::ServiceSlices;
@@ -18,8 +24,8 @@ use store::{Store, service_names};
 
 use crate::config::ProxyConfig;
 use crate::model::{
-    EndpointSlice, L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod, Service,
-    ServiceName,
+    AgentLiveness, EndpointSlice, L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod,
+    Service, ServiceName,
 };
 
 /// What changed since the last [`ClusterState::take_changes`].
@@ -31,7 +37,7 @@ pub struct Changes {
     pub service_events: u64,
     /// EndpointSlices added, changed or removed (kube-proxy's endpoint change count).
     pub endpoint_events: u64,
-    /// Nodes that changed.
+    /// Nodes that changed, or whose agent's liveness changed.
     pub nodes: BTreeSet<String>,
     /// True when any Pod changed.
     pub pods: bool,
@@ -118,6 +124,8 @@ pub struct ClusterState {
     node_states: Store<NodeProxyState>,
     announcements: Store<L2Announcement>,
     pools: Store<LoadBalancerPool>,
+    /// Agent liveness of the nodes it is known for (absent: `Unknown`).
+    liveness: BTreeMap<String, AgentLiveness>,
     /// Node and zone names, one copy each for all endpoints.
     names: SharedNames,
     changes: Changes,

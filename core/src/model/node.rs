@@ -40,6 +40,31 @@ impl Node {
     }
 }
 
+/// Whether a node's Tideway agent is alive, as the operator learns it apart from the Node's
+/// `Ready` condition (kubelet keeps a Node Ready when only the agent died: OOM kill, crash
+/// loop, a bad rollout). Set through [`crate::cluster::ClusterState::set_agent_liveness`].
+///
+/// `Unknown` counts as alive: nothing is known yet (the operator just started, or no agent
+/// runs liveness detection), and a restart of the operator must move no address. Only `Dead`
+/// bars a node from announcing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub enum AgentLiveness {
+    /// No liveness information about the node's agent: treated as alive.
+    #[default]
+    Unknown,
+    /// The agent is known to be alive.
+    Alive,
+    /// The agent is known to be dead or unreachable: the node may not announce.
+    Dead,
+}
+
+impl AgentLiveness {
+    /// True unless the agent is known to be dead (`Unknown` counts as alive).
+    pub fn counts_as_alive(self) -> bool {
+        self != AgentLiveness::Dead
+    }
+}
+
 /// A Pod, reduced to what DNS (pod records, hostname/subdomain) and the lab need.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pod {

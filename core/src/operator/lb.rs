@@ -38,7 +38,10 @@ pub(crate) struct Nodes {
 
 impl Nodes {
     pub(crate) fn of(state: &ClusterState) -> Nodes {
-        let infos: Vec<NodeInfo> = state.nodes().map(|n| NodeInfo::of(n, LocalEndpoints::Absent)).collect();
+        let infos: Vec<NodeInfo> = state
+            .nodes()
+            .map(|n| NodeInfo::of(n, state.agent_liveness(&n.name), LocalEndpoints::Absent))
+            .collect();
         let index = infos.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
         Nodes { infos, index }
     }

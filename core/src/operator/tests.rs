@@ -310,3 +310,43 @@ fn proxy_config_status_is_written_when_it_changes() {
     assert!(degraded[0].conditions.iter().any(|k| k.kind == "Degraded" && k.status));
     assert!(c.reasons().contains(&"InvalidSpec"));
 }
+
+#[test]
+fn a_dead_agent_moves_the_address_off_its_ready_node() {
+    use crate::model::AgentLiveness;
+    let mut c = Cluster::new(None);
+    c.state.apply_service(lb("web", "10.96.0.1"));
+    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a")]));
+    c.step();
+    let first = c.announcer("web").expect("announced");
+    c.reasons();
+    // Liveness arrives for every node: alive moves nothing.
+    for n in ["node-a", "node-b", "node-c"] {
+        c.state.set_agent_liveness(n, AgentLiveness::Alive);
+    }
+    assert!(!c.step().iter().any(|w| matches!(w, Action::Announce(_))));
+    // The announcer's agent dies; its Node stays Ready.
+    c.state.set_agent_liveness(&first, AgentLiveness::Dead);
+    c.step();
+    let second = c.announcer("web").expect("another node announces");
+    assert_ne!(second, first);
+    assert!(c.state.node(&first).unwrap().ready, "the Node never changed");
+    let ann = c.state.announcement(&ServiceName::new("ns", "web")).unwrap();
+    assert!(!ann.eligible.contains(&first));
+    let events = std::mem::take(&mut c.events);
+    assert!(
+        events.iter().any(|e| e.reason == "AnnouncerChanged" && e.message.contains("agent is down")),
+        "{events:?}"
+    );
+    // It comes back: eligible again, but the address stays where it is.
+    c.state.set_agent_liveness(&first, AgentLiveness::Alive);
+    c.step();
+    assert_eq!(c.announcer("web"), Some(second.clone()));
+    // A restarted operator knows nothing yet (Unknown): it moves nothing.
+    let mut fresh = c.state.clone();
+    for n in ["node-a", "node-b", "node-c"] {
+        fresh.set_agent_liveness(n, AgentLiveness::Unknown);
+    }
+    let mut again = Cluster { state: fresh, rec: Reconciler::new(None), events: Vec::new() };
+    assert!(!again.step().iter().any(|w| matches!(w, Action::Announce(_))));
+}
