@@ -1,8 +1,10 @@
-//! The glibc resolver as a pod sees it: a network namespace whose resolv.conf is what kubelet
+//! The C resolvers as a pod sees them: a network namespace whose resolv.conf is what kubelet
 //! writes for `dnsPolicy: ClusterFirst` (search list + `ndots:5`), the server on the
-//! namespace's 127.0.0.1:53, a tiny upstream on its 127.0.0.1:5300, and `getent`.
+//! namespace's 127.0.0.1:53, a tiny upstream on its 127.0.0.1:5300, and glibc's `getent` — or
+//! a static client linked with musl 1.2.3 (Debian's `musl-tools`), the resolver of Alpine
+//! before 3.18, which never retries over TCP.
 //!
-//! Needs root (`ip netns`); skipped with a message otherwise. Nothing leaves the namespace.
+//! Needs root (`ip netns`); fails saying so otherwise. Nothing leaves the namespace.
 
 mod common;
 
@@ -23,8 +25,8 @@ struct Netns {
 }
 
 impl Netns {
-    fn create(resolv_conf: &str) -> Option<Netns> {
-        let name = format!("tw-dns-{}", std::process::id());
+    fn create(tag: &str, resolv_conf: &str) -> Option<Netns> {
+        let name = format!("tw-dns{tag}-{}", std::process::id());
         let ok = |args: &[&str]| Command::new("ip").args(args).status().is_ok_and(|s| s.success());
         if !ok(&["netns", "add", &name]) {
             return None;
@@ -125,7 +127,7 @@ fn glibc_resolver_with_search_path_and_ndots() {
     );
     let resolv = "nameserver 127.0.0.1\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local\n\
                   options ndots:5 timeout:2 attempts:2\n";
-    let ns = Netns::create(resolv).expect("ip netns add (iproute2 installed, root)");
+    let ns = Netns::create("", resolv).expect("ip netns add (iproute2 installed, root)");
     let (sockets, up_udp, up_tcp) = ns.enter(|| {
         let sockets = Sockets::bind("127.0.0.1:53".parse().unwrap(), 2).expect("bind :53 in the namespace");
         let up_udp = UdpSocket::bind("127.0.0.1:5300").unwrap();
@@ -172,4 +174,73 @@ fn glibc_resolver_with_search_path_and_ndots() {
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(10), server.shutdown()).await.expect("shutdown")
     });
+}
+
+/// A getaddrinfo client (IPv4), printing one address a line or `error N`.
+const MUSL_CLIENT: &str = r#"
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    struct addrinfo hints, *res, *p;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(argv[1], NULL, &hints, &res);
+    if (rc) { printf("error %d\n", rc); return 1; }
+    for (p = res; p; p = p->ai_next) {
+        char buf[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &((struct sockaddr_in *)p->ai_addr)->sin_addr, buf, sizeof buf);
+        printf("%s\n", buf);
+    }
+    return 0;
+}
+"#;
+
+/// The musl client, built statically with `musl-gcc` into a temporary directory.
+fn musl_client(dir: &std::path::Path) -> PathBuf {
+    let src = dir.join("client.c");
+    let bin = dir.join("musl-getaddrinfo");
+    std::fs::write(&src, MUSL_CLIENT).unwrap();
+    let built = Command::new("musl-gcc").args(["-static", "-O1", "-o"]).arg(&bin).arg(&src).status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "the musl resolver test needs musl-gcc (Debian's musl-tools; `make deps` installs it)"
+    );
+    bin
+}
+
+#[test]
+fn musl_resolver_gets_the_records_that_fit_a_truncated_answer() {
+    assert!(is_root(), "the musl resolver test needs root (a network namespace); see the glibc test");
+    let dir = std::env::temp_dir().join(format!("tw-musl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let client = musl_client(&dir);
+    let resolv = "nameserver 127.0.0.1\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local\n\
+                  options ndots:5 timeout:2 attempts:2\n";
+    let ns = Netns::create("m", resolv).expect("ip netns add (iproute2 installed, root)");
+    let sockets = ns.enter(|| Sockets::bind("127.0.0.1:53".parse().unwrap(), 1).expect("bind :53"));
+    let rt = ns.runtime();
+    let server = start_with(&rt, cluster(), settings(&[]), sockets);
+    let resolve = |name: &str| {
+        let out = Command::new("timeout")
+            .args(["20", "ip", "netns", "exec", &ns.name])
+            .arg(&client)
+            .arg(name)
+            .output()
+            .expect("the musl client runs");
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    // Through the search path, as a pod on Alpine asks.
+    assert_eq!(resolve("web"), ["10.96.0.10"]);
+    // 120 endpoints do not fit 512 bytes and musl 1.2.3 ignores TC: it resolves with the
+    // whole records that fit (an empty truncated answer would leave it nothing).
+    let big = resolve("big");
+    assert!(big.len() >= 20 && big.len() < 120, "{big:?}");
+    assert!(big.iter().all(|a| a.starts_with("10.244.9.")), "{big:?}");
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), server.shutdown()).await.expect("shutdown")
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,8 +3,8 @@
 //! [`handle_bytes`] is the whole synchronous query path on raw bytes; the UDP loop and the
 //! fuzz target call it. Parsing errors follow hickory-server: fewer than 12 bytes (no header)
 //! are dropped, anything else unparsable gets FORMERR. A reply larger than the client's UDP
-//! size loses its additional section first; only when its answer section does not fit is TC
-//! set (with the whole RRsets that fit), so the client retries over TCP.
+//! size keeps the whole records that fit (answers, then authorities, then additionals) and
+//! sets TC whenever any is left out, as CoreDNS does, so the client may retry over TCP.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,37 +80,31 @@ pub fn reply_question(request: &Request) -> Option<Queries> {
     Queries::read(&mut BinDecoder::new(&bytes), count).ok()
 }
 
-/// A reply as sent: its bytes, the records that fit, and whether the answer section had to
-/// be cut (TC set).
+/// A reply as sent: its bytes, the records that fit, and whether any record had to be left
+/// out (TC set).
 #[derive(Debug)]
 pub struct Fitted {
     /// The wire message.
     pub bytes: Vec<u8>,
     /// The records in it.
     pub reply: Reply,
-    /// TC: the answer section did not fit whole.
+    /// TC: some record did not fit.
     pub truncated: bool,
 }
 
-/// The ways to shrink `reply`, best first, as RFC 2181 §9 and CoreDNS do it: the additional
-/// section goes first without TC (it is only a help); only when the answer section itself
-/// does not fit is TC set, keeping as many whole RRsets as fit (leading CNAMEs first).
-pub fn shrink(reply: &Reply) -> impl Iterator<Item = (Reply, bool)> + '_ {
-    let without_additionals =
-        (!reply.additionals.is_empty()).then(|| (Reply { additionals: Vec::new(), ..reply.clone() }, false));
-    let mut ends: Vec<usize> = Vec::new();
-    for (i, r) in reply.answers.iter().enumerate() {
-        let next = reply.answers.get(i + 1);
-        if next.is_none_or(|n| n.name != r.name || n.record_type() != r.record_type()) {
-            ends.push(i + 1);
-        }
+/// `reply` cut to its first `keep` records, counting the answer section first, then the
+/// authority section, then the additional section: the order in which CoreDNS (miekg/dns
+/// `Msg.Truncate`) fills a reply that does not fit.
+fn first_records(reply: &Reply, keep: usize) -> Reply {
+    let answers = keep.min(reply.answers.len());
+    let authorities = (keep - answers).min(reply.authorities.len());
+    let additionals = (keep - answers - authorities).min(reply.additionals.len());
+    Reply {
+        answers: reply.answers[..answers].to_vec(),
+        authorities: reply.authorities[..authorities].to_vec(),
+        additionals: reply.additionals[..additionals].to_vec(),
+        ..reply.clone()
     }
-    ends.pop();
-    let cut = ends.into_iter().rev().chain([0]).map(|keep| {
-        let answers = reply.answers[..keep].to_vec();
-        (Reply { answers, authorities: Vec::new(), additionals: Vec::new(), ..reply.clone() }, true)
-    });
-    without_additionals.into_iter().chain(cut)
 }
 
 /// `reply` to `request` in wire format with TC as given, or `None` over `max_size` bytes.
@@ -143,20 +137,40 @@ fn emit(
     Ok(fits.then_some(buf))
 }
 
-/// Encodes `reply` to `request` in at most `max_size` bytes, shrunk by [`shrink`] when it
-/// does not fit whole.
+/// Encodes `reply` to `request` in at most `max_size` bytes. A reply that does not fit keeps
+/// as many whole records as fit — answers first, then authorities, then additionals — and
+/// sets TC whenever any record is left out, additional ones included, as CoreDNS does. So a
+/// client that never retries over TCP (musl before 1.2.4) still gets the records that fit,
+/// and one that does (glibc, dig) is told there is more.
 pub fn encode(request: &Request, reply: &Reply, max_size: u16) -> Result<Fitted, ProtoError> {
     if let Some(bytes) = emit(request, reply, false, max_size)? {
         return Ok(Fitted { bytes, reply: reply.clone(), truncated: false });
     }
-    for (smaller, truncated) in shrink(reply) {
-        if let Some(bytes) = emit(request, &smaller, truncated, max_size)? {
-            return Ok(Fitted { bytes, reply: smaller, truncated });
+    // Adding a record never makes a message shorter: the longest prefix that fits is found
+    // by bisection (a few encodings, even for thousands of records).
+    let total = reply.answers.len() + reply.authorities.len() + reply.additionals.len();
+    let (mut fits, mut too_many) = (0, total);
+    let mut best = None;
+    while too_many - fits > 1 {
+        let mid = fits + (too_many - fits) / 2;
+        let smaller = first_records(reply, mid);
+        match emit(request, &smaller, true, max_size)? {
+            Some(bytes) => (fits, best) = (mid, Some((bytes, smaller))),
+            None => too_many = mid,
         }
     }
+    let best = match best {
+        Some(b) => Some(b),
+        None => {
+            let empty = first_records(reply, 0);
+            emit(request, &empty, true, max_size)?.map(|bytes| (bytes, empty))
+        }
+    };
+    if let Some((bytes, reply)) = best {
+        return Ok(Fitted { bytes, reply, truncated: true });
+    }
     // Not even the question fits (cannot happen within 512 bytes); say so.
-    let empty =
-        Reply { answers: Vec::new(), authorities: Vec::new(), additionals: Vec::new(), ..reply.clone() };
+    let empty = first_records(reply, 0);
     let bytes = emit(request, &empty, true, u16::MAX)?.unwrap_or_default();
     Ok(Fitted { bytes, reply: empty, truncated: true })
 }
@@ -301,31 +315,66 @@ mod tests {
         Record::from_rdata(Name::from_ascii(name).unwrap(), 5, RData::A(A::new(10, 0, 0, last)))
     }
 
+    /// A parsed A query for `name`, with an EDNS size when given.
+    fn request(name: &str, edns: Option<u16>) -> Request {
+        use hickory_proto::op::{MessageType, OpCode, Query};
+        let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+        if let Some(size) = edns {
+            let mut e = Edns::new();
+            e.set_max_payload(size);
+            m.set_edns(e);
+        }
+        let src: SocketAddr = "127.0.0.1:5353".parse().unwrap();
+        Request::from_bytes(m.to_vec().unwrap(), src, Protocol::Udp).unwrap()
+    }
+
+    fn many(name: &str, n: u8) -> Vec<Record> {
+        (1..=n).map(|i| a(name, i)).collect()
+    }
+
     #[test]
-    fn additionals_go_first_then_whole_rrsets_with_tc() {
+    fn a_reply_that_does_not_fit_keeps_the_whole_records_that_do_with_tc() {
+        let name = "big.ns1.svc.cluster.local.";
+        let reply = Reply { answers: many(name, 120), ..Reply::error(ResponseCode::NoError) };
+        for (edns, limit) in [(None, 512), (Some(1232), 1232)] {
+            let req = request(name, edns);
+            let f = encode(&req, &reply, udp_limit(&req)).unwrap();
+            let n = f.reply.answers.len();
+            assert!(f.truncated && n > 0 && n < 120, "{edns:?}: {n} records");
+            assert!(f.bytes.len() <= limit, "{} bytes", f.bytes.len());
+            assert_eq!(f.reply.answers, reply.answers[..n], "a prefix, in order");
+            // One more record would not have fitted.
+            let more = Reply { answers: reply.answers[..=n].to_vec(), ..Reply::error(ResponseCode::NoError) };
+            assert!(emit(&req, &more, true, limit as u16).unwrap().is_none(), "{edns:?}: {n} is the most");
+            let msg = Message::from_vec(&f.bytes).unwrap();
+            assert!(msg.metadata.truncation && msg.answers.len() == n, "the wire says TC and {n} answers");
+        }
+    }
+
+    #[test]
+    fn tc_is_set_whenever_a_record_is_left_out_additional_ones_included() {
+        let name = "srv.ns1.svc.cluster.local.";
+        let answers = many(name, 6);
+        let additionals = many("target.ns1.svc.cluster.local.", 40);
+        let reply = Reply { answers: answers.clone(), additionals, ..Reply::error(ResponseCode::NoError) };
+        let req = request(name, None);
+        let f = encode(&req, &reply, 512).unwrap();
+        assert!(f.truncated, "an additional record left out sets TC");
+        assert_eq!(f.reply.answers, answers, "every answer fits and is kept");
+        assert!(!f.reply.additionals.is_empty() && f.reply.additionals.len() < 40);
+        // A reply that fits whole goes out unchanged, without TC.
+        let small = Reply { answers: answers.clone(), ..Reply::error(ResponseCode::NoError) };
+        let f = encode(&req, &small, 512).unwrap();
+        assert!(!f.truncated && f.reply.answers == answers);
+        // Authorities come before additionals: an SOA is kept before any additional.
         let cname = Record::from_rdata(
-            Name::from_ascii("x.").unwrap(),
+            Name::from_ascii(name).unwrap(),
             5,
             RData::CNAME(CNAME(Name::from_ascii("y.").unwrap())),
         );
-        let reply = Reply {
-            answers: vec![cname.clone(), a("y.", 1), a("y.", 2), a("z.", 3)],
-            additionals: vec![a("t.", 9)],
-            ..Reply::error(ResponseCode::NoError)
-        };
-        let steps: Vec<(Vec<Record>, usize, bool)> =
-            shrink(&reply).map(|(r, tc)| (r.answers, r.additionals.len(), tc)).collect();
-        assert_eq!(
-            steps,
-            vec![
-                (reply.answers.clone(), 0, false),
-                (vec![cname.clone(), a("y.", 1), a("y.", 2)], 0, true),
-                (vec![cname], 0, true),
-                (Vec::new(), 0, true),
-            ]
-        );
-        // Nothing to drop from the additional section: straight to cutting RRsets.
-        let bare = Reply { answers: vec![a("y.", 1), a("y.", 2)], ..Reply::error(ResponseCode::NoError) };
-        assert_eq!(shrink(&bare).map(|(r, tc)| (r.answers.len(), tc)).collect::<Vec<_>>(), vec![(0, true)]);
+        let cut =
+            first_records(&Reply { answers: vec![cname.clone()], authorities: vec![a("s.", 1)], ..reply }, 2);
+        assert_eq!((cut.answers, cut.authorities.len(), cut.additionals.len()), (vec![cname], 1, 0));
     }
 }
