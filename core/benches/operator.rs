@@ -102,6 +102,8 @@ fn layouts() -> Vec<Vec<NodeInfo>> {
                     name: format!("node-{n:03}"),
                     ready: n % 37 != 5,
                     agent: AgentLiveness::Unknown,
+                    network_unavailable: false,
+                    to_be_deleted: false,
                     labels: BTreeMap::from([("zone".to_string(), format!("z{}", n % 4))]),
                     local: if (n + l).is_multiple_of(33) {
                         LocalEndpoints::Ready

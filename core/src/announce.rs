@@ -23,6 +23,10 @@
 //! detector through [`crate::cluster::ClusterState::set_agent_liveness`]; `Unknown` (no
 //! information yet, e.g. right after an operator restart) counts as alive, so it moves nothing.
 //!
+//! MetalLB's and KEP-3836's node rules hold for every Service: a node labelled
+//! `node.kubernetes.io/exclude-from-external-load-balancers`, one whose `NetworkUnavailable`
+//! condition is true, and one tainted `ToBeDeletedByClusterAutoscaler` never announce.
+//!
 //! Every Service sharing one address must be given the same eligible set (the intersection
 //! of theirs), so that they agree on the announcer.
 
@@ -32,7 +36,7 @@ use std::net::IpAddr;
 use sha2::{Digest, Sha256};
 
 use crate::config::LabelSelector;
-use crate::model::{AgentLiveness, Node, TrafficPolicy};
+use crate::model::{AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, Node, TAINT_TO_BE_DELETED, TrafficPolicy};
 
 /// The endpoints a Service has on one node, by kube-proxy's rule for `Local` policy: ready
 /// ones, or serving-terminating ones when none is ready.
@@ -75,6 +79,10 @@ pub struct NodeInfo {
     pub ready: bool,
     /// Whether the node's agent is alive (`Unknown` counts as alive).
     pub agent: AgentLiveness,
+    /// `NetworkUnavailable` condition true.
+    pub network_unavailable: bool,
+    /// Tainted `ToBeDeletedByClusterAutoscaler`.
+    pub to_be_deleted: bool,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// The Service's endpoints on this node.
@@ -89,6 +97,8 @@ impl NodeInfo {
             name: node.name.clone(),
             ready: node.ready && !node.deleting,
             agent,
+            network_unavailable: node.network_unavailable,
+            to_be_deleted: node.to_be_deleted(),
             labels: node.labels.clone(),
             local,
         }
@@ -116,6 +126,15 @@ pub enum Ineligible {
     /// The node's agent is dead or unreachable (its Node may still be Ready).
     #[error("the node's agent is down (its Node may still be Ready)")]
     AgentDown,
+    /// The node's `NetworkUnavailable` condition is true.
+    #[error("node network is unavailable (NetworkUnavailable condition)")]
+    NetworkUnavailable,
+    /// The cluster autoscaler is about to delete the node.
+    #[error("node is tainted {TAINT_TO_BE_DELETED} (the cluster autoscaler is removing it)")]
+    ToBeDeleted,
+    /// The node is labelled out of external load balancers.
+    #[error("node is labelled {LABEL_EXCLUDE_FROM_EXTERNAL_LB}")]
+    Excluded,
     /// No L2 node selector of the pool matches the node.
     #[error("node does not match the pool's L2 node selectors")]
     Selector,
@@ -139,6 +158,15 @@ pub fn eligibility(
     if !node.agent.counts_as_alive() {
         return Err(Ineligible::AgentDown);
     }
+    if node.network_unavailable {
+        return Err(Ineligible::NetworkUnavailable);
+    }
+    if node.to_be_deleted {
+        return Err(Ineligible::ToBeDeleted);
+    }
+    if node.labels.contains_key(LABEL_EXCLUDE_FROM_EXTERNAL_LB) {
+        return Err(Ineligible::Excluded);
+    }
     if !node_selectors.is_empty() && !node_selectors.iter().any(|s| s.matches(&node.labels)) {
         return Err(Ineligible::Selector);
     }
@@ -150,7 +178,8 @@ pub fn eligibility(
 }
 
 /// The nodes that may receive the Service's external traffic, sorted by name. Cluster:
-/// every ready node with a live agent the pool's L2 node selectors admit (no selector: every node), provided
+/// every ready node with a live agent that the node rules and the pool's L2 node selectors
+/// admit (no selector: every node), provided
 /// some endpoint serves; Local: those of them with a serving endpoint of their own.
 pub fn eligible_nodes(
     traffic: &ServiceTraffic,
@@ -261,7 +290,16 @@ mod tests {
 
     fn node(name: &str, ready: bool, zone: &str, local: LocalEndpoints) -> NodeInfo {
         let labels = [("zone".to_string(), zone.to_string())].into();
-        NodeInfo { name: name.into(), ready, agent: AgentLiveness::Unknown, labels, local }
+        let agent = AgentLiveness::Unknown;
+        NodeInfo {
+            name: name.into(),
+            ready,
+            agent,
+            network_unavailable: false,
+            to_be_deleted: false,
+            labels,
+            local,
+        }
     }
 
     fn zone(z: &str) -> LabelSelector {
@@ -346,6 +384,46 @@ mod tests {
             None,
             "a restart moves nothing"
         );
+    }
+
+    #[test]
+    fn node_rules_bar_excluded_unnetworked_and_departing_nodes() {
+        let ok = node("a", true, "a", LocalEndpoints::Ready);
+        let mut excluded = ok.clone();
+        excluded.labels.insert(LABEL_EXCLUDE_FROM_EXTERNAL_LB.into(), String::new());
+        let unnetworked = NodeInfo { network_unavailable: true, ..ok.clone() };
+        let departing = NodeInfo { to_be_deleted: true, ..ok.clone() };
+        let all_of_them = NodeInfo { network_unavailable: true, to_be_deleted: true, ..excluded.clone() };
+        let cases = [
+            (&ok, Ok(())),
+            (&excluded, Err(Ineligible::Excluded)),
+            (&unnetworked, Err(Ineligible::NetworkUnavailable)),
+            (&departing, Err(Ineligible::ToBeDeleted)),
+            (&all_of_them, Err(Ineligible::NetworkUnavailable)),
+        ];
+        for (n, want) in cases {
+            for traffic in [&CLUSTER, &LOCAL] {
+                assert_eq!(eligibility(traffic, n, &[]), want, "{n:?}");
+                // A selector that admits the node does not override the rules.
+                assert_eq!(eligibility(traffic, n, &[zone("a")]), want, "{n:?}");
+            }
+        }
+        assert!(Ineligible::ToBeDeleted.to_string().contains("ToBeDeletedByClusterAutoscaler"));
+        assert!(Ineligible::Excluded.to_string().contains("exclude-from-external-load-balancers"));
+    }
+
+    #[test]
+    fn node_info_reads_the_rules_off_the_node() {
+        let mut n = crate::testing::mk_node("a", "192.168.0.10", "z");
+        let info = |n: &Node| NodeInfo::of(n, AgentLiveness::Unknown, LocalEndpoints::Absent);
+        assert!(!info(&n).network_unavailable && !info(&n).to_be_deleted);
+        n.network_unavailable = true;
+        n.taints.push(crate::model::Taint {
+            key: TAINT_TO_BE_DELETED.into(),
+            value: "1700000000".into(),
+            effect: "NoSchedule".into(),
+        });
+        assert!(info(&n).network_unavailable && info(&n).to_be_deleted);
     }
 
     #[test]

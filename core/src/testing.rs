@@ -77,7 +77,16 @@ pub fn mk_node_context() -> NodeContext {
 pub fn mk_node(name: &str, addr: &str, zone: &str) -> Node {
     let mut labels = BTreeMap::new();
     labels.insert(LABEL_ZONE.to_string(), zone.to_string());
-    Node { name: name.into(), labels, ips: vec![ip(addr)], pod_cidrs: vec![], deleting: false, ready: true }
+    Node {
+        name: name.into(),
+        labels,
+        ips: vec![ip(addr)],
+        pod_cidrs: vec![],
+        deleting: false,
+        ready: true,
+        network_unavailable: false,
+        taints: vec![],
+    }
 }
 
 /// Fluent Service builder.

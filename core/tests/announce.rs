@@ -1,7 +1,7 @@
 //! The layer-2 announcer moves only when it must.
 //!
-//! A deterministic random walk churns nodes (join, leave, readiness, agent liveness, zone
-//! labels) and each
+//! A deterministic random walk churns nodes (join, leave, readiness, agent liveness, the node
+//! rules, zone labels) and each
 //! Service's endpoints (per node, and elsewhere) and sometimes its traffic policy. After every
 //! step, for every address: the eligible set equals a model's, the announcer is eligible
 //! whenever any node is, it moves exactly when the previous one became ineligible (or there
@@ -16,7 +16,7 @@ use tideway_core::announce::{
     Change, Ineligible, LocalEndpoints, NodeInfo, ServiceTraffic, choose_announcer, decide,
 };
 use tideway_core::config::LabelSelector;
-use tideway_core::model::{AgentLiveness, TrafficPolicy};
+use tideway_core::model::{AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, TrafficPolicy};
 use tideway_core::testing::random::Rng;
 
 const NODES: u64 = 10;
@@ -27,6 +27,17 @@ struct Node {
     ready: bool,
     agent: AgentLiveness,
     zone: &'static str,
+    /// Which node rule bars it, if any (mostly none).
+    rule: Option<Ineligible>,
+}
+
+fn random_rule(rng: &mut Rng) -> Option<Ineligible> {
+    match rng.below(8) {
+        0 => Some(Ineligible::Excluded),
+        1 => Some(Ineligible::NetworkUnavailable),
+        2 => Some(Ineligible::ToBeDeleted),
+        _ => None,
+    }
 }
 
 fn random_agent(rng: &mut Rng) -> AgentLiveness {
@@ -70,7 +81,8 @@ fn mutate(rng: &mut Rng, nodes: &mut BTreeMap<String, Node>, services: &mut [Svc
     match rng.below(8) {
         0 => {
             let agent = random_agent(rng);
-            nodes.insert(name, Node { ready: rng.below(4) != 0, agent, zone: ZONES[rng.below(3) as usize] });
+            let (ready, zone, rule) = (rng.below(4) != 0, ZONES[rng.below(3) as usize], random_rule(rng));
+            nodes.insert(name, Node { ready, agent, zone, rule });
         }
         1 => {
             nodes.remove(&name);
@@ -85,6 +97,10 @@ fn mutate(rng: &mut Rng, nodes: &mut BTreeMap<String, Node>, services: &mut [Svc
         4 if rng.below(2) == 0 => {
             let agent = random_agent(rng);
             nodes.entry(name).and_modify(|n| n.agent = agent);
+        }
+        5 if rng.below(2) == 0 => {
+            let rule = random_rule(rng);
+            nodes.entry(name).and_modify(|n| n.rule = rule);
         }
         4 => {
             let s = rng.below(services.len() as u64) as usize;
@@ -108,12 +124,20 @@ fn mutate(rng: &mut Rng, nodes: &mut BTreeMap<String, Node>, services: &mut [Svc
 fn view(rng: &mut Rng, nodes: &BTreeMap<String, Node>, svc: &Svc) -> Vec<NodeInfo> {
     let mut list: Vec<NodeInfo> = nodes
         .iter()
-        .map(|(name, n)| NodeInfo {
-            name: name.clone(),
-            ready: n.ready,
-            agent: n.agent,
-            labels: [("zone".to_string(), n.zone.to_string())].into(),
-            local: svc.local.get(name).copied().unwrap_or_default(),
+        .map(|(name, n)| {
+            let mut labels: BTreeMap<String, String> = [("zone".to_string(), n.zone.to_string())].into();
+            if n.rule == Some(Ineligible::Excluded) {
+                labels.insert(LABEL_EXCLUDE_FROM_EXTERNAL_LB.to_string(), "true".to_string());
+            }
+            NodeInfo {
+                name: name.clone(),
+                ready: n.ready,
+                agent: n.agent,
+                network_unavailable: n.rule == Some(Ineligible::NetworkUnavailable),
+                to_be_deleted: n.rule == Some(Ineligible::ToBeDeleted),
+                labels,
+                local: svc.local.get(name).copied().unwrap_or_default(),
+            }
         })
         .collect();
     // Input order must not matter.
@@ -137,6 +161,8 @@ fn model_ineligible(nodes: &BTreeMap<String, Node>, svc: &Svc, name: &str) -> Op
         Some(Ineligible::NotReady)
     } else if n.agent == AgentLiveness::Dead {
         Some(Ineligible::AgentDown)
+    } else if n.rule.is_some() {
+        n.rule
     } else if !svc.zones.is_empty() && !svc.zones.contains(&n.zone) {
         Some(Ineligible::Selector)
     } else if svc.policy == TrafficPolicy::Local && !local(name) {

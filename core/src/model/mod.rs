@@ -7,7 +7,10 @@ mod service;
 mod status;
 
 pub use endpoint::{Addresses, Endpoint, EndpointHints, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
-pub use node::{AgentLiveness, LABEL_ZONE, Namespace, Node, Pod};
+pub use node::{
+    AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, LABEL_ZONE, Namespace, Node, Pod, TAINT_TO_BE_DELETED,
+    Taint,
+};
 pub use pool::{L2Settings, LoadBalancerPool};
 pub use service::{
     ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,

@@ -11,6 +11,25 @@ use crate::net::{IpFamily, IpNet};
 /// Node label carrying the topology zone.
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
+/// Node label that keeps a node out of external load balancers (KEP-1143; MetalLB honours it).
+pub const LABEL_EXCLUDE_FROM_EXTERNAL_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// Taint the cluster autoscaler puts on a node it is about to delete (KEP-3836: load
+/// balancers stop sending to it, kube-proxy's `/healthz` fails there).
+pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// One `spec.taints` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    /// `key`.
+    pub key: String,
+    /// `value` (empty when absent).
+    #[serde(default)]
+    pub value: String,
+    /// `effect`: `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
 /// A Node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
@@ -26,12 +45,30 @@ pub struct Node {
     pub deleting: bool,
     /// False when the node's `Ready` condition is present and not `True`.
     pub ready: bool,
+    /// True when the node's `NetworkUnavailable` condition is `True` (its network is not
+    /// configured: it must not announce).
+    #[serde(default)]
+    pub network_unavailable: bool,
+    /// `spec.taints`.
+    #[serde(default)]
+    pub taints: Vec<Taint>,
 }
 
 impl Node {
     /// The node's zone label, if any.
     pub fn zone(&self) -> Option<&str> {
         self.labels.get(LABEL_ZONE).map(String::as_str)
+    }
+
+    /// True when labelled `node.kubernetes.io/exclude-from-external-load-balancers` (any value,
+    /// as MetalLB and the service controller read it).
+    pub fn excluded_from_external_lb(&self) -> bool {
+        self.labels.contains_key(LABEL_EXCLUDE_FROM_EXTERNAL_LB)
+    }
+
+    /// True when tainted `ToBeDeletedByClusterAutoscaler`: the autoscaler is draining it.
+    pub fn to_be_deleted(&self) -> bool {
+        self.taints.iter().any(|t| t.key == TAINT_TO_BE_DELETED)
     }
 
     /// The node's primary IP of `family` (first address of that family).

@@ -350,3 +350,36 @@ fn a_dead_agent_moves_the_address_off_its_ready_node() {
     let mut again = Cluster { state: fresh, rec: Reconciler::new(None), events: Vec::new() };
     assert!(!again.step().iter().any(|w| matches!(w, Action::Announce(_))));
 }
+
+#[test]
+fn the_node_rules_move_an_address_and_say_why() {
+    let mut c = Cluster::new(None);
+    c.state.apply_service(lb("web", "10.96.0.1"));
+    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a")]));
+    c.step();
+    let mut announcers = vec![c.announcer("web").expect("announced")];
+    c.reasons();
+    type Rule = fn(&mut crate::model::Node);
+    let rules: [(&str, Rule); 3] = [
+        ("exclude-from-external-load-balancers", |n| {
+            n.labels.insert(crate::model::LABEL_EXCLUDE_FROM_EXTERNAL_LB.into(), "true".into());
+        }),
+        ("NetworkUnavailable", |n| n.network_unavailable = true),
+        ("ToBeDeletedByClusterAutoscaler", |n| {
+            let key = crate::model::TAINT_TO_BE_DELETED.into();
+            n.taints.push(crate::model::Taint { key, value: String::new(), effect: "NoSchedule".into() });
+        }),
+    ];
+    for (why, rule) in rules {
+        let mut n = c.state.node(announcers.last().unwrap()).cloned().unwrap();
+        rule(&mut n);
+        c.state.apply_node(n);
+        c.step();
+        let events = std::mem::take(&mut c.events);
+        let now = c.announcer("web");
+        assert!(events.iter().any(|e| e.message.contains(why)), "{why}: {events:?} (now {now:?})");
+        announcers.extend(now);
+    }
+    assert_eq!(announcers.len(), 3, "three nodes, each barred in turn: {announcers:?}");
+    assert_eq!(c.announcer("web"), None);
+}

@@ -289,12 +289,25 @@ fn node(
     labels.entry("kubernetes.io/hostname".into()).or_insert_with(|| name.clone());
     let ready = if health.nodes_down.contains(&name) { "False" } else { "True" };
     let cidr = format!("{}/{}", pod_cidr.0, pod_cidr.1);
+    // What the spec declares beside Ready (taints, NetworkUnavailable...) is kept, as a
+    // cluster's Node carries them; Ready is the lab's own to say.
+    let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let mut conditions: Vec<Value> = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.type_ != "Ready")
+        .map(|c| json!({"type": c.type_, "status": c.status}))
+        .collect();
+    conditions.push(json!({"type": "Ready", "status": ready}));
     out.push(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+        "spec": {"podCIDR": cidr, "podCIDRs": [cidr], "taints": taints},
         "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}, {"type": "Hostname", "address": name}],
-                   "conditions": [{"type": "Ready", "status": ready}]},
+                   "conditions": conditions},
     }));
     Ok(NodeState { name, ip, index, pod_cidr })
 }

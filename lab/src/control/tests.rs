@@ -149,3 +149,29 @@ fn endpoint_slices_carry_the_time_their_endpoints_last_changed() {
     let w = build(&spec, &plan, &mut Allocations::default(), &Health::default()).unwrap();
     assert!(trigger(&w).is_null());
 }
+
+#[test]
+fn declared_taints_and_conditions_reach_the_node() {
+    let (plan, mut alloc) = (Plan::default(), Allocations::default());
+    let mut spec = demo();
+    let worker = spec.nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some("myk8s-worker")).unwrap();
+    worker.spec = Some(
+        serde_json::from_value(
+            json!({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}),
+        )
+        .unwrap(),
+    );
+    let conditions =
+        json!([{"type": "NetworkUnavailable", "status": "True"}, {"type": "Ready", "status": "False"}]);
+    worker.status.get_or_insert_default().conditions = Some(serde_json::from_value(conditions).unwrap());
+    let w = build(&spec, &plan, &mut alloc, &Health::default()).unwrap();
+    let node = |name: &str| {
+        let v = objects(&w, "Node").find(|n| n["metadata"]["name"] == name).unwrap().clone();
+        tideway_api::convert::node(&serde_json::from_value(v).unwrap()).unwrap()
+    };
+    let worker = node("myk8s-worker");
+    assert!(worker.to_be_deleted() && worker.network_unavailable);
+    assert!(worker.ready, "Ready is the lab's to say, not the spec's");
+    let other = node("myk8s-worker2");
+    assert!(!other.to_be_deleted() && !other.network_unavailable && other.ready);
+}
