@@ -13,6 +13,8 @@
 //! * [`problem`], [`openapi`]: REST errors as problem details, and OpenAPI documents built
 //!   from the handlers' types.
 //! * [`auth`]: bearer tokens for REST changes, and who checks them.
+//! * [`validation`]: the valid values of every ProxyConfig and LoadBalancerPool field, read by
+//!   the conversions, the REST PATCH check and the generated CRD schema.
 //! * [`merge_patch`]: RFC 7386 merge patches (REST changes of a ProxyConfig,
 //!   [`crd::patch_proxy_config`]).
 
@@ -29,5 +31,6 @@ pub mod manifest;
 pub mod merge_patch;
 pub mod openapi;
 pub mod problem;
+pub mod validation;
 
 pub use error::ConvertError;

@@ -299,3 +299,60 @@ async fn network_programming_latency_runs_from_the_slice_change_to_the_kernel() 
     assert!(rig.metric("kubeproxy_sync_proxy_rules_endpoint_changes_pending").ends_with(" 0"));
     assert!(rig.metric("kubeproxy_sync_proxy_rules_service_changes_pending").ends_with(" 0"));
 }
+
+/// The ProxyConfigs of `api/tests/refused.yaml`, one bad value each, renamed `name`.
+fn refused_configs(name: &str) -> Vec<tideway_api::crd::ProxyConfig> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(include_str!("../../api/tests/refused.yaml")).expect("refused.yaml");
+    let configs: Vec<_> = docs
+        .into_iter()
+        .filter(|d| d["kind"] == "ProxyConfig")
+        .map(|mut d| {
+            d["metadata"]["name"] = name.into();
+            d["metadata"]["generation"] = 2.into();
+            serde_json::from_value(d).expect("decodes")
+        })
+        .collect();
+    assert!(configs.len() >= 20, "{} configs", configs.len());
+    configs
+}
+
+#[tokio::test]
+async fn an_invalid_proxy_config_keeps_the_last_valid_one_and_is_reported() {
+    use kube::runtime::watcher::Event;
+    use tideway_sources::kube::{KindAdapter, Outcome};
+    let (mut rig, kernel) = synced(Iptables).await;
+    let mut adapter = KindAdapter::<tideway_api::crd::ProxyConfig>::new(rig.cluster.clone());
+    for (n, bad) in refused_configs("default").into_iter().enumerate() {
+        let bad_name = bad.metadata.annotations.as_ref().map(|a| a["test.tideway.io/field"].clone());
+        assert_eq!(adapter.handle(Event::Apply(bad)), Outcome::Invalid, "{bad_name:?}");
+        // The Services keep working under the last valid config: a new one is programmed.
+        let n = u16::try_from(n).unwrap() + 2;
+        rig.cluster.update(|s| s.apply_service(web(n)));
+        rig.agent.sync(false).await.expect("syncs with the last valid config");
+        assert_eq!(kernel.take_calls(), [Apply { mode: Iptables, full: false }], "{bad_name:?}");
+        rig.assert_kernel_is_desired(Iptables).await;
+        let invalid = rig.status().invalid_objects;
+        let field = bad_name.unwrap_or_default();
+        assert!(invalid.len() == 1 && invalid[0].contains(&field), "{field}: {invalid:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_first_start_with_only_an_invalid_proxy_config_runs_the_defaults() {
+    use kube::runtime::watcher::Event;
+    use tideway_sources::kube::KindAdapter;
+    let cluster = cluster(Iptables, Duration::ZERO);
+    cluster.update(|s| s.delete_proxy_config("default"));
+    let mut adapter = KindAdapter::<tideway_api::crd::ProxyConfig>::new(cluster.clone());
+    adapter.handle(Event::Init);
+    let bad = refused_configs("default").remove(0);
+    adapter.handle(Event::InitApply(bad));
+    adapter.handle(Event::InitDone);
+    let kernel = SharedKernel::default();
+    let mut rig = Rig::new(cluster, kernel.clone());
+    rig.agent.sync(false).await.expect("syncs with the defaults");
+    assert_eq!(kernel.lock().state.keys().copied().collect::<Vec<_>>(), [Nftables], "the default mode");
+    let invalid = rig.status().invalid_objects;
+    assert!(invalid.len() == 1 && invalid[0].contains("spec.syncPeriod"), "{invalid:?}");
+}

@@ -7,11 +7,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, T
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tideway_core::ipam::{Pool, ServiceAllocation as CoreAllocation};
+use tideway_core::ipam::{AddrRange, Pool, ServiceAllocation as CoreAllocation};
 use tideway_core::model::{L2Settings as CoreL2, LoadBalancerPool as CorePool};
 use tideway_core::operator::PoolReport;
 
 use crate::error::{ConvertError, Ctx};
+use crate::validation;
 
 /// A pool of LoadBalancer addresses.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -105,9 +106,10 @@ pub struct LoadBalancerPoolStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// Converts a pool. Its addresses are validated by the allocator over the whole set of pools
-/// (a malformed or overlapping range makes the pool invalid, reported in its status); here
-/// only selectors can be wrong.
+/// Converts a pool: each address entry parses (a CIDR or a range of one family, first to
+/// last), and list lengths, namespaces, interface names and selectors are valid. Ranges that
+/// overlap another pool's are the allocator's to find, over the whole set of pools (reported
+/// in the pool's status).
 pub fn load_balancer_pool(obj: &LoadBalancerPool) -> Result<CorePool, ConvertError> {
     let name = obj.metadata.name.clone().unwrap_or_default();
     let cx = Ctx::new("LoadBalancerPool", None, &name);
@@ -116,16 +118,21 @@ pub fn load_balancer_pool(obj: &LoadBalancerPool) -> Result<CorePool, ConvertErr
     }
     let spec = &obj.spec;
     let selectors = |field: &str, list: &[LabelSelector]| -> Result<Vec<_>, ConvertError> {
+        validation::max_items(&cx, field, list, validation::MAX_ALLOCATION_ENTRIES)?;
         list.iter()
             .enumerate()
             .map(|(i, s)| super::selector(&cx, &format!("{field}[{i}]"), Some(s)))
             .collect()
     };
+    validation::max_items(&cx, "spec.addresses", &spec.addresses, validation::MAX_POOL_ADDRESSES)?;
+    for (i, a) in spec.addresses.iter().enumerate() {
+        AddrRange::parse(a).map_err(|e| cx.err(format!("spec.addresses[{i}]"), e.to_string()))?;
+    }
     let allocation = match &spec.service_allocation {
         None => None,
         Some(a) => Some(CoreAllocation {
             priority: a.priority,
-            namespaces: a.namespaces.clone(),
+            namespaces: namespaces(&cx, &a.namespaces)?,
             namespace_selectors: selectors(
                 "spec.serviceAllocation.namespaceSelectors",
                 &a.namespace_selectors,
@@ -134,6 +141,10 @@ pub fn load_balancer_pool(obj: &LoadBalancerPool) -> Result<CorePool, ConvertErr
         }),
     };
     let l2 = spec.l2.clone().unwrap_or_default();
+    validation::max_items(&cx, "spec.l2.interfaces", &l2.interfaces, validation::MAX_INTERFACES)?;
+    for (i, name) in l2.interfaces.iter().enumerate() {
+        validation::interface(&cx, &format!("spec.l2.interfaces[{i}]"), name)?;
+    }
     Ok(CorePool {
         pool: Pool {
             name,
@@ -149,6 +160,16 @@ pub fn load_balancer_pool(obj: &LoadBalancerPool) -> Result<CorePool, ConvertErr
         },
         generation: obj.metadata.generation.unwrap_or(0),
     })
+}
+
+/// The namespaces of `serviceAllocation`, each a valid name.
+fn namespaces(cx: &Ctx, list: &[String]) -> Result<Vec<String>, ConvertError> {
+    let field = "spec.serviceAllocation.namespaces";
+    validation::max_items(cx, field, list, validation::MAX_ALLOCATION_ENTRIES)?;
+    for (i, ns) in list.iter().enumerate() {
+        validation::namespace(cx, &format!("{field}[{i}]"), ns)?;
+    }
+    Ok(list.to_vec())
 }
 
 /// The status the operator writes for `report` (IPv6 counts saturate at the int64 maximum).

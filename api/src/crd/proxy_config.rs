@@ -9,10 +9,15 @@ use serde::{Deserialize, Serialize};
 use tideway_core::config::{
     DetectLocal, IpvsSettings, NodePortAddresses, ProxyConfig as CoreConfig, ProxyMode, ProxySettings,
 };
+use tideway_core::net::IpFamily;
 use tideway_core::operator::rollout::ConfigStatus;
 
-use crate::duration::parse_duration;
+use crate::duration::format_duration;
 use crate::error::{ConvertError, Ctx};
+use crate::validation::{
+    self,
+    DurationRange::{Positive, ZeroOrMore},
+};
 
 /// Proxy mode and settings for the nodes matched by `nodeSelector`. When several configs match a
 /// node, the highest `priority` wins, then the most specific selector, then the name.
@@ -176,8 +181,14 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     if let Some(mode) = &spec.mode {
         s.mode = mode.parse::<ProxyMode>().map_err(|e| cx.err("spec.mode", e.to_string()))?;
     }
+    validation::max_items(cx, "spec.clusterCIDRs", &spec.cluster_cidrs, validation::MAX_CLUSTER_CIDRS)?;
     for (i, c) in spec.cluster_cidrs.iter().enumerate() {
         s.cluster_cidrs.push(cx.cidr(format!("spec.clusterCIDRs[{i}]"), c)?);
+    }
+    if let [a, b] = s.cluster_cidrs.as_slice()
+        && IpFamily::of_net(a) == IpFamily::of_net(b)
+    {
+        return Err(cx.err("spec.clusterCIDRs", "at most one CIDR per family (IPv4, IPv6)"));
     }
     s.detect_local = match spec.detect_local_mode.as_deref() {
         None | Some("ClusterCIDR") => DetectLocal::ClusterCidr,
@@ -193,10 +204,21 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     if let Some(bit) = spec.masquerade_bit {
         s.masquerade_bit = u8::try_from(bit)
             .ok()
-            .filter(|b| *b <= 31)
-            .ok_or_else(|| cx.err("spec.masqueradeBit", format!("{bit} is out of range 0-31")))?;
+            .filter(|b| i32::from(*b) <= validation::MASQUERADE_BIT_MAX)
+            .ok_or_else(|| {
+                cx.err(
+                    "spec.masqueradeBit",
+                    format!("{bit} is out of range 0-{}", validation::MASQUERADE_BIT_MAX),
+                )
+            })?;
     }
     s.localhost_node_ports = spec.localhost_node_ports.unwrap_or(true);
+    validation::max_items(
+        cx,
+        "spec.nodePortAddresses",
+        &spec.node_port_addresses,
+        validation::MAX_NODE_PORT_ADDRESSES,
+    )?;
     s.node_port_addresses = match spec.node_port_addresses.as_slice() {
         [] => NodePortAddresses::Primary,
         [one] if one == "primary" => NodePortAddresses::Primary,
@@ -204,19 +226,36 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
         list => {
             let mut cidrs = Vec::new();
             for (i, c) in list.iter().enumerate() {
-                cidrs.push(cx.cidr(format!("spec.nodePortAddresses[{i}]"), c)?);
+                let field = format!("spec.nodePortAddresses[{i}]");
+                if c == "primary" || c == "all" {
+                    return Err(cx.err(field, format!("{c:?} stands alone: no other entry may follow it")));
+                }
+                cidrs.push(cx.cidr(field, c)?);
             }
             NodePortAddresses::Cidrs(cidrs)
         }
     };
-    let dur = |field: &str, v: &Option<String>, default| -> Result<_, ConvertError> {
+    let dur = |field: &str, v: &Option<String>, range, default| -> Result<_, ConvertError> {
         v.as_deref()
-            .map(|d| parse_duration(d).map_err(|e| cx.err(field, e.to_string())))
+            .map(|d| validation::duration(cx, field, d, range))
             .transpose()
             .map(|d| d.unwrap_or(default))
     };
-    s.sync_period = dur("spec.syncPeriod", &spec.sync_period, s.sync_period)?;
-    s.min_sync_period = dur("spec.minSyncPeriod", &spec.min_sync_period, s.min_sync_period)?;
+    s.sync_period = dur("spec.syncPeriod", &spec.sync_period, Positive, s.sync_period)?;
+    s.min_sync_period = dur("spec.minSyncPeriod", &spec.min_sync_period, ZeroOrMore, s.min_sync_period)?;
+    if s.min_sync_period > s.sync_period {
+        return Err(cx.err(
+            "spec.minSyncPeriod",
+            format!(
+                "{} is longer than spec.syncPeriod {}",
+                format_duration(s.min_sync_period),
+                format_duration(s.sync_period)
+            ),
+        ));
+    }
+    if let Some(name) = &spec.service_proxy_name {
+        validation::label_value(cx, "spec.serviceProxyName", name)?;
+    }
     s.service_proxy_name = spec.service_proxy_name.clone().filter(|n| !n.is_empty());
     if let Some(ipvs) = &spec.ipvs {
         let zero = std::time::Duration::ZERO;
@@ -225,9 +264,9 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
                 |e: tideway_core::config::UnknownName| cx.err("spec.ipvs.scheduler", e.to_string()),
             )?,
             strict_arp: ipvs.strict_arp.unwrap_or(false),
-            tcp_timeout: dur("spec.ipvs.tcpTimeout", &ipvs.tcp_timeout, zero)?,
-            tcp_fin_timeout: dur("spec.ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout, zero)?,
-            udp_timeout: dur("spec.ipvs.udpTimeout", &ipvs.udp_timeout, zero)?,
+            tcp_timeout: dur("spec.ipvs.tcpTimeout", &ipvs.tcp_timeout, ZeroOrMore, zero)?,
+            tcp_fin_timeout: dur("spec.ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout, ZeroOrMore, zero)?,
+            udp_timeout: dur("spec.ipvs.udpTimeout", &ipvs.udp_timeout, ZeroOrMore, zero)?,
         };
     }
     Ok(s)
@@ -265,7 +304,7 @@ pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
         NodePortAddresses::All => vec!["all".into()],
         NodePortAddresses::Cidrs(cidrs) => cidrs.iter().map(ToString::to_string).collect(),
     };
-    let fmt = |d: std::time::Duration| crate::duration::format_duration(d);
+    let fmt = |d: std::time::Duration| format_duration(d);
     ProxyConfigSpec {
         mode: Some(s.mode.to_string()),
         node_selector,

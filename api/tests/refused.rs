@@ -1,0 +1,72 @@
+//! Every bad value of `refused.yaml` is refused by the conversion, with an error naming the
+//! field, and never panics it.
+
+use serde_json::Value;
+use tideway_api::crd::{LoadBalancerPool, ProxyConfig, load_balancer_pool, proxy_config};
+
+/// One refused object: its name, the field it names, what in the schema refuses it, the object.
+struct Refused {
+    name: String,
+    field: String,
+    by: String,
+    object: Value,
+}
+
+fn refused() -> Vec<Refused> {
+    let text = include_str!("refused.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("refused.yaml parses");
+    let annotation =
+        |v: &Value, key: &str| v["metadata"]["annotations"][key].as_str().unwrap_or_default().to_string();
+    let out: Vec<Refused> = docs
+        .into_iter()
+        .map(|object| Refused {
+            name: object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            field: annotation(&object, "test.tideway.io/field"),
+            by: annotation(&object, "test.tideway.io/refused-by"),
+            object,
+        })
+        .collect();
+    assert!(out.len() >= 30, "{} objects", out.len());
+    out
+}
+
+/// The conversion's error for `object`, as (field, message).
+fn conversion_error(object: &Value) -> Option<(String, String)> {
+    let err = match object["kind"].as_str() {
+        Some("ProxyConfig") => {
+            let pc: ProxyConfig = serde_json::from_value(object.clone()).expect("decodes");
+            proxy_config(&pc).err()
+        }
+        Some("LoadBalancerPool") => {
+            let pool: LoadBalancerPool = serde_json::from_value(object.clone()).expect("decodes");
+            load_balancer_pool(&pool).err()
+        }
+        other => panic!("unexpected kind {other:?}"),
+    };
+    err.map(|e| (e.field, e.message))
+}
+
+#[test]
+fn the_conversion_refuses_each_bad_value_naming_its_field() {
+    for r in refused() {
+        assert!(matches!(r.by.as_str(), "schema" | "cel"), "{}: refused-by {:?}", r.name, r.by);
+        let (field, message) =
+            conversion_error(&r.object).unwrap_or_else(|| panic!("{}: the conversion accepts it", r.name));
+        assert!(field.starts_with(&r.field), "{}: names {field:?} ({message}), not {:?}", r.name, r.field);
+    }
+}
+
+#[test]
+fn each_object_is_valid_once_its_bad_field_is_removed() {
+    // The list tests one value each: without it the object converts.
+    for r in refused() {
+        let mut object = r.object.clone();
+        let top =
+            r.field.trim_start_matches("spec.").split(['.', '[']).next().unwrap_or_default().to_string();
+        object["spec"].as_object_mut().expect("spec").remove(&top);
+        if object["kind"] == "LoadBalancerPool" && top == "addresses" {
+            object["spec"]["addresses"] = serde_json::json!(["10.0.0.0/24"]);
+        }
+        assert_eq!(conversion_error(&object), None, "{}", r.name);
+    }
+}
