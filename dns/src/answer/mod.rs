@@ -22,9 +22,10 @@
 //! * `--require-programmed`: [`gate`] holds a ClusterIP back from a pod until its node has the
 //!   Service's rules.
 //!
-//! Answers keep the case of the query name: owner names, the zone in SOA and NS answers and
-//! the Service part of SRV targets are spelled as the query spelled them; all matching is
-//! case-insensitive.
+//! Answers keep the case of the query name as CoreDNS does: owner names, and the zone wherever
+//! it appears (SOA owner, primary server and mailbox; NS answers; SRV targets) are spelled as
+//! the query spelled them, while the Service, namespace and host labels of an SRV target are
+//! spelled as the objects name them; all matching is case-insensitive.
 
 use std::net::IpAddr;
 
@@ -204,23 +205,36 @@ impl<'a> Cx<'a> {
         self.qname.trim_to(self.zone_labels)
     }
 
-    /// The zone's SOA, owned by the zone as the query spells it.
+    /// The zone's SOA, with the zone as the query spells it: its owner, and under it the
+    /// primary server (`ns.dns.<zone>`) and mailbox (`hostmaster.<zone>`), as CoreDNS writes them.
     fn soa(&self) -> Record {
         let mut soa = self.soa.clone();
-        soa.name = self.zone_name();
+        let zone = self.zone_name();
+        if let RData::SOA(data) = &mut soa.data {
+            data.mname = self.under_zone(&data.mname, &zone);
+            data.rname = self.under_zone(&data.rname, &zone);
+        }
+        soa.name = zone;
         soa
     }
 
-    /// `<svc>.<ns>.svc.<zone>` as the query spells it (the query is at or below it).
-    fn service_name(&self) -> Name {
-        self.qname.trim_to(self.ix.zone_labels + 3)
+    /// `name` (a name in the zone) with its zone part replaced by `zone`.
+    fn under_zone(&self, name: &Name, zone: &Name) -> Name {
+        let own = usize::from(name.num_labels()).saturating_sub(self.zone_labels);
+        Name::from_labels(name.iter().take(own))
+            .and_then(|prefix| prefix.append_domain(zone))
+            .unwrap_or_else(|_| name.clone())
     }
 
-    /// `<host>.<svc>.<ns>.svc.<zone>`: the endpoint's host label, the rest as the query spells it.
-    fn endpoint_name(&self, svc: &Svc<'_>, ep: &EndpointRecord) -> Name {
-        Name::from_labels([&*svc.host(ep)])
-            .and_then(|host| host.append_domain(&self.service_name()))
-            .unwrap_or_else(|_| svc.endpoint_fqdn(ep))
+    /// An SRV target naming the Service: `<svc>.<ns>.svc.` as the Service is named, then the
+    /// zone as the query spells it (CoreDNS's case: `svc1.testns.svc.cLuStEr.LoCaL.`).
+    fn service_target(&self, svc: &Svc<'_>) -> Name {
+        self.under_zone(&svc.fqdn(), &self.zone_name())
+    }
+
+    /// An SRV target naming an endpoint: `<host>.<svc>.<ns>.svc.` as named, the zone as queried.
+    fn endpoint_target(&self, svc: &Svc<'_>, ep: &EndpointRecord) -> Name {
+        self.under_zone(&svc.endpoint_fqdn(ep), &self.zone_name())
     }
 
     /// NXDOMAIN, or SERVFAIL while the index has not seen a full sync: a denial would be
@@ -330,7 +344,7 @@ impl<'a> Cx<'a> {
     /// the weight counts a candidate per port and ClusterIP, as CoreDNS does.
     fn cluster_ip_srv(&self, svc: &Svc<'_>, filter: Option<(&[u8], &[u8])>) -> Outcome {
         let ips = svc.cluster_ips();
-        let fqdn = self.service_name();
+        let fqdn = self.service_target(svc);
         let rows: Vec<(Host<'_>, u32, u16)> = svc
             .ports()
             .iter()
@@ -368,7 +382,8 @@ impl<'a> Cx<'a> {
                     })
                     .collect();
                 let candidates = rows.len();
-                let answers = self.srv_rows(rows, candidates, |i| self.endpoint_name(svc, &eps[i as usize]));
+                let answers =
+                    self.srv_rows(rows, candidates, |i| self.endpoint_target(svc, &eps[i as usize]));
                 let mut extra = Vec::new();
                 if !answers.is_empty() {
                     // Glue: every address of every target host, once.
@@ -377,7 +392,7 @@ impl<'a> Cx<'a> {
                         let host = svc.host(ep);
                         if last.as_deref() != Some(&*host) {
                             last = Some(host);
-                            let fqdn = self.endpoint_name(svc, ep);
+                            let fqdn = self.endpoint_target(svc, ep);
                             self.glue(
                                 &fqdn,
                                 svc.endpoints_named(&host).iter().map(|e| svc.ip(e)),

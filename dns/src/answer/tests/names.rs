@@ -110,25 +110,26 @@ fn query_case_is_kept_and_matching_ignores_it() {
                 "_HTTP._Tcp.svc1.testns.SVC.cluster.local.",
                 SRV,
                 &[
-                    "_HTTP._Tcp.svc1.testns.SVC.cluster.local. 5 IN SRV 0 100 80 svc1.testns.SVC.cluster.local.",
+                    "_HTTP._Tcp.svc1.testns.SVC.cluster.local. 5 IN SRV 0 100 80 svc1.testns.svc.cluster.local.",
                 ],
-                &["svc1.testns.SVC.cluster.local. 5 IN A 10.0.0.1"],
+                &["svc1.testns.svc.cluster.local. 5 IN A 10.0.0.1"],
             ),
-            // SRV targets under a headless Service: the endpoint's label, then the query's case.
+            // SRV targets: host, Service and namespace as the objects name them, the zone as
+            // the query spells it (CoreDNS).
             ok(
-                "_Web._TCP.STS.TestNS.svc.cluster.local.",
+                "_Web._TCP.STS.TestNS.svc.Cluster.Local.",
                 SRV,
                 &[
-                    "_Web._TCP.STS.TestNS.svc.cluster.local. 5 IN SRV 0 100 8080 web-0.STS.TestNS.svc.cluster.local.",
+                    "_Web._TCP.STS.TestNS.svc.Cluster.Local. 5 IN SRV 0 100 8080 web-0.sts.testns.svc.Cluster.Local.",
                 ],
-                &["web-0.STS.TestNS.svc.cluster.local. 5 IN A 172.0.1.1"],
+                &["web-0.sts.testns.svc.Cluster.Local. 5 IN A 172.0.1.1"],
             ),
             // The apex: SOA and NS in the query's case, the NS target and its glue too.
             ok(
                 "Cluster.LOCAL.",
                 SOA,
                 &[
-                    "Cluster.LOCAL. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1499347823 7200 1800 86400 5",
+                    "Cluster.LOCAL. 5 IN SOA ns.dns.Cluster.LOCAL. hostmaster.Cluster.LOCAL. 1499347823 7200 1800 86400 5",
                 ],
                 &[],
             ),
@@ -138,14 +139,14 @@ fn query_case_is_kept_and_matching_ignores_it() {
                 &["Cluster.LOCAL. 5 IN NS ns.dns.Cluster.LOCAL."],
                 &["ns.dns.Cluster.LOCAL. 5 IN A 10.0.0.10"],
             ),
-            // Negative answers: the SOA is owned by the zone as the query spells it.
+            // Negative answers: the SOA's owner, server and mailbox in the zone as queried.
             Case {
                 name: "Nope.TestNS.svc.Cluster.Local.",
                 qtype: A,
                 rcode: ResponseCode::NXDomain,
                 answer: &[],
                 authority: &[
-                    "Cluster.Local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1499347823 7200 1800 86400 5",
+                    "Cluster.Local. 5 IN SOA ns.dns.Cluster.Local. hostmaster.Cluster.Local. 1499347823 7200 1800 86400 5",
                 ],
                 extra: &[],
             },
@@ -155,7 +156,7 @@ fn query_case_is_kept_and_matching_ignores_it() {
                 rcode: ResponseCode::NoError,
                 answer: &[],
                 authority: &[
-                    "Cluster.Local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1499347823 7200 1800 86400 5",
+                    "Cluster.Local. 5 IN SOA ns.dns.Cluster.Local. hostmaster.Cluster.Local. 1499347823 7200 1800 86400 5",
                 ],
                 extra: &[],
             },
@@ -175,6 +176,43 @@ fn query_case_is_kept_and_matching_ignores_it() {
                 &[],
             ),
             nxdomain("SVC0.testns.svc.cluster.local.", A),
+        ],
+    );
+}
+
+/// CoreDNS's own case table (plugin/kubernetes/handler_case_test.go), row for row.
+#[test]
+fn coredns_preserve_case_table() {
+    run(
+        &index_with_pods(PodsMode::Disabled),
+        &[
+            Case {
+                name: "not-a-service.testns.svc.ClUsTeR.lOcAl.",
+                qtype: A,
+                rcode: ResponseCode::NXDomain,
+                answer: &[],
+                authority: &[
+                    "ClUsTeR.lOcAl. 5 IN SOA ns.dns.ClUsTeR.lOcAl. hostmaster.ClUsTeR.lOcAl. 1499347823 7200 1800 86400 5",
+                ],
+                extra: &[],
+            },
+            ok("SvC1.TeStNs.SvC.cLuStEr.LoCaL.", A, &["SvC1.TeStNs.SvC.cLuStEr.LoCaL. 5 IN A 10.0.0.1"], &[]),
+            ok(
+                "_HtTp._TcP.sVc1.TeStNs.SvC.cLuStEr.LoCaL.",
+                SRV,
+                &[
+                    "_HtTp._TcP.sVc1.TeStNs.SvC.cLuStEr.LoCaL. 5 IN SRV 0 100 80 svc1.testns.svc.cLuStEr.LoCaL.",
+                ],
+                &["svc1.testns.svc.cLuStEr.LoCaL. 5 IN A 10.0.0.1"],
+            ),
+            ok(
+                "Cluster.local.",
+                SOA,
+                &[
+                    "Cluster.local. 5 IN SOA ns.dns.Cluster.local. hostmaster.Cluster.local. 1499347823 7200 1800 86400 5",
+                ],
+                &[],
+            ),
         ],
     );
 }
