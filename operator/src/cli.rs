@@ -19,6 +19,7 @@ use tideway_sources::{FileSource, SharedCluster, SourceSpec};
 use tokio::sync::watch;
 
 use crate::api::ApiState;
+use crate::election::Lead;
 use crate::metrics::Metrics;
 use crate::reconcile::{LoopOptions, OperatorStatus};
 use crate::writer::LogWriter;
@@ -88,7 +89,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let metrics = Arc::new(Metrics::new(&mut registry));
         let source_metrics = SourceMetrics::new(&mut registry);
         let status = Arc::new(RwLock::new(OperatorStatus::default()));
-        let (leader_tx, leader_rx) = watch::channel(!args.leader_elect);
+        let (leader_tx, leader_rx) = watch::channel(Lead::from(!args.leader_elect));
         let (stop_tx, stop_rx) = watch::channel(false);
         let stopped = move || {
             let mut rx = stop_rx.clone();

@@ -1,10 +1,16 @@
 //! The reconcile loop: while this replica leads, take what changed in the source, let the core
 //! [`Reconciler`] decide, and perform its writes (bounded concurrency, retries for conflicts
 //! and outages; a failed write makes the next pass compare everything again).
+//!
+//! Writes are fenced by leadership: each attempt is sent only while the term has room for it
+//! ([`Lead::write_budget`]) and is dropped when its time is up, and a pass in flight is dropped
+//! when the term ends. So no write leaves after the renew deadline minus the write timeout,
+//! and none is still waiting when a standby may take over. A follower drops the changes it is
+//! told of: a new leader decides from the whole cluster anyway.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -12,8 +18,10 @@ use tideway_core::operator::{Action, Reconciler};
 use tideway_sources::SharedCluster;
 use tideway_sources::status::{ClusterWriter, WriteError};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::election::Lead;
 use crate::metrics::{Metrics, PoolLabel, ReasonLabel, WriteLabel};
 
 /// How the loop runs.
@@ -27,6 +35,9 @@ pub struct LoopOptions {
     pub batch: Duration,
     /// Writes in flight at once.
     pub concurrency: usize,
+    /// Each write attempt is dropped after this long (and sent only while the leadership term
+    /// has this long left).
+    pub write_timeout: Duration,
 }
 
 impl Default for LoopOptions {
@@ -36,6 +47,7 @@ impl Default for LoopOptions {
             resync_period: Duration::from_secs(300),
             batch: Duration::from_millis(20),
             concurrency: 16,
+            write_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -70,19 +82,40 @@ fn kind(a: &Action) -> &'static str {
     }
 }
 
-/// One write, retried while the error says trying again may help (3 attempts).
-async fn write(writer: &dyn ClusterWriter, action: &Action) -> Result<(), WriteError> {
+/// Why a write was not made.
+#[derive(Debug, thiserror::Error)]
+enum WriteFailure {
+    /// The API server refused it or did not answer.
+    #[error(transparent)]
+    Api(#[from] WriteError),
+    /// The leadership term had no room left for it: it was not sent.
+    #[error("not sent: this replica's leadership ends before the write could time out")]
+    Fenced,
+}
+
+/// One write, retried while the error says trying again may help (3 attempts), each attempt
+/// sent only while `lead` has room for it and dropped after its budget.
+async fn write(
+    writer: &dyn ClusterWriter,
+    action: &Action,
+    lead: &watch::Receiver<Lead>,
+    write_timeout: Duration,
+) -> Result<(), WriteFailure> {
     let mut delay = Duration::from_millis(100);
     let mut attempt = 1;
     loop {
-        match writer.write(action).await {
+        let budget = lead.borrow().write_budget(Instant::now(), write_timeout).ok_or(WriteFailure::Fenced)?;
+        let sent = tokio::time::timeout(budget, writer.write(action)).await.unwrap_or_else(|_| {
+            Err(WriteError::Transport(format!("no answer within {budget:?}; the request was dropped")))
+        });
+        match sent {
             Err(e) if e.is_retryable() && attempt < 3 => {
                 tracing::debug!(error = %e, attempt, "write failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
                 attempt += 1;
             }
-            other => return other,
+            other => return Ok(other?),
         }
     }
 }
@@ -99,7 +132,7 @@ struct Leading {
 pub async fn run(
     cluster: SharedCluster,
     writer: Arc<dyn ClusterWriter>,
-    mut leader: watch::Receiver<bool>,
+    mut leader: watch::Receiver<Lead>,
     opts: LoopOptions,
     metrics: Arc<Metrics>,
     status: Arc<RwLock<OperatorStatus>>,
@@ -115,8 +148,10 @@ pub async fn run(
     let mut leading: Option<Leading> = None;
     let mut resync = tokio::time::interval(opts.resync_period);
     resync.tick().await;
+    let mut due = false;
     loop {
-        let is_leader = *leader.borrow_and_update();
+        let lead = *leader.borrow_and_update();
+        let is_leader = lead.leads_at(Instant::now());
         metrics.leader.set(i64::from(is_leader));
         set(&|s| s.leader = is_leader);
         match (&mut leading, is_leader) {
@@ -130,37 +165,78 @@ pub async fn run(
                     retry_at: None,
                     backoff: Duration::from_millis(500),
                 });
+                due = true;
             }
             (Some(_), false) => {
                 tracing::info!("no longer leading: writes stop");
                 leading = None;
             }
-            _ => {}
+            // A follower keeps no changes: they would grow with every update while it waits.
+            (None, false) => drop(cluster.lock().take_changes()),
+            (Some(_), true) => {}
         }
-        if let Some(l) = leading.as_mut() {
+        if let Some(l) = leading.as_mut().filter(|_| std::mem::take(&mut due)) {
             use tracing::field::Empty;
             let span =
                 tracing::info_span!("reconcile", changes = Empty, actions = Empty, write_errors = Empty);
-            pass(&cluster, &writer, l, &opts, &metrics, &status).instrument(span).await;
+            let passing = pass(&cluster, &writer, l, &leader, &opts, &metrics, &status).instrument(span);
+            let cut = tokio::select! {
+                _ = passing => false,
+                _ = lost(leader.clone()) => true,
+            };
+            if cut {
+                tracing::warn!("leadership lost during a reconcile: its remaining writes are dropped");
+                leading = None;
+                continue;
+            }
         }
         let retry = leading.as_ref().and_then(|l| l.retry_at);
-        tokio::select! {
-            _ = cluster.changed() => tokio::time::sleep(opts.batch).await,
-            _ = leader.changed() => {}
+        let term_ends = leading.as_ref().and(lead.until());
+        due = tokio::select! {
+            _ = cluster.changed() => {
+                if leading.is_some() {
+                    tokio::time::sleep(opts.batch).await;
+                }
+                true
+            }
+            // Leadership changed (handled above); a renewal alone changes nothing else.
+            _ = leader.changed() => false,
+            _ = sleep_until(term_ends) => false,
             _ = resync.tick() => {
                 if let Some(l) = leading.as_mut() {
                     l.rec.resync();
                 }
+                true
             }
-            _ = sleep_until(retry) => {}
+            _ = sleep_until(retry) => true,
             _ = &mut shutdown => return,
+        };
+    }
+}
+
+/// Resolves when the leadership `leader` announces ends: it says so, or its term runs out.
+async fn lost(mut leader: watch::Receiver<Lead>) {
+    loop {
+        let lead = *leader.borrow_and_update();
+        if !lead.leads_at(Instant::now()) {
+            return;
+        }
+        tokio::select! {
+            changed = leader.changed() => {
+                if changed.is_err() {
+                    // No more news: the last word holds until its term ends.
+                    sleep_until(lead.until()).await;
+                    return;
+                }
+            }
+            _ = sleep_until(lead.until()) => return,
         }
     }
 }
 
 async fn sleep_until(at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
@@ -171,6 +247,7 @@ async fn pass(
     cluster: &SharedCluster,
     writer: &Arc<dyn ClusterWriter>,
     l: &mut Leading,
+    leader: &watch::Receiver<Lead>,
     opts: &LoopOptions,
     metrics: &Metrics,
     status: &RwLock<OperatorStatus>,
@@ -195,16 +272,18 @@ async fn pass(
         observe(a, metrics);
     }
     // Owned futures (an iterator borrowing `actions` would not be Send for every lifetime).
+    let write_timeout = opts.write_timeout;
     let writes: Vec<_> = actions
         .iter()
         .cloned()
         .map(|a| {
             let w = Arc::clone(writer);
+            let lead = leader.clone();
             let span = tracing::info_span!("write", kind = kind(&a));
-            async move { (kind(&a), write(w.as_ref(), &a).await) }.instrument(span)
+            async move { (kind(&a), write(w.as_ref(), &a, &lead, write_timeout).await) }.instrument(span)
         })
         .collect();
-    let results: Vec<(&'static str, Result<(), WriteError>)> =
+    let results: Vec<(&'static str, Result<(), WriteFailure>)> =
         futures::stream::iter(writes).buffer_unordered(opts.concurrency.max(1)).collect().await;
     let mut failed = 0;
     let mut last_error = None;

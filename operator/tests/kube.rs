@@ -9,6 +9,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tideway_core::operator::lease::{Elector, LeaseTimings};
+use tideway_operator::election::Lead;
 use tideway_operator::metrics::Metrics;
 use tideway_operator::reconcile::{LoopOptions, OperatorStatus};
 use tideway_sources::SharedCluster;
@@ -68,7 +69,7 @@ async fn the_operator_assigns_announces_and_reports_through_the_api() {
     tokio::spawn(KubeSource::new(c.clone(), Role::Operator, SourceMetrics::default()).run(cluster.clone()));
     let metrics = Arc::new(Metrics::new(&mut Registry::default()));
     let status = Arc::new(RwLock::new(OperatorStatus::default()));
-    let (_leader_tx, leader) = watch::channel(true);
+    let (_leader_tx, leader) = watch::channel(Lead::Always);
     let writer = Arc::new(KubeWriter::new(c, Some("op-0".into())));
     let run = tideway_operator::reconcile::run(
         cluster,
@@ -153,6 +154,10 @@ fn timings() -> LeaseTimings {
     }
 }
 
+fn leads(lead: &watch::Receiver<Lead>) -> bool {
+    lead.borrow().leads_at(tokio::time::Instant::now())
+}
+
 fn holder(api: &FakeApi) -> Option<String> {
     api.get("Lease", Some("tideway"), "tideway-operator")?["spec"]["holderIdentity"]
         .as_str()
@@ -164,7 +169,7 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     let api = FakeApi::start().await;
     let c = kube_client(&api, "lease").await;
     let campaign = |who: &str| {
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(Lead::Follow);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let lease = KubeLease::new(c.clone(), "tideway", "tideway-operator");
         let task =
@@ -174,10 +179,10 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
         (rx, stop, task)
     };
     let (a_leads, stop_a, task_a) = campaign("op-a");
-    eventually("op-a leads", || (*a_leads.borrow()).then_some(())).await;
+    eventually("op-a leads", || leads(&a_leads).then_some(())).await;
     let (b_leads, _stop_b, task_b) = campaign("op-b");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(*a_leads.borrow() && !*b_leads.borrow(), "a live Lease keeps its holder; op-a renews it");
+    assert!(leads(&a_leads) && !leads(&b_leads), "a live Lease keeps its holder; op-a renews it");
     assert_eq!(holder(&api).as_deref(), Some("op-a"));
     let renewals = api.requests().iter().filter(|r| r.method == "PUT").count();
     assert!(renewals >= 10, "renewed every retry period: {renewals}");
@@ -185,9 +190,9 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     // op-a shuts down: it releases the Lease and op-b takes it at once.
     let _ = stop_a.send(());
     task_a.await.unwrap();
-    assert!(!*a_leads.borrow());
+    assert!(!leads(&a_leads));
     let released = std::time::Instant::now();
-    eventually("op-b leads", || (*b_leads.borrow()).then_some(())).await;
+    eventually("op-b leads", || leads(&b_leads).then_some(())).await;
     assert!(released.elapsed() < Duration::from_secs(1), "no wait for expiry after a release");
     assert_eq!(holder(&api).as_deref(), Some("op-b"));
     let lease = api.get("Lease", Some("tideway"), "tideway-operator").unwrap();
@@ -197,7 +202,7 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     task_b.abort();
     let died = std::time::Instant::now();
     let (c_leads, _stop_c, _task_c) = campaign("op-c");
-    eventually("op-c leads", || (*c_leads.borrow()).then_some(())).await;
+    eventually("op-c leads", || leads(&c_leads).then_some(())).await;
     let took = died.elapsed();
     assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(5), "took over after {took:?}");
     assert_eq!(holder(&api).as_deref(), Some("op-c"));

@@ -10,6 +10,7 @@ use tideway_core::model::{L2Settings, LoadBalancerPool};
 use tideway_core::net::Protocol;
 use tideway_core::operator::Action;
 use tideway_core::testing::{mk_node, mk_service};
+use tideway_operator::election::Lead;
 use tideway_operator::metrics::Metrics;
 use tideway_operator::reconcile::{LoopOptions, OperatorStatus, run};
 use tideway_sources::SharedCluster;
@@ -54,7 +55,7 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
         WriteError::Refused { code: 409, message: "conflict".into() },
         WriteError::Refused { code: 409, message: "conflict".into() },
     ]);
-    let (leader_tx, leader) = watch::channel(false);
+    let (leader_tx, leader) = watch::channel(Lead::Follow);
     let status = Arc::new(RwLock::new(OperatorStatus::default()));
     let metrics = Arc::new(Metrics::new(&mut Registry::default()));
     let opts = LoopOptions { resync_period: Duration::from_secs(3600), ..LoopOptions::default() };
@@ -72,7 +73,7 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
     assert!(writer.written().is_empty(), "a follower writes nothing");
     assert!(status.read().unwrap().synced && !status.read().unwrap().leader);
 
-    leader_tx.send_replace(true);
+    leader_tx.send_replace(Lead::Always);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while ingress_writes(&writer) == 0 {
         assert!(tokio::time::Instant::now() < deadline, "the leader never wrote");
@@ -81,7 +82,7 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
     assert_eq!(status.read().unwrap().write_errors, 0, "the conflicts were retried away");
 
     // Leadership lost: new decisions are not written.
-    leader_tx.send_replace(false);
+    leader_tx.send_replace(Lead::Follow);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = writer.written().len();
     cluster.update(|s| {
@@ -97,7 +98,7 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
     assert_eq!(writer.written().len(), before, "a former leader stops writing");
 
     // Leading again: it decides from the whole cluster, including what changed meanwhile.
-    leader_tx.send_replace(true);
+    leader_tx.send_replace(Lead::Always);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while ingress_writes(&writer) < 2 {
         assert!(tokio::time::Instant::now() < deadline, "the new leader never wrote");
@@ -114,7 +115,7 @@ async fn each_reconcile_is_a_span_with_its_writes() {
     let _guard = capture.install();
     let cluster = one_load_balancer();
     let writer = MemoryWriter::default();
-    let (_leader_tx, leader) = watch::channel(true);
+    let (_leader_tx, leader) = watch::channel(Lead::Always);
     let status = Arc::new(RwLock::new(OperatorStatus::default()));
     let metrics = Arc::new(Metrics::new(&mut Registry::default()));
     let opts = LoopOptions { resync_period: Duration::from_secs(3600), ..LoopOptions::default() };

@@ -113,7 +113,14 @@ impl Elector {
 
     /// True while this candidate may act as leader: it renewed within the deadline.
     pub fn is_leader(&self, now: Duration, timings: &LeaseTimings) -> bool {
-        self.renewed.is_some_and(|at| now < at + timings.renew_deadline)
+        self.leading_until(timings).is_some_and(|until| now < until)
+    }
+
+    /// When this candidate's leadership ends unless it renews first: its last successful
+    /// attempt's start plus the renew deadline (None: it never held the Lease, or lost it).
+    /// Measured from the attempt's start, so a slow renewal shortens the term, never extends it.
+    pub fn leading_until(&self, timings: &LeaseTimings) -> Option<Duration> {
+        self.renewed.map(|at| at + timings.renew_deadline)
     }
 }
 

@@ -85,14 +85,42 @@ pub(super) async fn handle(
 ) -> Response {
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let user = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let hung = {
+        let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+        let hung = user.as_ref().and_then(|u| guard.hanging.get(u)).map(|h| h.subscribe());
+        guard.requests.push(Recorded {
+            at: std::time::Instant::now(),
+            user,
+            method: method.to_string(),
+            path: uri.path().to_string(),
+            query: query.clone(),
+            content_type: content_type.clone(),
+            body: parsed.clone(),
+        });
+        hung
+    };
+    if let Some(mut released) = hung {
+        let _ = released.wait_for(|hanging| !*hanging).await;
+        return status(503, "ServiceUnavailable", "the request was lost while the server hung");
+    }
     let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
-    guard.requests.push(Recorded {
-        method: method.to_string(),
-        path: uri.path().to_string(),
-        query: query.clone(),
-        content_type: content_type.clone(),
-        body: parsed.clone(),
-    });
+    respond(&mut guard, method, &uri, query, content_type, parsed)
+}
+
+/// Answers a request that is not hung.
+fn respond(
+    guard: &mut Inner,
+    method: Method,
+    uri: &Uri,
+    query: BTreeMap<String, String>,
+    content_type: Option<String>,
+    parsed: Value,
+) -> Response {
     if let Some(i) = guard.failures.iter().position(|(m, p, _)| *m == method.as_str() && *p == uri.path()) {
         let (_, _, code) = guard.failures.remove(i);
         let reason = if code == 409 { "Conflict" } else { "InternalError" };
@@ -121,9 +149,9 @@ pub(super) async fn handle(
     }
     match (method, name) {
         (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            watch(&mut guard, &collection, namespace, &query)
+            watch(guard, &collection, namespace, &query)
         }
-        (Method::GET, None) => list(&guard, &collection, namespace, &query),
+        (Method::GET, None) => list(guard, &collection, namespace, &query),
         (Method::GET, Some(name)) => {
             let key = (namespace.unwrap_or_default(), name);
             match res.objects.get(&key) {
@@ -131,10 +159,10 @@ pub(super) async fn handle(
                 None => status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1)),
             }
         }
-        (Method::PATCH, Some(name)) if merge => merge_patch(&mut guard, &collection, namespace, name, parsed),
-        (Method::PATCH, Some(name)) => apply(&mut guard, &collection, namespace, name, sub, parsed),
-        (Method::POST, None) => create(&mut guard, &collection, namespace, parsed),
-        (Method::PUT, Some(name)) => replace(&mut guard, &collection, namespace, name, parsed),
+        (Method::PATCH, Some(name)) if merge => merge_patch(guard, &collection, namespace, name, parsed),
+        (Method::PATCH, Some(name)) => apply(guard, &collection, namespace, name, sub, parsed),
+        (Method::POST, None) => create(guard, &collection, namespace, parsed),
+        (Method::PUT, Some(name)) => replace(guard, &collection, namespace, name, parsed),
         (Method::DELETE, Some(name)) => {
             let key = (namespace.unwrap_or_default(), name);
             let res = guard.resources.get_mut(&collection).expect("resource");

@@ -25,6 +25,10 @@ use handlers::handle;
 /// A request the server received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    /// When it arrived.
+    pub at: std::time::Instant,
+    /// Who sent it: the bearer token (see [`FakeApi::kubeconfig_as`]).
+    pub user: Option<String>,
     /// HTTP method.
     pub method: String,
     /// Path.
@@ -57,6 +61,8 @@ struct Inner {
     /// (method, path) -> HTTP status to answer, once each.
     failures: Vec<(String, String, u16)>,
     reviews: reviews::Reviews,
+    /// Users whose requests hang until released (then they are dropped, never applied).
+    hanging: BTreeMap<String, tokio::sync::watch::Sender<bool>>,
 }
 
 /// The fake API server; stops when dropped (with the runtime that serves it).
@@ -117,6 +123,7 @@ impl FakeApi {
             rv: 1,
             failures: Vec::new(),
             reviews: Default::default(),
+            hanging: BTreeMap::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake API");
         let addr = listener.local_addr().expect("addr");
@@ -131,12 +138,18 @@ impl FakeApi {
 
     /// Writes a kubeconfig pointing at this server into `dir`; returns its path.
     pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        let path = dir.join("kubeconfig");
+        self.kubeconfig_as(dir, "fake-token")
+    }
+
+    /// Writes a kubeconfig whose bearer token is `user` into `dir` (requests are recorded, and
+    /// can be made to hang, per user); returns its path.
+    pub fn kubeconfig_as(&self, dir: &Path, user: &str) -> PathBuf {
+        let path = dir.join(format!("kubeconfig-{user}"));
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
-             users:\n- name: fake\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    \
+             users:\n- name: fake\n  user:\n    token: {}\ncontexts:\n- name: fake\n  context:\n    \
              cluster: fake\n    user: fake\ncurrent-context: fake\n",
-            self.addr
+            self.addr, user
         );
         std::fs::write(&path, text).expect("write kubeconfig");
         path
@@ -216,6 +229,20 @@ impl FakeApi {
     /// Answers the next `method` request to exactly `path` with `code` (once).
     pub fn fail_next(&self, method: &str, path: &str, code: u16) {
         self.lock().failures.push((method.to_string(), path.to_string(), code));
+    }
+
+    /// Makes every new request from `user` hang (as behind a partition or an overloaded server)
+    /// until [`FakeApi::release`]; open watches keep streaming.
+    pub fn hang(&self, user: &str) {
+        self.lock().hanging.insert(user.to_string(), tokio::sync::watch::channel(true).0);
+    }
+
+    /// Releases `user`'s hung requests: each is answered 503 and never applied (the request
+    /// was lost on the way); new requests are served again.
+    pub fn release(&self, user: &str) {
+        if let Some(hung) = self.lock().hanging.remove(user) {
+            hung.send_replace(false);
+        }
     }
 
     /// TokenReviews of `token` authenticate `user` in `groups`.
