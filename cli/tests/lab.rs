@@ -1,7 +1,8 @@
 //! `tideway lab` end to end (root): the seed experiments on the built-in demo, traffic
 //! policies, Services without endpoints, scaling, live mode switches with an open connection
 //! (by `lab apply` and over the operator's REST API),
-//! ARP and failover of the announcer, and `lab down` after a crash. Each test runs its own lab
+//! ARP, the faults a cluster has (an agent killed, a node down, a partition, the API down) and
+//! failover of the announcer, and `lab down` after a crash. Each test runs its own lab
 //! (labs are independent: each has its own LAN namespace).
 
 use std::collections::BTreeMap;
@@ -43,6 +44,12 @@ fn ok(out: Output, what: &str) -> String {
 impl TestLab {
     /// A lab of `text` (in `mode` when given), up and working.
     fn up(name: &str, text: &str, mode: Option<&str>) -> TestLab {
+        let mode_args = mode.map(|m| vec!["--mode", m]).unwrap_or_default();
+        TestLab::up_with(name, text, &mode_args)
+    }
+
+    /// A lab of `text` started with `lab up`'s `extra` arguments, up and working.
+    fn up_with(name: &str, text: &str, extra: &[&str]) -> TestLab {
         tideway_tests::netns::require_root("the lab");
         let dir = std::env::temp_dir().join(format!("tideway-lab-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -51,9 +58,7 @@ impl TestLab {
         let lab = TestLab { name: name.to_string(), dir };
         let file = file.display().to_string();
         let mut args = vec!["lab", "up", "--detach", "--name", name, "-f", &file];
-        if let Some(m) = mode {
-            args.extend(["--mode", m]);
-        }
+        args.extend(extra);
         ok(tideway(&args), "lab up");
         lab
     }
@@ -492,36 +497,80 @@ fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
     }
 }
 
+/// Node `node`'s row of `lab status`.
+fn node_row(lab: &TestLab, node: &str) -> Value {
+    lab.status()["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).cloned().unwrap()
+}
+
 #[test]
-fn the_announcer_fails_over_within_two_seconds() {
-    let lab = TestLab::up("failover", DEMO, Some("nftables"));
+fn a_killed_agent_stays_down_with_its_node_ready_and_a_node_down_turns_not_ready_after_the_grace() {
+    let lab = TestLab::up_with("faults", DEMO, &["--mode", "nftables", "--node-monitor-grace-period", "2s"]);
     let lb = lab.lb_ip("svc1");
     lab.curl("mypc", &lb).expect("served");
     let old = lab.announcer("svc1").unwrap();
+    // The agent killed: kubelet still runs, so the Node stays Ready, and nothing restarts the
+    // agent until asked.
+    ok(tideway(&["lab", "kill", "agent", &old, "--name", &lab.name]), "lab kill agent");
+    std::thread::sleep(patience(3.0));
+    let row = node_row(&lab, &old);
+    assert_eq!((row["ready"].clone(), row["agent"].clone()), (true.into(), "killed".into()), "{row}");
+    ok(tideway(&["lab", "start", "agent", &old, "--name", &lab.name]), "lab start agent");
+    eventually(patience(10.0), || {
+        let row = node_row(&lab, &old);
+        if row["agent"] == "running" && row["synced"] == true { Ok(()) } else { Err(row.to_string()) }
+    })
+    .expect("the agent runs again");
+    // The node's link down: Ready until the grace period ran out, then the address moves.
     let old_mac = lab.mac_of(&old);
-    assert!(lab.neighbour("mypc", &lb).contains(&old_mac));
-    // kill -9 the announcing node's agent.
-    let ns = format!("tw-failover-n-{old}");
-    let pids =
-        String::from_utf8_lossy(&Command::new("ip").args(["netns", "pids", &ns]).output().unwrap().stdout)
-            .into_owned();
-    let agent = pids
-        .split_whitespace()
-        .find(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("agent")))
-        .expect("the agent runs");
-    let killed = Instant::now();
-    Command::new("kill").args(["-9", agent]).status().unwrap();
-    let moved = eventually(patience(5.0), || {
+    lab.curl("mypc", &lb).expect("served before the node goes down");
+    ok(tideway(&["lab", "node", &old, "down", "--name", &lab.name]), "lab node down");
+    let row = node_row(&lab, &old);
+    assert_eq!((row["ready"].clone(), row["network"].clone()), (true.into(), "down".into()), "{row}");
+    let moved = eventually(patience(10.0), || {
         let n = lab.neighbour("mypc", &lb);
+        lab.curl("mypc", &lb)?;
         if !n.contains(&old_mac) && n.contains("lladdr") { Ok(n) } else { Err(n) }
     })
-    .expect("the neighbour entry moved");
-    let took = killed.elapsed();
+    .unwrap_or_else(|e| panic!("the address moved: {e}\n{}", lab.diagnose()));
+    assert_eq!(node_row(&lab, &old)["ready"], false);
     let new = lab.announcer("svc1").unwrap();
     assert_ne!(new, old);
     assert!(moved.contains(&lab.mac_of(&new)), "{moved}");
-    assert!(took < patience(2.0), "failover took {took:?}");
-    lab.curl("mypc", &lb).expect("served through the new announcer");
+    ok(tideway(&["lab", "node", &old, "up", "--name", &lab.name]), "lab node up");
+    eventually(patience(5.0), || {
+        let row = node_row(&lab, &old);
+        if row["ready"] == true && row["network"] == "up" { Ok(()) } else { Err(row.to_string()) }
+    })
+    .expect("the node is back");
+}
+
+#[test]
+fn a_partitioned_node_still_reaches_outside_hosts_and_the_api_can_go_down() {
+    let lab = TestLab::up("partition", DEMO, Some("nftables"));
+    let node = "myk8s-worker2";
+    // Any HTTP answer from the agent's health port is a connection made.
+    let ping = |from: &str, to: &str| {
+        lab.exec(from, &["curl", "-s", "--max-time", "1", &format!("http://{to}:10256/healthz")])
+            .status
+            .success()
+    };
+    let ip = node_row(&lab, node)["ip"].as_str().unwrap().to_string();
+    let other = node_row(&lab, "myk8s-worker3")["ip"].as_str().unwrap().to_string();
+    assert!(ping("mypc", &ip) && ping(node, &other), "the node network works");
+    ok(tideway(&["lab", "partition", node, "--name", &lab.name]), "lab partition");
+    assert_eq!(node_row(&lab, node)["network"], "partitioned");
+    assert!(ping("mypc", &ip), "an outside host still reaches the partitioned node");
+    assert!(!ping(node, &other) && !ping("myk8s-worker3", &ip), "the other nodes do not");
+    ok(tideway(&["lab", "heal", node, "--name", &lab.name]), "lab heal");
+    assert!(ping(node, &other), "healed");
+    ok(tideway(&["lab", "api", "down", "--name", &lab.name]), "lab api down");
+    assert_eq!(lab.status()["api"], "down");
+    assert!(
+        ok(tideway(&["lab", "status", "--name", &lab.name]), "lab status").contains("API server: down"),
+        "lab status says so"
+    );
+    ok(tideway(&["lab", "api", "up", "--name", &lab.name]), "lab api up");
+    assert_eq!(lab.status()["api"], "up");
 }
 
 #[test]

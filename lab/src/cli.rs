@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use crate::faults::{Fault, NODE_MONITOR_GRACE};
 use crate::runner::Lab;
 use crate::server::{self, Request};
 use crate::spec::LabSpec;
@@ -42,9 +43,73 @@ enum LabCommand {
         /// The lab's name (several labs can run side by side).
         #[arg(long, default_value = "demo")]
         name: String,
+        /// How long a node cut off from the control plane (`lab node NODE down`, `lab
+        /// partition NODE`) stays Ready, as Kubernetes' node lifecycle controller's flag of the
+        /// same name (default 50s).
+        #[arg(long, value_parser = tideway_api::duration::parse_duration)]
+        node_monitor_grace_period: Option<Duration>,
         /// Set by `--detach` for the process it starts: the lab directory is already prepared.
         #[arg(long, hide = true)]
         background: bool,
+    },
+    /// Kill a node's agent (SIGKILL); its Node stays Ready, and it stays down until `lab start`.
+    Kill {
+        /// What to kill.
+        #[arg(value_parser = ["agent"])]
+        what: String,
+        /// The node.
+        node: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Start a node's agent again (after `lab kill agent`).
+    Start {
+        /// What to start.
+        #[arg(value_parser = ["agent"])]
+        what: String,
+        /// The node.
+        node: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Take a node's link to the node network down or up; a node down is cut off from the
+    /// control plane and turns NotReady after the grace period.
+    Node {
+        /// The node.
+        node: String,
+        /// `down` or `up`.
+        #[arg(value_parser = ["down", "up"])]
+        state: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Cut a node off from the other nodes and the control plane; outside hosts still reach it.
+    Partition {
+        /// The node.
+        node: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Undo `lab partition`.
+    Heal {
+        /// The node.
+        node: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Make the API server unreachable for every component (`down`) or reachable again (`up`).
+    Api {
+        /// `down` or `up`.
+        #[arg(value_parser = ["down", "up"])]
+        state: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Run a command in a node's, pod's or host's namespace (with its resolv.conf).
     Exec {
@@ -134,9 +199,25 @@ fn pick(name: Option<String>) -> anyhow::Result<String> {
 /// Runs `tideway lab ...`.
 pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
     match &args.command {
-        LabCommand::Up { file, mode, detach, name, background } => {
-            up(file.as_deref(), mode.clone(), *detach, name, *background)
+        LabCommand::Up { file, mode, detach, name, node_monitor_grace_period, background } => {
+            let opts = UpOptions {
+                mode: mode.clone(),
+                detach: *detach,
+                grace: node_monitor_grace_period.unwrap_or(NODE_MONITOR_GRACE),
+                background: *background,
+            };
+            up(file.as_deref(), opts, name)
         }
+        LabCommand::Kill { node, name, .. } => fault(name, Fault::KillAgent { node: node.clone() }),
+        LabCommand::Start { node, name, .. } => fault(name, Fault::StartAgent { node: node.clone() }),
+        LabCommand::Node { node, state, name } => {
+            fault(name, Fault::NodeLink { node: node.clone(), up: state == "up" })
+        }
+        LabCommand::Partition { node, name } => {
+            fault(name, Fault::Partition { node: node.clone(), heal: false })
+        }
+        LabCommand::Heal { node, name } => fault(name, Fault::Partition { node: node.clone(), heal: true }),
+        LabCommand::Api { state, name } => fault(name, Fault::Api { up: state == "up" }),
         LabCommand::Exec { target, command, name } => exec(&pick(name.clone())?, target, command),
         LabCommand::Apply { file, name } => {
             let text =
@@ -158,6 +239,23 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
         }
         LabCommand::Down { name } => down(name.as_deref()),
     }
+}
+
+fn fault(name: &Option<String>, fault: Fault) -> anyhow::Result<i32> {
+    let name = pick(name.clone())?;
+    server::request(&lab_dir(&name), &Request::Fault { fault: fault.clone() })?;
+    let what = match &fault {
+        Fault::KillAgent { node } => format!("agent on {node} killed (its Node stays Ready)"),
+        Fault::StartAgent { node } => format!("agent on {node} started"),
+        Fault::NodeLink { node, up: false } => format!("node {node} down"),
+        Fault::NodeLink { node, up: true } => format!("node {node} up"),
+        Fault::Partition { node, heal: false } => format!("node {node} partitioned"),
+        Fault::Partition { node, heal: true } => format!("node {node} healed"),
+        Fault::Api { up: false } => "API server down".to_string(),
+        Fault::Api { up: true } => "API server up".to_string(),
+    };
+    println!("lab {name}: {what}");
+    Ok(0)
 }
 
 fn down(name: Option<&str>) -> anyhow::Result<i32> {
@@ -228,13 +326,16 @@ fn exec(name: &str, target: &str, command: &[String]) -> anyhow::Result<i32> {
     bail!("cannot run ip netns exec: {err}")
 }
 
-fn up(
-    file: Option<&Path>,
+/// How `lab up` runs.
+struct UpOptions {
     mode: Option<String>,
     detach: bool,
-    name: &str,
+    grace: Duration,
     background: bool,
-) -> anyhow::Result<i32> {
+}
+
+fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
+    let UpOptions { mode, detach, grace, background } = opts;
     require_root()?;
     if mode.as_deref() == Some("ipvs") {
         require_ipvs()?;
@@ -264,10 +365,12 @@ fn up(
     }
     let bin = std::env::current_exe().context("locating the tideway binary")?;
     if detach {
-        return detached(&bin, file, mode.as_deref(), name, &dir);
+        return detached(&bin, file, mode.as_deref(), grace, name, &dir);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let code = rt.block_on(crate::up::serve(Lab::new(name, dir.clone(), bin, mode), spec, true));
+    let mut lab = Lab::new(name, dir.clone(), bin, mode);
+    lab.set_node_grace(grace);
+    let code = rt.block_on(crate::up::serve(lab, spec, true));
     let _ = std::fs::remove_dir_all(&dir);
     code
 }
@@ -277,12 +380,14 @@ fn detached(
     bin: &Path,
     file: Option<&Path>,
     mode: Option<&str>,
+    grace: Duration,
     name: &str,
     dir: &Path,
 ) -> anyhow::Result<i32> {
     let log = std::fs::File::create(dir.join("lab.log"))?;
     let mut cmd = std::process::Command::new("setsid");
     cmd.arg(bin).args(["lab", "up", "--background", "--name", name]);
+    cmd.arg("--node-monitor-grace-period").arg(format!("{}ms", grace.as_millis()));
     if let Some(f) = file {
         cmd.arg("-f").arg(std::fs::canonicalize(f)?);
     }

@@ -23,6 +23,7 @@
 
 pub mod cli;
 pub mod control;
+pub mod faults;
 pub mod netns;
 pub mod procs;
 pub mod proxy;

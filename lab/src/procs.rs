@@ -1,6 +1,7 @@
 //! The lab's processes (agents, pod servers, the DNS pod, the operator): started, watched and
-//! restarted with backoff when they exit (as a kubelet restarts a crashed container), each
-//! logging to its own file.
+//! restarted with kubelet's backoff (10 s, doubling to 5 min) when they exit on their own, each
+//! logging to its own file. A process the lab was told to kill (`lab kill agent`) stays down
+//! until told to start.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +16,13 @@ struct Proc {
     restart_at: Option<Instant>,
     backoff: Duration,
     restarts: u32,
+    held: bool,
 }
+
+/// Kubelet's first restart delay of a crashed container (CrashLoopBackOff then doubles it).
+const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+/// Kubelet's longest restart delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What happened to a process since the last look.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,8 +69,9 @@ impl Procs {
                 log,
                 child: Some(child),
                 restart_at: None,
-                backoff: Duration::from_millis(500),
+                backoff: FIRST_BACKOFF,
                 restarts: 0,
+                held: false,
             },
         );
         Ok(())
@@ -87,7 +95,38 @@ impl Procs {
         }
     }
 
-    /// Sends SIGKILL to `label` without forgetting it (tests of failover do this too).
+    /// Kills `label` (SIGKILL) and keeps it down until [`Procs::release`]; false if no such
+    /// process.
+    pub fn hold(&mut self, label: &str) -> bool {
+        let Some(p) = self.procs.get_mut(label) else { return false };
+        if let Some(mut c) = p.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        p.held = true;
+        p.restart_at = None;
+        true
+    }
+
+    /// Starts `label` again now if it is down (held or waiting out its backoff); false if no
+    /// such process.
+    pub fn release(&mut self, label: &str) -> std::io::Result<bool> {
+        let Some(p) = self.procs.get_mut(label) else { return Ok(false) };
+        p.held = false;
+        p.restart_at = None;
+        p.backoff = FIRST_BACKOFF;
+        if p.child.is_none() {
+            p.child = Some(start(&p.argv, &p.log)?);
+        }
+        Ok(true)
+    }
+
+    /// True while `label` is held down by [`Procs::hold`].
+    pub fn held(&self, label: &str) -> bool {
+        self.procs.get(label).is_some_and(|p| p.held)
+    }
+
+    /// The pid of `label` while it runs.
     pub fn pid(&self, label: &str) -> Option<u32> {
         self.procs.get(label)?.child.as_ref().map(Child::id)
     }
@@ -111,10 +150,10 @@ impl Procs {
             {
                 p.child = None;
                 p.restart_at = Some(Instant::now() + p.backoff);
-                p.backoff = (p.backoff * 2).min(Duration::from_secs(10));
+                p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
                 out.push(Exit::Exited { label: label.clone(), status: status.to_string() });
             }
-            if p.child.is_none() && p.restart_at.is_some_and(|t| Instant::now() >= t) {
+            if p.child.is_none() && !p.held && p.restart_at.is_some_and(|t| Instant::now() >= t) {
                 p.restart_at = None;
                 if let Ok(c) = start(&p.argv, &p.log) {
                     p.child = Some(c);

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tideway_sources::lab::{LabDir, write_atomically};
 
 use crate::control::{self, Allocations, Health, NodeState, Plan, PodState, World, Writes};
+use crate::faults::{self, Fault, Faults};
 use crate::netns::{self, NetError};
 use crate::procs::{Exit, Procs};
 use crate::spec::{LabHost, LabSpec};
@@ -31,6 +32,9 @@ pub enum LabError {
     /// A file or a process.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A fault named a node the lab does not have.
+    #[error("the lab has no node {0:?}")]
+    NoSuchNode(String),
 }
 
 /// A running lab.
@@ -53,6 +57,7 @@ pub struct Lab {
     seen_writes: BTreeMap<String, (SystemTime, u64)>,
     published: String,
     departure: Option<Departure>,
+    faults: Faults,
     /// The components' APIs on the host: label -> address.
     pub apis: BTreeMap<String, SocketAddr>,
 }
@@ -105,8 +110,78 @@ impl Lab {
             seen_writes: BTreeMap::new(),
             published: String::new(),
             departure: None,
+            faults: Faults::default(),
             apis: BTreeMap::new(),
         }
+    }
+
+    /// How long a node cut off from the control plane stays Ready (`node-monitor-grace-period`).
+    pub fn set_node_grace(&mut self, grace: Duration) {
+        self.faults.grace = grace;
+    }
+
+    /// Makes or undoes a fault (see [`crate::faults`]); what it did.
+    pub fn fault(&mut self, fault: &Fault) -> Result<Value, LabError> {
+        if let Some(node) = fault.node()
+            && !self.world.nodes.iter().any(|n| n.name == node)
+        {
+            return Err(LabError::NoSuchNode(node.to_string()));
+        }
+        match fault {
+            Fault::KillAgent { node } => {
+                self.procs.hold(&format!("agent/{node}"));
+            }
+            Fault::StartAgent { node } => {
+                self.procs.release(&format!("agent/{node}"))?;
+            }
+            Fault::NodeLink { node, up } => netns::run(&[topology::node_link(&self.names, node, *up)])?,
+            Fault::Partition { .. } | Fault::Api { .. } => {}
+        }
+        tracing::info!(?fault, "fault");
+        self.faults.apply(fault, Instant::now());
+        self.program_partitions()?;
+        self.flag_cutoffs()?;
+        Ok(json!({"fault": fault}))
+    }
+
+    /// The LAN's bridge filter for the partitioned nodes.
+    fn program_partitions(&self) -> Result<(), LabError> {
+        let ports: Vec<String> = self.faults.partitioned.keys().map(|n| topology::lan_port('n', n)).collect();
+        let hosts: Vec<String> = self.world.hosts.iter().map(|h| topology::lan_port('h', &h.name)).collect();
+        let file = self.dir.path().join("partition.nft");
+        std::fs::write(&file, faults::partition_ruleset(&ports, &hosts))?;
+        let lan = self.names.lan();
+        netns::run(&[vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            lan,
+            "nft".into(),
+            "-f".into(),
+            file.display().to_string(),
+        ]])?;
+        Ok(())
+    }
+
+    /// The flags the lab source reads (`<dir>/cutoff`): the API, and each node cut off.
+    fn flag_cutoffs(&self) -> Result<(), LabError> {
+        let dir = self.dir.cutoff();
+        std::fs::create_dir_all(&dir)?;
+        let mut wanted: BTreeSet<String> =
+            self.faults.cut_off().iter().map(|n| format!("node_{n}")).collect();
+        if self.faults.api_down {
+            wanted.insert("api".into());
+        }
+        for e in std::fs::read_dir(&dir)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !wanted.contains(&name) {
+                std::fs::remove_file(e.path())?;
+            }
+        }
+        for w in &wanted {
+            std::fs::write(dir.join(w), b"")?;
+        }
+        Ok(())
     }
 
     fn with_mode(&self, mut spec: LabSpec) -> LabSpec {
@@ -371,7 +446,7 @@ impl Lab {
         for e in self.procs.supervise() {
             match e {
                 Exit::Exited { label, status } => {
-                    tracing::warn!(%label, %status, "process exited; restarting it");
+                    tracing::warn!(%label, %status, "process exited; restarting it after a backoff");
                     if let Some(server) = label.strip_prefix("pod/") {
                         let _ = std::fs::remove_file(
                             self.dir.path().join("started").join(server.replace('/', "_")),
@@ -381,13 +456,9 @@ impl Lab {
                 Exit::Restarted { label } => tracing::info!(%label, "process restarted"),
             }
         }
-        let down: BTreeSet<String> = self
-            .world
-            .nodes
-            .iter()
-            .filter(|n| !self.procs.running(&format!("agent/{}", n.name)))
-            .map(|n| n.name.clone())
-            .collect();
+        // Node Ready is kubelet's, not the agent's: only a node cut off from the control
+        // plane for the grace period turns NotReady.
+        let down = self.faults.not_ready(Instant::now());
         let started = self.started_pods();
         if down != self.health.nodes_down || started != self.health.pods_started {
             tracing::info!(nodes_down = ?down, pods_started = started.len(), "readiness changed");
@@ -457,12 +528,27 @@ impl Lab {
         self.procs.pid(label)
     }
 
+    /// `running`, `killed` (held down by `lab kill agent`) or `restarting` (exited; kubelet's
+    /// backoff).
+    fn agent_state(&self, node: &str) -> &'static str {
+        let label = format!("agent/{node}");
+        if self.procs.running(&label) {
+            "running"
+        } else if self.procs.held(&label) {
+            "killed"
+        } else {
+            "restarting"
+        }
+    }
+
     /// What `lab status` shows.
     pub fn status(&self) -> Value {
         let state = |node: &str| self.writes.node_states.get(node).cloned().unwrap_or(Value::Null);
         let nodes: Vec<Value> = self.world.nodes.iter().map(|n| json!({
             "name": n.name, "ip": n.ip.to_string(), "podCIDR": format!("{}/{}", n.pod_cidr.0, n.pod_cidr.1),
             "ready": !self.health.nodes_down.contains(&n.name),
+            "agent": self.agent_state(&n.name),
+            "network": self.faults.network(&n.name),
             "mode": state(&n.name)["status"]["mode"], "lastSync": state(&n.name)["status"]["lastSyncTime"],
             "synced": state(&n.name)["status"]["ready"] == true,
             "announcing": state(&n.name)["status"]["announcing"],
@@ -492,7 +578,7 @@ impl Lab {
         })).collect();
         let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "netns": self.names.host(&h.name)})).collect();
         let token = crate::token::read(self.dir.path());
-        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis})
+        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" }, "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64())})
     }
 
     /// Stops every process and removes every namespace.

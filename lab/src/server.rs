@@ -1,5 +1,6 @@
 //! The running lab's control socket (`<dir>/control.sock`): one JSON request per connection,
-//! one JSON answer. `lab apply`, `lab status` and `lab down` use it.
+//! one JSON answer. `lab apply`, `lab status`, `lab down` and the fault commands (`lab kill`,
+//! `start`, `node`, `partition`, `heal`, `api`) use it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -25,6 +26,11 @@ pub enum Request {
     },
     /// Report nodes, Services, pods, hosts and APIs.
     Status,
+    /// Make or undo a fault.
+    Fault {
+        /// Which.
+        fault: crate::faults::Fault,
+    },
     /// Tear the lab down and exit.
     Down,
 }

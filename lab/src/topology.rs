@@ -150,6 +150,18 @@ pub fn route(ns: &str, to: &NodeState) -> Cmd {
     cmd(&format!("ip -n {ns} route replace {}/{} via {}", to.pod_cidr.0, to.pod_cidr.1, to.ip))
 }
 
+/// The LAN end of node or host `name`'s link (`kind` `n` or `h`): its port on the bridge.
+pub fn lan_port(kind: char, name: &str) -> String {
+    ifname(kind, name)
+}
+
+/// Sets node `node`'s port on the bridge down or up (the node's `eth0` loses or regains its
+/// carrier, as with a pulled cable or a dead switch port).
+pub fn node_link(n: &Names, node: &str, up: bool) -> Cmd {
+    let state = if up { "up" } else { "down" };
+    cmd(&format!("ip -n {} link set {} {state}", n.lan(), ifname('n', node)))
+}
+
 /// Deletes the LAN end of node or host `name`'s link (`kind` `n` or `h`): the pair goes at
 /// once, where deleting the namespace leaves the kernel to remove its links in the background
 /// (and a namespace of the same name built right after would find the old link there).

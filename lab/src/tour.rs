@@ -129,6 +129,8 @@ pub fn status_tables(status: &Value) -> String {
         "IP".into(),
         "POD CIDR".into(),
         "READY".into(),
+        "AGENT".into(),
+        "NETWORK".into(),
         "MODE".into(),
         "ANNOUNCING".into(),
     ]];
@@ -138,12 +140,17 @@ pub fn status_tables(status: &Value) -> String {
             s(&n["name"]).into(),
             s(&n["ip"]).into(),
             s(&n["podCIDR"]).into(),
-            if n["ready"] == true && n["synced"] == true { "True".into() } else { "False".into() },
+            if n["ready"] == true { "True".into() } else { "False".into() },
+            n["agent"].as_str().unwrap_or("-").into(),
+            n["network"].as_str().unwrap_or("-").into(),
             n["mode"].as_str().unwrap_or("-").into(),
             if ann.is_empty() { "-".into() } else { ann.join(",") },
         ]);
     }
     out.push_str(&table(&nodes));
+    if status["api"] == "down" {
+        out.push_str("API server: down (no component reaches the control plane)\n");
+    }
     let mut svcs = vec![vec![
         "SERVICE".into(),
         "TYPE".into(),

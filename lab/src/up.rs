@@ -93,6 +93,7 @@ pub async fn serve(mut lab: Lab, spec: LabSpec, progress: bool) -> anyhow::Resul
                 let answer = match req {
                     Request::Status => Ok(lab.status()),
                     Request::Down => Ok(json!({"down": lab.names.lab()})),
+                    Request::Fault { fault } => lab.fault(&fault),
                     Request::Apply { file, text } => match LabSpec::parse(&file, &text) {
                         Err(e) => Err(e.into()),
                         Ok(spec) => lab.apply(spec).map(|()| json!({"applied": file})),

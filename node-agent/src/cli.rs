@@ -98,7 +98,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 tokio::spawn(Source::run(FileSource::new(path, args.file_poll_interval), cluster.clone()));
             }
             SourceSpec::Lab(dir) => {
-                let dir = LabDir::new(dir);
+                let dir = LabDir::new(dir).on_node(&args.node);
                 tokio::spawn(Source::run(dir.source(), cluster.clone()));
                 let sink = Arc::new(LabNodeStateSink(dir));
                 let settings = ReportSettings { min_interval: Duration::from_secs(1), ..Default::default() };

@@ -17,6 +17,7 @@ use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, compact};
 pub struct FileSource {
     path: PathBuf,
     interval: Duration,
+    reach: Option<crate::lab::Reach>,
 }
 
 type Fingerprint = (SystemTime, u64);
@@ -24,7 +25,14 @@ type Fingerprint = (SystemTime, u64);
 impl FileSource {
     /// Watches `path`, checking for changes every `interval`.
     pub fn new(path: impl Into<PathBuf>, interval: Duration) -> Self {
-        FileSource { path: path.into(), interval }
+        FileSource { path: path.into(), interval, reach: None }
+    }
+
+    /// Reads the file only while `reach` says the control plane is reachable (the lab's
+    /// faults): cut off, the state stays as it was, as with an API server that does not answer.
+    pub fn gated(mut self, reach: crate::lab::Reach) -> Self {
+        self.reach = Some(reach);
+        self
     }
 
     /// Loads the file once into `cluster`; returns the errors found.
@@ -54,6 +62,12 @@ impl FileSource {
         let mut last: Option<Fingerprint> = None;
         let mut synced = false;
         loop {
+            let reachable = self.reach.as_ref().is_none_or(crate::lab::Reach::reachable);
+            cluster.set_api_reachable(reachable);
+            if !reachable {
+                tokio::time::sleep(self.interval).await;
+                continue;
+            }
             let fp = self.fingerprint();
             if fp.is_some() && fp != last {
                 match self.load_once(&cluster) {

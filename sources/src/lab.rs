@@ -14,7 +14,12 @@
 //!     pxcspec_<name>.json               a ProxyConfig's new spec, changed over the operator's
 //!                                       REST API; the control plane adopts it and removes it
 //!     events.jsonl                      Events, appended
+//!  <dir>/cutoff/        the control plane's faults (`tideway lab api down`, `node NODE down`,
+//!                       `partition NODE`): while `api` exists no component reaches the control
+//!                       plane; while `node_<node>` exists that node's agent does not
 //! ```
+//! A component cut off sees what a client of an unreachable API server sees: no updates (it
+//! keeps what it had) and writes that fail with a transport error.
 //! No Kubernetes API is imitated: the files hold the same objects the API would, and the code
 //! above [`crate::Source`], [`NodeStateSink`] and [`ClusterWriter`] does not know it is in a lab.
 
@@ -33,19 +38,61 @@ use crate::status::{ClusterWriter, NodeStateSink, WriteError};
 /// How often lab components look at the cluster file (a `stat` each time).
 pub const POLL: Duration = Duration::from_millis(10);
 
-/// A lab exchange directory.
+/// A lab exchange directory, as one component sees it (the member decides which faults of
+/// [`Reach`] cut it off).
 #[derive(Debug, Clone)]
-pub struct LabDir(PathBuf);
+pub struct LabDir(PathBuf, Reach);
+
+/// Whether a lab component reaches the lab's control plane: the flags under `<dir>/cutoff`.
+#[derive(Debug, Clone)]
+pub struct Reach {
+    cutoff: PathBuf,
+    node: Option<String>,
+}
+
+impl Reach {
+    /// True unless the API is down, or this component's node is cut off.
+    pub fn reachable(&self) -> bool {
+        !self.cutoff.join("api").exists()
+            && self.node.as_ref().is_none_or(|n| !self.cutoff.join(format!("node_{n}")).exists())
+    }
+
+    fn check(&self) -> Result<(), WriteError> {
+        if self.reachable() {
+            Ok(())
+        } else {
+            Err(WriteError::Transport("the lab's control plane is unreachable from here".into()))
+        }
+    }
+}
 
 impl LabDir {
-    /// The directory `path`.
+    /// The directory `path`, seen by a component on no node (the operator, the DNS).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        LabDir(path.into())
+        let path = path.into();
+        let reach = Reach { cutoff: path.join("cutoff"), node: None };
+        LabDir(path, reach)
+    }
+
+    /// The directory as seen from node `node` (its agent): cut off when that node is.
+    pub fn on_node(mut self, node: &str) -> Self {
+        self.1.node = Some(node.to_string());
+        self
     }
 
     /// The directory itself.
     pub fn path(&self) -> &Path {
         &self.0
+    }
+
+    /// Where the control plane's faults are flagged.
+    pub fn cutoff(&self) -> PathBuf {
+        self.0.join("cutoff")
+    }
+
+    /// Whether this component reaches the control plane now.
+    pub fn reach(&self) -> &Reach {
+        &self.1
     }
 
     /// The cluster file.
@@ -60,7 +107,7 @@ impl LabDir {
 
     /// The source reading the cluster file.
     pub fn source(&self) -> FileSource {
-        FileSource::new(self.cluster_file(), POLL)
+        FileSource::new(self.cluster_file(), POLL).gated(self.1.clone())
     }
 
     /// The file a write of `kind` about `key` goes to.
@@ -97,6 +144,7 @@ pub struct LabNodeStateSink(pub LabDir);
 #[async_trait::async_trait]
 impl NodeStateSink for LabNodeStateSink {
     async fn publish(&self, state: &NodeProxyState) -> Result<(), WriteError> {
+        self.0.1.check()?;
         let obj = crd::node_proxy_state(state, None);
         write_atomically(&self.0.write_file("nodeproxystate", &state.node), &json_bytes(&obj)?).map_err(io)
     }
@@ -109,6 +157,7 @@ pub struct LabWriter(pub LabDir);
 #[async_trait::async_trait]
 impl ClusterWriter for LabWriter {
     async fn write(&self, action: &Action) -> Result<(), WriteError> {
+        self.0.1.check()?;
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let (path, body) = match action {
             Action::SetIngress { service, ips } => {
@@ -160,6 +209,7 @@ impl ClusterWriter for LabWriter {
     }
 
     async fn patch_proxy_config(&self, name: &str, change: &SpecChange) -> Result<(), WriteError> {
+        self.0.1.check()?;
         let body = json!({"spec": change.spec});
         write_atomically(&self.0.write_file("pxcspec", name), &json_bytes(&body)?).map_err(io)
     }

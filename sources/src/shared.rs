@@ -54,6 +54,7 @@ pub struct SharedCluster {
     changed: Arc<Notify>,
     synced: watch::Sender<bool>,
     invalid: Arc<Mutex<InvalidObjects>>,
+    api_reachable: watch::Sender<bool>,
 }
 
 impl Default for SharedCluster {
@@ -70,6 +71,7 @@ impl SharedCluster {
             changed: Arc::new(Notify::new()),
             synced: watch::channel(false).0,
             invalid: Arc::default(),
+            api_reachable: watch::channel(true).0,
         }
     }
 
@@ -111,6 +113,17 @@ impl SharedCluster {
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Records whether the source reaches the API server now (a lab's control-plane faults; a
+    /// watch or list that fails). Starts true.
+    pub fn set_api_reachable(&self, reachable: bool) {
+        self.api_reachable.send_if_modified(|r| std::mem::replace(r, reachable) != reachable);
+    }
+
+    /// Whether the source reached the API server at its last attempt.
+    pub fn api_reachable(&self) -> bool {
+        *self.api_reachable.borrow()
     }
 
     fn invalid(&self) -> MutexGuard<'_, InvalidObjects> {
