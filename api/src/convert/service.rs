@@ -1,13 +1,13 @@
 //! `v1/Service` -> [`Service`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tideway_core::model::{
-    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,
-    DEFAULT_AFFINITY_TIMEOUT, IpMode, LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName,
-    ServicePort, ServiceType, SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
+    DEFAULT_AFFINITY_TIMEOUT, IpMode, LOAD_BALANCER_ANNOTATIONS, LoadBalancerIngress, LoadBalancerRequest,
+    Service, ServiceName, ServicePort, ServiceType, SessionAffinity, TargetPort, TrafficDistribution,
+    TrafficPolicy,
 };
 use tideway_core::net::IpFamily;
 
@@ -156,24 +156,47 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
     Ok(out)
 }
 
+/// One request's annotation, in whichever spelling the Service uses ([`LOAD_BALANCER_ANNOTATIONS`]:
+/// Tideway's, then MetalLB's two): the key and value used, and a conflict naming both keys when
+/// two spellings carry different values.
+fn spelled(
+    annotations: Option<&BTreeMap<String, String>>,
+    keys: &[&'static str; 3],
+) -> (Option<(&'static str, String)>, Option<String>) {
+    let present: Vec<(&'static str, String)> = keys
+        .iter()
+        .filter_map(|k| annotations.and_then(|a| a.get(*k)).map(|v| (*k, v.trim().to_string())))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    let conflict = present.iter().skip(1).find(|(_, v)| *v != present[0].1).map(|(k, v)| {
+        let (used, value) = &present[0];
+        format!("annotations {used}={value:?} and {k}={v:?} disagree; {used} is used")
+    });
+    (present.into_iter().next(), conflict)
+}
+
 /// What the Service asks of the address allocator. An unreadable request is kept as an error
 /// for the operator to report: proxies still program the Service.
 fn load_balancer_request(svc: &k8s::Service, spec: &k8s::ServiceSpec) -> LoadBalancerRequest {
     let annotations = svc.metadata.annotations.as_ref();
-    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(|v| v.trim().to_string());
+    let [ips_keys, pool_keys, shared_keys] = &LOAD_BALANCER_ANNOTATIONS;
+    let (ips, ips_conflict) = spelled(annotations, ips_keys);
+    let (pool, pool_conflict) = spelled(annotations, pool_keys);
+    let (shared, shared_conflict) = spelled(annotations, shared_keys);
     let mut req = LoadBalancerRequest {
         class: spec.load_balancer_class.clone().filter(|c| !c.is_empty()),
-        pool: annotation(ANNOTATION_ADDRESS_POOL).filter(|p| !p.is_empty()),
-        sharing_key: annotation(ANNOTATION_ALLOW_SHARED_IP).filter(|k| !k.is_empty()),
+        pool: pool.map(|(_, v)| v),
+        sharing_key: shared.map(|(_, v)| v),
         selector: spec.selector.clone().unwrap_or_default(),
+        conflicts: [ips_conflict, pool_conflict, shared_conflict].into_iter().flatten().collect(),
         ..Default::default()
     };
     let mut wanted: Vec<(String, String)> = Vec::new();
     if let Some(ip) = spec.load_balancer_ip.as_deref().filter(|ip| !ip.is_empty()) {
         wanted.push(("spec.loadBalancerIP".into(), ip.to_string()));
     }
-    if let Some(list) = annotation(ANNOTATION_LOAD_BALANCER_IPS) {
-        let field = format!("metadata.annotations[{ANNOTATION_LOAD_BALANCER_IPS}]");
+    if let Some((key, list)) = ips {
+        let field = format!("metadata.annotations[{key}]");
         wanted.extend(
             list.split(',').filter(|s| !s.trim().is_empty()).map(|s| (field.clone(), s.trim().into())),
         );

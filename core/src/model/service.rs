@@ -20,6 +20,16 @@ pub const ANNOTATION_ADDRESS_POOL: &str = "tideway.io/address-pool";
 /// Annotation with a sharing key: Services with the same key may share one LoadBalancer IP.
 pub const ANNOTATION_ALLOW_SHARED_IP: &str = "tideway.io/allow-shared-ip";
 
+/// MetalLB's spellings of the same three requests, read beside Tideway's so that a Service
+/// moving from MetalLB keeps its pinned addresses, pool and sharing key: each Tideway
+/// annotation, then MetalLB's current (`metallb.io/`, v0.15+) and older
+/// (`metallb.universe.tf/`) keys, in the order they win when they disagree.
+pub const LOAD_BALANCER_ANNOTATIONS: [[&str; 3]; 3] = [
+    [ANNOTATION_LOAD_BALANCER_IPS, "metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs"],
+    [ANNOTATION_ADDRESS_POOL, "metallb.io/address-pool", "metallb.universe.tf/address-pool"],
+    [ANNOTATION_ALLOW_SHARED_IP, "metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip"],
+];
+
 /// The label selector a service proxy's Service and EndpointSlice watches use: kube-proxy's
 /// `!service-proxy-name,!headless` for the default proxy. A named proxy also programs
 /// unlabelled Services, which no selector can say together with "or labelled with my name", so
@@ -189,6 +199,10 @@ pub struct LoadBalancerRequest {
     /// Why the request could not be read (an unparsable annotation); the allocator reports it
     /// instead of allocating, while proxies still program the Service.
     pub error: Option<String>,
+    /// Spellings of one request that disagree (Tideway's and MetalLB's annotations), each
+    /// naming both and the one used; the operator records them as Events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
 }
 
 /// A Service, converted once at the edge and validated.

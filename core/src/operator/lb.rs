@@ -113,16 +113,41 @@ fn announce_group(
     announce::Decision { eligible, announcer, change }
 }
 
+/// What was last reported about each Service's request, so each Event is recorded once.
+#[derive(Debug, Default)]
+pub(crate) struct Reported {
+    /// The allocation error last reported.
+    pub(crate) errors: BTreeMap<ServiceName, String>,
+    /// The annotation conflicts last reported.
+    pub(crate) conflicts: BTreeMap<ServiceName, Vec<String>>,
+}
+
+impl Reported {
+    /// Forgets a Service (gone, or no longer ours).
+    pub(crate) fn forget(&mut self, name: &ServiceName) {
+        self.errors.remove(name);
+        self.conflicts.remove(name);
+    }
+}
+
 /// Decides the addresses of one handled Service: the writes and Events.
 pub(crate) fn assign(
     alloc: &mut Allocator,
     state: &ClusterState,
     svc: &Service,
-    errors: &mut BTreeMap<ServiceName, String>,
+    reported: &mut Reported,
     out: &mut Vec<Action>,
 ) -> Vec<IpAddr> {
     let object = ObjectRef::service(&svc.name);
     let observed = observed_ips(svc);
+    let conflicts = svc.load_balancer.as_deref().map_or(&[][..], |lb| &lb.conflicts[..]);
+    if reported.conflicts.get(&svc.name).map(Vec::as_slice) != Some(conflicts) {
+        for c in conflicts {
+            out.push(Action::Event(Event::warning(object.clone(), "AnnotationConflict", c.clone())));
+        }
+        reported.conflicts.insert(svc.name.clone(), conflicts.to_vec());
+    }
+    let errors = &mut reported.errors;
     let request_error = svc.load_balancer.as_deref().and_then(|lb| lb.error.clone());
     let result = match (request(state, svc), request_error) {
         (_, Some(e)) => Err(e),

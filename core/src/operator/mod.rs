@@ -125,7 +125,7 @@ pub struct Reconciler {
     alloc: Allocator,
     started: bool,
     resync: bool,
-    errors: BTreeMap<ServiceName, String>,
+    reported: lb::Reported,
     decided: BTreeMap<ServiceName, L2Announcement>,
     configs: BTreeMap<String, ConfigStatus>,
     pools: BTreeMap<String, PoolReport>,
@@ -227,12 +227,12 @@ impl Reconciler {
     fn assign(&mut self, state: &ClusterState, name: &ServiceName, out: &mut Vec<Action>) {
         match state.service(name) {
             Some(svc) if handles(svc, self.class.as_deref()) => {
-                lb::assign(&mut self.alloc, state, svc, &mut self.errors, out);
+                lb::assign(&mut self.alloc, state, svc, &mut self.reported, out);
             }
             Some(svc) => {
                 // No longer ours (type or class changed): give the addresses back and clear
                 // what we wrote, never what another load balancer wrote.
-                self.errors.remove(name);
+                self.reported.forget(name);
                 if let Some(a) = self.alloc.release(name)
                     && observed_ips(svc) == a.ips
                 {
@@ -240,7 +240,7 @@ impl Reconciler {
                 }
             }
             None => {
-                self.errors.remove(name);
+                self.reported.forget(name);
                 self.alloc.release(name);
             }
         }
