@@ -109,9 +109,32 @@ for s in sets:
                         failures.append(f"{s}: {d['kind']} {d['metadata']['name']} has '*' in {field}")
         if d["kind"] in ("ClusterRoleBinding", "RoleBinding") and d["roleRef"]["name"] in ("cluster-admin", "admin", "edit"):
             failures.append(f"{s}: {d['kind']} {d['metadata']['name']} binds {d['roleRef']['name']}")
+# Admission from the generated schema: each bad value of api/tests/refused.yaml marked `schema`
+# is refused by the CRD's OpenAPI part; those marked `cel` pass it (a CEL rule refuses them, as
+# api/tests/refused.rs checks); every object of api/tests/accepted.yaml passes.
+refused = 0
+for d in yaml.safe_load_all(open("api/tests/refused.yaml")):
+    name, by = d["metadata"]["name"], d["metadata"]["annotations"]["test.tideway.io/refused-by"]
+    try:
+        jsonschema.validate(d, nullable(crd_schema(d["kind"])))
+        if by == "schema":
+            failures.append(f"refused.yaml: {d['kind']} {name}: the OpenAPI schema admits it")
+    except jsonschema.ValidationError as e:
+        if by == "schema":
+            refused += 1
+        else:
+            failures.append(f"refused.yaml: {d['kind']} {name}: marked {by}, but the OpenAPI schema refuses it: {e.message}")
+accepted = 0
+for d in yaml.safe_load_all(open("api/tests/accepted.yaml")):
+    try:
+        jsonschema.validate(d, nullable(crd_schema(d["kind"])))
+        accepted += 1
+    except jsonschema.ValidationError as e:
+        failures.append(f"accepted.yaml: {d['kind']} {d['metadata']['name']}: {e.message}")
 if failures:
     print("\n".join(failures))
     sys.exit(1)
+print(f"admission: {refused} bad values refused by the CRDs' OpenAPI schemas, {accepted} good objects admitted")
 print(f"schemas: {validated} objects valid against Kubernetes 1.33 and the chart's CRDs; "
       + ("skipped (no schema available): " + ", ".join(f"{n} {k}" for k, n in sorted(skipped.items())) if skipped else "none skipped"))
 print("rbac: no wildcards, no built-in admin roles")

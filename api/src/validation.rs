@@ -14,6 +14,10 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use serde_json::json;
+use tideway_core::config::ProxySettings;
+
+use crate::crd::schema::Constraint;
 use crate::duration::{format_duration, parse_duration};
 use crate::error::{ConvertError, Ctx};
 
@@ -48,8 +52,13 @@ pub const DURATION_PATTERN: &str = "^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|\u
 pub const LABEL_VALUE_PATTERN: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /// A namespace name.
 pub const NAMESPACE_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-/// A Linux interface name: no slash, colon or whitespace, not `.` or `..`.
-pub const INTERFACE_PATTERN: &str = "^[^/:\\s]+$";
+/// A Linux interface name: no slash, colon or whitespace, not `.` or `..` (lengths 1 and 2
+/// spelled out because the pattern language has no lookahead).
+pub const INTERFACE_PATTERN: &str = "^([^/:\\s]{3,}|[^./:\\s]|[^./:\\s][^/:\\s]|\\.[^./:\\s])$";
+/// `matchExpressions` of a label selector.
+pub const MAX_SELECTOR_TERMS: u64 = 32;
+/// Label-selector operators.
+pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 
 const DEC_OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
 
@@ -82,25 +91,181 @@ fn ipv6() -> String {
     format!("({})", forms.join("|"))
 }
 
-fn cidr_v4() -> String {
-    format!("{}(/(3[0-2]|[12]?[0-9]))?", ipv4())
+/// An IPv4 CIDR; the prefix is optional (a bare address) when `bare` is true.
+fn cidr_v4(bare: bool) -> String {
+    format!("{}(/(3[0-2]|[12]?[0-9])){}", ipv4(), if bare { "?" } else { "" })
 }
 
-fn cidr_v6() -> String {
-    format!("{}(/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))?", ipv6())
+/// An IPv6 CIDR; the prefix is optional (a bare address) when `bare` is true.
+fn cidr_v6(bare: bool) -> String {
+    format!("{}(/(12[0-8]|1[01][0-9]|[1-9]?[0-9])){}", ipv6(), if bare { "?" } else { "" })
 }
 
 /// An IPv4 or IPv6 CIDR, or a bare address (one address).
-pub static CIDR_PATTERN: LazyLock<String> = LazyLock::new(|| format!("^({}|{})$", cidr_v4(), cidr_v6()));
+pub static CIDR_PATTERN: LazyLock<String> =
+    LazyLock::new(|| format!("^({}|{})$", cidr_v4(true), cidr_v6(true)));
 
 /// A pool's address entry: a CIDR or `first-last` of one family (spaces around `-` allowed).
 pub static POOL_ADDRESS_PATTERN: LazyLock<String> = LazyLock::new(|| {
-    format!("^({}|{}|{v4} *- *{v4}|{v6} *- *{v6})$", cidr_v4(), cidr_v6(), v4 = ipv4(), v6 = ipv6())
+    format!("^({}|{}|{v4} *- *{v4}|{v6} *- *{v6})$", cidr_v4(false), cidr_v6(false), v4 = ipv4(), v6 = ipv6())
 });
 
-/// The duration text of [`MAX_DURATION`] (`86400s`), for messages and CEL rules.
-pub fn max_duration_text() -> String {
-    format_duration(MAX_DURATION)
+/// [`MAX_DURATION`] as written in messages and CEL rules.
+pub const MAX_DURATION_TEXT: &str = "24h";
+
+fn duration_text() -> serde_json::Value {
+    json!({"pattern": DURATION_PATTERN, "maxLength": DURATION_MAX_LENGTH})
+}
+
+/// A label selector at `path`: bounded terms with known operators.
+fn selector(path: &'static str, expressions: &'static str, operators: &'static str) -> [Constraint; 2] {
+    debug_assert!(expressions.starts_with(path) && operators.starts_with(expressions));
+    [
+        Constraint { path: expressions, keywords: json!({"maxItems": MAX_SELECTOR_TERMS}) },
+        Constraint { path: operators, keywords: json!({"enum": SELECTOR_OPERATORS}) },
+    ]
+}
+
+/// A CEL rule (standard functions and `duration()` only, so any CEL implementation checks it).
+fn rule(rule: String, message: &str, field: &str) -> serde_json::Value {
+    json!({"rule": rule, "message": message, "fieldPath": field})
+}
+
+/// `field`, when set, is a duration of at most [`MAX_DURATION`] (and more than 0 if `positive`).
+fn duration_rule(field: &str, positive: bool) -> serde_json::Value {
+    let max = MAX_DURATION_TEXT;
+    let low = if positive { format!("duration(self.{field}) > duration('0s') && ") } else { String::new() };
+    let message = if positive {
+        format!("{field} must be more than 0s and at most 24h")
+    } else {
+        format!("{field} must be at most 24h")
+    };
+    rule(
+        format!("!has(self.{field}) || ({low}duration(self.{field}) <= duration('{max}'))"),
+        &message,
+        &format!(".{field}"),
+    )
+}
+
+/// The ProxyConfig schema's constraints.
+pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
+    let defaults = ProxySettings::default();
+    let (sync, min_sync) = (format_duration(defaults.sync_period), format_duration(defaults.min_sync_period));
+    let cidr = json!({"pattern": &*CIDR_PATTERN, "maxLength": ADDRESS_MAX_LENGTH});
+    let node_port_address =
+        format!("^(primary|all|{})$", CIDR_PATTERN.trim_start_matches('^').trim_end_matches('$'));
+    let mut out = vec![
+        Constraint { path: "spec.syncPeriod", keywords: duration_text() },
+        Constraint { path: "spec.minSyncPeriod", keywords: duration_text() },
+        Constraint { path: "spec.ipvs.tcpTimeout", keywords: duration_text() },
+        Constraint { path: "spec.ipvs.tcpFinTimeout", keywords: duration_text() },
+        Constraint { path: "spec.ipvs.udpTimeout", keywords: duration_text() },
+        Constraint {
+            path: "spec.masqueradeBit",
+            keywords: json!({"minimum": 0, "maximum": MASQUERADE_BIT_MAX}),
+        },
+        Constraint { path: "spec.clusterCIDRs", keywords: json!({"maxItems": MAX_CLUSTER_CIDRS}) },
+        Constraint { path: "spec.clusterCIDRs[]", keywords: cidr },
+        Constraint { path: "spec.nodePortAddresses", keywords: json!({"maxItems": MAX_NODE_PORT_ADDRESSES}) },
+        Constraint {
+            path: "spec.nodePortAddresses[]",
+            keywords: json!({"pattern": node_port_address, "maxLength": ADDRESS_MAX_LENGTH}),
+        },
+        Constraint {
+            path: "spec.serviceProxyName",
+            keywords: json!({"pattern": LABEL_VALUE_PATTERN, "maxLength": LABEL_VALUE_MAX_LENGTH}),
+        },
+        Constraint {
+            path: "spec",
+            keywords: json!({"x-kubernetes-validations": [
+                duration_rule("syncPeriod", true),
+                duration_rule("minSyncPeriod", false),
+                rule(
+                    format!("duration(has(self.minSyncPeriod) ? self.minSyncPeriod : '{min_sync}') <= \
+                             duration(has(self.syncPeriod) ? self.syncPeriod : '{sync}')"),
+                    &format!("minSyncPeriod (default {min_sync}) must be at most syncPeriod (default {sync})"),
+                    ".minSyncPeriod",
+                ),
+                rule(
+                    "!has(self.clusterCIDRs) || self.clusterCIDRs.size() < 2 || \
+                     self.clusterCIDRs[0].contains(':') != self.clusterCIDRs[1].contains(':')"
+                        .into(),
+                    "clusterCIDRs takes at most one CIDR per family (IPv4, IPv6)",
+                    ".clusterCIDRs",
+                ),
+                rule(
+                    "!has(self.nodePortAddresses) || self.nodePortAddresses.size() < 2 || \
+                     !self.nodePortAddresses.exists(a, a == 'primary' || a == 'all')"
+                        .into(),
+                    "primary and all stand alone in nodePortAddresses",
+                    ".nodePortAddresses",
+                ),
+            ]}),
+        },
+        Constraint {
+            path: "spec.ipvs",
+            keywords: json!({"x-kubernetes-validations": [
+                duration_rule("tcpTimeout", false),
+                duration_rule("tcpFinTimeout", false),
+                duration_rule("udpTimeout", false),
+            ]}),
+        },
+    ];
+    out.extend(selector(
+        "spec.nodeSelector",
+        "spec.nodeSelector.matchExpressions",
+        "spec.nodeSelector.matchExpressions[].operator",
+    ));
+    out
+}
+
+/// The LoadBalancerPool schema's constraints.
+pub(crate) fn load_balancer_pool_constraints() -> Vec<Constraint> {
+    let mut out = vec![
+        Constraint { path: "spec.addresses", keywords: json!({"maxItems": MAX_POOL_ADDRESSES}) },
+        Constraint {
+            path: "spec.addresses[]",
+            keywords: json!({"pattern": &*POOL_ADDRESS_PATTERN, "maxLength": ADDRESS_MAX_LENGTH}),
+        },
+        Constraint { path: "spec.l2.interfaces", keywords: json!({"maxItems": MAX_INTERFACES}) },
+        Constraint {
+            path: "spec.l2.interfaces[]",
+            keywords: json!({"pattern": INTERFACE_PATTERN, "maxLength": INTERFACE_MAX_LENGTH}),
+        },
+        Constraint { path: "spec.l2.nodeSelectors", keywords: json!({"maxItems": MAX_ALLOCATION_ENTRIES}) },
+        Constraint {
+            path: "spec.serviceAllocation.namespaces",
+            keywords: json!({"maxItems": MAX_ALLOCATION_ENTRIES}),
+        },
+        Constraint {
+            path: "spec.serviceAllocation.namespaces[]",
+            keywords: json!({"pattern": NAMESPACE_PATTERN, "maxLength": NAMESPACE_MAX_LENGTH}),
+        },
+        Constraint {
+            path: "spec.serviceAllocation.namespaceSelectors",
+            keywords: json!({"maxItems": MAX_ALLOCATION_ENTRIES}),
+        },
+        Constraint {
+            path: "spec.serviceAllocation.serviceSelectors",
+            keywords: json!({"maxItems": MAX_ALLOCATION_ENTRIES}),
+        },
+    ];
+    out.extend(selector(
+        "spec.l2.nodeSelectors",
+        "spec.l2.nodeSelectors[].matchExpressions",
+        "spec.l2.nodeSelectors[].matchExpressions[].operator",
+    ));
+    out.extend(selector(
+        "spec.serviceAllocation.namespaceSelectors",
+        "spec.serviceAllocation.namespaceSelectors[].matchExpressions",
+        "spec.serviceAllocation.namespaceSelectors[].matchExpressions[].operator",
+    ));
+    out.extend(selector(
+        "spec.serviceAllocation.serviceSelectors",
+        "spec.serviceAllocation.serviceSelectors[].matchExpressions",
+        "spec.serviceAllocation.serviceSelectors[].matchExpressions[].operator",
+    ));
+    out
 }
 
 /// Which durations a setting takes.
@@ -127,7 +292,7 @@ pub(crate) fn duration(
         return Err(cx.err(field, "must be greater than 0"));
     }
     if d > MAX_DURATION {
-        return Err(cx.err(field, format!("{value} is longer than 24h")));
+        return Err(cx.err(field, format!("{value} is longer than {MAX_DURATION_TEXT}")));
     }
     Ok(d)
 }
@@ -249,7 +414,9 @@ mod tests {
             assert!(matches(&POOL_ADDRESS_PATTERN, v), "{v:?}");
             assert!(tideway_core::ipam::AddrRange::parse(v).is_ok(), "{v:?}");
         }
-        for v in ["192.168.9.1-fc00::1", "192.168.9.1-", "pool", "10.0.0.0/40", "10.0.0.1--10.0.0.2"] {
+        for v in
+            ["192.168.9.1-fc00::1", "192.168.9.1-", "pool", "10.0.0.0/40", "10.0.0.1--10.0.0.2", "10.0.0.7"]
+        {
             assert!(!matches(&POOL_ADDRESS_PATTERN, v), "{v:?}");
         }
     }
@@ -268,6 +435,7 @@ mod tests {
 
     #[test]
     fn durations_are_range_checked() {
+        assert_eq!(parse_duration(MAX_DURATION_TEXT), Ok(MAX_DURATION));
         let cx = Ctx::new("ProxyConfig", None, "t");
         let check = |v, r| duration(&cx, "spec.syncPeriod", v, r).map_err(|e| e.message);
         assert_eq!(check("24h", DurationRange::Positive), Ok(MAX_DURATION));

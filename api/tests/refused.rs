@@ -70,3 +70,96 @@ fn each_object_is_valid_once_its_bad_field_is_removed() {
         assert_eq!(conversion_error(&object), None, "{}", r.name);
     }
 }
+
+/// The objects of `accepted.yaml` and the examples' ProxyConfigs and pools.
+fn accepted() -> Vec<Value> {
+    let mut out = Vec::new();
+    for text in [
+        include_str!("accepted.yaml"),
+        include_str!("../../examples/cluster.yaml"),
+        include_str!("../../examples/demo.yaml"),
+    ] {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("parses");
+        out.extend(
+            docs.into_iter().filter(|d| d["kind"] == "ProxyConfig" || d["kind"] == "LoadBalancerPool"),
+        );
+    }
+    assert!(out.len() >= 8, "{} objects", out.len());
+    out
+}
+
+#[test]
+fn accepted_objects_convert() {
+    for object in accepted() {
+        assert_eq!(conversion_error(&object), None, "{}", object["metadata"]["name"]);
+    }
+}
+
+/// The generated `openAPIV3Schema` of `kind`.
+fn schema_of(kind: &str) -> Value {
+    let crd = tideway_api::crd::all().into_iter().find(|c| c.spec.names.kind == kind).expect("a CRD");
+    serde_json::to_value(&crd.spec.versions[0].schema.as_ref().expect("schema").open_api_v3_schema)
+        .expect("json")
+}
+
+/// Functions the rules may call: CEL's standard ones (the API server has more, an
+/// implementation of the standard alone need not).
+const STANDARD_FUNCTIONS: &[&str] =
+    &["has", "size", "contains", "startsWith", "endsWith", "matches", "duration", "exists", "all"];
+
+/// Every `x-kubernetes-validations` rule of `schema` that `object` breaks, evaluated with the
+/// `cel-interpreter` crate: `self` is the value at the rule's place, as the API server binds it.
+fn cel_failures(schema: &Value, object: &Value, at: &str, out: &mut Vec<String>) {
+    for rule in schema["x-kubernetes-validations"].as_array().into_iter().flatten() {
+        let text = rule["rule"].as_str().expect("rule text");
+        let program = cel_interpreter::Program::compile(text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        for f in program.references().functions() {
+            // Operators are named by their shape (`_&&_`, `!_`, `@in`).
+            let operator = f.contains('_') || f.starts_with('@');
+            assert!(operator || STANDARD_FUNCTIONS.contains(&f), "{text}: calls {f}");
+        }
+        let mut context = cel_interpreter::Context::default();
+        context.add_variable("self", object).expect("binds self");
+        match program.execute(&context) {
+            Ok(cel_interpreter::Value::Bool(true)) => {}
+            other => out.push(format!("{at}: {} ({other:?})", rule["message"].as_str().unwrap_or_default())),
+        }
+    }
+    if let (Some(props), Some(fields)) = (schema["properties"].as_object(), object.as_object()) {
+        for (name, sub) in props {
+            if let Some(v) = fields.get(name).filter(|v| !v.is_null()) {
+                cel_failures(sub, v, &format!("{at}.{name}"), out);
+            }
+        }
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), object.as_array()) {
+        for (i, v) in list.iter().enumerate() {
+            cel_failures(items, v, &format!("{at}[{i}]"), out);
+        }
+    }
+}
+
+fn cel_check(object: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    cel_failures(&schema_of(object["kind"].as_str().expect("kind")), object, "", &mut out);
+    out
+}
+
+#[test]
+fn the_cel_rules_refuse_each_bad_value_marked_cel_and_take_every_accepted_object() {
+    let rules = ["ProxyConfig", "LoadBalancerPool"]
+        .map(|k| schema_of(k).to_string().matches("\"rule\"").count())
+        .iter()
+        .sum::<usize>();
+    assert!(rules >= 8, "{rules} rules");
+    let mut cel = 0;
+    for r in refused().into_iter().filter(|r| r.by == "cel") {
+        let failures = cel_check(&r.object);
+        assert!(!failures.is_empty(), "{}: no CEL rule refuses it", r.name);
+        cel += 1;
+    }
+    assert!(cel >= 10, "{cel} refused by CEL");
+    for object in accepted() {
+        assert_eq!(cel_check(&object), Vec::<String>::new(), "{}", object["metadata"]["name"]);
+    }
+}

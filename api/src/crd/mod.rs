@@ -14,7 +14,7 @@ mod load_balancer_pool;
 mod node_proxy_state;
 mod patch;
 mod proxy_config;
-mod schema;
+pub(crate) mod schema;
 
 pub use conditions::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -42,7 +42,11 @@ use crate::error::{ConvertError, Ctx};
 pub fn all()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![ProxyConfig::crd(), NodeProxyState::crd(), LoadBalancerPool::crd(), L2Announcement::crd()]
+    let mut proxy_config = ProxyConfig::crd();
+    schema::constrain(&mut proxy_config, &crate::validation::proxy_config_constraints());
+    let mut pool = LoadBalancerPool::crd();
+    schema::constrain(&mut pool, &crate::validation::load_balancer_pool_constraints());
+    vec![proxy_config, NodeProxyState::crd(), pool, L2Announcement::crd()]
 }
 
 /// Converts a Kubernetes label selector at `field`; an unknown operator names itself.
@@ -58,7 +62,14 @@ pub(crate) fn selector(
         match_labels: sel.match_labels.clone().unwrap_or_default(),
         match_expressions: vec![],
     };
-    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+    let expressions = sel.match_expressions.as_deref().unwrap_or_default();
+    crate::validation::max_items(
+        cx,
+        &format!("{field}.matchExpressions"),
+        expressions,
+        crate::validation::MAX_SELECTOR_TERMS,
+    )?;
+    for (i, e) in expressions.iter().enumerate() {
         let op = match e.operator.as_str() {
             "In" => SelectorOp::In,
             "NotIn" => SelectorOp::NotIn,

@@ -32,3 +32,61 @@ pub(crate) fn generation_map(_: &mut SchemaGenerator) -> Schema {
         "additionalProperties": { "type": "integer", "format": "int64" }
     })
 }
+
+/// The constraints of [`crate::validation`] written into a CRD's `openAPIV3Schema`: each entry
+/// names a property by its path (`spec.ipvs.tcpTimeout`; `[]` for a list's items) and the
+/// keywords it gets. `x-kubernetes-validations` lists are appended to.
+pub(crate) struct Constraint {
+    pub(crate) path: &'static str,
+    pub(crate) keywords: serde_json::Value,
+}
+
+/// Adds `constraints` to `crd`'s schema.
+///
+/// # Panics
+/// When a path names no property: the table and the types disagree, which the tests catch.
+pub(crate) fn constrain(
+    crd: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    constraints: &[Constraint],
+) {
+    let version = crd.spec.versions.first_mut().expect("one version");
+    let schema = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.take()).expect("a schema");
+    let mut value = serde_json::to_value(schema).expect("a schema serializes");
+    for c in constraints {
+        let node = property(&mut value, c.path).unwrap_or_else(|| panic!("no property {}", c.path));
+        let serde_json::Value::Object(keywords) = &c.keywords else {
+            panic!("keywords of {} are an object", c.path)
+        };
+        for (k, v) in keywords {
+            match (node.get_mut(k), v) {
+                (Some(serde_json::Value::Array(list)), serde_json::Value::Array(more)) => {
+                    list.extend(more.clone())
+                }
+                _ => {
+                    node.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    let schema = serde_json::from_value(value).expect("the constrained schema deserializes");
+    version.schema.as_mut().expect("a schema").open_api_v3_schema = Some(schema);
+}
+
+/// The schema object at `path` below `root`.
+fn property<'a>(
+    root: &'a mut serde_json::Value,
+    path: &str,
+) -> Option<&'a mut serde_json::Map<String, serde_json::Value>> {
+    let mut node = root;
+    for part in path.split('.') {
+        let (name, items) = match part.strip_suffix("[]") {
+            Some(name) => (name, true),
+            None => (part, false),
+        };
+        node = node.get_mut("properties")?.get_mut(name)?;
+        if items {
+            node = node.get_mut("items")?;
+        }
+    }
+    node.as_object_mut()
+}
