@@ -4,7 +4,7 @@
 //! panic a conversion, and every refusal names a field.
 //!
 //! Bounded: `FUZZ_INPUTS` inputs per kind (default 2000) or `FUZZ_SECONDS` seconds per kind
-//! (default 1), whichever comes first; `FUZZ_SEED` picks another sequence. The test prints how
+//! (default 1), whichever comes first; `FUZZ_SEED` picks another sequence. The test prints (to stderr) how
 //! many inputs each kind was given (`cargo nextest run --no-capture`).
 
 use std::fmt::Debug;
@@ -333,9 +333,9 @@ fn mutated_objects_never_panic_a_conversion_and_every_refusal_names_a_field() {
         ("PATCH ProxyConfig", fuzz_patch(&seeds, r)),
     ];
     let total: usize = counts.iter().map(|(_, t)| t.tried).sum();
-    println!("conversion fuzz: {total} inputs");
+    eprintln!("conversion fuzz: {total} inputs");
     for (kind, t) in counts {
-        println!("  {kind}: {t:?}");
+        eprintln!("  {kind}: {t:?}");
         assert!(t.tried >= 100, "{kind}: only {t:?} in the time given");
         assert!(
             t.converted > t.tried / 10 && t.refused > 0,
