@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::{Action, Event, ObjectRef};
-use crate::announce::{self, Change, LocalEndpoints, NodeInfo, ServiceTraffic};
+use crate::announce::{self, Change, Load, LocalEndpoints, NodeInfo, ServiceTraffic};
 use crate::cluster::ClusterState;
 use crate::config::LabelSelector;
 use crate::ipam::{Allocator, LbRequest};
@@ -67,7 +67,8 @@ impl Nodes {
 }
 
 /// The announcement a group of Services holding `ip` must agree on: the intersection of their
-/// eligible nodes, the current announcer of any of them kept while eligible.
+/// eligible nodes, the current announcer of any of them kept while eligible, else the least
+/// loaded (by the counts without `ip`, the same for every Service of the group).
 fn announce_group(
     state: &ClusterState,
     nodes: &mut Nodes,
@@ -75,6 +76,7 @@ fn announce_group(
     group: &[&Service],
     selectors: &[LabelSelector],
     current: Option<&str>,
+    load: &Load,
 ) -> announce::Decision {
     let mut eligible: Option<Vec<String>> = None;
     for svc in group {
@@ -87,7 +89,7 @@ fn announce_group(
         });
     }
     let eligible = eligible.unwrap_or_default();
-    let announcer = announce::choose_announcer(ip, &eligible, current);
+    let announcer = announce::choose_balanced(ip, &eligible, current, |n| load.besides(n, ip));
     let change = match (current, &announcer) {
         (None, Some(_)) => Some(Change::FirstChoice),
         (Some(prev), next) if next.as_deref() != Some(prev) => {
@@ -191,6 +193,8 @@ pub(crate) struct Announcing<'a> {
     pub(crate) holders: &'a [ServiceName],
     /// The announcer now.
     pub(crate) current: Option<&'a str>,
+    /// Addresses per node, every Service's.
+    pub(crate) load: &'a Load,
 }
 
 /// The announcement a Service should have (None: none), with the Event when its announcer moved.
@@ -209,7 +213,7 @@ pub(crate) fn announcement(
     let group = if group.is_empty() { vec![svc] } else { group };
     let selectors = a.pool.map(|p| p.l2.node_selectors.clone()).unwrap_or_default();
     let interfaces = a.pool.map(|p| p.l2.interfaces.clone()).unwrap_or_default();
-    let decision = announce_group(state, nodes, first, &group, &selectors, a.current);
+    let decision = announce_group(state, nodes, first, &group, &selectors, a.current, a.load);
     if let Some(change) = &decision.change {
         let object = ObjectRef::service(&svc.name);
         let msg = match &decision.announcer {

@@ -6,7 +6,8 @@
 //!     | Reconciler::reconcile
 //!     |   pools        -> Allocator::set_pools (first time: restore every Service's status IPs)
 //!     |   Services     -> lb::assign: addresses (ipam), status.loadBalancer.ingress
-//!     |   addresses    -> lb::announcement: eligible nodes + sticky announcer (announce)
+//!     |   addresses    -> lb::announcement: eligible nodes + sticky announcer, new or moving
+//!     |                   ones to the least loaded node (announce, Load: global counts)
 //!     |   nodes/states -> rollout: ProxyConfig status
 //!     v
 //!  Vec<Action>: SetIngress, Announce/Withdraw (L2Announcement), ProxyConfigStatus, PoolStatus,
@@ -26,6 +27,7 @@ use std::net::IpAddr;
 pub use lb::{handles, observed_ips, request};
 use rollout::{Condition, ConfigStatus};
 
+use crate::announce::Load;
 use crate::cluster::{Changes, ClusterState};
 use crate::ipam::{Allocator, PoolStats};
 use crate::model::{L2Announcement, ServiceName};
@@ -127,6 +129,9 @@ pub struct Reconciler {
     resync: bool,
     reported: lb::Reported,
     decided: BTreeMap<ServiceName, L2Announcement>,
+    /// Addresses per announcing node, kept with `decided` (seeded from what the cluster
+    /// shows on the first pass).
+    load: Load,
     configs: BTreeMap<String, ConfigStatus>,
     pools: BTreeMap<String, PoolReport>,
 }
@@ -251,6 +256,15 @@ impl Reconciler {
             return;
         }
         let mut nodes = lb::Nodes::of(state);
+        // What each address's announcer is now, before any is decided again: a choice weighs
+        // every other address where it is (on the first pass, where the cluster shows it).
+        for name in services {
+            let current = self.decided.get(name).or(state.announcement(name));
+            match (self.alloc.assignment(name), current.and_then(|d| d.node.as_deref())) {
+                (Some(a), Some(node)) => self.load.set(name, a.ips[0], Some(node)),
+                _ => self.load.remove(name),
+            }
+        }
         for name in services {
             let observed = state.announcement(name);
             let desired = match (state.service(name), self.alloc.assignment(name)) {
@@ -258,7 +272,8 @@ impl Reconciler {
                     let holders = self.alloc.holders(a.ips[0]);
                     let current = self.decided.get(name).or(observed).and_then(|d| d.node.as_deref());
                     let pool = state.pool(&a.pool);
-                    let ann = lb::Announcing { ips: &a.ips, pool, holders: &holders, current };
+                    let ann =
+                        lb::Announcing { ips: &a.ips, pool, holders: &holders, current, load: &self.load };
                     lb::announcement(state, &mut nodes, svc, ann, out)
                 }
                 _ => None,
@@ -268,9 +283,11 @@ impl Reconciler {
                     if observed != Some(&d) {
                         out.push(Action::Announce(d.clone()));
                     }
+                    self.load.set(name, d.ips[0], d.node.as_deref());
                     self.decided.insert(name.clone(), d);
                 }
                 None => {
+                    self.load.remove(name);
                     self.decided.remove(name);
                     if observed.is_some() {
                         out.push(Action::Withdraw(name.clone()));

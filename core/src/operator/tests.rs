@@ -383,3 +383,45 @@ fn the_node_rules_move_an_address_and_say_why() {
     assert_eq!(announcers.len(), 3, "three nodes, each barred in turn: {announcers:?}");
     assert_eq!(c.announcer("web"), None);
 }
+
+#[test]
+fn announcers_are_spread_and_never_moved_only_to_rebalance() {
+    use crate::model::AgentLiveness;
+    let mut c = Cluster::new(None);
+    let names: Vec<String> = (0..6).map(|i| format!("web{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        c.state.apply_service(lb(name, &format!("10.96.0.{}", i + 1)));
+        c.state.apply_endpoint_slice(endpoints(name, &[("10.244.1.5", "node-a")]));
+    }
+    c.step();
+    let per_node = |c: &Cluster| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &names {
+            *counts.entry(c.announcer(n).expect("announced")).or_default() += 1;
+        }
+        counts
+    };
+    let even: BTreeMap<String, usize> =
+        [("node-a".into(), 2), ("node-b".into(), 2), ("node-c".into(), 2)].into();
+    assert_eq!(per_node(&c), even, "six addresses over three nodes");
+    // node-b's agent dies: its two addresses go one to each of the others.
+    c.state.set_agent_liveness("node-b", AgentLiveness::Dead);
+    c.step();
+    let three: BTreeMap<String, usize> = [("node-a".into(), 3), ("node-c".into(), 3)].into();
+    assert_eq!(per_node(&c), three);
+    // It comes back: nothing moves to rebalance; the next address goes to it.
+    c.state.set_agent_liveness("node-b", AgentLiveness::Alive);
+    c.step();
+    assert_eq!(per_node(&c), three, "eligible again, but nothing moves");
+    c.state.apply_service(lb("late", "10.96.0.99"));
+    c.state.apply_endpoint_slice(endpoints("late", &[("10.244.1.5", "node-a")]));
+    c.step();
+    assert_eq!(c.announcer("late").as_deref(), Some("node-b"));
+    // A restarted operator counts what the cluster shows: the next one goes to node-b too.
+    let mut again = Cluster { state: c.state.clone(), rec: Reconciler::new(None), events: Vec::new() };
+    again.step();
+    again.state.apply_service(lb("later", "10.96.0.98"));
+    again.state.apply_endpoint_slice(endpoints("later", &[("10.244.1.5", "node-a")]));
+    again.step();
+    assert_eq!(again.announcer("later").as_deref(), Some("node-b"));
+}

@@ -7,16 +7,22 @@
 //!        |                            endpoint serves
 //!        |                 Local   -> those with a serving endpoint of their own
 //!        v
-//!  eligible (sorted)  +  current announcer
-//!        | choose_announcer: keep the current one while eligible, else the eligible node with
-//!        |                   the smallest sha256(node + "#" + ip), MetalLB's hash
+//!  eligible (sorted)  +  current announcer  +  Load (addresses per node, all Services)
+//!        | choose_balanced: keep the current one while eligible, else the eligible node
+//!        |                  announcing the fewest other addresses, ties broken by the
+//!        |                  smallest sha256(node + "#" + ip), MetalLB's hash
 //!        v
 //!  announcer (None: nobody may)  +  Change (why it moved: Events, metrics)
 //! ```
 //!
 //! MetalLB re-hashes on every change, so a node joining can steal an address from a healthy
-//! announcer and break its clients' connections for a gratuitous-ARP round. Here an address
-//! moves only when its announcer stops being eligible; the hash only decides where it goes.
+//! announcer and break its clients' connections for a gratuitous-ARP round; and hashing alone
+//! can pile many addresses on one node (metallb#2284). Here an address moves only when its
+//! announcer stops being eligible, never only to rebalance; where it goes (and where a new
+//! one goes) is the eligible node announcing the fewest, the hash breaking ties. So while the
+//! node set stays the same, addresses every node may announce spread evenly: placed one by
+//! one on the least loaded node, no node holds more than its share plus one. A node that
+//! joins takes the next new or moving addresses until it catches up.
 //! A node announces only while its Node is Ready *and* its agent is alive: kubelet keeps a
 //! Node Ready when only the agent died, and turns it NotReady only after the node monitor's
 //! grace period when the whole node died. Agent liveness comes from the agents' failure
@@ -34,6 +40,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
+
+mod load;
+
+pub use load::Load;
 
 use crate::config::LabelSelector;
 use crate::model::{AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, Node, TAINT_TO_BE_DELETED, TrafficPolicy};
@@ -210,13 +220,26 @@ fn rank(node: &str, ip: &str) -> [u8; 32] {
 
 /// The node that announces `ip`: `current` while it is eligible, else the eligible node
 /// ranking first by [`announcer_hash`] (then by name), None when no node is eligible. A pure
-/// function of its arguments; the order of `eligible` does not matter.
+/// function of its arguments; the order of `eligible` does not matter. This is
+/// [`choose_balanced`] with every node equally loaded.
 pub fn choose_announcer(ip: IpAddr, eligible: &[String], current: Option<&str>) -> Option<String> {
+    choose_balanced(ip, eligible, current, |_| 0)
+}
+
+/// The node that announces `ip`: `current` while it is eligible (an address never moves only
+/// to rebalance), else the eligible node with the smallest `load` (the addresses it announces
+/// besides `ip`: [`Load::besides`]), ties broken by [`announcer_hash`], then by name.
+pub fn choose_balanced(
+    ip: IpAddr,
+    eligible: &[String],
+    current: Option<&str>,
+    load: impl Fn(&str) -> usize,
+) -> Option<String> {
     if let Some(current) = current.filter(|c| eligible.iter().any(|e| e == c)) {
         return Some(current.to_string());
     }
     let ip = ip.to_string();
-    eligible.iter().min_by_key(|n| (rank(n, &ip), n.as_str())).cloned()
+    eligible.iter().min_by_key(|n| (load(n), rank(n, &ip), n.as_str())).cloned()
 }
 
 /// Why the announcer of an address changed.
@@ -284,190 +307,4 @@ pub fn decide(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::ip;
-
-    fn node(name: &str, ready: bool, zone: &str, local: LocalEndpoints) -> NodeInfo {
-        let labels = [("zone".to_string(), zone.to_string())].into();
-        let agent = AgentLiveness::Unknown;
-        NodeInfo {
-            name: name.into(),
-            ready,
-            agent,
-            network_unavailable: false,
-            to_be_deleted: false,
-            labels,
-            local,
-        }
-    }
-
-    fn zone(z: &str) -> LabelSelector {
-        LabelSelector {
-            match_labels: [("zone".to_string(), z.to_string())].into(),
-            match_expressions: vec![],
-        }
-    }
-
-    const CLUSTER: ServiceTraffic =
-        ServiceTraffic { policy: TrafficPolicy::Cluster, serving_endpoints: true };
-    const LOCAL: ServiceTraffic = ServiceTraffic { policy: TrafficPolicy::Local, serving_endpoints: true };
-    const IDLE: ServiceTraffic = ServiceTraffic { policy: TrafficPolicy::Cluster, serving_endpoints: false };
-
-    #[test]
-    fn local_endpoints_fall_back_to_serving_terminating() {
-        assert_eq!(LocalEndpoints::of([]), LocalEndpoints::Absent);
-        assert_eq!(LocalEndpoints::of([(false, false)]), LocalEndpoints::Absent);
-        assert_eq!(LocalEndpoints::of([(false, true), (false, false)]), LocalEndpoints::ServingTerminating);
-        assert_eq!(LocalEndpoints::of([(false, true), (true, true)]), LocalEndpoints::Ready);
-        assert_eq!(LocalEndpoints::of([(true, true), (false, true)]), LocalEndpoints::Ready);
-    }
-
-    #[test]
-    fn eligible_nodes_by_policy_readiness_and_selectors() {
-        use LocalEndpoints::{Absent, Ready, ServingTerminating};
-        let nodes = [
-            node("d", true, "a", Absent),
-            node("b", true, "b", ServingTerminating),
-            node("c", false, "a", Ready),
-            node("a", true, "a", Ready),
-        ];
-        let cases: [(&ServiceTraffic, Vec<LabelSelector>, &[&str]); 6] = [
-            (&CLUSTER, vec![], &["a", "b", "d"]),
-            (&CLUSTER, vec![zone("a")], &["a", "d"]),
-            (&CLUSTER, vec![zone("b"), zone("a")], &["a", "b", "d"]),
-            (&LOCAL, vec![], &["a", "b"]),
-            (&LOCAL, vec![zone("b")], &["b"]),
-            (&IDLE, vec![], &[]),
-        ];
-        for (traffic, selectors, want) in cases {
-            assert_eq!(eligible_nodes(traffic, &nodes, &selectors), want, "{traffic:?} {selectors:?}");
-        }
-        assert_eq!(eligibility(&LOCAL, &nodes[0], &[]), Err(Ineligible::NoLocalEndpoint));
-        assert_eq!(eligibility(&LOCAL, &nodes[2], &[]), Err(Ineligible::NotReady));
-        assert_eq!(eligibility(&CLUSTER, &nodes[1], &[zone("a")]), Err(Ineligible::Selector));
-        assert_eq!(eligibility(&IDLE, &nodes[3], &[]), Err(Ineligible::NoServingEndpoints));
-    }
-
-    #[test]
-    fn a_dead_agent_bars_its_ready_node_and_unknown_counts_as_alive() {
-        use AgentLiveness::{Alive, Dead, Unknown};
-        let vip = ip("192.168.0.200");
-        let with = |a: AgentLiveness, b: AgentLiveness| {
-            let mut nodes =
-                [node("a", true, "a", LocalEndpoints::Ready), node("b", true, "a", LocalEndpoints::Ready)];
-            (nodes[0].agent, nodes[1].agent) = (a, b);
-            nodes
-        };
-        for (a, b, want) in [
-            (Unknown, Unknown, &["a", "b"][..]),
-            (Alive, Unknown, &["a", "b"]),
-            (Dead, Alive, &["b"]),
-            (Unknown, Dead, &["a"]),
-            (Dead, Dead, &[]),
-        ] {
-            assert_eq!(eligible_nodes(&CLUSTER, &with(a, b), &[]), want, "{a:?} {b:?}");
-        }
-        assert_eq!(eligibility(&CLUSTER, &with(Dead, Alive)[0], &[]), Err(Ineligible::AgentDown));
-        let mut not_ready = with(Dead, Alive);
-        not_ready[0].ready = false;
-        assert_eq!(
-            eligibility(&CLUSTER, &not_ready[0], &[]),
-            Err(Ineligible::NotReady),
-            "NotReady says more"
-        );
-        let d = decide(vip, &LOCAL, &with(Dead, Alive), &[], Some("a"));
-        let why = Change::PreviousIneligible { previous: "a".into(), why: Ineligible::AgentDown };
-        assert_eq!((d.announcer.as_deref(), d.change), (Some("b"), Some(why)));
-        assert_eq!(
-            decide(vip, &LOCAL, &with(Unknown, Alive), &[], Some("a")).change,
-            None,
-            "a restart moves nothing"
-        );
-    }
-
-    #[test]
-    fn node_rules_bar_excluded_unnetworked_and_departing_nodes() {
-        let ok = node("a", true, "a", LocalEndpoints::Ready);
-        let mut excluded = ok.clone();
-        excluded.labels.insert(LABEL_EXCLUDE_FROM_EXTERNAL_LB.into(), String::new());
-        let unnetworked = NodeInfo { network_unavailable: true, ..ok.clone() };
-        let departing = NodeInfo { to_be_deleted: true, ..ok.clone() };
-        let all_of_them = NodeInfo { network_unavailable: true, to_be_deleted: true, ..excluded.clone() };
-        let cases = [
-            (&ok, Ok(())),
-            (&excluded, Err(Ineligible::Excluded)),
-            (&unnetworked, Err(Ineligible::NetworkUnavailable)),
-            (&departing, Err(Ineligible::ToBeDeleted)),
-            (&all_of_them, Err(Ineligible::NetworkUnavailable)),
-        ];
-        for (n, want) in cases {
-            for traffic in [&CLUSTER, &LOCAL] {
-                assert_eq!(eligibility(traffic, n, &[]), want, "{n:?}");
-                // A selector that admits the node does not override the rules.
-                assert_eq!(eligibility(traffic, n, &[zone("a")]), want, "{n:?}");
-            }
-        }
-        assert!(Ineligible::ToBeDeleted.to_string().contains("ToBeDeletedByClusterAutoscaler"));
-        assert!(Ineligible::Excluded.to_string().contains("exclude-from-external-load-balancers"));
-    }
-
-    #[test]
-    fn node_info_reads_the_rules_off_the_node() {
-        let mut n = crate::testing::mk_node("a", "192.168.0.10", "z");
-        let info = |n: &Node| NodeInfo::of(n, AgentLiveness::Unknown, LocalEndpoints::Absent);
-        assert!(!info(&n).network_unavailable && !info(&n).to_be_deleted);
-        n.network_unavailable = true;
-        n.taints.push(crate::model::Taint {
-            key: TAINT_TO_BE_DELETED.into(),
-            value: "1700000000".into(),
-            effect: "NoSchedule".into(),
-        });
-        assert!(info(&n).network_unavailable && info(&n).to_be_deleted);
-    }
-
-    #[test]
-    fn the_announcer_sticks_until_it_is_ineligible() {
-        let vip = ip("192.168.0.200");
-        let names: Vec<String> = (0..8).map(|i| format!("node-{i}")).collect();
-        let first = choose_announcer(vip, &names[..4], None).unwrap();
-        let newcomer = names[4..].iter().find(|n| announcer_hash(n, vip) < announcer_hash(&first, vip));
-        let newcomer = newcomer.expect("some later node hashes first");
-        let grown: Vec<String> = names[..4].iter().chain([newcomer]).cloned().collect();
-        assert_eq!(choose_announcer(vip, &grown, Some(&first)), Some(first.clone()), "no flap");
-        assert_eq!(choose_announcer(vip, &grown, None), Some(newcomer.clone()), "hash order otherwise");
-        let without: Vec<String> = grown.iter().filter(|n| **n != first).cloned().collect();
-        assert_eq!(choose_announcer(vip, &without, Some(&first)), Some(newcomer.clone()));
-        assert_eq!(choose_announcer(vip, &[], Some(&first)), None);
-    }
-
-    #[test]
-    fn decisions_say_why_the_announcer_moved() {
-        use LocalEndpoints::{Absent, Ready};
-        let vip = ip("fd00:192::200");
-        let nodes = [node("a", true, "a", Ready), node("b", true, "a", Absent), node("c", false, "a", Ready)];
-        let d = decide(vip, &LOCAL, &nodes, &[], None);
-        assert_eq!((d.announcer.as_deref(), d.change), (Some("a"), Some(Change::FirstChoice)));
-        assert_eq!(decide(vip, &LOCAL, &nodes, &[], Some("a")).change, None);
-        let moved = |current, nodes: &[NodeInfo]| decide(vip, &LOCAL, nodes, &[], Some(current)).change;
-        let why = |previous: &str, why| Some(Change::PreviousIneligible { previous: previous.into(), why });
-        assert_eq!(moved("b", &nodes), why("b", Ineligible::NoLocalEndpoint));
-        assert_eq!(moved("c", &nodes), why("c", Ineligible::NotReady));
-        assert_eq!(moved("z", &nodes), why("z", Ineligible::Gone));
-        let d = decide(vip, &CLUSTER, &nodes, &[zone("b")], Some("a"));
-        assert_eq!(d.change, Some(Change::NoneEligible { previous: "a".into(), why: Ineligible::Selector }));
-        assert_eq!(decide(vip, &IDLE, &nodes, &[], None).change, None, "nobody before, nobody now");
-    }
-
-    #[test]
-    fn addresses_spread_over_nodes() {
-        let names: Vec<String> = (0..10).map(|i| format!("node-{i}")).collect();
-        let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
-        for i in 0..2000u32 {
-            let vip = IpAddr::from([10, 0, (i >> 8) as u8, i as u8]);
-            *per_node.entry(choose_announcer(vip, &names, None).unwrap()).or_default() += 1;
-        }
-        assert_eq!(per_node.len(), 10);
-        assert!(per_node.values().all(|n| (120..=280).contains(n)), "{per_node:?}");
-    }
-}
+mod tests;
