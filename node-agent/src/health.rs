@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// Whether the proxy keeps up: healthy unless a change has waited more than twice the sync
-/// period (kube-proxy's rule), and the node is not being deleted.
+/// period (kube-proxy's rule), and the node is neither being deleted nor tainted
+/// `ToBeDeletedByClusterAutoscaler` (KEP-3836).
 #[derive(Debug)]
 pub struct ProxyHealth {
     sync_period: Mutex<Duration>,
@@ -57,7 +58,8 @@ impl ProxyHealth {
         *self.sync_period.lock().unwrap_or_else(|e| e.into_inner()) = d;
     }
 
-    /// Marks whether the node may receive traffic (false while it is being deleted).
+    /// Marks whether the node may receive traffic (false while it is being deleted or the
+    /// cluster autoscaler is removing it).
     pub fn set_node_eligible(&self, eligible: bool) {
         *self.node_eligible.lock().unwrap_or_else(|e| e.into_inner()) = eligible;
     }

@@ -67,6 +67,8 @@ struct Rig {
     cluster: SharedCluster,
     status: Arc<RwLock<AgentStatus>>,
     registry: Registry,
+    health: Arc<ProxyHealth>,
+    metrics: Arc<Metrics>,
 }
 
 impl Rig {
@@ -77,9 +79,9 @@ impl Rig {
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
         let opts = AgentOptions::for_node("node-a");
         let k = kernel.clone();
-        let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics, health)
+        let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics.clone(), health.clone())
             .with_dataplanes(Box::new(move |s: &ProxySettings| k.dataplane(s)));
-        Rig { agent, kernel, cluster, status, registry }
+        Rig { agent, kernel, cluster, status, registry, health, metrics }
     }
 
     fn status(&self) -> AgentStatus {
@@ -355,4 +357,39 @@ async fn a_first_start_with_only_an_invalid_proxy_config_runs_the_defaults() {
     assert_eq!(kernel.lock().state.keys().copied().collect::<Vec<_>>(), [Nftables], "the default mode");
     let invalid = rig.status().invalid_objects;
     assert!(invalid.len() == 1 && invalid[0].contains("spec.syncPeriod"), "{invalid:?}");
+}
+
+/// `/healthz` through the agent's router: the status code and `nodeEligible`.
+async fn healthz(rig: &Rig) -> (u16, serde_json::Value) {
+    use tower::ServiceExt;
+    let router = tideway_node_agent::http::health_router(rig.health.clone(), rig.metrics.clone());
+    let req = axum::http::Request::get("/healthz").body(axum::body::Body::empty()).unwrap();
+    let resp = router.oneshot(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    (code, body["nodeEligible"].clone())
+}
+
+#[tokio::test]
+async fn the_autoscalers_removal_taint_fails_healthz() {
+    let (mut rig, _) = synced(Nftables).await;
+    assert_eq!(healthz(&rig).await, (200, true.into()));
+    let node = |tainted: bool| {
+        let mut node = mk_node("node-a", "192.168.0.10", "zone-a");
+        if tainted {
+            node.taints.push(tideway_core::model::Taint {
+                key: "ToBeDeletedByClusterAutoscaler".into(),
+                value: "1700000000".into(),
+                effect: "NoSchedule".into(),
+            });
+        }
+        node
+    };
+    rig.cluster.update(|s| s.apply_node(node(true)));
+    rig.agent.sync(false).await.expect("sync");
+    assert_eq!(healthz(&rig).await, (503, false.into()), "tainted for removal");
+    rig.cluster.update(|s| s.apply_node(node(false)));
+    rig.agent.sync(false).await.expect("sync");
+    assert_eq!(healthz(&rig).await, (200, true.into()), "the taint removed");
 }

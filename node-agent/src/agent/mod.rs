@@ -233,7 +233,9 @@ impl Agent {
                 self.set_status(|s| s.last_error = Some(e.to_string()));
                 return Err(e);
             };
-            let eligible = !node.deleting;
+            // kube-proxy's rule (KEP-3836): a node being deleted, or one the cluster
+            // autoscaler tainted for removal, fails /healthz so load balancers drain it first.
+            let eligible = !node.deleting && !node.to_be_deleted();
             let (settings, config) = self.settings_for(&node.labels);
             (NodeContext::from_node(&node, settings), changes, eligible, config)
         };
