@@ -24,8 +24,8 @@ pub struct DnsArgs {
     /// in a pod), `file:CLUSTER.yaml` (re-read on change) or `lab:DIR` (a running `tideway lab`).
     #[arg(long)]
     pub source: Option<String>,
-    /// kubeconfig for `--source kubernetes` (default: `KUBECONFIG`, `~/.kube/config`, then the
-    /// in-cluster ServiceAccount).
+    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
+    /// `~/.kube/config`, then the in-cluster ServiceAccount).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// UDP and TCP listen address.
@@ -130,7 +130,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         args.log.log_format,
         "info,hickory_server=warn,hickory_proto=warn",
     )?;
-    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
+    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let source = settings_source(args)?;
     let settings = source.load()?;
     let watch_pods = settings.index.pods == PodsMode::Verified;

@@ -3,7 +3,7 @@
 //! answered from what it last programmed; errors are problem details; `/openapi.json`
 //! describes every operation from the types below.
 //!
-//! * `GET /api/v1/status`: mode, config, last sync, counts, drift.
+//! * `GET /api/v1/status`: mode, config, last sync, counts, drift, what it waits for.
 //! * `GET /api/v1/ruleset?family=ipv4|ipv6`: the rules, as `nft`/`iptables-save` would print.
 //! * `POST /api/v1/trace`: a packet in, its path through the rules and the verdict out.
 //! * `GET /api/v1/services/{namespace}/{name}`: a Service's frontends and endpoints here.

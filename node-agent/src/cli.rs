@@ -34,8 +34,8 @@ pub struct AgentArgs {
     /// (re-read when it changes) or `lab:DIR` (a running `tideway lab`).
     #[arg(long)]
     pub source: Option<String>,
-    /// kubeconfig for `--source kubernetes` (default: `KUBECONFIG`, `~/.kube/config`, then the
-    /// in-cluster ServiceAccount).
+    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
+    /// `~/.kube/config`, then the in-cluster ServiceAccount).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Override the mode of the node's ProxyConfig.
@@ -82,7 +82,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
              grant the capability (securityContext.capabilities.add: [NET_ADMIN])"
         );
     }
-    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
+    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let telemetry = tideway_telemetry::init("tideway-agent", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {
@@ -123,7 +123,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let metrics_listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
             .await
             .with_context(|| format!("binding {}", args.metrics_bind_address))?;
-        let health_router = crate::http::health_router(health.clone(), metrics.clone());
+        let health_router = crate::http::health_router(health.clone(), metrics.clone(), status.clone());
         let (queries, answering) = crate::agent::query::channel();
         let mut metrics_router = crate::http::metrics_router(registry, status.clone(), queries);
         if !args.api_anonymous_reads && !args.metrics_bind_address.ip().is_loopback() {

@@ -1,4 +1,5 @@
-//! The agent's HTTP endpoints, where kube-proxy has them: `:10256` `/healthz` and `/livez`,
+//! The agent's HTTP endpoints, where kube-proxy has them: `:10256` `/healthz` and `/livez`
+//! (and `/readyz`, saying what the agent waits for),
 //! `:10249` `/metrics`, `/proxyMode`, `/healthz`, plus the REST API under `/api/v1`.
 
 use std::sync::{Arc, RwLock};
@@ -18,6 +19,7 @@ use crate::metrics::{CodeLabel, Metrics};
 struct HealthState {
     health: Arc<ProxyHealth>,
     metrics: Arc<Metrics>,
+    status: Arc<RwLock<AgentStatus>>,
 }
 
 async fn healthz(State(s): State<HealthState>) -> impl IntoResponse {
@@ -32,12 +34,29 @@ async fn livez(State(s): State<HealthState>) -> impl IntoResponse {
     (code, axum::Json(s.health.body()))
 }
 
-/// `/healthz` and `/livez` (the LB health check for `externalTrafficPolicy: Cluster`).
-pub fn health_router(health: Arc<ProxyHealth>, metrics: Arc<Metrics>) -> Router {
+/// `/readyz`: 200 once this node is programmed; else 503 naming what the agent waits for
+/// (the source's first lists, its Node).
+async fn readyz(State(s): State<HealthState>) -> (StatusCode, String) {
+    let status = s.status.read().unwrap_or_else(|e| e.into_inner());
+    match (status.synced, status.waiting_for.as_slice()) {
+        (true, []) => (StatusCode::OK, "ok\n".into()),
+        (false, []) => (StatusCode::SERVICE_UNAVAILABLE, "waiting for the first sync\n".into()),
+        (_, what) => (StatusCode::SERVICE_UNAVAILABLE, format!("waiting for {}\n", what.join(", "))),
+    }
+}
+
+/// `/healthz` and `/livez` (the LB health check for `externalTrafficPolicy: Cluster`), and
+/// `/readyz`.
+pub fn health_router(
+    health: Arc<ProxyHealth>,
+    metrics: Arc<Metrics>,
+    status: Arc<RwLock<AgentStatus>>,
+) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(livez))
-        .with_state(HealthState { health, metrics })
+        .route("/readyz", get(readyz))
+        .with_state(HealthState { health, metrics, status })
 }
 
 async fn proxy_mode(State(status): State<Arc<RwLock<AgentStatus>>>) -> String {

@@ -362,7 +362,8 @@ async fn a_first_start_with_only_an_invalid_proxy_config_runs_the_defaults() {
 /// `/healthz` through the agent's router: the status code and `nodeEligible`.
 async fn healthz(rig: &Rig) -> (u16, serde_json::Value) {
     use tower::ServiceExt;
-    let router = tideway_node_agent::http::health_router(rig.health.clone(), rig.metrics.clone());
+    let router =
+        tideway_node_agent::http::health_router(rig.health.clone(), rig.metrics.clone(), rig.status.clone());
     let req = axum::http::Request::get("/healthz").body(axum::body::Body::empty()).unwrap();
     let resp = router.oneshot(req).await.unwrap();
     let code = resp.status().as_u16();
@@ -392,4 +393,58 @@ async fn the_autoscalers_removal_taint_fails_healthz() {
     rig.cluster.update(|s| s.apply_node(node(false)));
     rig.agent.sync(false).await.expect("sync");
     assert_eq!(healthz(&rig).await, (200, true.into()), "the taint removed");
+}
+
+/// `/readyz` of the agent's health port: its status code and body.
+async fn readyz(rig: &Rig) -> (u16, String) {
+    use tower::ServiceExt;
+    let router =
+        tideway_node_agent::http::health_router(rig.health.clone(), rig.metrics.clone(), rig.status.clone());
+    let req = axum::http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap();
+    let res = router.oneshot(req).await.unwrap();
+    let code = res.status().as_u16();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 16).await.unwrap();
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn an_agent_without_its_node_says_so_in_its_status_and_readyz() {
+    let cluster = cluster(Nftables, Duration::ZERO);
+    cluster.update(|s| s.delete_node("node-a"));
+    let kernel = SharedKernel::default();
+    let mut rig = Rig::new(cluster, kernel.clone());
+    assert!(rig.agent.sync(false).await.is_err());
+    let waiting = rig.status().waiting_for;
+    assert!(waiting.len() == 1 && waiting[0].contains("Node \"node-a\""), "{waiting:?}");
+    let (code, body) = readyz(&rig).await;
+    assert_eq!(code, 503);
+    assert!(body.contains("waiting for Node \"node-a\""), "{body}");
+    rig.cluster.update(|s| s.apply_node(mk_node("node-a", "192.168.0.10", "zone-a")));
+    rig.agent.sync(false).await.expect("syncs once the Node is there");
+    assert_eq!(rig.status().waiting_for, Vec::<String>::new());
+    assert_eq!(readyz(&rig).await, (200, "ok\n".into()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_waiting_for_its_first_lists_names_them() {
+    let cluster = SharedCluster::new();
+    cluster.set_unlisted(vec!["Node".into(), "Service".into()]);
+    let kernel = SharedKernel::default();
+    let rig = Rig::new(cluster.clone(), kernel.clone());
+    let status = rig.status.clone();
+    let (code, body) = readyz(&rig).await;
+    assert_eq!(code, 503, "{body}");
+    let task = tokio::spawn(rig.agent.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let waiting = status.read().unwrap().waiting_for.clone();
+    assert_eq!(waiting, ["the first list of Node", "the first list of Service"]);
+    let snapshot =
+        Snapshot { nodes: vec![mk_node("node-a", "192.168.0.10", "zone-a")], ..Default::default() };
+    cluster.update(|s| s.reset(snapshot));
+    cluster.set_unlisted(vec![]);
+    cluster.mark_synced();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let s = status.read().unwrap().clone();
+    assert!(s.synced && s.waiting_for.is_empty(), "{s:?}");
+    task.abort();
 }

@@ -34,8 +34,8 @@ pub struct OperatorArgs {
     /// `tideway lab`) or `file:CLUSTER.yaml` (decisions are then logged, not written).
     #[arg(long)]
     pub source: Option<String>,
-    /// kubeconfig for `--source kubernetes` (default: `KUBECONFIG`, `~/.kube/config`, then the
-    /// in-cluster ServiceAccount).
+    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
+    /// `~/.kube/config`, then the in-cluster ServiceAccount).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// `/healthz`, `/readyz`, `/metrics` and `/api/v1/status`.
@@ -80,7 +80,7 @@ fn identity(args: &OperatorArgs) -> String {
 
 /// Runs the operator until SIGINT or SIGTERM.
 pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
-    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod())?;
+    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let telemetry = tideway_telemetry::init("tideway-operator", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {

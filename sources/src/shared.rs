@@ -55,6 +55,7 @@ pub struct SharedCluster {
     synced: watch::Sender<bool>,
     invalid: Arc<Mutex<InvalidObjects>>,
     api_reachable: watch::Sender<bool>,
+    unlisted: Arc<Mutex<Vec<String>>>,
 }
 
 impl Default for SharedCluster {
@@ -72,6 +73,7 @@ impl SharedCluster {
             synced: watch::channel(false).0,
             invalid: Arc::default(),
             api_reachable: watch::channel(true).0,
+            unlisted: Arc::default(),
         }
     }
 
@@ -107,6 +109,24 @@ impl SharedCluster {
     /// True once the source delivered a complete view.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
+    }
+
+    /// Records the kinds whose first complete list has not arrived yet (the Kubernetes
+    /// source's; empty for sources that read everything at once).
+    pub fn set_unlisted(&self, kinds: Vec<String>) {
+        *self.unlisted.lock().unwrap_or_else(|e| e.into_inner()) = kinds;
+    }
+
+    /// What the first complete view still waits for, in words (empty once synced).
+    pub fn waiting_for(&self) -> Vec<String> {
+        if self.is_synced() {
+            return Vec::new();
+        }
+        let unlisted = self.unlisted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if unlisted.is_empty() {
+            return vec!["the source's first complete view".into()];
+        }
+        unlisted.into_iter().map(|k| format!("the first list of {k}")).collect()
     }
 
     /// Waits for the first complete view.

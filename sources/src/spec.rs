@@ -21,11 +21,14 @@ pub enum SpecError {
     /// Not `kubernetes` nor `file:PATH`.
     #[error("unsupported source {0:?} (expected `kubernetes`, `file:PATH` or `lab:DIR`)")]
     Unknown(String),
-    /// No `--source` and not running in a pod.
+    /// No `--source`, no `--kubeconfig`, and not running in a pod.
     #[error(
-        "no --source given and not running in a pod (KUBERNETES_SERVICE_HOST is unset): pass --source kubernetes or --source file:PATH"
+        "no --source given and not running in a pod (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig FILE, --source kubernetes or --source file:PATH"
     )]
     Missing,
+    /// `--kubeconfig` with a source that is not Kubernetes.
+    #[error("--kubeconfig applies to the Kubernetes source, not to --source {0}")]
+    KubeconfigElsewhere(String),
 }
 
 impl FromStr for SourceSpec {
@@ -41,12 +44,19 @@ impl FromStr for SourceSpec {
 }
 
 impl SourceSpec {
-    /// The source to use: the given one, else Kubernetes when running in a pod (the API
-    /// server's address is in the environment, as the kubelet puts it in every pod).
-    pub fn resolve(given: Option<&str>, in_pod: bool) -> Result<SourceSpec, SpecError> {
+    /// The source to use: the given one, else Kubernetes when a kubeconfig is given (as every
+    /// Kubernetes tool reads `--kubeconfig`: talk to that cluster) or when running in a pod (the
+    /// API server's address is in the environment, as the kubelet puts it in every pod).
+    pub fn resolve(given: Option<&str>, in_pod: bool, kubeconfig: bool) -> Result<SourceSpec, SpecError> {
         match given {
-            Some(s) => s.parse(),
-            None if in_pod => Ok(SourceSpec::Kubernetes),
+            Some(s) => {
+                let spec: SourceSpec = s.parse()?;
+                if kubeconfig && spec != SourceSpec::Kubernetes {
+                    return Err(SpecError::KubeconfigElsewhere(s.to_string()));
+                }
+                Ok(spec)
+            }
+            None if in_pod || kubeconfig => Ok(SourceSpec::Kubernetes),
             None => Err(SpecError::Missing),
         }
     }
@@ -68,8 +78,18 @@ mod tests {
         assert!(matches!("file:".parse::<SourceSpec>(), Err(SpecError::Unknown(_))));
         assert!(matches!("etcd".parse::<SourceSpec>(), Err(SpecError::Unknown(_))));
         assert_eq!("lab:/run/x".parse(), Ok(SourceSpec::Lab("/run/x".into())));
-        assert_eq!(SourceSpec::resolve(None, true), Ok(SourceSpec::Kubernetes));
-        assert_eq!(SourceSpec::resolve(None, false), Err(SpecError::Missing));
-        assert_eq!(SourceSpec::resolve(Some("file:x"), true), Ok(SourceSpec::File("x".into())));
+        assert_eq!(SourceSpec::resolve(None, true, false), Ok(SourceSpec::Kubernetes));
+        assert_eq!(SourceSpec::resolve(None, false, false), Err(SpecError::Missing));
+        assert_eq!(SourceSpec::resolve(Some("file:x"), true, false), Ok(SourceSpec::File("x".into())));
+    }
+
+    #[test]
+    fn a_kubeconfig_means_the_kubernetes_source() {
+        assert_eq!(SourceSpec::resolve(None, false, true), Ok(SourceSpec::Kubernetes));
+        assert_eq!(SourceSpec::resolve(Some("kubernetes"), false, true), Ok(SourceSpec::Kubernetes));
+        assert_eq!(
+            SourceSpec::resolve(Some("file:x"), false, true),
+            Err(SpecError::KubeconfigElsewhere("file:x".into()))
+        );
     }
 }

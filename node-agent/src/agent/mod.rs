@@ -129,6 +129,24 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 impl Agent {
+    /// Says, once per wait, that this node's Node object is missing: nothing can be programmed
+    /// without its addresses and labels.
+    fn wait_for_node(&self) {
+        let what = format!("Node {:?} (not in the source: is --node its name?)", self.opts.node);
+        self.set_waiting_for(vec![what]);
+    }
+
+    /// Records what the agent waits for, logging it when it changes.
+    pub(crate) fn set_waiting_for(&self, what: Vec<String>) {
+        let mut status = self.status.write().unwrap_or_else(|e| e.into_inner());
+        if status.waiting_for != what {
+            if !what.is_empty() {
+                tracing::warn!(node = %self.opts.node, waiting_for = ?what, "waiting before programming this node");
+            }
+            status.waiting_for = what;
+        }
+    }
+
     /// An agent for `opts.node`, reading `cluster`.
     pub fn new(
         opts: AgentOptions,
@@ -230,6 +248,7 @@ impl Agent {
             drop(state);
             let Some(node) = node else {
                 let e = SyncError::NodeNotFound(self.opts.node.clone());
+                self.wait_for_node();
                 self.set_status(|s| s.last_error = Some(e.to_string()));
                 return Err(e);
             };

@@ -63,6 +63,7 @@ impl Agent {
         self.set_status(|s| {
             s.mode = Some(mode);
             s.synced = true;
+            s.waiting_for = Vec::new();
             s.last_sync = Some(unix_now());
             if full {
                 s.last_full_sync = s.last_sync;

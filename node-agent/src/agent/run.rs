@@ -8,6 +8,9 @@ use tokio::time::Instant;
 
 use super::{Agent, query};
 
+/// How long the first lists may take before the agent says what it waits for.
+const WAIT_GRACE: Duration = Duration::from_secs(5);
+
 impl Agent {
     /// True when what changed can alter this node's rules or announcements (and marks an
     /// update queued for `/healthz`); other changes (reports of other nodes, pools, pods) are
@@ -32,13 +35,27 @@ impl Agent {
     /// checks for drift every `syncPeriod`.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        // What the first complete view waits for is told after a grace period (a healthy API
+        // server lists in well under it), then whenever it changes.
+        let mut ticks = tokio::time::interval_at(Instant::now() + WAIT_GRACE, Duration::from_secs(1));
+        let mut told = false;
+        self.set_status(|s| s.waiting_for = self.cluster.waiting_for());
         loop {
             tokio::select! {
                 _ = self.cluster.wait_synced() => break,
+                _ = ticks.tick() => {
+                    let what = self.cluster.waiting_for();
+                    if !told {
+                        tracing::warn!(node = %self.opts.node, waiting_for = ?what, "waiting before programming this node");
+                        told = true;
+                    }
+                    self.set_status(|s| s.waiting_for = what);
+                }
                 Some(q) = query::next(&mut self.queries) => self.answer(q),
                 _ = &mut shutdown => return,
             }
         }
+        self.set_status(|s| s.waiting_for = Vec::new());
         let mut dirty = true;
         let mut force_full = false;
         let mut last_start: Option<Instant> = None;

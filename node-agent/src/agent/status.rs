@@ -16,6 +16,9 @@ pub struct AgentStatus {
     pub mode: Option<ProxyMode>,
     /// The first sync completed.
     pub synced: bool,
+    /// What the agent waits for before it can program this node (the source's first lists,
+    /// its Node); empty when it programs.
+    pub waiting_for: Vec<String>,
     /// Unix time of the last successful sync.
     pub last_sync: Option<f64>,
     /// Unix time of the last full sync.

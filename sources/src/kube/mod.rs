@@ -110,6 +110,7 @@ struct SyncBarrier {
 
 impl SyncBarrier {
     fn new(cluster: SharedCluster, kinds: &[&str]) -> Self {
+        cluster.set_unlisted(kinds.iter().map(|k| k.to_string()).collect());
         SyncBarrier {
             cluster,
             pending: Arc::new(Mutex::new(kinds.iter().map(|k| k.to_string()).collect())),
@@ -119,7 +120,9 @@ impl SyncBarrier {
 
     fn done(&self, kind: &str) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.remove(kind) && pending.is_empty() {
+        let removed = pending.remove(kind);
+        self.cluster.set_unlisted(pending.iter().cloned().collect());
+        if removed && pending.is_empty() {
             tracing::info!("every watched kind is listed; the cluster state is synced");
             self.cluster.mark_synced();
         }
