@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use crate::problem::Problem;
 
 /// What a request asks to do, in Kubernetes RBAC terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Access {
     /// `get`, `list`, `patch`, ...
     pub verb: &'static str,
@@ -22,6 +22,8 @@ pub struct Access {
     pub group: &'static str,
     /// The resource (`proxyconfigs`).
     pub resource: &'static str,
+    /// The object's namespace, for a namespaced resource (a Service).
+    pub namespace: Option<String>,
     /// The object, when one is named.
     pub name: Option<String>,
 }
@@ -127,9 +129,18 @@ async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
 }
 
 /// `router` with every request `access_of` names checked by `auth` first: an API served off
-/// loopback (reads included) answers only to tokens the authorizer admits.
+/// loopback (reads included) answers only to tokens the authorizer admits. The check runs
+/// inside the call's time bound ([`crate::http::with_timeout`]): an authorizer that hangs
+/// (an API server that does not answer a review) cannot hold a call open.
 pub fn require_tokens(router: axum::Router, auth: Arc<dyn Authorizer>, access_of: AccessOf) -> axum::Router {
-    router.layer(axum::middleware::from_fn_with_state(Guard { auth, access_of }, guard))
+    crate::http::with_timeout(
+        router.layer(axum::middleware::from_fn_with_state(Guard { auth, access_of }, guard)),
+    )
+}
+
+/// True for the methods that read (`GET`, `HEAD`, `OPTIONS`): each is under the read check.
+pub fn is_safe_method(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD || method == Method::OPTIONS
 }
 
 /// One shared secret: its holder may do anything.
@@ -223,7 +234,13 @@ mod tests {
     }
 
     fn patch() -> Access {
-        Access { verb: "patch", group: "tideway.io", resource: "proxyconfigs", name: Some("default".into()) }
+        Access {
+            verb: "patch",
+            group: "tideway.io",
+            resource: "proxyconfigs",
+            namespace: None,
+            name: Some("default".into()),
+        }
     }
 
     #[tokio::test]
@@ -262,7 +279,13 @@ mod tests {
     async fn guarded_routes_need_a_token_and_others_do_not() {
         use tower::ServiceExt;
         fn access_of(_: &Method, path: &str) -> Option<Access> {
-            path.starts_with("/api/").then_some(Access { verb: "get", group: "", resource: "x", name: None })
+            path.starts_with("/api/").then_some(Access {
+                verb: "get",
+                group: "",
+                resource: "x",
+                namespace: None,
+                name: None,
+            })
         }
         let router = axum::Router::new()
             .route("/api/v1/x", axum::routing::get(|| async { "x" }))
@@ -281,6 +304,42 @@ mod tests {
         assert_eq!(status("/api/v1/x", Some("nope")).await, StatusCode::UNAUTHORIZED);
         assert_eq!(status("/api/v1/x", Some("t0k")).await, StatusCode::OK);
         assert_eq!(status("/metrics", None).await, StatusCode::OK);
+    }
+
+    /// An authorizer that never answers (an API server that takes the review and hangs).
+    struct Hangs;
+
+    #[async_trait::async_trait]
+    impl Authorizer for Hangs {
+        async fn authorize(&self, _token: &str, _access: &Access) -> Result<Caller, Denied> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_check_is_bounded_by_the_call_timeout() {
+        use tower::ServiceExt;
+        fn access_of(method: &Method, _: &str) -> Option<Access> {
+            is_safe_method(method).then_some(Access {
+                verb: "get",
+                group: "",
+                resource: "x",
+                namespace: None,
+                name: None,
+            })
+        }
+        let router = axum::Router::new().route("/api/v1/x", axum::routing::get(|| async { "x" }));
+        let router = require_tokens(router, Arc::new(Hangs), access_of);
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            let req = axum::http::Request::builder()
+                .method(method.clone())
+                .uri("/api/v1/x")
+                .header("authorization", "Bearer t")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let r = router.clone().oneshot(req).await.unwrap();
+            assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{method} waits for the check, bounded");
+        }
     }
 
     #[test]

@@ -258,6 +258,7 @@ pub fn access_of(_method: &axum::http::Method, path: &str) -> Option<tideway_api
         verb: "get",
         group: "tideway.io",
         resource: "nodeproxystates",
+        namespace: None,
         name: None,
     })
 }

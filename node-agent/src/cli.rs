@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use tideway_api::auth::Authorizer;
 use tideway_api::duration::parse_duration;
 use tideway_core::config::ProxyMode;
-use tideway_sources::kube::{KubeNodeStateSink, KubeReview, KubeSource, Role};
+use tideway_sources::kube::{CachedReview, KubeNodeStateSink, KubeReview, KubeSource, Role};
 use tideway_sources::lab::{LabDir, LabNodeStateSink};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::{FileSource, SharedCluster, Source, SourceSpec};
@@ -106,7 +106,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                review = Some(Arc::new(KubeReview::new(client.clone())) as Arc<dyn Authorizer>);
+                review =
+                    Some(Arc::new(CachedReview::new(KubeReview::new(client.clone()))) as Arc<dyn Authorizer>);
                 let role = Role::Agent { node: args.node.clone() };
                 tokio::spawn(KubeSource::new(client.clone(), role, source_metrics).run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client));

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use tideway_api::auth::Authorizer;
 use tideway_api::duration::parse_duration;
 use tideway_core::operator::lease::{Elector, LeaseTimings};
-use tideway_sources::kube::{KubeLease, KubeReview, KubeSource, KubeWriter, Role};
+use tideway_sources::kube::{CachedReview, KubeLease, KubeReview, KubeSource, KubeWriter, Role};
 use tideway_sources::lab::{LabDir, LabWriter};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::ClusterWriter;
@@ -113,7 +113,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                review = Some(Arc::new(KubeReview::new(client.clone())) as Arc<dyn Authorizer>);
+                review = Some(Arc::new(CachedReview::new(KubeReview::new(client.clone()))) as Arc<dyn Authorizer>);
                 tokio::spawn(KubeSource::new(client.clone(), Role::Operator, source_metrics).run(cluster.clone()));
                 let me = identity(args);
                 if args.leader_elect {

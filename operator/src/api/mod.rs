@@ -158,8 +158,13 @@ async fn patch_config(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Response> {
-    let access =
-        Access { verb: "patch", group: "tideway.io", resource: "proxyconfigs", name: Some(name.clone()) };
+    let access = Access {
+        verb: "patch",
+        group: "tideway.io",
+        resource: "proxyconfigs",
+        namespace: None,
+        name: Some(name.clone()),
+    };
     let caller = check(api.auth.as_ref(), &headers, &access).await.map_err(IntoResponse::into_response)?;
     if !is_merge_patch(&headers) {
         let p = Problem::new(
@@ -188,22 +193,25 @@ async fn patch_config(
     Ok((StatusCode::ACCEPTED, axum::Json(answer)).into_response())
 }
 
-/// What reading `path` is in RBAC terms: `list` of a collection, `get` of one object.
+/// What reading `path` is in RBAC terms: `list` of a collection, `get` of one object (in its
+/// namespace for a Service, so that a namespaced Role may grant it).
 fn read_access(path: &str) -> Access {
     let segments: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
-    let (group, resource) = match segments[0] {
-        "nodes" => ("tideway.io", "nodeproxystates"),
-        "services" => ("", "services"),
-        _ => ("tideway.io", "proxyconfigs"),
+    let (group, resource, namespaced) = match segments[0] {
+        "nodes" => ("tideway.io", "nodeproxystates", false),
+        "services" => ("", "services", true),
+        _ => ("tideway.io", "proxyconfigs", false),
     };
     let verb = if segments.len() > 1 { "get" } else { "list" };
     let name = segments.last().filter(|_| segments.len() > 1).map(|n| n.to_string());
-    Access { verb, group, resource, name }
+    let namespace = segments.get(1).filter(|_| namespaced && segments.len() > 2).map(|n| n.to_string());
+    Access { verb, group, resource, namespace, name }
 }
 
-/// Reads that need a token when reads are not open (the PATCH handler checks its own).
+/// Reads that need a token when reads are not open: every safe method (`GET`, `HEAD`,
+/// `OPTIONS`) under `/api/v1/` (the PATCH handler checks its own).
 pub fn read_access_of(method: &Method, path: &str) -> Option<Access> {
-    (method == Method::GET && path.starts_with("/api/v1/")).then(|| read_access(path))
+    (tideway_api::auth::is_safe_method(method) && path.starts_with("/api/v1/")).then(|| read_access(path))
 }
 
 /// One node and what its agent last reported.
@@ -317,14 +325,28 @@ mod tests {
     #[test]
     fn reads_in_rbac_terms() {
         let cases = [
-            ("/api/v1/proxyconfigs", "list", "tideway.io", "proxyconfigs", None),
-            ("/api/v1/proxyconfigs/default", "get", "tideway.io", "proxyconfigs", Some("default")),
-            ("/api/v1/nodes", "list", "tideway.io", "nodeproxystates", None),
-            ("/api/v1/services/demo/web", "get", "", "services", Some("web")),
+            ("/api/v1/proxyconfigs", "list", "tideway.io", "proxyconfigs", None, None),
+            ("/api/v1/proxyconfigs/default", "get", "tideway.io", "proxyconfigs", None, Some("default")),
+            ("/api/v1/nodes", "list", "tideway.io", "nodeproxystates", None, None),
+            ("/api/v1/services/demo/web", "get", "", "services", Some("demo"), Some("web")),
         ];
-        for (path, verb, group, resource, name) in cases {
-            let want = Access { verb, group, resource, name: name.map(str::to_string) };
+        for (path, verb, group, resource, namespace, name) in cases {
+            let want = Access {
+                verb,
+                group,
+                resource,
+                namespace: namespace.map(str::to_string),
+                name: name.map(str::to_string),
+            };
             assert_eq!(read_access(path), want, "{path}");
         }
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert!(read_access_of(&method, "/api/v1/nodes").is_some(), "{method}");
+        }
+        assert_eq!(
+            read_access_of(&Method::PATCH, "/api/v1/proxyconfigs/default"),
+            None,
+            "checked by its handler"
+        );
     }
 }

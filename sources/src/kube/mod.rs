@@ -47,7 +47,7 @@ pub use client::{ClientError, client};
 pub use errors::{ErrorCause, ErrorLog, classify};
 pub use kinds::{Kind, Reader};
 pub use lease::{KubeLease, record as lease_record};
-pub use review::KubeReview;
+pub use review::{CachedReview, KubeReview, REVIEW_TTL};
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
 pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 
