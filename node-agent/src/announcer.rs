@@ -1,5 +1,6 @@
 //! The layer-2 announcer, the I/O half of `tideway_core::l2`: raw `AF_PACKET` sockets bound
-//! to the node-network interface (the one holding the node's address) that answer ARP
+//! to one interface (the node-network one, holding the node's address, or one the pool's
+//! `l2.interfaces` lists; the agent runs one announcer per interface) that answer ARP
 //! requests (IPv4) and neighbour solicitations (IPv6) for the LoadBalancer IPs this node was
 //! chosen to announce, and announce them unasked when it takes them over (and periodically):
 //! gratuitous ARP, unsolicited neighbour advertisements. The addresses are never added to an
@@ -27,6 +28,9 @@ pub enum AnnounceError {
     /// No interface holds the node's address.
     #[error("no interface holds the node address {0}")]
     NoInterface(IpAddr),
+    /// The interface (listed by a pool) does not exist on this node, or has no link address.
+    #[error("interface {0} not found on this node")]
+    NoSuchInterface(String),
     /// A raw socket could not be opened or bound.
     #[error("raw socket on {interface}: {source} (the agent needs CAP_NET_RAW)")]
     Socket {
@@ -38,26 +42,26 @@ pub enum AnnounceError {
     },
 }
 
-/// The node-network interface: its name, link address (index, MAC).
-fn interface_of(node_ip: IpAddr) -> Result<(String, LinkAddr), AnnounceError> {
-    let addrs: Vec<_> =
-        nix::ifaddrs::getifaddrs().map_err(|_| AnnounceError::NoInterface(node_ip))?.collect();
+/// The node-network interface: the one holding `node_ip`.
+pub fn node_interface(node_ip: IpAddr) -> Result<String, AnnounceError> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|_| AnnounceError::NoInterface(node_ip))?;
     let holds = |a: &nix::ifaddrs::InterfaceAddress| {
         let Some(s) = a.address.as_ref() else { return false };
         s.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())) == Some(node_ip)
             || s.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())) == Some(node_ip)
     };
-    let name = addrs
-        .iter()
-        .find(|a| holds(a))
-        .map(|a| a.interface_name.clone())
-        .ok_or(AnnounceError::NoInterface(node_ip))?;
-    let link = addrs
-        .iter()
+    addrs.into_iter().find(|a| holds(a)).map(|a| a.interface_name).ok_or(AnnounceError::NoInterface(node_ip))
+}
+
+/// The link address (index, MAC) of interface `name`.
+fn link_of(name: &str) -> Result<LinkAddr, AnnounceError> {
+    let missing = || AnnounceError::NoSuchInterface(name.to_string());
+    nix::ifaddrs::getifaddrs()
+        .map_err(|_| missing())?
         .filter(|a| a.interface_name == name)
         .find_map(|a| a.address.as_ref().and_then(|s| s.as_link_addr()).copied())
-        .ok_or(AnnounceError::NoInterface(node_ip))?;
-    Ok((name, link))
+        .filter(|l| l.addr().is_some())
+        .ok_or_else(missing)
 }
 
 /// A raw socket hearing `ethertype` frames on the interface of `link`.
@@ -122,8 +126,14 @@ impl Family {
 impl Announcer {
     /// Starts announcing nothing on the interface holding `node_ip`.
     pub fn start(node_ip: IpAddr) -> Result<Announcer, AnnounceError> {
-        let (interface, link) = interface_of(node_ip)?;
-        let mac = link.addr().ok_or(AnnounceError::NoInterface(node_ip))?;
+        Announcer::start_on(&node_interface(node_ip)?)
+    }
+
+    /// Starts announcing nothing on `interface`.
+    pub fn start_on(interface: &str) -> Result<Announcer, AnnounceError> {
+        let interface = interface.to_string();
+        let link = link_of(&interface)?;
+        let mac = link.addr().ok_or_else(|| AnnounceError::NoSuchInterface(interface.clone()))?;
         let wanted: Wanted = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();

@@ -20,14 +20,26 @@ fn ips(list: &[&str]) -> BTreeSet<IpAddr> {
 
 /// An announcer living in `ns`, driven from the test thread.
 fn announcer_in(ns: &Netns, node_ip: &str) -> mpsc::Sender<Option<BTreeSet<IpAddr>>> {
+    let node_ip: IpAddr = node_ip.parse().unwrap();
+    announcer_with(ns, move || Announcer::start(node_ip).expect("announcer"))
+}
+
+/// An announcer on `interface` of `ns` (as a pool's `l2.interfaces` asks).
+fn announcer_on(ns: &Netns, interface: &'static str) -> mpsc::Sender<Option<BTreeSet<IpAddr>>> {
+    announcer_with(ns, move || Announcer::start_on(interface).expect("announcer"))
+}
+
+fn announcer_with(
+    ns: &Netns,
+    start: impl FnOnce() -> Announcer + Send + 'static,
+) -> mpsc::Sender<Option<BTreeSet<IpAddr>>> {
     let (tx, rx) = mpsc::channel::<Option<BTreeSet<IpAddr>>>();
     let (ready_tx, ready_rx) = mpsc::channel();
     let path = format!("/run/netns/{}", ns.name);
-    let node_ip: IpAddr = node_ip.parse().unwrap();
     std::thread::spawn(move || {
         let fd = std::fs::File::open(&path).expect("namespace");
         nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let a = Announcer::start(node_ip).expect("announcer");
+        let a = start();
         ready_tx.send(()).unwrap();
         while let Ok(Some(set)) = rx.recv() {
             a.set(set);
@@ -102,4 +114,35 @@ fn arp_and_neighbour_discovery_answer_for_announced_addresses_only() {
         neighbour(&client, V6).contains(&node_mac)
     });
     a.send(None).unwrap();
+}
+
+#[test]
+fn an_announcer_on_a_listed_interface_answers_there_only() {
+    tideway_tests::netns::require_root("the announcer");
+    let tag = std::process::id();
+    let node = Netns::create(&format!("twanl{tag}-node"));
+    let home = Netns::create(&format!("twanl{tag}-home"));
+    let other = Netns::create(&format!("twanl{tag}-other"));
+    // eth0 holds the node address (its home network); eth1 is another segment the pool lists.
+    node.sh(&format!("ip link add eth0 type veth peer name eth0 netns {}", home.name));
+    node.sh(&format!("ip link add eth1 type veth peer name eth0 netns {}", other.name));
+    node.sh("ip addr add 172.18.0.2/16 dev eth0 && ip link set eth0 up && ip link set eth1 up");
+    for ns in [&home, &other] {
+        let client = if ns.name == home.name { "172.18.0.100" } else { "172.18.0.101" };
+        ns.sh(&format!("ip addr add {client}/16 dev eth0 && ip link set eth0 up"));
+    }
+    let eth1_mac = node.sh("cat /sys/class/net/eth1/address").trim().to_string();
+    let a = announcer_on(&node, "eth1");
+    a.send(Some(ips(&[V4]))).unwrap();
+    send_to(&other, V4);
+    wait_for("ARP answered on the listed interface", || neighbour(&other, V4).contains(&eth1_mac));
+    // The node-network interface is not listed: asked there, the node stays silent.
+    send_to(&home, V4);
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = neighbour(&home, V4);
+    assert!(!seen.contains("lladdr"), "answered on an interface the pool does not list: {seen}");
+    a.send(None).unwrap();
+    // An interface the node does not have is an error, named.
+    let missing = node.run(|| Announcer::start_on("bond7").err().map(|e| e.to_string()));
+    assert_eq!(missing.as_deref(), Some("interface bond7 not found on this node"));
 }

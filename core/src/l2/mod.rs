@@ -3,7 +3,8 @@
 //! moves frames.
 //!
 //! ```text
-//!  L2Announcements naming this node --announced_by--> addresses to answer for
+//!  L2Announcements naming this node --announced_on--> addresses to answer for, per interface
+//!        (the pool's `l2.interfaces`; none listed: the node-network interface)
 //!  IPv4: frame in --parse_arp--> request for one of them? --arp_reply--> frame out
 //!        takeover / periodic --GarpSchedule--> gratuitous_arp (request and reply, broadcast)
 //!  IPv6: frame in --ndp::parse_solicitation--> --ndp::advertisement(solicited)--> frame out
@@ -13,7 +14,7 @@
 //! whose table ages out first black-holes traffic (metallb#2910); here announcements repeat
 //! every [`GarpSchedule::PERIODIC`] as well.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -42,6 +43,25 @@ pub fn announced_by<'a>(
         .filter(|a| a.node.as_deref() == Some(node))
         .flat_map(|a| a.ips.iter().copied())
         .collect()
+}
+
+/// The addresses `node` must answer for on each interface: on the interfaces its pool lists
+/// (`l2.interfaces`, MetalLB's L2Advertisement `interfaces`), else on `node_interface`, the
+/// one holding the node's address. Requests arriving elsewhere go unanswered.
+pub fn announced_on<'a>(
+    node: &str,
+    announcements: impl IntoIterator<Item = &'a L2Announcement>,
+    node_interface: &str,
+) -> BTreeMap<String, BTreeSet<IpAddr>> {
+    let mut on: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
+    for a in announcements.into_iter().filter(|a| a.node.as_deref() == Some(node)) {
+        let default = [node_interface.to_string()];
+        let interfaces = if a.interfaces.is_empty() { &default[..] } else { &a.interfaces[..] };
+        for interface in interfaces {
+            on.entry(interface.clone()).or_default().extend(a.ips.iter().copied());
+        }
+    }
+    on
 }
 
 /// An ARP request seen on the wire.
@@ -223,5 +243,31 @@ mod tests {
         let ips = |a: &[&str]| a.iter().map(|i| i.parse::<IpAddr>().unwrap()).collect::<BTreeSet<_>>();
         assert_eq!(announced_by("n1", &all), ips(&["172.18.255.200", "fd00::200"]));
         assert!(announced_by("n3", &all).is_empty());
+    }
+
+    #[test]
+    fn a_pools_interfaces_choose_where_a_node_answers() {
+        let ann = |svc: &str, ip: &str, interfaces: &[&str]| L2Announcement {
+            service: ServiceName::new("ns", svc),
+            ips: vec![ip.parse().unwrap()],
+            node: Some("n1".into()),
+            eligible: vec![],
+            interfaces: interfaces.iter().map(|i| i.to_string()).collect(),
+        };
+        let all = [
+            ann("a", "172.18.255.200", &[]),
+            ann("b", "172.18.255.201", &["eth1"]),
+            ann("c", "172.18.255.202", &["eth1", "bond0"]),
+        ];
+        let on = announced_on("n1", &all, "eth0");
+        let ips = |a: &[&str]| a.iter().map(|i| i.parse::<IpAddr>().unwrap()).collect::<BTreeSet<_>>();
+        let want: BTreeMap<String, BTreeSet<IpAddr>> = [
+            ("bond0".to_string(), ips(&["172.18.255.202"])),
+            ("eth0".to_string(), ips(&["172.18.255.200"])),
+            ("eth1".to_string(), ips(&["172.18.255.201", "172.18.255.202"])),
+        ]
+        .into();
+        assert_eq!(on, want);
+        assert!(announced_on("n2", &all, "eth0").is_empty());
     }
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
-use tideway_core::l2::announced_by;
+use tideway_core::l2::{announced_by, announced_on};
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::NodeContext;
@@ -107,7 +107,8 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     health: Arc<ProxyHealth>,
     hc_servers: HealthServers,
-    announcer: Option<Announcer>,
+    /// One announcer per interface answering for this node's addresses.
+    announcers: BTreeMap<String, Announcer>,
     queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
     unprogrammed: unprogrammed::Unprogrammed,
 }
@@ -172,7 +173,7 @@ impl Agent {
             hc_servers: HealthServers::new(health.clone()),
             metrics,
             health,
-            announcer: None,
+            announcers: BTreeMap::new(),
             unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
         }
     }
@@ -360,35 +361,57 @@ impl Agent {
 
     /// Answers ARP for the LoadBalancer IPs the operator chose this node to announce (the
     /// announcer starts with the first one, on the interface holding the node's address).
+    /// Answers ARP / neighbour solicitations for the addresses this node announces, on the
+    /// interfaces their pools list (else the node-network interface): one announcer per
+    /// interface, started when first needed.
     fn announce(&mut self, node: &NodeContext) {
-        let wanted = announced_by(&self.opts.node, self.cluster.lock().announcements());
-        if self.announcer.is_none() && !wanted.is_empty() {
-            let Some(ip) =
-                node.ips.iter().copied().find(|ip| ip.is_ipv4()).or_else(|| node.ips.first().copied())
-            else {
-                return;
-            };
-            match Announcer::start(ip) {
-                Ok(a) => self.announcer = Some(a),
-                Err(e) => {
-                    let msg = e.to_string();
-                    if self.status.read().unwrap_or_else(|e| e.into_inner()).announcer_error.as_deref()
-                        != Some(&msg)
-                    {
-                        tracing::error!(error = %msg, "cannot announce LoadBalancer IPs");
-                    }
-                    self.set_status(|s| s.announcer_error = Some(msg));
-                    return;
+        let announcements: Vec<_> = self.cluster.lock().announcements().cloned().collect();
+        if self.announcers.is_empty() && announced_by(&self.opts.node, &announcements).is_empty() {
+            return;
+        }
+        let Some(ip) = node.ips.iter().copied().find(|ip| ip.is_ipv4()).or_else(|| node.ips.first().copied())
+        else {
+            return;
+        };
+        let home = match crate::announcer::node_interface(ip) {
+            Ok(home) => home,
+            Err(e) => return self.announcer_failed(e.to_string()),
+        };
+        let wanted = announced_on(&self.opts.node, &announcements, &home);
+        let mut errors = Vec::new();
+        for interface in
+            wanted.keys().filter(|i| !self.announcers.contains_key(*i)).cloned().collect::<Vec<_>>()
+        {
+            match Announcer::start_on(&interface) {
+                Ok(a) => {
+                    self.announcers.insert(interface, a);
                 }
+                Err(e) => errors.push(e.to_string()),
             }
         }
-        if let Some(a) = &self.announcer {
-            a.set(wanted.clone());
-            self.set_status(|s| {
-                s.announcing = wanted.into_iter().collect();
-                s.announcer_error = None;
-            });
+        let mut announcing = BTreeSet::new();
+        for (interface, a) in &self.announcers {
+            let ips = wanted.get(interface).cloned().unwrap_or_default();
+            announcing.extend(ips.iter().copied());
+            a.set(ips);
         }
+        if !errors.is_empty() {
+            self.announcer_failed(errors.join("; "));
+        }
+        self.set_status(|s| {
+            s.announcing = announcing.into_iter().collect();
+            if errors.is_empty() {
+                s.announcer_error = None;
+            }
+        });
+    }
+
+    /// Says (once per distinct message) why some addresses cannot be announced.
+    fn announcer_failed(&mut self, msg: String) {
+        if self.status.read().unwrap_or_else(|e| e.into_inner()).announcer_error.as_deref() != Some(&msg) {
+            tracing::error!(error = %msg, "cannot announce LoadBalancer IPs");
+        }
+        self.set_status(|s| s.announcer_error = Some(msg));
     }
 
     /// Queues for removal the rules a previous run left in another mode (kept objects are
