@@ -61,6 +61,11 @@ pub struct AgentArgs {
     /// SubjectAccessReview (verb `get` on `nodeproxystates`).
     #[arg(long)]
     pub api_token_file: Option<PathBuf>,
+    /// With `--source kubernetes`: accept only tokens issued for this audience (mint one with
+    /// `kubectl create token SA --audience AUDIENCE`); without it, any token the API server
+    /// accepts, API-server credentials included.
+    #[arg(long)]
+    pub api_audience: Option<String>,
     /// Serve `/api/v1/...` without a token on a non-loopback address too.
     #[arg(long)]
     pub api_anonymous_reads: bool,
@@ -106,8 +111,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                review =
-                    Some(Arc::new(CachedReview::new(KubeReview::new(client.clone()))) as Arc<dyn Authorizer>);
+                review = Some(Arc::new(CachedReview::new(
+                    KubeReview::new(client.clone())
+                        .with_audiences(args.api_audience.iter().cloned().collect()),
+                )) as Arc<dyn Authorizer>);
                 let role = Role::Agent { node: args.node.clone() };
                 tokio::spawn(KubeSource::new(client.clone(), role, source_metrics).run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client));

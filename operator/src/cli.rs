@@ -64,6 +64,11 @@ pub struct OperatorArgs {
     /// sources take no changes over REST.
     #[arg(long)]
     pub api_token_file: Option<PathBuf>,
+    /// With `--source kubernetes`: accept only tokens issued for this audience (mint one with
+    /// `kubectl create token SA --audience AUDIENCE`); without it, any token the API server
+    /// accepts, API-server credentials included.
+    #[arg(long)]
+    pub api_audience: Option<String>,
     /// Serve `GET /api/v1/...` without a token on a non-loopback address too (reads always
     /// need none on loopback).
     #[arg(long)]
@@ -113,7 +118,9 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                review = Some(Arc::new(CachedReview::new(KubeReview::new(client.clone()))) as Arc<dyn Authorizer>);
+                review = Some(Arc::new(CachedReview::new(
+                    KubeReview::new(client.clone()).with_audiences(args.api_audience.iter().cloned().collect()),
+                )) as Arc<dyn Authorizer>);
                 tokio::spawn(KubeSource::new(client.clone(), Role::Operator, source_metrics).run(cluster.clone()));
                 let me = identity(args);
                 if args.leader_elect {

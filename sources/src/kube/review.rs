@@ -20,12 +20,21 @@ use tokio::time::Instant;
 #[derive(Clone)]
 pub struct KubeReview {
     client: Client,
+    audiences: Vec<String>,
 }
 
 impl KubeReview {
-    /// Reviews over `client`.
+    /// Reviews over `client`, of tokens for any audience (API-server credentials too).
     pub fn new(client: Client) -> KubeReview {
-        KubeReview { client }
+        KubeReview { client, audiences: Vec::new() }
+    }
+
+    /// Only tokens issued for one of `audiences` (`kubectl create token SA --audience A`): a
+    /// leaked API-server token is not accepted, and a token minted for Tideway is no API
+    /// credential. Empty: any audience.
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> KubeReview {
+        self.audiences = audiences;
+        self
     }
 }
 
@@ -42,7 +51,10 @@ fn because(reason: Option<String>) -> String {
 impl Authorizer for KubeReview {
     async fn authorize(&self, token: &str, access: &Access) -> Result<Caller, Denied> {
         let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_string()), ..Default::default() },
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
+            },
             ..Default::default()
         };
         let reviews: Api<TokenReview> = Api::all(self.client.clone());
@@ -51,6 +63,15 @@ impl Authorizer for KubeReview {
         let user = status.user.unwrap_or_default();
         if status.authenticated != Some(true) {
             return Err(Denied::BadToken(because(status.error)));
+        }
+        // The API server answers with the audiences the token is valid for; an authenticator
+        // that ignores the request's audiences answers none of ours.
+        let audiences = status.audiences.unwrap_or_default();
+        if !self.audiences.is_empty() && !audiences.iter().any(|a| self.audiences.contains(a)) {
+            return Err(Denied::BadToken(format!(
+                ": not issued for audience {}",
+                self.audiences.join(" or ")
+            )));
         }
         let username = user.username.clone().unwrap_or_default();
         let sar = SubjectAccessReview {

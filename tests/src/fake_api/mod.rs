@@ -245,10 +245,17 @@ impl FakeApi {
         }
     }
 
-    /// TokenReviews of `token` authenticate `user` in `groups`.
+    /// TokenReviews of `token` authenticate `user` in `groups` (a token for the API server's
+    /// own audience, as `kubectl create token SA` mints).
     pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        self.add_token_for(token, user, groups, &[reviews::API_AUDIENCE]);
+    }
+
+    /// As [`FakeApi::add_token`], for `audiences` (`kubectl create token SA --audience A`).
+    pub fn add_token_for(&self, token: &str, user: &str, groups: &[&str], audiences: &[&str]) {
         let groups = groups.iter().map(|g| g.to_string()).collect();
-        self.lock().reviews.tokens.insert(token.into(), (user.into(), groups));
+        let audiences = audiences.iter().map(|a| a.to_string()).collect();
+        self.lock().reviews.tokens.insert(token.into(), (user.into(), groups, audiences));
     }
 
     /// SubjectAccessReviews allow `user` to `verb` the `resource` of API `group`.
