@@ -1,4 +1,5 @@
-//! The operator's HTTP endpoints: `/healthz` (alive), `/readyz` (the source synced),
+//! The operator's HTTP endpoints: `/healthz` (alive), `/readyz` (the source synced, else what it
+//! waits for),
 //! `/metrics` and `/api/v1/status`.
 
 use std::sync::{Arc, RwLock};
@@ -10,16 +11,22 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
+use tideway_sources::SharedCluster;
+
 use crate::reconcile::OperatorStatus;
 
 type Status = Arc<RwLock<OperatorStatus>>;
 
-async fn readyz(State(s): State<Status>) -> impl IntoResponse {
+/// `/readyz`: 200 once the source synced, else 503 naming what it waits for (the kinds whose
+/// first list has not arrived).
+async fn readyz(State((s, cluster)): State<(Status, SharedCluster)>) -> (StatusCode, String) {
     if s.read().unwrap_or_else(|e| e.into_inner()).synced {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "the cluster source has not synced yet")
+        return (StatusCode::OK, "ok".into());
     }
+    let waiting = cluster.waiting_for();
+    let what =
+        if waiting.is_empty() { "the cluster source's first sync".to_string() } else { waiting.join(", ") };
+    (StatusCode::SERVICE_UNAVAILABLE, format!("the cluster source has not synced yet: waiting for {what}"))
 }
 
 async fn status(State(s): State<Status>) -> impl IntoResponse {
@@ -30,11 +37,13 @@ async fn status(State(s): State<Status>) -> impl IntoResponse {
 /// `/api/v1/...` reads need a token unless `api.open_reads`.
 pub fn router(registry: Arc<Registry>, status_: Status, api: crate::api::ApiState) -> Router {
     let guard = (!api.open_reads).then(|| api.auth.clone());
+    let ready =
+        Router::new().route("/readyz", get(readyz)).with_state((status_.clone(), api.cluster.clone()));
     let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
         .with_state(status_)
+        .merge(ready)
         .merge(tideway_api::http::metrics_router(registry))
         .merge(crate::api::router(api))
         .fallback(tideway_api::problem::not_found);

@@ -259,3 +259,29 @@ async fn nodes_and_services_as_the_cluster_sees_them() {
     }
     assert!(doc["paths"]["/api/v1/proxyconfigs/{name}"]["patch"]["requestBody"].is_object());
 }
+
+#[tokio::test]
+async fn readyz_names_what_the_source_waits_for_and_heads_need_a_token() {
+    let status = Arc::new(RwLock::new(OperatorStatus::default()));
+    let waiting = SharedCluster::new();
+    waiting.set_unlisted(vec!["Service".into(), "Node".into()]);
+    let api = ApiState {
+        cluster: waiting,
+        writer: Arc::new(MemoryWriter::default()),
+        auth: Arc::new(StaticToken::new(TOKEN, "lab-admin")),
+        open_reads: false,
+    };
+    let router = tideway_operator::http::router(Arc::new(Registry::default()), status.clone(), api);
+    let readyz = || Request::builder().uri("/readyz").body(Body::empty()).expect("request");
+    let resp = router.clone().oneshot(readyz()).await.expect("answer");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.expect("body");
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("the first list of Service, the first list of Node"), "{body}");
+    status.write().unwrap().synced = true;
+    let (code, _, _) = call(router.clone(), readyz()).await;
+    assert_eq!(code, StatusCode::OK);
+    let head = Request::builder().method("HEAD").uri("/api/v1/nodes").body(Body::empty()).expect("request");
+    let (code, _, _) = call(router, head).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "HEAD is a read");
+}
