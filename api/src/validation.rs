@@ -9,13 +9,15 @@
 //! The ranges are kube-proxy's and MetalLB's: durations positive and at most 24 h
 //! (`minSyncPeriod` may be 0, as in kube-proxy, and at most `syncPeriod`; IPVS timeouts may be 0,
 //! meaning "keep the kernel's"), masquerade bit 0-31, at most one cluster CIDR per family, CIDRs
-//! and address ranges that parse.
+//! and address ranges that parse, a Maglev table size that is a prime in 7-65521 (primality
+//! is the conversion's to check: no schema keyword says it).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde_json::json;
 use tideway_core::config::ProxySettings;
+use tideway_core::maglev;
 
 use crate::crd::schema::Constraint;
 use crate::duration::{format_duration, parse_duration};
@@ -163,6 +165,10 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
         Constraint {
             path: "spec.masqueradeBit",
             keywords: json!({"minimum": 0, "maximum": MASQUERADE_BIT_MAX}),
+        },
+        Constraint {
+            path: "spec.maglevTableSize",
+            keywords: json!({"minimum": maglev::MIN_TABLE_SIZE, "maximum": maglev::MAX_TABLE_SIZE}),
         },
         Constraint { path: "spec.clusterCIDRs", keywords: json!({"maxItems": MAX_CLUSTER_CIDRS}) },
         Constraint { path: "spec.clusterCIDRs[]", keywords: cidr },

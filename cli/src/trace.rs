@@ -34,9 +34,10 @@ pub(crate) struct TraceArgs {
     /// The node the packet arrives at (a Node object in FILE; the lab node with --lab).
     #[arg(long, required_unless_present = "agent", default_value = "")]
     node: String,
-    /// Source address.
-    #[arg(long)]
-    src: std::net::IpAddr,
+    /// Source, IP or IP:PORT ([IPv6]:PORT): with a port, a Maglev Service's endpoint is the
+    /// one the kernel's hash picks for this flow.
+    #[arg(long, value_parser = parse_src)]
+    src: Source,
     /// Destination, IP:PORT or [IPv6]:PORT.
     #[arg(long)]
     dst: String,
@@ -49,6 +50,25 @@ pub(crate) struct TraceArgs {
     /// Backend; defaults to the node's ProxyConfig, else nftables.
     #[arg(long)]
     mode: Option<ProxyMode>,
+}
+
+/// `--src`: an address, with the source port when given.
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    ip: std::net::IpAddr,
+    port: Option<u16>,
+}
+
+/// A `--src` that is neither IP nor IP:PORT.
+#[derive(Debug, thiserror::Error)]
+#[error("--src {0:?}: expected IP, IP:PORT or [IPv6]:PORT")]
+struct BadSource(String);
+
+fn parse_src(s: &str) -> Result<Source, BadSource> {
+    if let Ok(a) = s.parse::<std::net::SocketAddr>() {
+        return Ok(Source { ip: a.ip(), port: Some(a.port()) });
+    }
+    s.parse().map(|ip| Source { ip, port: None }).map_err(|_| BadSource(s.to_string()))
 }
 
 /// A `--proto` that is not one.
@@ -69,7 +89,12 @@ fn trace_request(args: &TraceArgs) -> Result<serde_json::Value> {
         Origin::External => "external",
     };
     let proto = args.proto.to_string().to_ascii_lowercase();
-    Ok(serde_json::json!({"src": args.src, "dst": dst, "port": port, "protocol": proto, "from": origin}))
+    let mut req =
+        serde_json::json!({"src": args.src.ip, "dst": dst, "port": port, "protocol": proto, "from": origin});
+    if let Some(sport) = args.src.port {
+        req["srcPort"] = sport.into();
+    }
+    Ok(req)
 }
 
 /// Asks a running agent.
@@ -94,14 +119,21 @@ pub(crate) fn run(args: &TraceArgs) -> Result<i32> {
     let Some(file) = &args.file else { return run_remote(args) };
     let loaded = cluster_file::load(file, &args.node, args.mode)?;
     let (dst, dport) = cluster_file::parse_dst(&args.dst)?;
-    if IpFamily::of(&dst) != IpFamily::of(&args.src) {
-        anyhow::bail!("--src {} and --dst {} are of different address families", args.src, args.dst);
+    if IpFamily::of(&dst) != IpFamily::of(&args.src.ip) {
+        anyhow::bail!("--src {} and --dst {} are of different address families", args.src.ip, args.dst);
     }
     let ruleset = compile(&loaded.cluster, &loaded.node);
     let family = IpFamily::of(&dst);
     let mode = loaded.node.settings.mode;
     let program = render::lower(mode, &ruleset, family);
-    let packet = Packet { src: args.src, dst, protocol: args.proto, dport, origin: args.origin };
+    let packet = Packet {
+        src: args.src.ip,
+        dst,
+        protocol: args.proto,
+        dport,
+        sport: args.src.port,
+        origin: args.origin,
+    };
     let t = trace(&program, &packet, &TraceEnv::for_node(ruleset.family(family)));
     print!("node {} ({mode})\n{}", loaded.node.name, render_trace(&t));
     Ok(if loaded.skipped > 0 { 1 } else { 0 })

@@ -131,6 +131,57 @@ impl FromStr for Scheduler {
     }
 }
 
+/// How a Service's new connections are spread over its endpoints (the
+/// `tideway.io/load-balancing` annotation, or a `ProxyConfig`'s default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LoadBalancing {
+    /// A uniformly random endpoint per connection (kube-proxy's iptables and nftables modes).
+    Random,
+    /// Maglev consistent hashing of the client's address and port: every node picks the same
+    /// endpoint for a flow, and an endpoint change moves few flows (IPVS's `mh`).
+    Maglev,
+    /// An IPVS scheduler (IPVS mode only; `mh` is Maglev).
+    Scheduler(Scheduler),
+}
+
+impl LoadBalancing {
+    /// The annotation's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadBalancing::Random => "random",
+            LoadBalancing::Maglev => "maglev",
+            LoadBalancing::Scheduler(s) => s.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for LoadBalancing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LoadBalancing {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "random" => Ok(LoadBalancing::Random),
+            "maglev" | "mh" => Ok(LoadBalancing::Maglev),
+            "" => {
+                Err(UnknownName { what: "load-balancing algorithm", value: s.into(), expected: EXPECTED_LB })
+            }
+            other => other.parse::<Scheduler>().map(LoadBalancing::Scheduler).map_err(|_| UnknownName {
+                what: "load-balancing algorithm",
+                value: s.into(),
+                expected: EXPECTED_LB,
+            }),
+        }
+    }
+}
+
+const EXPECTED_LB: &str =
+    "random, maglev, or an IPVS scheduler: rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq, mh";
+
 /// IPVS-specific settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct IpvsSettings {
@@ -195,6 +246,18 @@ pub struct ProxySettings {
     pub min_sync_period: Duration,
     /// IPVS settings.
     pub ipvs: IpvsSettings,
+    /// The algorithm of Services without the `tideway.io/load-balancing` annotation (None:
+    /// the mode's own: random, or `ipvs.scheduler` in IPVS mode).
+    #[serde(default)]
+    pub load_balancing: Option<LoadBalancing>,
+    /// Buckets of a Maglev lookup table per Service port (a prime; grows only when the
+    /// endpoints outgrow it).
+    #[serde(default = "default_maglev_table_size")]
+    pub maglev_table_size: u32,
+}
+
+fn default_maglev_table_size() -> u32 {
+    crate::maglev::DEFAULT_TABLE_SIZE
 }
 
 impl Default for ProxySettings {
@@ -211,6 +274,8 @@ impl Default for ProxySettings {
             sync_period: Duration::from_secs(30),
             min_sync_period: Duration::from_secs(1),
             ipvs: IpvsSettings::default(),
+            load_balancing: None,
+            maglev_table_size: crate::maglev::DEFAULT_TABLE_SIZE,
         }
     }
 }

@@ -193,6 +193,11 @@ impl ServiceBuilder {
         self.0.health_check_node_port = Some(port);
         self
     }
+    /// The `tideway.io/load-balancing` annotation.
+    pub fn load_balancing(mut self, algorithm: &str) -> Self {
+        self.0.load_balancing = Some(algorithm.into());
+        self
+    }
     /// A label.
     pub fn label(mut self, k: &str, v: &str) -> Self {
         self.0.labels.insert(k.into(), v.into());

@@ -412,7 +412,8 @@ fn run(mode: ProxyMode, node: &NodeContext, cases: &[Case]) {
         let family = IpFamily::of(&dst);
         let program = render::lower(mode, &ruleset, family);
         let env = TraceEnv::for_node(ruleset.family(family));
-        let packet = Packet { src: ip(c.src), dst, protocol: c.proto, dport: c.port, origin: c.from };
+        let packet =
+            Packet { src: ip(c.src), dst, protocol: c.proto, dport: c.port, sport: None, origin: c.from };
         let t = trace(&program, &packet, &env);
         let want = match (&c.ipvs, mode) {
             (Some((v, _)), ProxyMode::Ipvs) => v,

@@ -49,6 +49,9 @@ pub struct TraceRequest {
     pub dst: IpAddr,
     /// Destination port.
     pub port: u16,
+    /// Source port: with it, a Maglev Service's endpoint is the one the kernel's hash picks.
+    #[serde(default, rename = "srcPort")]
+    pub src_port: Option<u16>,
     /// Transport protocol.
     #[serde(default)]
     pub protocol: TraceProtocol,
@@ -177,7 +180,8 @@ async fn trace(State(api): State<Api>, body: Result<Bytes, BytesRejection>) -> R
         TraceOrigin::Node => Origin::Node,
         TraceOrigin::External => Origin::External,
     };
-    let packet = Packet { src: req.src, dst: req.dst, protocol, dport: req.port, origin };
+    let packet =
+        Packet { src: req.src, dst: req.dst, protocol, dport: req.port, sport: req.src_port, origin };
     let p = api.ask(|tx| Query::Trace(packet, tx)).await?;
     let paths = p.answer.paths.iter().filter_map(|path| serde_json::to_value(path).ok()).collect();
     let answer = TraceAnswer {

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tideway_core::model::{
-    DEFAULT_AFFINITY_TIMEOUT, IpMode, LOAD_BALANCER_ANNOTATIONS, LoadBalancerIngress, LoadBalancerRequest,
-    Service, ServiceName, ServicePort, ServiceType, SessionAffinity, TargetPort, TrafficDistribution,
-    TrafficPolicy,
+    ANNOTATION_LOAD_BALANCING, DEFAULT_AFFINITY_TIMEOUT, IpMode, LOAD_BALANCER_ANNOTATIONS,
+    LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName, ServicePort, ServiceType,
+    SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
 };
 use tideway_core::net::IpFamily;
 
@@ -153,6 +153,13 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
     if service_type == ServiceType::LoadBalancer {
         out.load_balancer = Some(Box::new(load_balancer_request(svc, &spec)));
     }
+    // Kept as written: what a node can do with it depends on its mode, decided by the planner.
+    out.load_balancing = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LOAD_BALANCING))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
     Ok(out)
 }
 

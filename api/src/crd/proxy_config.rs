@@ -8,6 +8,7 @@ use super::schema;
 use serde::{Deserialize, Serialize};
 use tideway_core::config::{
     DetectLocal, IpvsSettings, NodePortAddresses, ProxyConfig as CoreConfig, ProxyMode, ProxySettings,
+    UnknownName,
 };
 use tideway_core::net::IpFamily;
 use tideway_core::operator::rollout::ConfigStatus;
@@ -83,6 +84,16 @@ pub struct ProxyConfigSpec {
     /// IPVS settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipvs: Option<IpvsSpec>,
+    /// Algorithm of Services without the `tideway.io/load-balancing` annotation: `random`,
+    /// `maglev`, or (IPVS mode) an IPVS scheduler (default: random; `ipvs.scheduler` in IPVS
+    /// mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::load_balancing")]
+    pub load_balancing: Option<String>,
+    /// Buckets of each Maglev Service port's lookup table, a prime (default 4093); a table
+    /// grows only when its endpoints outgrow it (fewer than 10 buckets each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maglev_table_size: Option<i32>,
 }
 
 /// IPVS settings.
@@ -260,14 +271,28 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     if let Some(ipvs) = &spec.ipvs {
         let zero = std::time::Duration::ZERO;
         s.ipvs = IpvsSettings {
-            scheduler: ipvs.scheduler.as_deref().unwrap_or("rr").parse().map_err(
-                |e: tideway_core::config::UnknownName| cx.err("spec.ipvs.scheduler", e.to_string()),
-            )?,
+            scheduler: ipvs
+                .scheduler
+                .as_deref()
+                .unwrap_or("rr")
+                .parse()
+                .map_err(|e: UnknownName| cx.err("spec.ipvs.scheduler", e.to_string()))?,
             strict_arp: ipvs.strict_arp.unwrap_or(false),
             tcp_timeout: dur("spec.ipvs.tcpTimeout", &ipvs.tcp_timeout, ZeroOrMore, zero)?,
             tcp_fin_timeout: dur("spec.ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout, ZeroOrMore, zero)?,
             udp_timeout: dur("spec.ipvs.udpTimeout", &ipvs.udp_timeout, ZeroOrMore, zero)?,
         };
+    }
+    if let Some(lb) = spec.load_balancing.as_deref().filter(|v| !v.is_empty()) {
+        s.load_balancing =
+            Some(lb.parse().map_err(|e: UnknownName| cx.err("spec.loadBalancing", e.to_string()))?);
+    }
+    if let Some(size) = spec.maglev_table_size {
+        let (lo, hi) = (tideway_core::maglev::MIN_TABLE_SIZE, tideway_core::maglev::MAX_TABLE_SIZE);
+        s.maglev_table_size = u32::try_from(size)
+            .ok()
+            .filter(|n| (lo..=hi).contains(n) && tideway_core::maglev::is_prime(*n))
+            .ok_or_else(|| cx.err("spec.maglevTableSize", format!("{size} is not a prime in {lo}-{hi}")))?;
     }
     Ok(s)
 }
@@ -331,6 +356,8 @@ pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
             tcp_fin_timeout: Some(fmt(s.ipvs.tcp_fin_timeout)),
             udp_timeout: Some(fmt(s.ipvs.udp_timeout)),
         }),
+        load_balancing: s.load_balancing.map(|lb| lb.to_string()),
+        maglev_table_size: i32::try_from(s.maglev_table_size).ok(),
     }
 }
 
@@ -345,7 +372,8 @@ mod spec_tests {
                     matchExpressions: [{key: zone, operator: In, values: [a, b]}, {key: gpu, operator: DoesNotExist}]\n  \
                     clusterCIDRs: [10.244.0.0/16]\n  detectLocalMode: NodeCIDR\n  masqueradeAll: true\n  masqueradeBit: 12\n  \
                     nodePortAddresses: [192.168.0.0/24]\n  localhostNodePorts: false\n  syncPeriod: 1m30s\n  minSyncPeriod: 250ms\n  \
-                    serviceProxyName: tideway\n  ipvs: {scheduler: wlc, strictARP: true, tcpTimeout: 15m, udpTimeout: 5s}\n";
+                    serviceProxyName: tideway\n  ipvs: {scheduler: wlc, strictARP: true, tcpTimeout: 15m, udpTimeout: 5s}\n  \
+                    loadBalancing: maglev\n  maglevTableSize: 251\n";
         let pc: ProxyConfig = serde_saphyr::from_str(yaml).expect("yaml");
         let core = proxy_config(&pc).expect("valid");
         let again = ProxyConfig::new("edge", spec_of(&core));
@@ -354,5 +382,21 @@ mod spec_tests {
         assert_eq!(back, core);
         let defaults = proxy_config(&ProxyConfig::new("d", ProxyConfigSpec::default())).expect("valid");
         assert_eq!(proxy_config(&ProxyConfig::new("d", spec_of(&defaults))).expect("converts"), defaults);
+    }
+
+    #[test]
+    fn maglev_table_sizes_are_primes_in_range() {
+        let with = |size: i32| {
+            let spec = ProxyConfigSpec { maglev_table_size: Some(size), ..Default::default() };
+            proxy_config(&ProxyConfig::new("m", spec))
+        };
+        assert_eq!(with(251).expect("a prime").settings.maglev_table_size, 251);
+        for bad in [4096, 5, 65_537] {
+            let e = with(bad).expect_err("refused").to_string();
+            assert!(e.contains("spec.maglevTableSize") && e.contains(&bad.to_string()), "{e}");
+        }
+        let spec = ProxyConfigSpec { load_balancing: Some("fastest".into()), ..Default::default() };
+        let e = proxy_config(&ProxyConfig::new("m", spec)).expect_err("refused").to_string();
+        assert!(e.contains("spec.loadBalancing"), "{e}");
     }
 }

@@ -17,7 +17,17 @@ pub(crate) fn detect_local_mode(_: &mut SchemaGenerator) -> Schema {
 }
 
 pub(crate) fn ipvs_scheduler(_: &mut SchemaGenerator) -> Schema {
-    string_enum(&["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq", "mh"])
+    string_enum(&IPVS_SCHEDULERS)
+}
+
+const IPVS_SCHEDULERS: [&str; 11] =
+    ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq", "mh"];
+
+/// `random`, `maglev` or an IPVS scheduler ([`tideway_core::config::LoadBalancing`]).
+pub(crate) fn load_balancing(_: &mut SchemaGenerator) -> Schema {
+    let mut all = vec!["random", "maglev"];
+    all.extend(IPVS_SCHEDULERS);
+    string_enum(&all)
 }
 
 /// RFC 3339 timestamps (`metav1.Time`).

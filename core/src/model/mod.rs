@@ -14,8 +14,9 @@ pub use node::{
 pub use pool::{L2Settings, LoadBalancerPool};
 pub use service::{
     ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,
-    DEFAULT_AFFINITY_TIMEOUT, IpMode, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, LOAD_BALANCER_ANNOTATIONS,
-    LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName, ServicePort, ServicePortName,
-    ServiceType, SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy, service_watch_selector,
+    ANNOTATION_LOAD_BALANCING, DEFAULT_AFFINITY_TIMEOUT, IpMode, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME,
+    LOAD_BALANCER_ANNOTATIONS, LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName, ServicePort,
+    ServicePortName, ServiceType, SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
+    service_watch_selector,
 };
 pub use status::{L2Announcement, NodeProxyState, report_due};

@@ -30,6 +30,10 @@ pub const LOAD_BALANCER_ANNOTATIONS: [[&str; 3]; 3] = [
     [ANNOTATION_ALLOW_SHARED_IP, "metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip"],
 ];
 
+/// Annotation choosing how a Service's connections are spread over its endpoints: `random`,
+/// `maglev`, or (IPVS mode) an IPVS scheduler; see [`crate::config::LoadBalancing`].
+pub const ANNOTATION_LOAD_BALANCING: &str = "tideway.io/load-balancing";
+
 /// The label selector a service proxy's Service and EndpointSlice watches use: kube-proxy's
 /// `!service-proxy-name,!headless` for the default proxy. A named proxy also programs
 /// unlabelled Services, which no selector can say together with "or labelled with my name", so
@@ -244,6 +248,10 @@ pub struct Service {
     pub generation: i64,
     /// The allocator's view of a LoadBalancer Service.
     pub load_balancer: Option<Box<LoadBalancerRequest>>,
+    /// [`ANNOTATION_LOAD_BALANCING`], as written (the planner decides what the node's mode
+    /// can do with it, and says so when it cannot).
+    #[serde(default)]
+    pub load_balancing: Option<String>,
 }
 
 impl Service {
@@ -268,6 +276,7 @@ impl Service {
             labels: BTreeMap::new(),
             generation: 0,
             load_balancer: None,
+            load_balancing: None,
         }
     }
 

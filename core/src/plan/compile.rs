@@ -73,6 +73,8 @@ fn plan_port(
         SessionAffinity::ClientIp { timeout_seconds } => Some(timeout_seconds),
         SessionAffinity::None => None,
     };
+    let backends = cats.cluster.len().max(cats.local.len());
+    let balancing = super::balancing::choose(svc.load_balancing.as_deref(), backends, &node.settings);
     ServicePortPlan {
         name: svc.port_name(port),
         family,
@@ -91,6 +93,7 @@ fn plan_port(
         local_endpoints: cats.local,
         health_check_node_port: svc.health_check_node_port.filter(|_| external_local),
         shadowed: Vec::new(),
+        balancing,
         requested: Requested { cluster_ip: Some(cluster_ip), external_ips, load_balancer_ips, node_port },
     }
 }

@@ -8,12 +8,14 @@
 //! LB IPs, NodePort), which endpoints serve internal and external traffic, and whether traffic
 //! is rejected or dropped. Renderers only translate these decisions.
 
+mod balancing;
 mod categorize;
 mod compile;
 mod node;
 mod ruleset;
 mod tally;
 
+pub use balancing::{Balancing, BalancingChoice, choose as choose_balancing};
 pub use categorize::{Categorized, categorize_endpoints};
 pub use compile::{compile, plan_service};
 pub use node::{NodeContext, NodePortDestinations};

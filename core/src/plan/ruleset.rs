@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use super::balancing::{Balancing, BalancingChoice};
 use super::compile::plan_service;
 use super::node::{NodeContext, NodePortDestinations};
 use super::tally::Tally;
@@ -128,6 +129,9 @@ pub struct ServicePortPlan {
     pub health_check_node_port: Option<u16>,
     /// Frontends lost to another service port that claimed them first.
     pub shadowed: Vec<Frontend>,
+    /// How connections are spread over the endpoints, and why not as asked.
+    #[serde(default)]
+    pub balancing: BalancingChoice,
     pub(crate) requested: Requested,
 }
 
@@ -161,6 +165,15 @@ impl ServicePortPlan {
     /// True when LB source ranges apply (`KUBE-FW-*` in kube-proxy).
     pub fn uses_firewall(&self) -> bool {
         self.has_endpoints && !self.load_balancer_ips.is_empty() && !self.source_ranges.is_empty()
+    }
+
+    /// The Maglev table of `endpoints` (one of this plan's pools) when the plan uses Maglev:
+    /// built on demand, a pure function of the endpoints' addresses and the table size.
+    pub fn maglev_table(&self, endpoints: &[Backend]) -> Option<crate::maglev::MaglevTable> {
+        let Balancing::Maglev { table_size } = self.balancing.balancing else { return None };
+        let names: Vec<Vec<u8>> =
+            endpoints.iter().map(|b| crate::maglev::backend_name(&b.ip, b.port)).collect();
+        Some(crate::maglev::MaglevTable::build(&names, table_size))
     }
 
     /// Every endpoint this node may DNAT to (cluster set plus local set, deduplicated, sorted).
@@ -471,6 +484,10 @@ impl Ruleset {
 
     /// Frontend conflicts and other problems, for status reporting.
     pub fn warnings(&self) -> Vec<PlanWarning> {
+        let fallbacks = self.services.values().filter_map(|p| {
+            let message = p.balancing.fallback.clone()?;
+            Some(PlanWarning { service_port: p.name.clone(), message })
+        });
         self.services
             .values()
             .flat_map(|p| {
@@ -486,6 +503,7 @@ impl Ruleset {
                     }
                 })
             })
+            .chain(fallbacks)
             .collect()
     }
 }

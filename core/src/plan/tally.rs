@@ -22,6 +22,9 @@ pub struct Tally {
     pub udp: usize,
     /// Plans with a frontend another plan owns.
     pub shadowed: usize,
+    /// Plans that could not get the load-balancing algorithm they asked for.
+    #[serde(default)]
+    pub balancing_fallbacks: usize,
 }
 
 impl Tally {
@@ -34,6 +37,7 @@ impl Tally {
             external_no_local: usize::from(plan.external_target() == Target::Drop),
             udp: usize::from(plan.name.protocol == Protocol::Udp),
             shadowed: usize::from(!plan.shadowed.is_empty()),
+            balancing_fallbacks: usize::from(plan.balancing.fallback.is_some()),
         }
     }
 
@@ -55,6 +59,7 @@ impl AddAssign for Tally {
         self.external_no_local += o.external_no_local;
         self.udp += o.udp;
         self.shadowed += o.shadowed;
+        self.balancing_fallbacks += o.balancing_fallbacks;
     }
 }
 
@@ -66,5 +71,6 @@ impl SubAssign for Tally {
         self.external_no_local -= o.external_no_local;
         self.udp -= o.udp;
         self.shadowed -= o.shadowed;
+        self.balancing_fallbacks -= o.balancing_fallbacks;
     }
 }

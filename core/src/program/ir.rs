@@ -88,6 +88,17 @@ pub enum Field {
     DstPort,
     /// `numgen random mod N`: a random slot in `0..N`.
     Random(u32),
+    /// `jhash ip saddr . th sport mod N seed S`: the flow's Maglev bucket in `0..N`, the same
+    /// on every node ([`crate::maglev::flow_bucket`]); the source address alone when
+    /// `address_only` (ClientIP affinity).
+    Jhash {
+        /// Buckets.
+        modulus: u32,
+        /// Seed.
+        seed: u32,
+        /// Hash the source address only.
+        address_only: bool,
+    },
 }
 
 /// A value in a set element key.

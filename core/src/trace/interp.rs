@@ -24,6 +24,7 @@ struct State {
     dst: IpAddr,
     proto: Protocol,
     dport: u16,
+    sport: Option<u16>,
     mark: u32,
     dnat: bool,
     masq: bool,
@@ -69,6 +70,7 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
         dst: packet.dst,
         proto: packet.protocol,
         dport: packet.dport,
+        sport: packet.sport,
         mark: 0,
         dnat: false,
         masq: false,
@@ -329,16 +331,47 @@ impl<'a> Interp<'a> {
                             }
                         }
                     }
+                    Action::DnatMap { map, key } if self.hash_unknown(key, &st) => {
+                        // Every endpoint of the table is possible: one path each, not one per bucket.
+                        for (kv, ip, port, buckets) in self.hashed_endpoints(map, key, &st) {
+                            let mut st = st.clone();
+                            let size = key.iter().find_map(|f| match f {
+                                Field::Jhash { modulus, .. } => Some(*modulus),
+                                _ => None,
+                            });
+                            let note = format!(
+                                "{buckets} of {} buckets (element {} ...) -> {}; source port unknown",
+                                size.unwrap_or(0),
+                                show(&kv),
+                                crate::net::join_host_port(&ip, port)
+                            );
+                            self.step(c, rule, &mut st, Some(note));
+                            st.dst = ip;
+                            st.dport = port;
+                            st.dnat = true;
+                            next.push((st, Some(Flow::Accept), true));
+                        }
+                        if next.is_empty() {
+                            next.push((st, None, logged));
+                        }
+                    }
                     Action::DnatMap { map, key } => {
                         for kv in self.keys(key, &st) {
                             let mut st = st.clone();
                             match self.lookup(map, &kv) {
                                 Some(ElemData::AddrPort(ip, port)) => {
-                                    let note = format!(
-                                        "slot {} -> {}",
-                                        show(&kv),
-                                        crate::net::join_host_port(ip, *port)
-                                    );
+                                    let note = match hash_note(key, &st) {
+                                        Some(h) => format!(
+                                            "{h}: element {} -> table entry {}",
+                                            show(&kv),
+                                            crate::net::join_host_port(ip, *port)
+                                        ),
+                                        None => format!(
+                                            "slot {} -> {}",
+                                            show(&kv),
+                                            crate::net::join_host_port(ip, *port)
+                                        ),
+                                    };
                                     self.step(c, rule, &mut st, Some(note));
                                     st.dst = *ip;
                                     st.dport = *port;
@@ -441,7 +474,12 @@ impl<'a> Interp<'a> {
         let mut keys: Vec<Vec<Value>> = vec![Vec::new()];
         for f in fields {
             match f {
-                Field::Random(n) => {
+                Field::Jhash { modulus, address_only, .. } if *address_only || st.sport.is_some() => {
+                    let b =
+                        crate::maglev::flow_bucket(&st.src, st.sport.unwrap_or(0), *address_only, *modulus);
+                    keys.iter_mut().for_each(|k| k.push(Value::Int(b)));
+                }
+                Field::Random(n) | Field::Jhash { modulus: n, .. } => {
                     keys = keys
                         .into_iter()
                         .flat_map(|k| {
@@ -459,13 +497,46 @@ impl<'a> Interp<'a> {
                         Field::DstIp => Value::Ip(st.dst),
                         Field::Proto => Value::Proto(st.proto),
                         Field::DstPort => Value::Port(st.dport),
-                        Field::Random(_) => unreachable!(),
+                        Field::Random(_) | Field::Jhash { .. } => unreachable!(),
                     };
                     keys.iter_mut().for_each(|k| k.push(v));
                 }
             }
         }
         keys
+    }
+
+    /// A key hashes the source port, which the packet does not give.
+    fn hash_unknown(&self, fields: &[Field], st: &State) -> bool {
+        st.sport.is_none() && fields.iter().any(|f| matches!(f, Field::Jhash { address_only: false, .. }))
+    }
+
+    /// The endpoints a hashed lookup can reach when the bucket is unknown: one walk of the
+    /// map (not one lookup per bucket), each endpoint with its first element and bucket count.
+    fn hashed_endpoints(
+        &self,
+        map: &str,
+        fields: &[Field],
+        st: &State,
+    ) -> Vec<(Vec<Value>, IpAddr, u16, usize)> {
+        let zero = State { sport: Some(0), ..st.clone() };
+        let Some(probe) = self.keys(fields, &zero).pop() else { return Vec::new() };
+        let hashed: Vec<bool> = fields.iter().map(|f| matches!(f, Field::Jhash { .. })).collect();
+        let mut found: Vec<(Vec<Value>, IpAddr, u16, usize)> = Vec::new();
+        for e in self.elements(map) {
+            let Some(ElemData::AddrPort(ip, port)) = &e.data else { continue };
+            let same = e.key.len() == probe.len()
+                && e.key.iter().zip(&probe).zip(&hashed).all(|((a, b), h)| *h || key_matches(&[*a], &[*b]));
+            if !same {
+                continue;
+            }
+            match found.iter_mut().find(|f| (f.1, f.2) == (*ip, *port)) {
+                Some(f) => f.3 += 1,
+                None => found.push((e.key.to_vec(), *ip, *port, 1)),
+            }
+        }
+        found.sort_by_key(|f| (f.1, f.2));
+        found
     }
 
     fn elements(&self, set: &str) -> &[&'a Element] {
@@ -479,6 +550,20 @@ impl<'a> Interp<'a> {
     fn lookup(&self, set: &str, key: &[Value]) -> Option<&'a ElemData> {
         self.elements(set).iter().find(|e| key_matches(&e.key, key)).and_then(|e| e.data.as_ref())
     }
+}
+
+/// How a hashed key was computed, for the trace: the hash, its input and the bucket.
+fn hash_note(fields: &[Field], st: &State) -> Option<String> {
+    fields.iter().find_map(|f| match f {
+        Field::Jhash { modulus, seed, address_only } => {
+            let sport = st.sport.unwrap_or(0);
+            let input = if *address_only { st.src.to_string() } else { format!("{} . {sport}", st.src) };
+            let hash = crate::maglev::jhash(&crate::maglev::flow_key(&st.src, sport, *address_only), *seed);
+            let bucket = crate::maglev::reciprocal_scale(hash, *modulus);
+            Some(format!("jhash({input}, seed 0x{seed:x}) = 0x{hash:08x}, bucket {bucket} of {modulus}"))
+        }
+        _ => None,
+    })
 }
 
 fn key_matches(elem: &[Value], pkt: &[Value]) -> bool {

@@ -60,6 +60,10 @@ pub struct Packet {
     pub protocol: Protocol,
     /// Destination port.
     pub dport: u16,
+    /// Source port, when known: a Maglev Service's endpoint is then exactly the one the
+    /// kernel's hash picks; unknown, every endpoint the table holds is a possible path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sport: Option<u16>,
     /// Where it comes from.
     pub origin: Origin,
 }

@@ -14,8 +14,12 @@ pub fn render_trace(t: &Trace) -> String {
         Origin::Node => "the node",
         Origin::External => "outside the node",
     };
+    let src = match p.sport {
+        Some(port) => join_host_port(&p.src, port),
+        None => p.src.to_string(),
+    };
     let mut out =
-        format!("packet {} -> {}/{} from {origin}\n", p.src, join_host_port(&p.dst, p.dport), p.protocol);
+        format!("packet {src} -> {}/{} from {origin}\n", join_host_port(&p.dst, p.dport), p.protocol);
     let common = t
         .paths
         .first()
@@ -74,6 +78,7 @@ mod tests {
             dst: ip("10.96.0.10"),
             protocol: Protocol::Tcp,
             dport: 80,
+            sport: None,
             origin: Origin::Pod,
         };
         let paths = vec![

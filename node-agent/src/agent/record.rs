@@ -52,7 +52,7 @@ impl Agent {
             let label = PolicyLabel { traffic_policy: policy.into() };
             self.metrics.no_local_endpoints.get_or_create(&label).set(i64::try_from(n).unwrap_or(i64::MAX));
         }
-        let warnings: Vec<String> = if tally.shadowed == 0 {
+        let warnings: Vec<String> = if tally.shadowed == 0 && tally.balancing_fallbacks == 0 {
             Vec::new()
         } else {
             planned.ruleset.warnings().iter().map(|w| format!("{}: {}", w.service_port, w.message)).collect()

@@ -50,7 +50,7 @@ fn set_dirs(out: &mut String, key: &[Field]) {
         let dir = match f {
             Field::SrcIp => "src",
             Field::DstIp | Field::DstPort => "dst",
-            Field::Proto | Field::Random(_) => continue,
+            Field::Proto | Field::Random(_) | Field::Jhash { .. } => continue,
         };
         if !first {
             out.push(',');

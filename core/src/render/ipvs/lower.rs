@@ -425,6 +425,12 @@ fn real_servers(eps: &[Backend]) -> Vec<RealServer> {
 
 /// Lowers one service port: virtual servers and ipset entries.
 pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -> Fragment {
+    // A Service's own scheduler (its load-balancing annotation) wins over the node's.
+    let scheduler = match plan.balancing.balancing {
+        crate::plan::Balancing::Scheduler(own) => own,
+        crate::plan::Balancing::Maglev { .. } => Scheduler::Mh,
+        crate::plan::Balancing::Random => scheduler,
+    };
     let s = Sets { family: np.family };
     let mut frag = Fragment::default();
     let mut add = |set: &str, e: Element| frag.elements.push((s.r(set), e));

@@ -6,6 +6,8 @@
 //! behaviour chains (cluster-ip, cluster-ip-local, external, external-local, nodeport, nodeport-local):
 //!     masquerade decision, then  key vmap @<set>-lb        -> goto <set>-lb-N (one chain per N)
 //! <set>-lb-N:  dnat to key . numgen random mod N map @<set>-endpoints
+//! <set>-maglev-M: dnat to key . jhash ip saddr . th sport mod M seed S map @<set>-endpoints
+//!               (a Maglev Service's M table buckets share the slot map; see crate::maglev)
 //! filter hooks: firewall-check (source ranges, pre-DNAT), service-endpoints-check and
 //!               nodeport-endpoints-check (reject/drop via @no-endpoint-* maps)
 //! nat-postrouting -> masquerading: hairpin (ct dnat, saddr.daddr @hairpin), mark 0x4000
@@ -353,6 +355,25 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
             return;
         }
         let prefix = if nodeport { format!("nodeport-{pool}") } else { pool.to_string() };
+        let maglev = if aff.is_none() { out.plan.maglev_table(eps) } else { None };
+        if let Some(table) = maglev {
+            // The table's buckets in the pool's slot map: an endpoint change rewrites only the
+            // buckets Maglev moves.
+            let chain = format!("{prefix}-maglev-{}", table.size());
+            if !out.frag.shared_chains.iter().any(|c| *c.name == *chain) {
+                out.frag.shared_chains.push(maglev_chain(&chain, &prefix, table.size(), nodeport));
+            }
+            out.elem(&format!("{prefix}-lb"), key.clone(), verdict(goto(&chain)));
+            let map = set_ref(&format!("{prefix}-endpoints"));
+            for (bucket, ep) in table.entries().iter().enumerate() {
+                let ep = &eps[*ep as usize];
+                let mut k = key.clone();
+                k.push(Value::Int(bucket as u32));
+                let e = Element { key: k, data: Some(ElemData::AddrPort(ep.ip, ep.port)) };
+                out.frag.elements.push((map.clone(), e));
+            }
+            return;
+        }
         let target = match aff {
             Some(chain) => chain.clone(),
             None => {
@@ -452,6 +473,18 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
 fn count_chain(chain: &str, prefix: &str, n: usize, nodeport: bool) -> Chain {
     let mut key: Vec<Field> = if nodeport { NODEPORT.to_vec() } else { FRONTEND.to_vec() };
     key.push(Field::Random(n as u32));
+    Chain::new(
+        TABLE,
+        chain,
+        vec![Rule::new(vec![], Action::DnatMap { map: format!("{prefix}-endpoints").into(), key })],
+    )
+}
+
+/// `<prefix>-maglev-M`: the endpoint in the bucket the flow's hash picks from an M-bucket
+/// Maglev table of the frontend being dispatched.
+fn maglev_chain(chain: &str, prefix: &str, size: u32, nodeport: bool) -> Chain {
+    let mut key: Vec<Field> = if nodeport { NODEPORT.to_vec() } else { FRONTEND.to_vec() };
+    key.push(Field::Jhash { modulus: size, seed: crate::maglev::FLOW_SEED, address_only: false });
     Chain::new(
         TABLE,
         chain,

@@ -37,6 +37,17 @@ fn write_field(out: &mut String, f: IpFamily, x: &Field) {
             out.push_str("numgen random mod ");
             fmt::push_u32(out, *n);
         }
+        Field::Jhash { modulus, seed, address_only } => {
+            out.push_str("jhash ");
+            out.push_str(fam);
+            out.push_str(" saddr");
+            if !address_only {
+                out.push_str(" . th sport");
+            }
+            out.push_str(" mod ");
+            fmt::push_u32(out, *modulus);
+            let _ = write!(out, " seed 0x{seed:x}");
+        }
     }
 }
 

@@ -237,9 +237,37 @@ fn load_key(b: &mut Batch, family: IpFamily, fields: &[Field], ranges: bool) {
             }
             Field::DstPort => payload(b, r, BASE_TRANSPORT, 2, 2),
             Field::Random(n) => numgen(b, r, *n),
+            Field::Jhash { modulus, seed, address_only } => {
+                jhash(b, family, r, *modulus, *seed, *address_only)
+            }
         }
         word += field_words(family, f);
     }
+}
+
+/// Where a hash's inputs are loaded: past any key (7 words at most), as `nft` places them.
+const HASH_INPUT_WORD: usize = 8;
+const HASH_JENKINS: u32 = 0;
+
+/// `jhash <family> saddr [. th sport] mod N seed S` into `dreg`: the inputs are laid out in
+/// consecutive registers (the port zero-padded to a word by the payload load), as
+/// [`tideway_core::maglev::flow_key`] assumes.
+fn jhash(b: &mut Batch, family: IpFamily, dreg: u32, modulus: u32, seed: u32, address_only: bool) {
+    let (off, len) = addr_offset(family, true);
+    payload(b, reg(HASH_INPUT_WORD), BASE_NETWORK, off, len);
+    let mut bytes = len;
+    if !address_only {
+        payload(b, reg(HASH_INPUT_WORD + field_words(family, &Field::SrcIp)), BASE_TRANSPORT, 0, 2);
+        bytes += 4;
+    }
+    expr(b, "hash", |b| {
+        b.be32(1, reg(HASH_INPUT_WORD));
+        b.be32(2, dreg);
+        b.be32(3, bytes);
+        b.be32(4, modulus);
+        b.be32(5, seed);
+        b.be32(7, HASH_JENKINS);
+    });
 }
 
 fn numgen(b: &mut Batch, dreg: u32, modulus: u32) {
