@@ -90,6 +90,15 @@ async fn a_dead_agent_moves_the_address_while_its_node_stays_ready() {
     assert!(died.elapsed() < Duration::from_secs(2), "moved in {:?}", died.elapsed());
     let ann = api.get("L2Announcement", Some("demo"), "web").unwrap();
     assert_eq!(ann["spec"]["eligibleNodes"], json!([second]));
+    eventually("the Event saying why", || {
+        let events = api.list("Event");
+        events
+            .iter()
+            .find(|e| e["reason"] == "AnnouncerChanged" && e["related"]["name"] == json!(second))
+            .filter(|e| e["note"].as_str().is_some_and(|m| m.contains("agent is down")))
+            .map(|_| ())
+    })
+    .await;
     let nodes_after: Vec<Value> = ["node-a", "node-b"].map(|n| api.get("Node", None, n).unwrap()).to_vec();
     assert_eq!(nodes_before, nodes_after, "the Nodes never changed");
 

@@ -220,8 +220,9 @@ pub(crate) fn announcement(
             Some(n) => format!("node {n} announces {}: {change}", join(ips)),
             None => format!("no node announces {}: {change}", join(ips)),
         };
-        let event = match decision.announcer {
-            Some(_) => Event::normal(object, "AnnouncerChanged", msg),
+        let event = match &decision.announcer {
+            Some(n) => Event::normal(object, "AnnouncerChanged", msg)
+                .related(Some(ObjectRef::cluster_scoped("Node", n))),
             None => Event::warning(object, "NoAnnouncer", msg),
         };
         out.push(Action::Event(event));

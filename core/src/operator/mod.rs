@@ -48,7 +48,7 @@ impl ObjectRef {
         ObjectRef { kind: "Service", namespace: Some(name.namespace.clone()), name: name.name.clone() }
     }
 
-    fn cluster_scoped(kind: &'static str, name: &str) -> Self {
+    pub(crate) fn cluster_scoped(kind: &'static str, name: &str) -> Self {
         ObjectRef { kind, namespace: None, name: name.to_string() }
     }
 }
@@ -64,15 +64,23 @@ pub struct Event {
     pub reason: &'static str,
     /// For people.
     pub message: String,
+    /// A second object the Event involves (the node that now announces). Recorders fold
+    /// repeats of one reason on one object into a series that keeps the first message; the
+    /// related object keeps a move to another node its own Event, with its own reason.
+    pub related: Option<ObjectRef>,
 }
 
 impl Event {
     fn normal(object: ObjectRef, reason: &'static str, message: String) -> Self {
-        Event { object, warning: false, reason, message }
+        Event { object, warning: false, reason, message, related: None }
     }
 
     fn warning(object: ObjectRef, reason: &'static str, message: String) -> Self {
-        Event { object, warning: true, reason, message }
+        Event { object, warning: true, reason, message, related: None }
+    }
+
+    fn related(self, related: Option<ObjectRef>) -> Self {
+        Event { related, ..self }
     }
 }
 

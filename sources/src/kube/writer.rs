@@ -156,12 +156,21 @@ impl KubeWriter {
             namespace: e.object.namespace.clone(),
             ..Default::default()
         };
+        // The related object (the node that now announces) keeps a move to another node from
+        // being folded into the series of an earlier Event, whose note would hide the new one.
+        let secondary = e.related.as_ref().map(|r| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some(r.kind.into()),
+            name: Some(r.name.clone()),
+            namespace: r.namespace.clone(),
+            ..Default::default()
+        });
         let event = KubeEvent {
             type_: if e.warning { EventType::Warning } else { EventType::Normal },
             reason: e.reason.into(),
             note: Some(e.message.chars().take(1024).collect()),
             action: "Reconcile".into(),
-            secondary: None,
+            secondary,
         };
         self.recorder.publish(&event, &reference).await.map_err(WriteError::from)
     }
