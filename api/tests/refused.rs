@@ -2,6 +2,9 @@
 //! field, and never panics it.
 
 use serde_json::Value;
+use support::{cel_check, schema_of};
+
+mod support;
 use tideway_api::crd::{LoadBalancerPool, ProxyConfig, load_balancer_pool, proxy_config};
 
 /// One refused object: its name, the field it names, what in the schema refuses it, the object.
@@ -93,56 +96,6 @@ fn accepted_objects_convert() {
     for object in accepted() {
         assert_eq!(conversion_error(&object), None, "{}", object["metadata"]["name"]);
     }
-}
-
-/// The generated `openAPIV3Schema` of `kind`.
-fn schema_of(kind: &str) -> Value {
-    let crd = tideway_api::crd::all().into_iter().find(|c| c.spec.names.kind == kind).expect("a CRD");
-    serde_json::to_value(&crd.spec.versions[0].schema.as_ref().expect("schema").open_api_v3_schema)
-        .expect("json")
-}
-
-/// Functions the rules may call: CEL's standard ones (the API server has more, an
-/// implementation of the standard alone need not).
-const STANDARD_FUNCTIONS: &[&str] =
-    &["has", "size", "contains", "startsWith", "endsWith", "matches", "duration", "exists", "all"];
-
-/// Every `x-kubernetes-validations` rule of `schema` that `object` breaks, evaluated with the
-/// `cel-interpreter` crate: `self` is the value at the rule's place, as the API server binds it.
-fn cel_failures(schema: &Value, object: &Value, at: &str, out: &mut Vec<String>) {
-    for rule in schema["x-kubernetes-validations"].as_array().into_iter().flatten() {
-        let text = rule["rule"].as_str().expect("rule text");
-        let program = cel_interpreter::Program::compile(text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
-        for f in program.references().functions() {
-            // Operators are named by their shape (`_&&_`, `!_`, `@in`).
-            let operator = f.contains('_') || f.starts_with('@');
-            assert!(operator || STANDARD_FUNCTIONS.contains(&f), "{text}: calls {f}");
-        }
-        let mut context = cel_interpreter::Context::default();
-        context.add_variable("self", object).expect("binds self");
-        match program.execute(&context) {
-            Ok(cel_interpreter::Value::Bool(true)) => {}
-            other => out.push(format!("{at}: {} ({other:?})", rule["message"].as_str().unwrap_or_default())),
-        }
-    }
-    if let (Some(props), Some(fields)) = (schema["properties"].as_object(), object.as_object()) {
-        for (name, sub) in props {
-            if let Some(v) = fields.get(name).filter(|v| !v.is_null()) {
-                cel_failures(sub, v, &format!("{at}.{name}"), out);
-            }
-        }
-    }
-    if let (Some(items), Some(list)) = (schema.get("items"), object.as_array()) {
-        for (i, v) in list.iter().enumerate() {
-            cel_failures(items, v, &format!("{at}[{i}]"), out);
-        }
-    }
-}
-
-fn cel_check(object: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    cel_failures(&schema_of(object["kind"].as_str().expect("kind")), object, "", &mut out);
-    out
 }
 
 #[test]
