@@ -1,0 +1,144 @@
+//! Maglev on a real kernel: 200 connections from fixed source ports to a Maglev Service land
+//! exactly on the endpoint `tideway trace --src IP:PORT` predicts, before and after an endpoint
+//! is removed, and of the flows whose endpoint survived no more move than Maglev's bound.
+//! Needs root.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+use tideway_tests::netns::{Cluster, Netns, eventually};
+
+const HASHED: &str = "10.96.0.19:80";
+const CLIENT: &str = "192.168.0.100";
+const FLOWS: u16 = 200;
+const FIRST_PORT: u16 = 41_000;
+
+/// The Maglev Service, with the given endpoints (pod IP, node).
+fn hashed(endpoints: &[(&str, &str)]) -> String {
+    let mut y = "---\napiVersion: v1\nkind: Service\nmetadata: {name: hashed, namespace: demo, annotations: {tideway.io/load-balancing: maglev}}\nspec: {clusterIP: 10.96.0.19, ports: [{name: p, port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: hashed-1, namespace: demo, labels: {kubernetes.io/service-name: hashed}}\naddressType: IPv4\nports: [{name: p, port: 8080, protocol: TCP}]\nendpoints:\n".to_string();
+    for (ip, node) in endpoints {
+        y.push_str(&format!("- {{addresses: [{ip}], nodeName: {node}, conditions: {{ready: true}}}}\n"));
+    }
+    y
+}
+
+const PODS: [(&str, &str, &str); 4] = [
+    ("10.244.1.11", "node-a", "a1"),
+    ("10.244.1.12", "node-a", "a2"),
+    ("10.244.2.11", "node-b", "b1"),
+    ("10.244.2.12", "node-b", "b2"),
+];
+
+fn pod_name(endpoint: &str) -> String {
+    let ip = endpoint.trim_end_matches(":8080");
+    PODS.iter().find(|p| p.0 == ip).map(|p| p.2.to_string()).unwrap_or_else(|| endpoint.to_string())
+}
+
+/// What `tideway trace` says each flow's endpoint is (pod name), from the manifest the agent
+/// reads.
+fn predicted(c: &Cluster) -> BTreeMap<u16, String> {
+    let bin = env!("CARGO_BIN_EXE_tideway");
+    let file = c.path("cluster.yaml");
+    (FIRST_PORT..FIRST_PORT + FLOWS)
+        .map(|port| {
+            let out = Command::new(bin)
+                .args(["trace", "-f", &file.display().to_string(), "--node", "node-a", "--from", "external"])
+                .args(["--src", &format!("{CLIENT}:{port}"), "--dst", HASHED])
+                .output()
+                .expect("tideway trace");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let verdict =
+                text.lines().find_map(|l| l.strip_prefix("verdict: DNAT to ")).unwrap_or_else(|| {
+                    panic!(
+                        "port {port}: no single DNAT verdict:\n{text}{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    )
+                });
+            let endpoint = verdict.split_whitespace().next().expect("endpoint");
+            assert!(!verdict.contains('|'), "port {port}: the tracer names one endpoint: {verdict}");
+            (port, pod_name(endpoint))
+        })
+        .collect()
+}
+
+/// One connection from the client's `port`: the name of the pod that answers. The socket is
+/// closed with a reset (linger 0) so the same port can connect again at once.
+fn connect_from(ns: &Netns, port: u16) -> Result<String, String> {
+    let dst: SocketAddr = HASHED.parse().expect("address");
+    let src: SocketAddr = format!("{CLIENT}:{port}").parse().expect("address");
+    ns.run(move || {
+        use socket2::{Domain, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).map_err(|e| e.to_string())?;
+        sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+        sock.set_linger(Some(Duration::ZERO)).map_err(|e| e.to_string())?;
+        sock.bind(&src.into()).map_err(|e| format!("bind {src}: {e}"))?;
+        sock.connect_timeout(&dst.into(), Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let mut s: std::net::TcpStream = sock.into();
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+        s.write_all(b"hi\n").map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
+        line.split_whitespace().next().map(str::to_string).ok_or_else(|| format!("answer {line:?}"))
+    })
+}
+
+fn observed(c: &Cluster) -> BTreeMap<u16, String> {
+    (FIRST_PORT..FIRST_PORT + FLOWS)
+        .map(|port| {
+            let name = connect_from(&c.client, port).unwrap_or_else(|e| panic!("port {port}: {e}"));
+            (port, name)
+        })
+        .collect()
+}
+
+fn agent_log(c: &Cluster) -> String {
+    c.log("agent-node-a.log")
+}
+
+#[test]
+fn flows_land_where_the_tracer_predicts_before_and_after_an_endpoint_leaves() {
+    tideway_tests::netns::require_root("the Maglev dataplane test");
+    let mut c = cluster("maglev-nftables");
+    std::fs::write(c.path("cluster.yaml"), manifest("nftables", &hashed(&PODS.map(|p| (p.0, p.1)))))
+        .expect("manifest");
+    start_agent(&mut c, 0, "cluster.yaml", &[]);
+    let s = wait_synced(&c.nodes[0].ns, 0).unwrap_or_else(|e| panic!("{e}\n{}", agent_log(&c)));
+
+    let want = predicted(&c);
+    let got = observed(&c);
+    assert_eq!(got, want, "every flow lands where the tracer said\n{}", agent_log(&c));
+    let reached: std::collections::BTreeSet<&String> = got.values().collect();
+    assert_eq!(reached.len(), 4, "200 flows reach every endpoint: {reached:?}");
+
+    // b2 leaves: the table is rewritten in place; flows on a1, a2, b1 mostly stay.
+    let syncs = s["syncs"].as_u64().unwrap_or(0);
+    let three: Vec<(&str, &str)> = PODS[..3].iter().map(|p| (p.0, p.1)).collect();
+    std::fs::write(c.path("cluster.yaml"), manifest("nftables", &hashed(&three))).expect("manifest");
+    eventually(patience(20.0), || match status(&c.nodes[0].ns)? {
+        s if s["syncs"].as_u64().unwrap_or(0) > syncs && s["synced"] == true => Ok(s),
+        s => Err(format!("not synced yet: {s}")),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent_log(&c)));
+    let want_after = predicted(&c);
+    let got_after = observed(&c);
+    assert_eq!(got_after, want_after, "after the change too\n{}", agent_log(&c));
+    assert!(!got_after.values().any(|n| n == "b2"), "no flow reaches the removed endpoint");
+    let survivors: Vec<u16> = got.iter().filter(|(_, n)| *n != "b2").map(|(p, _)| *p).collect();
+    let moved = survivors.iter().filter(|p| got[p] != got_after[p]).count();
+    // Maglev's bound for the buckets of surviving endpoints (1/N + 3 % of all buckets moves at
+    // most, of which the removed endpoint's own 1/N must move): 3 % of flows, plus sampling
+    // slack for 200 flows.
+    let bound = (f64::from(FLOWS) * 0.03).ceil() as usize + 3;
+    assert!(
+        moved <= bound,
+        "{moved} of {} flows on surviving endpoints moved (bound {bound})",
+        survivors.len()
+    );
+    eprintln!("flows on surviving endpoints that moved: {moved} of {}", survivors.len());
+}
