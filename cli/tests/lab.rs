@@ -502,43 +502,68 @@ fn node_row(lab: &TestLab, node: &str) -> Value {
     lab.status()["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).cloned().unwrap()
 }
 
-#[test]
-fn a_killed_agent_stays_down_with_its_node_ready_and_a_node_down_turns_not_ready_after_the_grace() {
-    let lab = TestLab::up_with("faults", DEMO, &["--mode", "nftables", "--node-monitor-grace-period", "2s"]);
-    let lb = lab.lb_ip("svc1");
-    lab.curl("mypc", &lb).expect("served");
+/// Kills `fault` on the node announcing `lb` and waits for `mypc`'s neighbour entry to point
+/// at another node that serves it; the new announcer and how long it took.
+fn fail_over(lab: &TestLab, lb: &str, fault: &[&str], within: Duration) -> (String, Duration) {
+    lab.curl("mypc", lb).expect("served before the fault");
     let old = lab.announcer("svc1").unwrap();
-    // The agent killed: kubelet still runs, so the Node stays Ready, and nothing restarts the
-    // agent until asked.
-    ok(tideway(&["lab", "kill", "agent", &old, "--name", &lab.name]), "lab kill agent");
-    std::thread::sleep(patience(3.0));
-    let row = node_row(&lab, &old);
-    assert_eq!((row["ready"].clone(), row["agent"].clone()), (true.into(), "killed".into()), "{row}");
+    let old_mac = lab.mac_of(&old);
+    assert!(lab.neighbour("mypc", lb).contains(&old_mac));
+    let mut args = vec!["lab"];
+    args.extend(fault.iter().map(|a| if *a == "NODE" { old.as_str() } else { a }));
+    args.extend(["--name", &lab.name]);
+    let started = Instant::now();
+    ok(tideway(&args), "the fault");
+    let moved = eventually(patience(10.0), || {
+        let n = lab.neighbour("mypc", lb);
+        if !n.contains(&old_mac) && n.contains("lladdr") { Ok(n) } else { Err(n) }
+    })
+    .unwrap_or_else(|e| panic!("the address did not move: {e}\n{}", lab.diagnose()));
+    let took = started.elapsed();
+    assert!(took < within, "the address moved after {took:?}");
+    let new = lab.announcer("svc1").unwrap();
+    assert_ne!(new, old);
+    assert!(moved.contains(&lab.mac_of(&new)), "{moved}");
+    lab.curl("mypc", lb).expect("served through the new announcer");
+    assert_eq!(node_row(lab, &old)["ready"], true, "the Node is still Ready: the agents' gossip moved it");
+    (old, took)
+}
+
+#[test]
+fn the_address_moves_when_the_announcing_agent_dies_or_its_node_drops_off_while_the_node_stays_ready() {
+    let lab = TestLab::up("failover", DEMO, Some("nftables"));
+    let lb = lab.lb_ip("svc1");
+    // The agent killed: kubelet still runs, so the Node stays Ready; the gossip tells the
+    // operator within 2 s, and nothing restarts the agent until asked.
+    let (old, _) = fail_over(&lab, &lb, &["kill", "agent", "NODE"], patience(2.0));
+    assert_eq!(node_row(&lab, &old)["agent"], "killed");
     ok(tideway(&["lab", "start", "agent", &old, "--name", &lab.name]), "lab start agent");
     eventually(patience(10.0), || {
         let row = node_row(&lab, &old);
         if row["agent"] == "running" && row["synced"] == true { Ok(()) } else { Err(row.to_string()) }
     })
     .expect("the agent runs again");
-    // The node's link down: Ready until the grace period ran out, then the address moves.
-    let old_mac = lab.mac_of(&old);
-    lab.curl("mypc", &lb).expect("served before the node goes down");
-    ok(tideway(&["lab", "node", &old, "down", "--name", &lab.name]), "lab node down");
-    let row = node_row(&lab, &old);
-    assert_eq!((row["ready"].clone(), row["network"].clone()), (true.into(), "down".into()), "{row}");
-    let moved = eventually(patience(10.0), || {
-        let n = lab.neighbour("mypc", &lb);
-        lab.curl("mypc", &lb)?;
-        if !n.contains(&old_mac) && n.contains("lladdr") { Ok(n) } else { Err(n) }
-    })
-    .unwrap_or_else(|e| panic!("the address moved: {e}\n{}", lab.diagnose()));
-    assert_eq!(node_row(&lab, &old)["ready"], false);
-    let new = lab.announcer("svc1").unwrap();
-    assert_ne!(new, old);
-    assert!(moved.contains(&lab.mac_of(&new)), "{moved}");
+    // The whole node off the network (Ready for the 50 s grace period): within 3 s.
+    let (old, _) = fail_over(&lab, &lb, &["node", "NODE", "down"], patience(3.0));
+    assert_eq!(node_row(&lab, &old)["network"], "down");
     ok(tideway(&["lab", "node", &old, "up", "--name", &lab.name]), "lab node up");
+    lab.curl("mypc", &lb).expect("served");
+}
+
+#[test]
+fn a_node_cut_off_turns_not_ready_after_the_grace_period() {
+    let lab = TestLab::up_with("grace", DEMO, &["--mode", "nftables", "--node-monitor-grace-period", "2s"]);
+    let node = "myk8s-worker3";
+    ok(tideway(&["lab", "node", node, "down", "--name", &lab.name]), "lab node down");
+    assert_eq!(node_row(&lab, node)["ready"], true, "Ready until the grace period ran out");
     eventually(patience(5.0), || {
-        let row = node_row(&lab, &old);
+        let row = node_row(&lab, node);
+        if row["ready"] == false { Ok(()) } else { Err(row.to_string()) }
+    })
+    .expect("NotReady after the grace period");
+    ok(tideway(&["lab", "node", node, "up", "--name", &lab.name]), "lab node up");
+    eventually(patience(5.0), || {
+        let row = node_row(&lab, node);
         if row["ready"] == true && row["network"] == "up" { Ok(()) } else { Err(row.to_string()) }
     })
     .expect("the node is back");

@@ -38,6 +38,7 @@ pub mod drain;
 pub mod drift;
 pub mod ipam;
 pub mod l2;
+pub mod liveness;
 pub mod maglev;
 pub mod model;
 pub mod net;

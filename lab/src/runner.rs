@@ -229,7 +229,7 @@ impl Lab {
         std::fs::create_dir_all(self.dir.path().join("started"))?;
         if netns::namespaces(&self.names.lan()).is_empty() {
             netns::run(&topology::lan_up(&self.names, &self.plan))?;
-            netns::run(&topology::operator_up(&self.names))?;
+            netns::run(&topology::operator_up(&self.names, &self.plan))?;
         }
         let new = self.world.clone();
         self.remove_replaced(old, &new);
@@ -412,6 +412,7 @@ impl Lab {
             }
         }
         // The operator runs in a namespace of its own too, so `lab down` finds it after a crash.
+        let advertise = self.plan.operator_ip.to_string();
         let args = [
             "operator",
             "--source",
@@ -420,6 +421,8 @@ impl Lab {
             "127.0.0.1:8080",
             "--api-token-file",
             &token,
+            "--gossip-advertise-address",
+            &advertise,
         ];
         wanted.insert("operator".into(), self.exec_in(&self.names.operator(), &args));
         wanted

@@ -70,7 +70,8 @@ impl Names {
         format!("{}p-{ns}-{pod}", self.prefix())
     }
 
-    /// The operator's namespace (loopback only: it reads and writes the lab's files).
+    /// The operator's namespace (it reads and writes the lab's files, and gossips with the
+    /// agents on the node network).
     pub fn operator(&self) -> String {
         format!("{}operator", self.prefix())
     }
@@ -97,10 +98,10 @@ pub fn lan_up(n: &Names, plan: &Plan) -> Vec<Cmd> {
     ]
 }
 
-/// The operator's namespace: loopback only.
-pub fn operator_up(n: &Names) -> Vec<Cmd> {
-    let ns = n.operator();
-    vec![cmd(&format!("ip netns add {ns}")), cmd(&format!("ip -n {ns} link set lo up"))]
+/// The operator's namespace, on the node network as a pod would be (the agents' liveness
+/// gossip reaches it there).
+pub fn operator_up(n: &Names, plan: &Plan) -> Vec<Cmd> {
+    attach(n, plan, &n.operator(), &ifname('o', "operator"), plan.operator_ip)
 }
 
 /// A machine on the node network: its namespace, a veth into the bridge, its address and a

@@ -72,6 +72,42 @@ pub struct AgentArgs {
     /// How often the source file is checked for changes.
     #[arg(long, value_parser = parse_duration, default_value = "500ms")]
     pub file_poll_interval: Duration,
+    /// The agents' liveness gossip (SWIM, UDP) listens here; others reach it at this node's
+    /// address and port. The operator learns from it within about 2 s that an agent died.
+    #[arg(long, default_value = "0.0.0.0:7946")]
+    pub gossip_bind_address: SocketAddr,
+    /// Do not join the liveness gossip (addresses then move on Node Ready alone).
+    #[arg(long)]
+    pub no_gossip: bool,
+}
+
+/// Joins the liveness gossip at this node's address once the source lists this node; a port
+/// in use is logged and the agent goes on without (addresses then move on Node Ready alone).
+async fn join_gossip(
+    cluster: SharedCluster,
+    node: String,
+    bind: SocketAddr,
+) -> Option<tokio::sync::watch::Receiver<tideway_sources::gossip::Members>> {
+    use tideway_core::net::IpFamily;
+    cluster.wait_synced().await;
+    let ip = loop {
+        let ip = cluster
+            .lock()
+            .node(&node)
+            .and_then(|n| n.primary_ip(IpFamily::V4).or_else(|| n.primary_ip(IpFamily::V6)));
+        match ip {
+            Some(ip) => break ip,
+            None => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    };
+    let role = tideway_sources::gossip::Role::Agent;
+    match tideway_sources::gossip::start(bind, ip, &node, role, cluster).await {
+        Ok(members) => Some(members),
+        Err(e) => {
+            tracing::error!(%bind, error = %e, "cannot join the liveness gossip; addresses move on Node Ready alone");
+            None
+        }
+    }
 }
 
 /// How long a stop may take: whatever the agent is doing (a long kernel write, a child
@@ -149,6 +185,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             min_sync_period: args.min_sync_period,
             full_sync_period: args.full_sync_period,
         };
+        if !args.no_gossip {
+            tokio::spawn(join_gossip(cluster.clone(), args.node.clone(), args.gossip_bind_address));
+        }
         let agent = Agent::new(opts, cluster, status, metrics, health).answering(answering);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;

@@ -73,6 +73,13 @@ pub struct OperatorArgs {
     /// need none on loopback).
     #[arg(long)]
     pub api_anonymous_reads: bool,
+    /// Where the agents' liveness gossip (SWIM, UDP) is received.
+    #[arg(long, default_value = "0.0.0.0:7946")]
+    pub gossip_bind_address: SocketAddr,
+    /// The address the agents reach this replica at (its pod IP). Without it the operator
+    /// does not join the gossip and moves addresses on Node Ready alone.
+    #[arg(long, env = "POD_IP")]
+    pub gossip_advertise_address: Option<std::net::IpAddr>,
 }
 
 fn identity(args: &OperatorArgs) -> String {
@@ -149,6 +156,16 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             resync_period: args.resync_period,
             ..LoopOptions::default()
         };
+        if let Some(advertise) = args.gossip_advertise_address {
+            let me = identity(args);
+            let role = tideway_sources::gossip::Role::Operator;
+            match tideway_sources::gossip::start(args.gossip_bind_address, advertise, &me, role, cluster.clone()).await {
+                Ok(members) => {
+                    tokio::spawn(tideway_sources::gossip::feed_liveness(cluster.clone(), members));
+                }
+                Err(e) => tracing::error!(bind = %args.gossip_bind_address, error = %e, "cannot join the agents' gossip; addresses move on Node Ready alone"),
+            }
+        }
         let looping = crate::reconcile::run(cluster, writer, leader_rx, opts, metrics, status, stopped());
         let reconcile = tokio::spawn(looping);
         tideway_sources::shutdown_signal().await;

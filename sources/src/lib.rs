@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod file;
+pub mod gossip;
 pub mod kube;
 pub mod lab;
 pub mod metrics;

@@ -22,6 +22,9 @@ pub struct Plan {
     pub dns_ip: Ipv4Addr,
     /// NodePorts.
     pub node_ports: RangeInclusive<u16>,
+    /// The operator's address on the node network (as a pod's would be, reached by the
+    /// agents' liveness gossip).
+    pub operator_ip: Ipv4Addr,
 }
 
 impl Default for Plan {
@@ -33,6 +36,7 @@ impl Default for Plan {
             service_net: (Ipv4Addr::new(10, 200, 1, 0), 24),
             dns_ip: Ipv4Addr::new(10, 200, 1, 10),
             node_ports: 30000..=32767,
+            operator_ip: Ipv4Addr::new(172, 18, 0, 250),
         }
     }
 }

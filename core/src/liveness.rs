@@ -1,0 +1,126 @@
+//! Agent liveness and self-fencing, apart from the protocol that carries them (SWIM gossip at
+//! the edges): the timing budget of failure detection, what a member list says of each node's
+//! agent, and when an agent must stop answering for its addresses.
+//!
+//! ```text
+//!  agents + operator gossip (SWIM: probe, indirect probe, suspicion, dissemination)
+//!    operator: members -> liveness_of -> ClusterState::set_agent_liveness -> announcers
+//!    agent:    members + API reachable -> Fencing -> answer ARP/NDP or stay silent
+//! ```
+
+use std::time::Duration;
+
+use crate::model::AgentLiveness;
+
+/// The failure detector's timings (SWIM with suspicion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GossipTimings {
+    /// Each member probes one other member this often.
+    pub probe_period: Duration,
+    /// How long a direct probe waits for its answer before asking others to probe.
+    pub probe_rtt: Duration,
+    /// How long a suspected member has to refute the suspicion before it is declared down.
+    pub suspicion: Duration,
+    /// Members send what they learnt to a few others this often (besides piggybacking it on
+    /// probes).
+    pub gossip_interval: Duration,
+}
+
+/// Tuned for an address that moves within 2 s of its agent's death: a probe in every period
+/// reaches a random member, so some member probes the dead one within about one period; the
+/// probe fails after one more; suspicion then runs its course and the news spreads with the
+/// next gossip. A member that stalls for less than the suspicion (a loaded 2-core machine:
+/// well under 100 ms) refutes it and nothing moves.
+pub const TIMINGS: GossipTimings = GossipTimings {
+    probe_period: Duration::from_millis(200),
+    probe_rtt: Duration::from_millis(100),
+    suspicion: Duration::from_millis(800),
+    gossip_interval: Duration::from_millis(100),
+};
+
+/// What the decision and the write path after detection may take (the operator decides, writes
+/// the L2Announcement, the new announcer reads it and sends gratuitous ARP).
+pub const AFTER_DETECTION: Duration = Duration::from_millis(500);
+
+impl GossipTimings {
+    /// The longest a dead member goes unnoticed by the member that learns last: probed within
+    /// one period (plus scheduling), the probe failing after one more, the suspicion, and the
+    /// news spreading.
+    pub fn worst_detection(&self) -> Duration {
+        self.probe_period * 2 + self.suspicion + self.gossip_interval * 2
+    }
+}
+
+/// A node's agent as a member list sees it: `active` if a member of that node is up (alive
+/// or suspected), `down` if one was declared down. An agent never heard of is `Unknown` (it
+/// counts as alive: a cluster whose gossip is not yet formed or not deployed keeps working on
+/// Node Ready alone).
+pub fn liveness_of(active: bool, down: bool) -> AgentLiveness {
+    match (active, down) {
+        (true, _) => AgentLiveness::Alive,
+        (false, true) => AgentLiveness::Dead,
+        (false, false) => AgentLiveness::Unknown,
+    }
+}
+
+/// Whether an agent answers for its addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// It answers.
+    Answering,
+    /// It reaches neither a strict majority of the nodes nor the API server: another node may
+    /// have been given its addresses, so it stays silent until it is back.
+    Fenced,
+}
+
+/// The self-fencing rule: an agent that reaches a strict majority of the `nodes` (itself
+/// included, `reached` counts it) or the API server keeps answering; one that reaches neither
+/// is fenced. An API outage alone fences nobody, and neither does a dead peer in a two-node
+/// cluster (the survivor reaches the API).
+pub fn fencing(reached: usize, nodes: usize, api_reachable: bool) -> Fencing {
+    if api_reachable || reached * 2 > nodes { Fencing::Answering } else { Fencing::Fenced }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_and_the_write_path_fit_in_two_seconds() {
+        let worst = TIMINGS.worst_detection() + AFTER_DETECTION;
+        assert!(worst <= Duration::from_secs(2), "{worst:?}");
+        assert!(TIMINGS.probe_rtt < TIMINGS.probe_period);
+        assert!(TIMINGS.suspicion >= TIMINGS.probe_period * 4, "room to refute a false suspicion");
+    }
+
+    #[test]
+    fn a_member_list_says_alive_dead_or_nothing() {
+        use AgentLiveness::*;
+        for (active, down, want) in
+            [(true, false, Alive), (true, true, Alive), (false, true, Dead), (false, false, Unknown)]
+        {
+            assert_eq!(liveness_of(active, down), want, "active {active} down {down}");
+        }
+    }
+
+    #[test]
+    fn an_agent_fences_only_when_it_reaches_neither_a_majority_nor_the_api() {
+        use Fencing::*;
+        let table = [
+            // reached, nodes, API reachable
+            (1, 1, false, Answering), // one node: itself is the majority
+            (1, 2, true, Answering),  // two-node cluster, peer dead: the API answers
+            (1, 2, false, Fenced),    // two-node cluster, cut off from both
+            (2, 3, false, Answering), // majority side of a partition
+            (1, 3, false, Fenced),    // minority side
+            (1, 3, true, Answering),  // only the peers lost: the API decides
+            (2, 4, false, Fenced),    // half is not a strict majority
+            (3, 4, false, Answering),
+            (4, 4, false, Answering), // API outage alone
+            (0, 0, false, Fenced),    // knows no node: nothing to answer for safely
+        ];
+        for (reached, nodes, api, want) in table {
+            assert_eq!(fencing(reached, nodes, api), want, "reached {reached}/{nodes}, api {api}");
+        }
+    }
+}

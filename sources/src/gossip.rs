@@ -1,0 +1,272 @@
+//! The agents' failure detector at the edge: SWIM gossip over UDP (the `foca` crate), every
+//! agent a member at its node's address and the operator a member that announces nothing. Each
+//! member probes one other per period, so a node's detection traffic does not grow with the
+//! cluster; the timings and what the member list means are `tideway_core::liveness`'s.
+//!
+//! Members find each other through the Nodes the source lists: a member announces itself to a
+//! few Node addresses it does not know as alive each second (three at most), and the protocol
+//! spreads the rest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::{Duration, SystemTime};
+
+use foca::{AccumulatingRuntime, Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
+use serde::{Deserialize, Serialize};
+use tideway_core::liveness::GossipTimings;
+use tideway_core::net::IpFamily;
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::SharedCluster;
+
+/// The gossip port (memberlist's, as MetalLB's speakers use).
+pub const PORT: u16 = 7946;
+
+/// What a member is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// A node's agent.
+    Agent,
+    /// The operator (decides, announces nothing).
+    Operator,
+}
+
+/// A member's identity: where it listens, which node's agent it is, and a number that grows
+/// with each restart (a restarted agent wins its address back from its former self).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    addr: SocketAddr,
+    node: String,
+    role: Role,
+    bump: u64,
+}
+
+impl Member {
+    /// Member `node` (the operator: any name) in `role`, listening on `addr`.
+    pub fn new(addr: SocketAddr, node: &str, role: Role) -> Member {
+        let bump =
+            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+        Member { addr, node: node.to_string(), role, bump }
+    }
+
+    /// Someone at `addr` whose identity is learnt when it answers.
+    fn somebody_at(addr: SocketAddr) -> Member {
+        Member { addr, node: String::new(), role: Role::Agent, bump: 0 }
+    }
+}
+
+impl foca::Identity for Member {
+    type Addr = SocketAddr;
+
+    fn renew(&self) -> Option<Self> {
+        Some(Member { bump: self.bump.wrapping_add(1), ..self.clone() })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.bump > adversary.bump
+    }
+}
+
+/// What the member list says of the agents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    /// Nodes with an agent up (alive or suspected), this member's own included.
+    pub active: BTreeSet<String>,
+    /// Nodes whose agent was declared down and not seen since.
+    pub down: BTreeSet<String>,
+}
+
+fn config(t: &GossipTimings, nodes: usize) -> Config {
+    let size = NonZeroU32::new(u32::try_from(nodes.max(1)).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN);
+    let mut c = Config::new_lan(size);
+    c.probe_period = t.probe_period;
+    c.probe_rtt = t.probe_rtt;
+    c.suspect_to_down_after = t.suspicion;
+    c.periodic_gossip = Some(PeriodicParams {
+        frequency: t.gossip_interval,
+        num_members: std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
+    });
+    c
+}
+
+/// One member of the gossip.
+pub struct Gossip {
+    foca: Foca<Member, PostcardCodec, rand::rngs::StdRng, foca::NoCustomBroadcast>,
+    runtime: AccumulatingRuntime<Member>,
+    timers: BTreeMap<(Instant, u64), Timer<Member>>,
+    seq: u64,
+    members: Members,
+    rotation: usize,
+}
+
+impl Gossip {
+    /// `me`, with `timings`, for a cluster of about `nodes`.
+    pub fn new(me: Member, timings: &GossipTimings, nodes: usize) -> Gossip {
+        let rng: rand::rngs::StdRng = rand::make_rng();
+        let mut members = Members::default();
+        if me.role == Role::Agent {
+            members.active.insert(me.node.clone());
+        }
+        Gossip {
+            foca: Foca::new(me, config(timings, nodes), rng, PostcardCodec),
+            runtime: AccumulatingRuntime::new(),
+            timers: BTreeMap::new(),
+            seq: 0,
+            members,
+            rotation: 0,
+        }
+    }
+
+    /// Sends what the protocol asked for, schedules its timers, folds in its news.
+    async fn drain(&mut self, socket: &UdpSocket) {
+        while let Some((to, data)) = self.runtime.to_send() {
+            if let Err(e) = socket.send_to(&data, to.addr).await {
+                tracing::debug!(to = %to.addr, error = %e, "gossip not sent");
+            }
+        }
+        let now = Instant::now();
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.seq += 1;
+            self.timers.insert((now + after, self.seq), timer);
+        }
+        while let Some(n) = self.runtime.to_notify() {
+            match n {
+                OwnedNotification::MemberUp(m) if m.role == Role::Agent => {
+                    tracing::info!(node = %m.node, addr = %m.addr, "agent up");
+                }
+                OwnedNotification::MemberDown(m) if m.role == Role::Agent => {
+                    tracing::warn!(node = %m.node, addr = %m.addr, "agent down");
+                    self.members.down.insert(m.node.clone());
+                }
+                _ => {}
+            }
+        }
+        let me = self.foca.identity().clone();
+        let mut active: BTreeSet<String> = self
+            .foca
+            .iter_members()
+            .map(|m| m.id())
+            .filter(|m| m.role == Role::Agent)
+            .map(|m| m.node.clone())
+            .collect();
+        if me.role == Role::Agent {
+            active.insert(me.node.clone());
+        }
+        self.members.down.retain(|n| !active.contains(n));
+        self.members.active = active;
+    }
+
+    /// Announces this member to up to three Node addresses not known as alive.
+    fn join(&mut self, cluster: &SharedCluster) {
+        let known: BTreeSet<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
+        let me = self.foca.identity().addr;
+        let candidates: Vec<SocketAddr> = cluster
+            .lock()
+            .nodes()
+            .filter_map(|n| n.primary_ip(IpFamily::V4).or_else(|| n.primary_ip(IpFamily::V6)))
+            .map(|ip| SocketAddr::new(ip, me.port()))
+            .filter(|a| *a != me && !known.contains(a))
+            .collect();
+        for i in 0..candidates.len().min(3) {
+            let to = candidates[(self.rotation + i) % candidates.len()];
+            if let Err(e) = self.foca.announce(Member::somebody_at(to), &mut self.runtime) {
+                tracing::debug!(%to, error = %e, "gossip announce");
+            }
+        }
+        self.rotation = self.rotation.wrapping_add(3);
+    }
+}
+
+/// Runs member `me` on `socket` until cancelled, finding peers among `cluster`'s Nodes and
+/// publishing what it learns of the agents to `out`.
+pub async fn run(
+    me: Member,
+    socket: UdpSocket,
+    timings: GossipTimings,
+    cluster: SharedCluster,
+    out: watch::Sender<Members>,
+) {
+    let nodes = cluster.lock().nodes().count();
+    tracing::info!(member = ?me, "gossip started");
+    let mut g = Gossip::new(me, &timings, nodes);
+    let mut buf = vec![0u8; 65536];
+    let mut join = tokio::time::interval(Duration::from_secs(1));
+    join.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let next = g.timers.first_key_value().map(|((t, _), _)| *t);
+        let sleep =
+            tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => match r {
+                Ok((n, _)) => {
+                    if let Err(e) = g.foca.handle_data(&buf[..n], &mut g.runtime) {
+                        tracing::debug!(error = %e, "gossip message ignored");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "gossip receive"),
+            },
+            _ = sleep, if next.is_some() => {
+                while let Some(entry) = g.timers.first_entry() {
+                    if entry.key().0 > Instant::now() {
+                        break;
+                    }
+                    let timer = entry.remove();
+                    if let Err(e) = g.foca.handle_timer(timer, &mut g.runtime) {
+                        tracing::debug!(error = %e, "gossip timer");
+                    }
+                }
+            }
+            _ = join.tick() => g.join(&cluster),
+        }
+        g.drain(&socket).await;
+        out.send_if_modified(|m| {
+            if *m == g.members {
+                false
+            } else {
+                *m = g.members.clone();
+                true
+            }
+        });
+    }
+}
+
+/// Joins the gossip as `role` for node `node` at `advertise` (the address the others reach),
+/// listening on `bind`; what it learns goes to the returned receiver. A port that cannot be
+/// bound is an error: the caller decides whether to run without liveness.
+pub async fn start(
+    bind: SocketAddr,
+    advertise: std::net::IpAddr,
+    node: &str,
+    role: Role,
+    cluster: SharedCluster,
+) -> std::io::Result<watch::Receiver<Members>> {
+    let socket = UdpSocket::bind(bind).await?;
+    let me = Member::new(SocketAddr::new(advertise, bind.port()), node, role);
+    let (tx, rx) = watch::channel(Members::default());
+    tokio::spawn(run(me, socket, tideway_core::liveness::TIMINGS, cluster, tx));
+    Ok(rx)
+}
+
+/// The operator's side: every change of the member list becomes each Node's agent liveness in
+/// `cluster` (which wakes the announcer choice).
+pub async fn feed_liveness(cluster: SharedCluster, mut members: watch::Receiver<Members>) {
+    while members.changed().await.is_ok() {
+        let m = members.borrow_and_update().clone();
+        cluster.update(|s| {
+            let nodes: Vec<String> = s.nodes().map(|n| n.name.clone()).collect();
+            for n in nodes {
+                let l = tideway_core::liveness::liveness_of(m.active.contains(&n), m.down.contains(&n));
+                if s.set_agent_liveness(&n, l) {
+                    tracing::info!(node = %n, liveness = ?l, "agent liveness");
+                }
+            }
+        });
+    }
+}
