@@ -383,10 +383,12 @@ fn what_the_generated_schema_admits_converts() {
         let Ok(failures) = catch_unwind(AssertUnwindSafe(|| support::admission_failures(&input))) else {
             continue;
         };
-        // The one gap: a range whose first address is after its last (standard CEL cannot
-        // compare addresses); the pool is refused on conversion and named in its status.
-        let reversed = matches!(&converted, Err(e) if e.message.contains("starts after it ends"));
-        if failures.is_empty() && !reversed {
+        // The gaps no schema keyword or standard CEL function closes, left to the conversion: a
+        // pool range whose first address is after its last (no address comparison), and a
+        // Maglev table size in range but not a prime.
+        let gap = matches!(&converted, Err(e) if e.message.contains("starts after it ends")
+            || e.message.contains("is not a prime"));
+        if failures.is_empty() && !gap {
             admitted += 1;
             assert!(converted.is_ok(), "admitted but refused by the conversion: {input}: {converted:?}");
         } else {
