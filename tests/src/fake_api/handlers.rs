@@ -10,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::{Inner, Recorded, gone, object_key};
+use super::writes::Write;
+use super::{Inner, Recorded, gone};
 
-fn status(code: u16, reason: &str, message: &str) -> Response {
+pub(super) fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code});
     (StatusCode::from_u16(code).expect("status"), axum::Json(body)).into_response()
@@ -131,7 +132,6 @@ fn respond(
     {
         return (StatusCode::CREATED, axum::Json(answer)).into_response();
     }
-    let merge = content_type.as_deref() == Some("application/merge-patch+json");
     let Some((collection, namespace, name, sub)) = route(uri.path()) else {
         return status(404, "NotFound", "no such path");
     };
@@ -159,23 +159,22 @@ fn respond(
                 None => status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1)),
             }
         }
-        (Method::PATCH, Some(name)) if merge => merge_patch(guard, &collection, namespace, name, parsed),
-        (Method::PATCH, Some(name)) => apply(guard, &collection, namespace, name, sub, parsed),
-        (Method::POST, None) => create(guard, &collection, namespace, parsed),
-        (Method::PUT, Some(name)) => replace(guard, &collection, namespace, name, parsed),
-        (Method::DELETE, Some(name)) => {
-            let key = (namespace.unwrap_or_default(), name);
-            let res = guard.resources.get_mut(&collection).expect("resource");
-            match res.objects.remove(&key) {
-                Some(obj) => {
-                    let rv =
-                        obj["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
-                    res.emit(rv + 1, json!({"type": "DELETED", "object": obj.clone()}));
-                    axum::Json(obj).into_response()
+        (Method::PATCH, Some(name)) => {
+            let w = Write { collection, namespace, name, sub, query };
+            match content_type.as_deref() {
+                Some("application/apply-patch+yaml") => w.apply(guard, parsed),
+                // A strategic merge patch of Tideway's objects merges as a JSON merge patch does.
+                Some("application/merge-patch+json" | "application/strategic-merge-patch+json") => {
+                    w.merge_patch(guard, parsed)
                 }
-                None => status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1)),
+                _ => status(415, "UnsupportedMediaType", "not a patch type the test API server speaks"),
             }
         }
+        (Method::POST, None) => {
+            Write { collection, namespace, name: String::new(), sub, query }.create(guard, parsed)
+        }
+        (Method::PUT, Some(name)) => Write { collection, namespace, name, sub, query }.replace(guard, parsed),
+        (Method::DELETE, Some(name)) => Write { collection, namespace, name, sub, query }.delete(guard),
         _ => status(405, "MethodNotAllowed", "not supported by the fake API"),
     }
 }
@@ -265,126 +264,6 @@ fn watch(
             }
         });
     ([("content-type", "application/json")], Body::from_stream(stream)).into_response()
-}
-
-/// POST: creates the object (409 when it exists).
-fn create(inner: &mut Inner, collection: &str, namespace: Option<String>, mut obj: Value) -> Response {
-    inner.rv += 1;
-    let rv = inner.rv;
-    let res = inner.resources.get_mut(collection).expect("resource");
-    if let Some(ns) = &namespace {
-        obj["metadata"]["namespace"] = json!(ns);
-    }
-    let key = object_key(&obj);
-    if res.objects.contains_key(&key) {
-        return status(409, "AlreadyExists", &format!("{} {:?} already exists", res.kind, key.1));
-    }
-    obj["kind"] = json!(res.kind);
-    obj["apiVersion"] = json!(res.api_version);
-    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-    obj["metadata"]["uid"] = json!(format!("uid-{}-{}", key.0, key.1));
-    res.objects.insert(key, obj.clone());
-    res.emit(rv, json!({"type": "ADDED", "object": obj.clone()}));
-    (StatusCode::CREATED, axum::Json(obj)).into_response()
-}
-
-/// PUT: replaces the object if the request carries its current resourceVersion (else 409).
-fn replace(
-    inner: &mut Inner,
-    collection: &str,
-    namespace: Option<String>,
-    name: String,
-    mut obj: Value,
-) -> Response {
-    inner.rv += 1;
-    let rv = inner.rv;
-    let res = inner.resources.get_mut(collection).expect("resource");
-    let key = (namespace.unwrap_or_default(), name);
-    let Some(current) = res.objects.get(&key) else {
-        return status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1));
-    };
-    if obj["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
-        let msg = format!(
-            "Operation cannot be fulfilled on {} {:?}: the object has been modified",
-            res.kind, key.1
-        );
-        return status(409, "Conflict", &msg);
-    }
-    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-    obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
-    res.objects.insert(key, obj.clone());
-    res.emit(rv, json!({"type": "MODIFIED", "object": obj.clone()}));
-    axum::Json(obj).into_response()
-}
-
-/// Server-side apply, simplified: the patch's metadata labels/ownerReferences and spec replace
-/// the stored ones (or its status, on the status subresource); the object is created if absent.
-fn apply(
-    inner: &mut Inner,
-    collection: &str,
-    namespace: Option<String>,
-    name: String,
-    sub: Option<String>,
-    patch: Value,
-) -> Response {
-    inner.rv += 1;
-    let rv = inner.rv;
-    let res = inner.resources.get_mut(collection).expect("resource");
-    let key = (namespace.clone().unwrap_or_default(), name.clone());
-    let existed = res.objects.contains_key(&key);
-    if sub.as_deref() == Some("status") && !existed {
-        return status(404, "NotFound", &format!("{} {name:?} not found", res.kind));
-    }
-    let mut obj = res.objects.get(&key).cloned().unwrap_or_else(|| {
-        json!({"kind": res.kind, "apiVersion": res.api_version,
-            "metadata": {"name": name, "uid": format!("uid-{}-{name}", key.0), "generation": 1}})
-    });
-    if let Some(ns) = &namespace {
-        obj["metadata"]["namespace"] = json!(ns);
-    }
-    if sub.as_deref() == Some("status") {
-        obj["status"] = patch["status"].clone();
-    } else {
-        for field in ["labels", "annotations", "ownerReferences"] {
-            if !patch["metadata"][field].is_null() {
-                obj["metadata"][field] = patch["metadata"][field].clone();
-            }
-        }
-        for (k, v) in patch.as_object().into_iter().flatten() {
-            if !matches!(k.as_str(), "metadata" | "status" | "kind" | "apiVersion") {
-                obj[k] = v.clone();
-            }
-        }
-    }
-    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-    res.objects.insert(key, obj.clone());
-    res.emit(rv, json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": obj.clone()}));
-    axum::Json(obj).into_response()
-}
-
-/// A JSON merge patch of an existing object; a changed spec bumps `metadata.generation`.
-fn merge_patch(
-    inner: &mut Inner,
-    collection: &str,
-    namespace: Option<String>,
-    name: String,
-    patch: Value,
-) -> Response {
-    inner.rv += 1;
-    let rv = inner.rv;
-    let res = inner.resources.get_mut(collection).expect("resource");
-    let key = (namespace.unwrap_or_default(), name);
-    let Some(current) = res.objects.get(&key) else {
-        return status(404, "NotFound", &format!("{} {:?} not found", res.kind, key.1));
-    };
-    let mut obj = tideway_api::merge_patch::merge_patch(current, &patch);
-    if obj["spec"] != current["spec"] {
-        obj["metadata"]["generation"] = json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
-    }
-    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-    res.objects.insert(key, obj.clone());
-    res.emit(rv, json!({"type": "MODIFIED", "object": obj.clone()}));
-    axum::Json(obj).into_response()
 }
 
 #[cfg(test)]

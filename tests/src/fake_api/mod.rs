@@ -15,9 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+mod apply;
 mod background;
 mod handlers;
 mod reviews;
+mod writes;
 
 pub use background::BackgroundApi;
 use handlers::handle;
@@ -50,6 +52,8 @@ struct Resource {
     /// Every event with its resource version, for watches resuming from one.
     log: Vec<(u64, Value)>,
     events: broadcast::Sender<(u64, Value)>,
+    /// Field ownership per object.
+    owners: BTreeMap<(String, String), apply::Owners>,
     forbidden: bool,
     gone_next_watch: bool,
 }
@@ -88,6 +92,9 @@ pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1"),
 ];
 
+/// Field manager of the changes a test makes with [`FakeApi::upsert`] and [`FakeApi::preload`].
+pub const TEST_MANAGER: &str = "test";
+
 /// The collection path of `kind`.
 pub fn path_of(kind: &str) -> &'static str {
     RESOURCES
@@ -111,6 +118,7 @@ impl FakeApi {
                         objects: BTreeMap::new(),
                         log: Vec::new(),
                         events: broadcast::channel(1 << 16).0,
+                        owners: BTreeMap::new(),
                         forbidden: false,
                         gone_next_watch: false,
                     },
@@ -164,6 +172,7 @@ impl FakeApi {
         let res = inner.resources.get_mut(path_of(&kind)).expect("resource");
         let key = res.stamp(&mut obj, rv);
         let kind = if res.objects.contains_key(&key) { "MODIFIED" } else { "ADDED" };
+        res.track(&key, &mut obj);
         res.objects.insert(key, obj.clone());
         res.emit(rv, json!({"type": kind, "object": obj}));
     }
@@ -177,6 +186,7 @@ impl FakeApi {
             let kind = obj["kind"].as_str().expect("kind").to_string();
             let res = inner.resources.get_mut(path_of(&kind)).expect("resource");
             let key = res.stamp(&mut obj, rv);
+            res.track(&key, &mut obj);
             res.objects.insert(key, obj);
         }
     }
@@ -187,7 +197,9 @@ impl FakeApi {
         inner.rv += 1;
         let rv = inner.rv;
         let res = inner.resources.get_mut(path_of(kind)).expect("resource");
-        if let Some(mut obj) = res.objects.remove(&(namespace.unwrap_or("").to_string(), name.to_string())) {
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        res.owners.remove(&key);
+        if let Some(mut obj) = res.objects.remove(&key) {
             obj["metadata"]["resourceVersion"] = json!(rv.to_string());
             res.emit(rv, json!({"type": "DELETED", "object": obj}));
         }
@@ -198,7 +210,9 @@ impl FakeApi {
         let mut inner = self.lock();
         inner.rv += 1;
         let res = inner.resources.get_mut(path_of(kind)).expect("resource");
-        res.objects.remove(&(namespace.unwrap_or("").to_string(), name.to_string()));
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        res.owners.remove(&key);
+        res.objects.remove(&key);
     }
 
     /// The stored object, if any.
@@ -289,6 +303,32 @@ impl Resource {
             obj["metadata"]["uid"] = json!(format!("uid-{}-{}", key.0, key.1));
         }
         key
+    }
+
+    /// Records a change the test made (field manager `test`) in `obj`'s managed fields.
+    fn track(&mut self, key: &(String, String), obj: &mut Value) {
+        let owners = self.owners.entry(key.clone()).or_default();
+        let old = self.objects.get(key);
+        owners.update(old, obj, TEST_MANAGER, "");
+        owners.update(old, obj, TEST_MANAGER, "status");
+        obj["metadata"]["managedFields"] = owners.managed_fields(&self.api_version);
+    }
+
+    /// Stores `obj` at `rv` with its `owners`, and tells the watches; returns it.
+    fn store(
+        &mut self,
+        key: (String, String),
+        mut obj: Value,
+        owners: apply::Owners,
+        rv: u64,
+        event: &str,
+    ) -> Value {
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        obj["metadata"]["managedFields"] = owners.managed_fields(&self.api_version);
+        self.owners.insert(key.clone(), owners);
+        self.objects.insert(key, obj.clone());
+        self.emit(rv, json!({"type": event, "object": obj.clone()}));
+        obj
     }
 
     fn emit(&mut self, rv: u64, event: Value) {
