@@ -202,6 +202,14 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
     let last = api.requests_to("/api/v1/services").last().cloned().unwrap();
     assert_eq!(last.query.get("labelSelector").map(String::as_str), Some("!service.kubernetes.io/headless"));
     task.abort();
+    // An agent lists from the watch cache, never with a quorum read.
+    let lists: Vec<_> =
+        api.requests().into_iter().filter(|r| r.method == "GET" && !r.query.contains_key("watch")).collect();
+    assert!(!lists.is_empty());
+    assert!(
+        lists.iter().all(|r| r.query.get("resourceVersion").map(String::as_str) == Some("0")),
+        "{lists:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

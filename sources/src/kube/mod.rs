@@ -176,8 +176,15 @@ impl KubeSource {
         tasks: &mut JoinSet<()>,
         cluster: &SharedCluster,
         barrier: &SyncBarrier,
-        spec: WatchSpec,
+        mut spec: WatchSpec,
     ) {
+        // Agents and DNS servers, one per node, list from the API server's watch cache
+        // (`resourceVersion=0`) instead of quorum reads past it; a slightly old list is caught up
+        // by the watch that follows. The operator, which decides addresses from what it lists,
+        // reads the latest.
+        if !matches!(self.role, Role::Operator) {
+            spec.config = spec.config.any_semantic();
+        }
         let api: Api<K> = Api::all(self.client.clone());
         tasks.spawn(watch_kind(api, spec, cluster.clone(), barrier.clone(), self.metrics.clone()));
     }
@@ -295,7 +302,12 @@ async fn watch_kind<K: Kind>(
     let label = SourceMetrics::kind(&kind);
     let mut adapter = KindAdapter::<K>::for_reader(cluster, spec.reader);
     let mut errors = ErrorLog::default();
-    let mut stream = watcher(api, spec.config.page_size(LIST_PAGE_SIZE)).default_backoff().boxed();
+    // A list from the watch cache comes whole (the server ignores a limit; kube sends none).
+    let config = match spec.config.list_semantic {
+        watcher::ListSemantic::Any => watcher::Config { page_size: None, ..spec.config },
+        watcher::ListSemantic::MostRecent => spec.config.page_size(LIST_PAGE_SIZE),
+    };
+    let mut stream = watcher(api, config).default_backoff().boxed();
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {

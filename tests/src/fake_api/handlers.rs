@@ -193,7 +193,10 @@ fn list(
         .map(|(_, o)| o)
         .filter(|o| selected(q, o))
         .collect();
-    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
+    // From the watch cache (`resourceVersion=0`) a list comes whole, whatever the limit.
+    let cached = q.get("resourceVersion").is_some_and(|v| v == "0");
+    let limit: usize =
+        q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0 && !cached).unwrap_or(usize::MAX);
     let start: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
     let page: Vec<&Value> = items.iter().skip(start).take(limit).copied().collect();
     let next = (start + page.len() < items.len()).then(|| (start + page.len()).to_string());
