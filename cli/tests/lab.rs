@@ -569,31 +569,65 @@ fn a_node_cut_off_turns_not_ready_after_the_grace_period() {
     .expect("the node is back");
 }
 
+/// Whether node `node`'s agent says it is fenced (its REST API, forwarded to the host: the
+/// forward enters the node's namespace, which a partition does not cut).
+fn fenced(lab: &TestLab, node: &str) -> Result<bool, String> {
+    let s = lab.status();
+    let addr = s["apis"][format!("agent/{node}")].as_str().ok_or("no agent API")?.to_string();
+    let token = s["apiToken"].as_str().unwrap_or_default().to_string();
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "1", "-H", &format!("authorization: Bearer {token}")])
+        .arg(format!("http://{addr}/api/v1/status"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    v["fenced"].as_bool().ok_or_else(|| v.to_string())
+}
+
 #[test]
-fn a_partitioned_node_still_reaches_outside_hosts_and_the_api_can_go_down() {
+fn a_partitioned_node_still_reaches_outside_hosts_fences_itself_and_the_api_can_go_down() {
     let lab = TestLab::up("partition", DEMO, Some("nftables"));
-    let node = "myk8s-worker2";
+    let lb = lab.lb_ip("svc1");
+    lab.curl("mypc", &lb).expect("served");
+    let node = lab.announcer("svc1").unwrap();
+    let other = ["myk8s-worker3", "myk8s-worker2"].into_iter().find(|n| *n != node).unwrap();
     // Any HTTP answer from the agent's health port is a connection made.
     let ping = |from: &str, to: &str| {
         lab.exec(from, &["curl", "-s", "--max-time", "1", &format!("http://{to}:10256/healthz")])
             .status
             .success()
     };
-    let ip = node_row(&lab, node)["ip"].as_str().unwrap().to_string();
-    let other = node_row(&lab, "myk8s-worker3")["ip"].as_str().unwrap().to_string();
-    assert!(ping("mypc", &ip) && ping(node, &other), "the node network works");
-    ok(tideway(&["lab", "partition", node, "--name", &lab.name]), "lab partition");
-    assert_eq!(node_row(&lab, node)["network"], "partitioned");
+    let ip = node_row(&lab, &node)["ip"].as_str().unwrap().to_string();
+    let other_ip = node_row(&lab, other)["ip"].as_str().unwrap().to_string();
+    assert!(ping("mypc", &ip) && ping(&node, &other_ip), "the node network works");
+    assert_eq!(fenced(&lab, &node), Ok(false));
+    ok(tideway(&["lab", "partition", &node, "--name", &lab.name]), "lab partition");
+    assert_eq!(node_row(&lab, &node)["network"], "partitioned");
     assert!(ping("mypc", &ip), "an outside host still reaches the partitioned node");
-    assert!(!ping(node, &other) && !ping("myk8s-worker3", &ip), "the other nodes do not");
-    ok(tideway(&["lab", "heal", node, "--name", &lab.name]), "lab heal");
-    assert!(ping(node, &other), "healed");
+    assert!(!ping(&node, &other_ip) && !ping(other, &ip), "the other nodes do not");
+    // Cut off from the majority and the API server, the agent stops answering for its
+    // addresses; the others move them.
+    eventually(patience(5.0), || if fenced(&lab, &node)? { Ok(()) } else { Err("not fenced".into()) })
+        .expect("the partitioned agent fences itself");
+    eventually(patience(5.0), || {
+        let a = lab.announcer("svc1").ok_or("no announcer")?;
+        if a != node { lab.curl("mypc", &lb) } else { Err(a) }
+    })
+    .expect("the address moved and is served");
+    ok(tideway(&["lab", "heal", &node, "--name", &lab.name]), "lab heal");
+    assert!(ping(&node, &other_ip), "healed");
+    eventually(patience(5.0), || if fenced(&lab, &node)? { Err("still fenced".into()) } else { Ok(()) })
+        .expect("the fence lifts");
+    // The API down alone fences nobody.
     ok(tideway(&["lab", "api", "down", "--name", &lab.name]), "lab api down");
     assert_eq!(lab.status()["api"], "down");
     assert!(
         ok(tideway(&["lab", "status", "--name", &lab.name]), "lab status").contains("API server: down"),
         "lab status says so"
     );
+    std::thread::sleep(patience(1.0));
+    assert_eq!(fenced(&lab, &node), Ok(false));
+    lab.curl("mypc", &lb).expect("served during the API outage");
     ok(tideway(&["lab", "api", "up", "--name", &lab.name]), "lab api up");
     assert_eq!(lab.status()["api"], "up");
 }

@@ -185,10 +185,17 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             min_sync_period: args.min_sync_period,
             full_sync_period: args.full_sync_period,
         };
+        let fence = Arc::new(std::sync::atomic::AtomicBool::new(false));
         if !args.no_gossip {
-            tokio::spawn(join_gossip(cluster.clone(), args.node.clone(), args.gossip_bind_address));
+            let (cluster, node, bind, fence) =
+                (cluster.clone(), args.node.clone(), args.gossip_bind_address, fence.clone());
+            tokio::spawn(async move {
+                if let Some(members) = join_gossip(cluster.clone(), node, bind).await {
+                    crate::fencing::watch(cluster, members, fence).await;
+                }
+            });
         }
-        let agent = Agent::new(opts, cluster, status, metrics, health).answering(answering);
+        let agent = Agent::new(opts, cluster, status, metrics, health).answering(answering).fenced_by(fence);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
         tracing::info!("agent stopped; rules stay programmed");

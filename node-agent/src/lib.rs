@@ -24,6 +24,7 @@ pub mod conntrack;
 pub mod conntrack_netlink;
 pub mod dataplane;
 pub mod exec;
+pub mod fencing;
 pub mod health;
 pub mod http;
 pub mod metrics;

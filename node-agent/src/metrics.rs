@@ -56,6 +56,8 @@ pub struct Metrics {
     pub endpoint_changes: Counter,
     /// Unix time a relevant change was last queued for a sync.
     pub last_queued: Gauge<f64, AtomicU64>,
+    /// 1 while the agent is fenced (answers for none of its addresses).
+    pub fenced: Gauge,
     /// From an EndpointSlice change (its trigger-time annotation) to the sync that programmed it.
     pub network_programming: Histogram,
     /// Service changes not programmed yet.
@@ -94,6 +96,7 @@ impl Metrics {
             service_changes: Counter::default(),
             endpoint_changes: Counter::default(),
             last_queued: Gauge::default(),
+            fenced: Gauge::default(),
             network_programming: Histogram::new(programming_buckets()),
             service_changes_pending: Gauge::default(),
             endpoint_changes_pending: Gauge::default(),
@@ -170,6 +173,11 @@ impl Metrics {
             "kubeproxy_sync_proxy_rules_endpoint_changes",
             "EndpointSlices added, changed or removed",
             m.endpoint_changes.clone(),
+        );
+        r.register(
+            "tideway_agent_fenced",
+            "1 while this agent reaches neither a majority of the nodes nor the API server and answers for none of its addresses",
+            m.fenced.clone(),
         );
         r.register(
             "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",

@@ -100,6 +100,12 @@ impl SharedCluster {
         self.changed.notified().await;
     }
 
+    /// Wakes the consumer without a change of objects (something it reads beside them, such as
+    /// its fence, changed).
+    pub fn poke(&self) {
+        self.changed.notify_one();
+    }
+
     /// Records that the source delivered its first complete view.
     pub fn mark_synced(&self) {
         self.synced.send_replace(true);

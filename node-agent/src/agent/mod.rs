@@ -111,6 +111,10 @@ pub struct Agent {
     announcers: BTreeMap<String, Announcer>,
     queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
     unprogrammed: unprogrammed::Unprogrammed,
+    /// Set while this agent reaches neither a majority of the nodes nor the API server
+    /// (`tideway_core::liveness::fencing`): it then answers for no address.
+    fence: Arc<std::sync::atomic::AtomicBool>,
+    fenced: bool,
 }
 
 /// A cluster this large gets progress lines on its first sync.
@@ -175,6 +179,8 @@ impl Agent {
             health,
             announcers: BTreeMap::new(),
             unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
+            fence: Arc::default(),
+            fenced: false,
         }
     }
 
@@ -365,7 +371,12 @@ impl Agent {
     /// interfaces their pools list (else the node-network interface): one announcer per
     /// interface, started when first needed.
     fn announce(&mut self, node: &NodeContext) {
-        let announcements: Vec<_> = self.cluster.lock().announcements().cloned().collect();
+        self.fenced = self.fence.load(std::sync::atomic::Ordering::Relaxed);
+        let fenced = self.fenced;
+        self.set_status(|s| s.fenced = fenced);
+        self.metrics.fenced.set(i64::from(fenced));
+        let announcements: Vec<_> =
+            if fenced { Vec::new() } else { self.cluster.lock().announcements().cloned().collect() };
         if self.announcers.is_empty() && announced_by(&self.opts.node, &announcements).is_empty() {
             return;
         }
@@ -404,6 +415,17 @@ impl Agent {
                 s.announcer_error = None;
             }
         });
+    }
+
+    /// Answers for no address while `fence` is set (see [`crate::fencing`]).
+    pub fn fenced_by(mut self, fence: Arc<std::sync::atomic::AtomicBool>) -> Agent {
+        self.fence = fence;
+        self
+    }
+
+    /// True when the fence changed since the announcers last followed it.
+    pub(crate) fn fence_changed(&self) -> bool {
+        self.fence.load(std::sync::atomic::Ordering::Relaxed) != self.fenced
     }
 
     /// Says (once per distinct message) why some addresses cannot be announced.

@@ -17,7 +17,7 @@ impl Agent {
     /// dropped so they cost no sync and no `minSyncPeriod` wait.
     fn relevant_changes_pending(&self) -> bool {
         let mut state = self.cluster.lock();
-        if state.changes().affect_proxy(&self.opts.node) {
+        if state.changes().affect_proxy(&self.opts.node) || self.fence_changed() {
             drop(state);
             self.set_pending_gauges();
             self.health.queued();

@@ -67,4 +67,7 @@ pub struct AgentStatus {
     pub announcing: Vec<std::net::IpAddr>,
     /// Why the layer-2 announcer cannot run, if it cannot.
     pub announcer_error: Option<String>,
+    /// True while this agent reaches neither a strict majority of the nodes nor the API
+    /// server: it answers for none of its addresses until it is back.
+    pub fenced: bool,
 }

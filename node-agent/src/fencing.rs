@@ -1,0 +1,45 @@
+//! Self-fencing at the edge: what the liveness gossip says this agent reaches, and whether its
+//! source reaches the API server, turned into the fence the announcers follow
+//! (`tideway_core::liveness::fencing` decides).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tideway_core::liveness::{Fencing, fencing};
+use tideway_sources::SharedCluster;
+use tideway_sources::gossip::Members;
+use tokio::sync::watch;
+
+/// How often the fence is re-decided (the gossip's own news arrive no faster).
+const EVERY: Duration = Duration::from_millis(100);
+
+/// Sets `fence` while this agent reaches neither a strict majority of the cluster's nodes
+/// (itself included) nor the API server, and wakes the agent when it changes.
+pub async fn watch(cluster: SharedCluster, members: watch::Receiver<Members>, fence: Arc<AtomicBool>) {
+    let mut tick = tokio::time::interval(EVERY);
+    loop {
+        tick.tick().await;
+        let reached = members.borrow().active.len();
+        let nodes = cluster.lock().nodes().count();
+        let api = cluster.api_reachable();
+        let fenced = fencing(reached, nodes, api) == Fencing::Fenced;
+        if fence.swap(fenced, Ordering::Relaxed) != fenced {
+            if fenced {
+                tracing::warn!(
+                    reached,
+                    nodes,
+                    "fenced: neither a majority of the nodes nor the API server answers; answering for no address"
+                );
+            } else {
+                tracing::info!(
+                    reached,
+                    nodes,
+                    api,
+                    "fence lifted: answering for this node's addresses again"
+                );
+            }
+            cluster.poke();
+        }
+    }
+}
