@@ -9,7 +9,8 @@
 //! The ranges are kube-proxy's and MetalLB's: durations positive and at most 24 h
 //! (`minSyncPeriod` may be 0, as in kube-proxy, and at most `syncPeriod`; IPVS timeouts may be 0,
 //! meaning "keep the kernel's"), masquerade bit 0-31, at most one cluster CIDR per family, CIDRs
-//! and address ranges that parse, a Maglev table size that is a prime in 7-65521.
+//! and address ranges that parse, a Maglev table size that is a prime in 7-65521 (primality
+//! is the conversion's to check: no schema keyword says it).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -148,21 +149,6 @@ fn duration_rule(field: &str, positive: bool) -> serde_json::Value {
     )
 }
 
-/// `maglevTableSize`, when set, is a prime: divisible by no prime up to the square root of
-/// the largest size admitted (standard CEL: a list literal and `all`).
-fn maglev_prime_rule() -> serde_json::Value {
-    let root = f64::from(maglev::MAX_TABLE_SIZE).sqrt() as u32;
-    let primes: Vec<String> = (2..=root).filter(|p| maglev::is_prime(*p)).map(|p| p.to_string()).collect();
-    rule(
-        format!(
-            "!has(self.maglevTableSize) || [{}].all(p, self.maglevTableSize == p || self.maglevTableSize % p != 0)",
-            primes.join(", ")
-        ),
-        "maglevTableSize must be a prime",
-        ".maglevTableSize",
-    )
-}
-
 /// The ProxyConfig schema's constraints.
 pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
     let defaults = ProxySettings::default();
@@ -206,7 +192,6 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
                     &format!("minSyncPeriod (default {min_sync}) must be at most syncPeriod (default {sync})"),
                     ".minSyncPeriod",
                 ),
-                maglev_prime_rule(),
                 rule(
                     "!has(self.clusterCIDRs) || self.clusterCIDRs.size() < 2 || \
                      self.clusterCIDRs[0].contains(':') != self.clusterCIDRs[1].contains(':')"
