@@ -27,20 +27,25 @@ fn answers_over_udp_and_tcp() {
         hl.sort();
         assert_eq!(hl, ["10.244.1.5", "10.244.2.5"], "ready endpoints only ({transport})");
     }
-    // Query case is kept; the AA bit is set; SRV carries the targets' addresses.
+    // Query case is kept in owners, the targets are named as CoreDNS names them (the
+    // Service and namespace as the objects spell them); the AA bit is set; SRV carries the
+    // targets' addresses.
     let out = dig(
         at,
         &["+noall", "+answer", "+additional", "+comments", "_HTTP._tcp.Web.NS1.svc.cluster.local", "SRV"],
     );
     assert!(out.contains("flags: qr aa rd ra"), "{out}");
     assert!(
-        out.contains("_HTTP._tcp.Web.NS1.svc.cluster.local. 5 IN SRV 0 100 80 Web.NS1.svc.cluster.local."),
+        out.contains("_HTTP._tcp.Web.NS1.svc.cluster.local. 5 IN SRV 0 100 80 web.ns1.svc.cluster.local."),
         "{out}"
     );
-    assert!(out.contains("Web.NS1.svc.cluster.local. 5 IN A 10.96.0.10"), "{out}");
-    // ... and the negative answer's SOA is owned by the zone as the query spells it.
+    assert!(out.contains("web.ns1.svc.cluster.local. 5 IN A 10.96.0.10"), "{out}");
+    // ... and the negative answer's SOA names the zone as the query spells it (owner, server, mailbox).
     let out = dig(at, &["+noall", "+authority", "nope.ns1.svc.Cluster.LOCAL"]);
-    assert!(out.starts_with("Cluster.LOCAL. 5 IN SOA ns.dns.cluster.local."), "{out}");
+    assert!(
+        out.starts_with("Cluster.LOCAL. 5 IN SOA ns.dns.Cluster.LOCAL. hostmaster.Cluster.LOCAL."),
+        "{out}"
+    );
     // A Namespace without Services: NODATA; a missing one: NXDOMAIN.
     let out = dig(at, &["+noall", "+comments", "quiet.svc.cluster.local"]);
     assert!(out.contains("status: NOERROR") && out.contains("ANSWER: 0"), "{out}");
