@@ -15,19 +15,9 @@ use tideway_operator::reconcile::{LoopOptions, OperatorStatus};
 use tideway_sources::SharedCluster;
 use tideway_sources::kube::{KubeSource, KubeWriter, Role, client};
 use tideway_sources::metrics::SourceMetrics;
+use tideway_tests::eventually;
 use tideway_tests::fake_api::FakeApi;
 use tokio::sync::watch;
-
-async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 fn objects() -> Vec<Value> {
     let node = |name: &str, ip: &str| {

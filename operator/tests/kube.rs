@@ -15,6 +15,7 @@ use tideway_operator::reconcile::{LoopOptions, OperatorStatus};
 use tideway_sources::SharedCluster;
 use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role, client};
 use tideway_sources::metrics::SourceMetrics;
+use tideway_tests::eventually;
 use tideway_tests::fake_api::FakeApi;
 use tokio::sync::watch;
 
@@ -22,17 +23,6 @@ async fn kube_client(api: &FakeApi, tag: &str) -> kube::Client {
     let dir = std::env::temp_dir().join(format!("tideway-op-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     client(Some(&api.kubeconfig(&dir))).await.expect("client")
-}
-
-async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 fn cluster_objects() -> Vec<Value> {

@@ -85,3 +85,15 @@ pub fn check_golden(path: &Path, actual: &str) -> Result<(), String> {
         al.get(i).unwrap_or(&"<end of file>")
     ))
 }
+
+/// Polls `f` every 25 ms until it yields a value, failing the test after 15 s with `what`.
+pub async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
