@@ -610,7 +610,7 @@ fn a_partitioned_node_still_reaches_outside_hosts_fences_itself_and_the_api_can_
     // addresses; the others move them.
     eventually(patience(5.0), || if fenced(&lab, &node)? { Ok(()) } else { Err("not fenced".into()) })
         .expect("the partitioned agent fences itself");
-    eventually(patience(5.0), || {
+    eventually(patience(15.0), || {
         let a = lab.announcer("svc1").ok_or("no announcer")?;
         if a != node { lab.curl("mypc", &lb) } else { Err(a) }
     })
