@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps lint purity generated check-generated unit test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release
 
 demo: build
 	./scripts/demo.sh
@@ -26,7 +26,7 @@ purity:
 # Regenerate committed artifacts (CRDs, golden rulesets, rendered chart snapshots).
 generated: build
 	./target/debug/tideway crdgen --dir helm/tideway/crds
-	UPDATE_GOLDEN=1 $(CARGO) test -p tideway-tests --test golden
+	UPDATE_GOLDEN=1 $(CARGO) test -p tideway-tests --test golden --test frr
 	UPDATE_SNAPSHOTS=1 ./scripts/test-helm.sh
 
 check-generated: build
@@ -44,12 +44,19 @@ NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
 PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(announcer) \
 	or binary(nft_netlink) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/))
+RBAC_USAGE := $(CURDIR)/target/rbac-usage
 unit:
-	@rc=0; $(CARGO) nextest run --workspace --locked --no-fail-fast \
+	@rm -rf $(RBAC_USAGE); rc=0; TIDEWAY_RBAC_USAGE=$(RBAC_USAGE) $(CARGO) nextest run --workspace --locked --no-fail-fast \
 		-E 'not ($(NOT_ON_THIS_KERNEL))$(if $(filter 1,$(TIDEWAY_SKIP_PRIVILEGED)), and not ($(PRIVILEGED)),)' || rc=$$?; \
 	$(if $(filter 1,$(TIDEWAY_SKIP_PRIVILEGED)),n=$$($(CARGO) nextest list --workspace --locked --message-format oneline \
 		-E '($(PRIVILEGED)) and not ($(NOT_ON_THIS_KERNEL))' 2>/dev/null | wc -l); \
 	echo "TIDEWAY_SKIP_PRIVILEGED=1: $$n privileged tests were left out (not run)";,) exit $$rc
+
+# Least privilege: each grant of the chart's RBAC is used by a request some test made through
+# the test API server in `unit` (recorded in target/rbac-usage), or is named with its reason in
+# helm/tideway/tests/rbac-outside-tests.txt. Prints every grant, used or not.
+check-rbac:
+	$(CARGO) run -q --locked -p tideway-tests --bin rbac-usage -- $(RBAC_USAGE)
 
 # 100,000 Services render the recorded rules (the debug build in `unit` checks 10,000).
 test-scale:
@@ -81,4 +88,4 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm unit test-scale test-api test-ipvs
+test: deps lint purity check-generated test-helm unit check-rbac test-scale test-api test-ipvs

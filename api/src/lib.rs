@@ -12,7 +12,10 @@
 //! * [`http`]: the `/metrics` route and server helper every component mounts.
 //! * [`problem`], [`openapi`]: REST errors as problem details, and OpenAPI documents built
 //!   from the handlers' types.
+//! * [`bodies`]: REST request bodies beyond merge patches (a packet to trace), checked into
+//!   core types.
 //! * [`auth`]: bearer tokens for REST changes, and who checks them.
+//! * [`tls`]: HTTPS on the REST and metrics ports, the certificate re-read when renewed.
 //! * [`validation`]: the valid values of every ProxyConfig and LoadBalancerPool field, read by
 //!   the conversions, the REST PATCH check and the generated CRD schema.
 //! * [`merge_patch`]: RFC 7386 merge patches (REST changes of a ProxyConfig,
@@ -22,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod bodies;
 pub mod convert;
 pub mod crd;
 pub mod duration;
@@ -31,6 +35,7 @@ pub mod manifest;
 pub mod merge_patch;
 pub mod openapi;
 pub mod problem;
+pub mod tls;
 pub mod validation;
 
 pub use error::ConvertError;

@@ -1,5 +1,5 @@
-//! Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, Pods, Namespaces and the
-//! `tideway.io` kinds) into a [`Snapshot`]. Objects that fail to decode or convert are reported
+//! Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, Pods, Namespaces, the
+//! `tideway.io` kinds and MetalLB's `IPAddressPool` and `L2Advertisement`) into a [`Snapshot`]. Objects that fail to decode or convert are reported
 //! with file, document, object and field, and skipped; everything else is kept.
 
 use std::fmt;
@@ -208,6 +208,12 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
         }
         ("tideway.io/v1alpha1", "LoadBalancerPool") => {
             s.pools.push(converted(crd::load_balancer_pool(&decode(&kind, value)?))?)
+        }
+        ("metallb.io/v1beta1", "IPAddressPool") => {
+            s.metallb_pools.push(converted(crd::ip_address_pool(&decode(&kind, value)?))?)
+        }
+        ("metallb.io/v1beta1", "L2Advertisement") => {
+            s.l2_advertisements.push(converted(crd::l2_advertisement(&decode(&kind, value)?))?)
         }
         ("tideway.io/v1alpha1", "L2Announcement") => {
             s.announcements.push(converted(crd::l2_announcement(&decode(&kind, value)?))?)

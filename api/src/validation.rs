@@ -9,8 +9,11 @@
 //! The ranges are kube-proxy's and MetalLB's: durations positive and at most 24 h
 //! (`minSyncPeriod` may be 0, as in kube-proxy, and at most `syncPeriod`; IPVS timeouts may be 0,
 //! meaning "keep the kernel's"), masquerade bit 0-31, at most one cluster CIDR per family, CIDRs
-//! and address ranges that parse, a Maglev table size that is a prime in 7-65521 (primality
-//! is the conversion's to check: no schema keyword says it).
+//! and address ranges that parse, a Maglev table size from the list of primes
+//! [`maglev::TABLE_SIZES`] (an `enum` in the schema). One value only the conversion refuses: a
+//! pool range whose first address is after its last (no standard CEL function orders
+//! addresses); every component then keeps the pool's last valid version and logs and counts
+//! the refusal.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -166,10 +169,7 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
             path: "spec.masqueradeBit",
             keywords: json!({"minimum": 0, "maximum": MASQUERADE_BIT_MAX}),
         },
-        Constraint {
-            path: "spec.maglevTableSize",
-            keywords: json!({"minimum": maglev::MIN_TABLE_SIZE, "maximum": maglev::MAX_TABLE_SIZE}),
-        },
+        Constraint { path: "spec.maglevTableSize", keywords: json!({"enum": maglev::TABLE_SIZES}) },
         Constraint { path: "spec.clusterCIDRs", keywords: json!({"maxItems": MAX_CLUSTER_CIDRS}) },
         Constraint { path: "spec.clusterCIDRs[]", keywords: cidr },
         Constraint { path: "spec.nodePortAddresses", keywords: json!({"maxItems": MAX_NODE_PORT_ADDRESSES}) },

@@ -1,10 +1,12 @@
-//! A cluster moving from MetalLB keeps its addresses: MetalLB's own example pool (its
-//! `IPAddressPool`, moved over by changing `apiVersion` and `kind`) and Services as MetalLB users
+//! A cluster moving from MetalLB keeps its addresses: MetalLB's own example pool (its own
+//! `IPAddressPool` and `L2Advertisement` as they are, or the pool moved over by changing
+//! `apiVersion` and `kind`) and Services as MetalLB users
 //! annotate them (`metallb.universe.tf/*` and the newer `metallb.io/*`), some already holding the
 //! address MetalLB gave them, read by the manifest loader and decided by the operator's core.
 
 use std::net::IpAddr;
 
+use tideway_api::crd::{IPAddressPool, L2Advertisement, LoadBalancerPool, load_balancer_pools};
 use tideway_api::manifest::load_str;
 use tideway_core::cluster::{Changes, ClusterState};
 use tideway_core::operator::{Action, Reconciler};
@@ -25,6 +27,27 @@ spec:
   autoAssign: false
 "#;
 
+/// The same pools as MetalLB holds them: its own kinds, as its documentation writes them, and
+/// an `L2Advertisement` (MetalLB announces no pool without one).
+const METALLB_POOLS: &str = r#"
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: first-pool, namespace: metallb-system}
+spec:
+  addresses: [192.168.10.0/24, 192.168.9.1-192.168.9.5, "fc00:f853:0ccd:e799::/124"]
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: second-pool, namespace: metallb-system}
+spec:
+  addresses: [192.168.20.0/24]
+  autoAssign: false
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: example, namespace: metallb-system}
+"#;
+
 fn service(name: &str, annotations: &str, status_ip: Option<&str>) -> String {
     service_on(name, annotations, status_ip, "{port: 80}")
 }
@@ -39,9 +62,9 @@ fn service_on(name: &str, annotations: &str, status_ip: Option<&str>, port: &str
     )
 }
 
-fn cluster() -> ClusterState {
+fn cluster(pools: &str) -> ClusterState {
     let text = [
-        POOLS.to_string(),
+        pools.to_string(),
         // MetalLB's usage examples: a pinned address, in both spellings.
         service("nginx", "metallb.universe.tf/loadBalancerIPs: 192.168.10.100", None),
         service("pinned-new", "metallb.io/loadBalancerIPs: 192.168.10.101", None),
@@ -87,7 +110,22 @@ fn ingress(actions: &[Action], name: &str) -> Vec<IpAddr> {
 
 #[test]
 fn every_metallb_address_and_annotation_is_kept() {
-    let state = cluster();
+    every_address_and_annotation_is_kept_with(POOLS);
+}
+
+#[test]
+fn every_address_is_kept_with_metallbs_own_objects() {
+    every_address_and_annotation_is_kept_with(METALLB_POOLS);
+    let state = cluster(METALLB_POOLS);
+    let pools: Vec<(&str, bool)> = state.pools().map(|p| (p.name(), p.l2.enabled)).collect();
+    assert_eq!(pools, [("first-pool", true), ("second-pool", true)], "the empty advertisement covers both");
+    // MetalLB's pools have no LoadBalancerPool status to write.
+    let actions = Reconciler::new(None).reconcile(&state, &Changes::default(), &Default::default());
+    assert!(!actions.iter().any(|a| matches!(a, Action::PoolStatus { .. })), "{actions:#?}");
+}
+
+fn every_address_and_annotation_is_kept_with(pools: &str) {
+    let state = cluster(pools);
     let mut rec = Reconciler::new(None);
     let actions = rec.reconcile(&state, &Changes::default(), &Default::default());
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
@@ -131,4 +169,96 @@ fn a_bad_address_in_a_metallb_annotation_is_named_by_its_key() {
     let svc = m.snapshot.services.iter().find(|s| s.name.name == "typo").expect("the Service still converts");
     let error = svc.load_balancer.as_ref().and_then(|lb| lb.error.clone()).unwrap_or_default();
     assert!(error.contains("metadata.annotations[metallb.universe.tf/loadBalancerIPs]"), "{error}");
+}
+
+/// MetalLB's objects as `tideway migrate` reads them: every object of a YAML stream.
+fn metallb_objects(text: &str) -> (Vec<IPAddressPool>, Vec<L2Advertisement>) {
+    let (mut pools, mut ads) = (Vec::new(), Vec::new());
+    for doc in text.split("\n---\n").filter(|d| !d.trim().is_empty()) {
+        let v: serde_json::Value = serde_saphyr::from_str(doc).expect("yaml");
+        match v["kind"].as_str() {
+            Some("IPAddressPool") => pools.push(serde_json::from_value(v).expect("pool")),
+            Some("L2Advertisement") => ads.push(serde_json::from_value(v).expect("advertisement")),
+            other => panic!("{other:?}"),
+        }
+    }
+    (pools, ads)
+}
+
+fn as_yaml(pools: &[LoadBalancerPool]) -> String {
+    pools.iter().map(|p| format!("---\n{}", serde_saphyr::to_string(p).expect("yaml"))).collect()
+}
+
+/// The `LoadBalancerPool`s written for MetalLB's example objects keep every address and
+/// annotation, as MetalLB's own objects do.
+#[test]
+fn every_address_is_kept_with_the_pools_written_for_metallbs_objects() {
+    let (pools, ads) = metallb_objects(METALLB_POOLS);
+    let (written, conflicts) = load_balancer_pools(&pools, &ads).expect("converts");
+    assert!(conflicts.is_empty());
+    let text = as_yaml(&written);
+    assert!(!text.contains("metallb"), "{text}");
+    every_address_and_annotation_is_kept_with(&text);
+}
+
+/// Pools selected by name and by label, node selectors, interfaces, a pool no advertisement
+/// covers, a pool named twice: the written pools convert to exactly the pools the operator
+/// makes of MetalLB's objects.
+#[test]
+fn written_pools_convert_to_the_pools_made_of_metallbs_objects() {
+    let objects = r#"
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: gold, namespace: metallb-system, labels: {tier: gold}}
+spec:
+  addresses: [192.168.10.0/24]
+  avoidBuggyIPs: true
+  serviceAllocation: {priority: 5, namespaces: [shop], serviceSelectors: [{matchExpressions: [{key: app, operator: In, values: [web]}]}]}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: silver, namespace: metallb-system}
+spec: {addresses: [192.168.20.1-192.168.20.9], autoAssign: false}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: dark, namespace: metallb-system}
+spec: {addresses: ["fc00::/120"]}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: gold, namespace: other}
+spec: {addresses: [10.0.0.0/24]}
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: by-label, namespace: metallb-system}
+spec:
+  ipAddressPoolSelectors: [{matchLabels: {tier: gold}}]
+  nodeSelectors: [{matchLabels: {kubernetes.io/hostname: node-a}}, {matchExpressions: [{key: edge, operator: Exists}]}]
+  interfaces: [eth1]
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: by-name, namespace: metallb-system}
+spec: {ipAddressPools: [silver]}
+"#;
+    let state = ClusterState::from_snapshot(load_str("metallb.yaml", objects).snapshot);
+    let (pools, ads) = metallb_objects(objects);
+    let (written, conflicts) = load_balancer_pools(&pools, &ads).expect("converts");
+    assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+    assert_eq!((conflicts[0].name.as_str(), conflicts[0].ignored.as_str()), ("gold", "other"));
+    let mut written: Vec<_> = written
+        .iter()
+        .map(|p| tideway_api::crd::load_balancer_pool(p).expect("the written pool converts"))
+        .collect();
+    written.sort_by(|a, b| a.name().cmp(b.name()));
+    let from_metallb: Vec<_> = state.pools().cloned().collect();
+    assert_eq!(written.len(), 3);
+    assert_eq!(from_metallb.len(), 3);
+    for (w, m) in written.iter().zip(&from_metallb) {
+        assert_eq!((&w.pool, &w.l2), (&m.pool, &m.l2), "{}", m.name());
+    }
+    let dark = written.iter().find(|p| p.name() == "dark").expect("dark");
+    assert!(!dark.l2.enabled, "no advertisement covers it: not announced, as in MetalLB");
 }

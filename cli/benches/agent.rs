@@ -6,11 +6,13 @@
 //! * one endpoint change at that scale, from the cluster event to the kernel;
 //! * new TCP connections per second through a ClusterIP with 10 and with 10,000 Services;
 //! * the `tideway agent` process's memory and time to first sync with 10,000 Services x 10
-//!   endpoints read from a file, and listed by a stand-in Kubernetes API server.
+//!   endpoints read from a file, and listed by a stand-in Kubernetes API server;
+//! * nftables full sync of the same Services all random and with every tenth one Maglev: the
+//!   agent's time and the kernel memory the rules take.
 //!
 //! `cargo bench -p tideway --bench agent` (`SERVICES=N` to change the scale, `MODES=nftables`
 //! to measure one mode, e.g. at 100,000 Services where iptables takes minutes; a name after
-//! `--` runs one part: `full`, `change`, `rate`, `memory`).
+//! `--` runs one part: `full`, `change`, `rate`, `memory`, `maglev`).
 
 #![allow(clippy::print_stdout)]
 
@@ -200,6 +202,74 @@ fn full_sync(mode: ProxyMode, n: usize) {
     );
 }
 
+/// The kernel's unreclaimable slab memory (`SUnreclaim` of /proc/meminfo), in bytes: where
+/// nftables objects live. Host-wide, so read with nothing else programming rules.
+fn slab_unreclaimable() -> i64 {
+    let info = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let kib = info.lines().find_map(|l| l.strip_prefix("SUnreclaim:")).expect("SUnreclaim");
+    kib.trim().trim_end_matches("kB").trim().parse::<i64>().expect("SUnreclaim kB") * 1024
+}
+
+/// The slab once it stopped shrinking (four readings 500 ms apart within 512 KiB, at most
+/// 30 s): a deleted namespace's rules are freed after it is gone, by a kernel worker.
+fn slab_settled() -> i64 {
+    let mut last = slab_unreclaimable();
+    let mut stable = 0;
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = slab_unreclaimable();
+        stable = if (last - now).abs() < 512 * 1024 { stable + 1 } else { 0 };
+        last = now;
+        if stable == 3 {
+            break;
+        }
+    }
+    last
+}
+
+/// Full sync in nftables mode of `n` Services all random, then with every tenth one Maglev
+/// (ProxyConfig's default table size): the agent's time on an empty kernel and the kernel
+/// memory its rules take (the unreclaimable slab the namespace's deletion frees), three
+/// samples each on a fresh namespace.
+fn maglev_sync(n: usize) {
+    println!("full sync, nftables, {n} services x {ENDPOINTS} endpoints, all random against 10 % Maglev:");
+    for (label, every) in [("all random", 0), ("10 % Maglev", 10)] {
+        let mut state = cluster(n);
+        let names: Vec<_> = state.services().map(|s| s.name.clone()).step_by(every.max(1)).collect();
+        for name in names.iter().filter(|_| every > 0) {
+            let mut svc = state.service(name).expect("service").clone();
+            svc.load_balancing = Some("maglev".into());
+            state.apply_service(svc);
+        }
+        state.take_changes();
+        let program = render::lower(ProxyMode::Nftables, &compile(&state, &mk_node_context()), IpFamily::V4);
+        let elements: usize = program.fragments().map(|f| f.elements.len()).sum();
+        let (mut times, mut memory) = (vec![], vec![]);
+        for i in 0..3 {
+            // What the namespace holds is what its deletion frees.
+            let ns = Netns::create(&format!("twbench-maglev-{i}"));
+            let s = state.clone();
+            let (took, after) = ns.run(move || {
+                let (rt, mut agent, _) = agent(s, ProxyMode::Nftables);
+                let t = Instant::now();
+                rt.block_on(agent.sync(true)).expect("first sync");
+                (t.elapsed(), slab_unreclaimable())
+            });
+            times.push(took);
+            drop(ns);
+            memory.push(after - slab_settled());
+        }
+        memory.sort();
+        let mib = memory[1] as f64 / (1024.0 * 1024.0);
+        println!(
+            "  {label:<12} agent {:>10} (samples {}), {elements} map elements, kernel memory {mib:.0} MiB ({:.0} B per map element, rules and chains included)",
+            ms(median(times.clone())),
+            times.iter().map(|t| ms(*t)).collect::<Vec<_>>().join(", "),
+            memory[1] as f64 / elements as f64,
+        );
+    }
+}
+
 /// Endpoint changes measured by `one_change`.
 const CHANGES: usize = 100;
 
@@ -365,7 +435,7 @@ fn agent_process(n: usize, from: From) -> ProcessFigures {
         From::Kubernetes => {
             let server = tideway_tests::fake_api::BackgroundApi::start(Some(&ns.name));
             server.preload_yaml(&text);
-            let kubeconfig = server.api.kubeconfig(&dir);
+            let kubeconfig = server.api.kubeconfig(&dir, tideway_tests::fake_api::Account::Agent);
             _server = Some(server);
             vec![
                 "--source".into(),
@@ -507,5 +577,8 @@ fn main() {
     }
     if run("memory") {
         agent_memory(n);
+    }
+    if run("maglev") {
+        maglev_sync(n);
     }
 }

@@ -2,15 +2,22 @@
 //!
 //! * `lab up` of the built-in demo to the first successful curl of a LoadBalancer IP from the
 //!   outside client;
-//! * layer-2 failover: the announcing node's agent killed (`lab kill agent`; its Node stays
-//!   Ready, as kubelet keeps it) to the client's neighbour entry pointing at the new announcer;
+//! * layer-2 failover under the faults a cluster has (agent killed, node down, partition and
+//!   heal, API down), `TRIALS` times each (default 20): the fault to the first curl through the
+//!   new announcer, and the longest time two nodes answered ARP for the address (`failover`);
 //! * network programming latency: a Service added with `lab apply` to its ClusterIP accepting
 //!   connections on every node (p50 and p99 over `SERVICES` Services, default 100, applied one
 //!   at a time, 250 ms apart so the agents' `minSyncPeriod` does not throttle them).
 //!
-//! `cargo bench -p tideway --bench lab` (`MODE=nftables|iptables`, default nftables).
+//! `cargo bench -p tideway --bench lab` (`MODE=nftables|iptables`, default nftables; a name
+//! after `--` runs one part: `up`, `failover`, `programming`).
 
 #![allow(clippy::print_stdout)]
+
+#[path = "lab/arp_probe.rs"]
+mod arp_probe;
+#[path = "lab/failover.rs"]
+mod failover;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -44,10 +51,15 @@ fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The demo in `mode`, with the failover prober's outside host and `extra` objects.
 fn lab_file(mode: &str, extra: &str) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("tideway-bench-lab-{}.yaml", std::process::id()));
-    std::fs::write(&path, format!("{}{extra}", DEMO.replace("mode: iptables", &format!("mode: {mode}"))))
-        .unwrap();
+    let (probe, ip) = failover::PROBE_HOST;
+    let host = format!(
+        "---\napiVersion: lab.tideway.io/v1alpha1\nkind: LabHost\nmetadata: {{name: {probe}}}\nspec: {{ip: {ip}}}\n"
+    );
+    let demo = DEMO.replace("mode: iptables", &format!("mode: {mode}"));
+    std::fs::write(&path, format!("{demo}{host}{extra}")).unwrap();
     path
 }
 
@@ -76,40 +88,14 @@ fn up_to_first_curl(mode: &str) -> Duration {
     answered.expect("an answer within 2 minutes")
 }
 
-fn announcer(svc: &str) -> String {
+/// The node announcing Service `svc`'s address, if any.
+fn announcer(svc: &str) -> Option<String> {
     let s = status();
-    s["services"].as_array().unwrap().iter().find(|x| x["name"] == svc).unwrap()["announcer"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    s["services"].as_array()?.iter().find(|x| x["name"] == svc)?["announcer"].as_str().map(str::to_string)
 }
 
 fn mac(node: &str) -> String {
     in_ns(&format!("tw-{NAME}-n-{node}"), &["cat", "/sys/class/net/eth0/address"]).trim().to_string()
-}
-
-/// The announcer's agent killed (`lab kill agent`: its Node stays Ready) to the client's
-/// neighbour entry moving; `None` if it did not move within 10 s. The agent is started again.
-fn failover() -> Option<Duration> {
-    let mypc = format!("tw-{NAME}-h-mypc");
-    let lb = "172.18.255.200";
-    in_ns(&mypc, &["curl", "-s", "--max-time", "2", lb]);
-    let old = announcer("svc1");
-    let old_mac = mac(&old);
-    let killed = Instant::now();
-    tideway(&["lab", "kill", "agent", &old, "--name", NAME]);
-    let moved = loop {
-        if killed.elapsed() > Duration::from_secs(10) {
-            break None;
-        }
-        let n = in_ns(&mypc, &["ip", "neigh", "show", lb]);
-        if n.contains("lladdr") && !n.contains(&old_mac) {
-            break Some(killed.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    tideway(&["lab", "start", "agent", &old, "--name", NAME]);
-    moved
 }
 
 /// Waits, from inside namespace `ns`, until a TCP connection to `addr` opens; returns when.
@@ -164,35 +150,38 @@ fn main() {
     }
     let mode = std::env::var("MODE").unwrap_or_else(|_| "nftables".into());
     let services = std::env::var("SERVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let trials = std::env::var("TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let run = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     let _ = Command::new(BIN).args(["lab", "down", "--name", NAME]).output();
-    let mut ups = Vec::new();
-    for _ in 0..3 {
-        ups.push(up_to_first_curl(&mode));
-        tideway(&["lab", "down", "--name", NAME]);
+    if run("up") {
+        let mut ups = Vec::new();
+        for _ in 0..3 {
+            ups.push(up_to_first_curl(&mode));
+            tideway(&["lab", "down", "--name", NAME]);
+        }
+        println!(
+            "lab up ({mode}) to the first successful curl: median {} (runs: {})",
+            ms(pct(ups.clone(), 0.5)),
+            ups.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
+        );
     }
-    println!(
-        "lab up ({mode}) to the first successful curl: median {} (runs: {})",
-        ms(pct(ups.clone(), 0.5)),
-        ups.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
-    );
+    if !run("failover") && !run("programming") {
+        return;
+    }
     up_to_first_curl(&mode);
-    let mut fails = Vec::new();
-    for _ in 0..5 {
-        fails.push(failover());
-        std::thread::sleep(Duration::from_secs(3));
+    if run("failover") {
+        failover::run(trials);
     }
-    let runs: Vec<String> = fails.iter().map(|d| d.map_or("not within 10 s".into(), ms)).collect();
-    println!(
-        "L2 failover (agent SIGKILL, Node still Ready, to the client's neighbour entry): {}",
-        runs.join(", ")
-    );
-    let lat = programming_latency(&mode, services);
-    println!(
-        "network programming ({mode}), Service applied to reachable on all {} nodes, {services} Services: p50 {}, p99 {}, max {}",
-        status()["nodes"].as_array().unwrap().len(),
-        ms(pct(lat.clone(), 0.5)),
-        ms(pct(lat.clone(), 0.99)),
-        ms(pct(lat, 1.0))
-    );
+    if run("programming") {
+        let lat = programming_latency(&mode, services);
+        println!(
+            "network programming ({mode}), Service applied to reachable on all {} nodes, {services} Services: p50 {}, p99 {}, max {}",
+            status()["nodes"].as_array().unwrap().len(),
+            ms(pct(lat.clone(), 0.5)),
+            ms(pct(lat.clone(), 0.99)),
+            ms(pct(lat, 1.0))
+        );
+    }
     tideway(&["lab", "down", "--name", NAME]);
 }

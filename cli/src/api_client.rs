@@ -1,18 +1,23 @@
-//! The components' REST APIs from the command line (`http://host:port`, JSON in and out):
-//! what `tideway status`, `explain`, `mode` and `trace --agent` speak. Answers that are problem
-//! details become errors carrying their detail and the fields they name.
+//! The components' REST APIs from the command line (`http://` or `https://host:port`, JSON in
+//! and out): what `tideway status`, `explain`, `mode` and `trace --agent` speak. HTTPS verifies
+//! the server with `--ca-file` (a lab's own CA by default), else the system's roots. Answers that
+//! are problem details become errors carrying their detail and the fields they name.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tideway_telemetry::http1::{self, Http1Error};
+use tideway_telemetry::client::{ClientError, HttpClient, ServerCheck};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CallError {
     /// No answer.
     #[error(transparent)]
-    Http(#[from] Http1Error),
+    Http(#[from] ClientError),
+    /// No runtime to send with.
+    #[error("starting the HTTP client: {0}")]
+    Runtime(#[from] std::io::Error),
     /// The answer is not JSON.
     #[error("{0}: the answer is not JSON")]
     NotJson(String),
@@ -33,7 +38,8 @@ pub(crate) enum CallError {
 pub(crate) struct ApiClient {
     base: String,
     token: Option<String>,
-    timeout: Duration,
+    http: HttpClient,
+    runtime: Arc<tokio::runtime::Runtime>,
 }
 
 /// The detail of a problem answer, with the fields it names.
@@ -50,9 +56,15 @@ fn problem_detail(value: &Value) -> String {
 }
 
 impl ApiClient {
-    /// A client of the API at `base` (`http://127.0.0.1:8080`).
-    pub(crate) fn new(base: &str, token: Option<String>) -> ApiClient {
-        ApiClient { base: base.trim_end_matches('/').to_string(), token, timeout: Duration::from_secs(30) }
+    /// A client of the API at `base` (`https://127.0.0.1:8080`), checking HTTPS as `check` says.
+    pub(crate) fn new(
+        base: &str,
+        token: Option<String>,
+        check: &ServerCheck,
+    ) -> Result<ApiClient, CallError> {
+        let http = HttpClient::new(check, Duration::from_secs(30))?;
+        let runtime = Arc::new(tokio::runtime::Builder::new_current_thread().enable_all().build()?);
+        Ok(ApiClient { base: base.trim_end_matches('/').to_string(), token, http, runtime })
     }
 
     /// `GET path` as JSON.
@@ -81,7 +93,8 @@ impl ApiClient {
             headers.push(("Content-Type", content_type));
         }
         let payload = body.map(|(_, v)| v.to_string()).unwrap_or_default();
-        let answer = http1::request(method, &url, &headers, payload.as_bytes(), self.timeout)?;
+        let answer =
+            self.runtime.block_on(self.http.request(method, &url, &headers, payload.into_bytes()))?;
         let value: Result<Value, _> = serde_json::from_slice(&answer.body);
         if answer.status >= 400 {
             let detail = match &value {

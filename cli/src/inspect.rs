@@ -3,6 +3,7 @@
 //! kubectl-style tables. The rendering is pure: JSON answers in, text out.
 
 use std::fmt::Write;
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -11,12 +12,14 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tideway_lab::tour::table;
 
+use tideway_telemetry::client::ServerCheck;
+
 use crate::api_client::ApiClient;
 
 /// Which running system to ask.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct Target {
-    /// The operator's API, `http://HOST:PORT` (default: the lab's, see --lab).
+    /// The operator's API, `https://HOST:PORT` or `http://...` (default: the lab's, see --lab).
     #[arg(long)]
     operator: Option<String>,
     /// The running lab to ask (its operator and agents).
@@ -25,31 +28,41 @@ pub(crate) struct Target {
     /// Bearer token for the APIs (a lab's own token is used by default).
     #[arg(long, env = "TIDEWAY_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    #[command(flatten)]
+    tls: ServerCheck,
 }
 
 impl Target {
     /// The operator's API: the URL given, else the running lab's.
     pub(crate) fn operator(&self) -> Result<ApiClient> {
         match &self.operator {
-            Some(url) => Ok(ApiClient::new(url, self.token.clone())),
-            None => lab_api(&self.lab, "operator", self.token.clone())
+            Some(url) => Ok(ApiClient::new(url, self.token.clone(), &self.tls)?),
+            None => lab_api(&self.lab, "operator", self.token.clone(), &self.tls)
                 .context("or name an operator with --operator URL"),
         }
     }
 }
 
 /// API `label` (`operator`, `agent/NODE`, `dns`) of the running lab `lab`, with the lab's
-/// token unless `token` is given.
-fn lab_api(lab: &str, label: &str, token: Option<String>) -> Result<ApiClient> {
+/// token unless `token` is given, over HTTPS verified with the lab's CA unless `tls` names one.
+fn lab_api(lab: &str, label: &str, token: Option<String>, tls: &ServerCheck) -> Result<ApiClient> {
     let status = tideway_lab::cli::status_json(lab).with_context(|| format!("asking lab {lab}"))?;
     let addr = status["apis"][label].as_str().with_context(|| format!("lab {lab} has no API {label:?}"))?;
     let token = token.or_else(|| status["apiToken"].as_str().map(str::to_string));
-    Ok(ApiClient::new(&format!("http://{addr}"), token))
+    let lab_ca = status["caFile"].as_str().map(PathBuf::from);
+    let tls = ServerCheck { ca_file: tls.ca_file.clone().or(lab_ca), ..tls.clone() };
+    let url = tideway_lab::certs::url(label, addr, "");
+    Ok(ApiClient::new(&url, token, &tls)?)
 }
 
 /// The agent API of `node` in lab `lab`, with the lab's token unless `token` is given.
-pub(crate) fn lab_agent(lab: &str, node: &str, token: Option<String>) -> Result<ApiClient> {
-    lab_api(lab, &format!("agent/{node}"), token)
+pub(crate) fn lab_agent(
+    lab: &str,
+    node: &str,
+    token: Option<String>,
+    tls: &ServerCheck,
+) -> Result<ApiClient> {
+    lab_api(lab, &format!("agent/{node}"), token, tls)
 }
 
 /// `tideway status`.
@@ -223,6 +236,7 @@ pub(crate) fn explain_service(v: &Value) -> String {
     );
     let _ =
         writeln!(t, "  DNS names:      {}", arr(&v["dnsNames"]).iter().map(s).collect::<Vec<_>>().join(", "));
+    explain_balancing(&mut t, v);
     let mut rows = vec![
         ["ENDPOINT", "NODE", "ZONE", "POD", "READY", "SERVING", "TERMINATING"].map(String::from).to_vec(),
     ];
@@ -244,6 +258,21 @@ pub(crate) fn explain_service(v: &Value) -> String {
         t.push_str(&table(&rows));
     }
     t
+}
+
+/// The load-balancing lines of `explain service`: what was asked, what each node programs,
+/// and why where it is not what was asked.
+fn explain_balancing(t: &mut String, v: &Value) {
+    let asked = match v["loadBalancingAsked"].as_str() {
+        Some(a) => format!("{a} (tideway.io/load-balancing)"),
+        None => "the nodes' default".into(),
+    };
+    let _ = writeln!(t, "  load balancing: {asked}");
+    for b in arr(&v["loadBalancing"]) {
+        let nodes: Vec<&str> = arr(&b["nodes"]).iter().map(s).collect();
+        let why = b["fallback"].as_str().map(|f| format!(": {f}")).unwrap_or_default();
+        let _ = writeln!(t, "    {} on {}{why}", s(&b["algorithm"]), nodes.join(", "));
+    }
 }
 
 /// Runs `tideway status`.
@@ -343,6 +372,24 @@ mod tests {
             "announced by:   w1 (eligible: w1, w2)",
             "programmed on:  w1, w2",
             "10.10.1.5   w1     -      webpod1   true    true      false",
+        ] {
+            assert!(text.contains(want), "{want:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn explain_says_where_a_load_balancing_is_not_available() {
+        let view = json!({"namespace": "default", "name": "web", "service": {"type": "ClusterIP"},
+            "loadBalancingAsked": "maglev",
+            "loadBalancing": [
+                {"algorithm": "maglev (4093 buckets)", "fallback": null, "nodes": ["w1", "w2"]},
+                {"algorithm": "random", "nodes": ["w3"],
+                 "fallback": "load-balancing maglev is not available in iptables mode; using random"}]});
+        let text = explain_service(&view);
+        for want in [
+            "  load balancing: maglev (tideway.io/load-balancing)\n",
+            "    maglev (4093 buckets) on w1, w2\n",
+            "    random on w3: load-balancing maglev is not available in iptables mode; using random\n",
         ] {
             assert!(text.contains(want), "{want:?} in:\n{text}");
         }

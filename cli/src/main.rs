@@ -7,6 +7,8 @@
 //! * `lab`: the whole system in network namespaces on this host (see `tideway_lab`).
 //! * `whoami`: the echo server pods run in the lab and the dataplane tests.
 //! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
+//! * `migrate`: kube-proxy's, CoreDNS's and MetalLB's configuration as Tideway objects and
+//!   chart values.
 
 #![forbid(unsafe_code)]
 // A command-line tool: printing its results to stdout is the point.
@@ -15,6 +17,7 @@
 mod api_client;
 mod cluster_file;
 mod inspect;
+mod migrate;
 mod plan;
 mod trace;
 mod whoami;
@@ -66,6 +69,9 @@ enum Command {
     Explain(inspect::ExplainArgs),
     /// Switch a ProxyConfig's proxy mode over the operator's REST API.
     Mode(inspect::ModeArgs),
+    /// Print the Tideway objects and chart values equivalent to a kube-proxy configuration, a
+    /// Corefile and MetalLB's objects, and what could not be carried.
+    Migrate(migrate::MigrateArgs),
 }
 
 /// Allocator settings the long-running commands (`agent`, `dns`) run with: return freed memory
@@ -111,6 +117,7 @@ fn main() -> ExitCode {
         Command::Status(a) => inspect::status(a),
         Command::Explain(a) => inspect::explain(a),
         Command::Mode(a) => inspect::mode(a),
+        Command::Migrate(a) => migrate::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -22,7 +22,7 @@ pub(crate) struct TraceArgs {
     /// Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, ProxyConfigs).
     #[arg(short = 'f', long = "file", required_unless_present_any = ["agent", "lab"])]
     file: Option<PathBuf>,
-    /// Ask the running agent whose API is at this URL (`http://HOST:PORT`) instead.
+    /// Ask the running agent whose API is at this URL (`https://HOST:PORT`, `http://...`) instead.
     #[arg(long, conflicts_with_all = ["file", "lab", "mode"])]
     agent: Option<String>,
     /// Ask NODE's agent in this running lab instead.
@@ -31,6 +31,8 @@ pub(crate) struct TraceArgs {
     /// Bearer token for the agent's API.
     #[arg(long, env = "TIDEWAY_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    #[command(flatten)]
+    tls: tideway_telemetry::client::ServerCheck,
     /// The node the packet arrives at (a Node object in FILE; the lab node with --lab).
     #[arg(long, required_unless_present = "agent", default_value = "")]
     node: String,
@@ -100,8 +102,8 @@ fn trace_request(args: &TraceArgs) -> Result<serde_json::Value> {
 /// Asks a running agent.
 fn run_remote(args: &TraceArgs) -> Result<i32> {
     let api = match (&args.agent, &args.lab) {
-        (Some(url), _) => ApiClient::new(url, args.token.clone()),
-        (None, Some(lab)) => crate::inspect::lab_agent(lab, &args.node, args.token.clone())?,
+        (Some(url), _) => ApiClient::new(url, args.token.clone(), &args.tls)?,
+        (None, Some(lab)) => crate::inspect::lab_agent(lab, &args.node, args.token.clone(), &args.tls)?,
         (None, None) => anyhow::bail!("give -f FILE, --agent URL or --lab NAME"),
     };
     let answer = api.post("/api/v1/trace", &trace_request(args)?)?;

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -269,9 +269,94 @@ fn drift(mode: &str) {
     .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
     assert!(!s["last_drift"].as_array().expect("last_drift").is_empty(), "{s}");
     tcp(&b.c.client, addr(WEB)).unwrap_or_else(|e| panic!("after repair: {e}\n{}", b.logs()));
-    if mode == "nftables" {
-        drift_by_content(&b);
+    match mode {
+        "nftables" => drift_by_content(&b),
+        "iptables" => iptables_edit_in_place(&b, "iptables"),
+        _ => {}
     }
+}
+
+/// The same check on iptables' legacy backend (the battery's default is the nft one).
+#[test]
+fn iptables_legacy_drift_by_content() {
+    require("iptables");
+    let b = Battery::start("drift-legacy", "iptables", &[("TIDEWAY_IPTABLES_BACKEND", "legacy")]);
+    iptables_edit_in_place(&b, "iptables-legacy");
+}
+
+/// iptables: a DNAT rule edited in place (`iptables -R`, the rule count unchanged) is found by
+/// content within a check period, only its chain is named, and the rules read as before; the
+/// same for a chain an incremental sync wrote, once a check has learnt it.
+fn iptables_edit_in_place(b: &Battery, tool: &str) {
+    let node = b.node(0);
+    edit_dnat_in_place(b, tool, "-j DNAT --to-destination");
+    let served = names(&b.spread(&b.c.client, WEB, 40));
+    assert!(served.len() > 1, "every endpoint serves again: {served:?}\n{}", b.logs());
+    // An incremental sync writes the new endpoint's chain; a check after it learns it.
+    let before = status(node).expect("status");
+    let syncs = before["syncs"].as_u64().unwrap_or(0);
+    let s = b.rewrite("iptables", &dns_slice("10.244.2.11", "node-b"), |s| {
+        s["syncs"].as_u64().unwrap_or(0) > syncs
+    });
+    assert_eq!(s["full_syncs"], before["full_syncs"], "the rewrite is applied incrementally: {s}");
+    let checks = drift_checks(node);
+    eventually(patience(15.0), || match drift_checks(node) {
+        n if n > checks => Ok(()),
+        n => Err(format!("{n} checks")),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    edit_dnat_in_place(b, tool, "-j DNAT --to-destination 10.244.2.11:8080");
+}
+
+fn drift_checks(node: &Netns) -> u64 {
+    let metrics = agent_get(node, "/metrics").expect("metrics");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tideway_drift_checks_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no tideway_drift_checks_total\n{metrics}"))
+}
+
+/// Edits the first endpoint chain's rule containing `dnat` to send elsewhere; waits for the
+/// repair naming that chain alone and the rules reading as before.
+fn edit_dnat_in_place(b: &Battery, tool: &str, dnat: &str) {
+    let node = b.node(0);
+    let rules = || {
+        let mut lines: Vec<String> = node
+            .sh(&format!("{tool}-save"))
+            .lines()
+            .filter(|l| l.contains("KUBE-"))
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let before = rules();
+    let saved = node.sh(&format!("{tool}-save -t nat"));
+    let (chain, pos, args) = saved
+        .lines()
+        .filter_map(|l| l.strip_prefix("-A KUBE-SEP-"))
+        .scan(BTreeMap::<String, usize>::new(), |seen, rest| {
+            let (chain, args) = rest.split_once(' ').expect("rule");
+            let n = seen.entry(chain.to_string()).or_default();
+            *n += 1;
+            Some((format!("KUBE-SEP-{chain}"), *n, args.to_string()))
+        })
+        .find(|(_, _, args)| args.contains(dnat))
+        .unwrap_or_else(|| panic!("no rule with {dnat}\n{saved}"));
+    let (head, _) = args.split_once("--to-destination").expect("DNAT");
+    let repairs = status(node).expect("status")["drift_repairs"].as_u64().unwrap_or(0);
+    node.sh(&format!("{tool} -w 5 -t nat -R {chain} {pos} {head}--to-destination 10.244.9.9:80"));
+    assert_ne!(rules(), before, "the edit took");
+    let s = eventually(patience(15.0), || match status(node)? {
+        s if s["drift_repairs"].as_u64().unwrap_or(0) > repairs => Ok(s),
+        s => Err(format!("no repair yet: {s}")),
+    })
+    .unwrap_or_else(|e| panic!("{chain} edited: {e}\n{}", b.logs()));
+    let found: Vec<String> = serde_json::from_value(s["last_drift"].clone()).expect("last_drift");
+    let want = format!("chain nat/{chain} (chain_rules): rules differ from the applied ones");
+    assert!(found.len() == 1 && found[0].ends_with(&want), "{found:?}");
+    assert_eq!(rules(), before, "the rules differ after the repair");
 }
 
 /// nftables: damage the count check could not see is found by content, only the object
@@ -645,6 +730,36 @@ fn localhost_node_ports_answer_on_127_0_0_1_in_iptables_mode_only() {
     .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
 }
 
+/// `nodePortAddresses` unset is kube-proxy's default for the mode: iptables mode serves a
+/// NodePort on every local address (one added after the sync, and 127.0.0.1), nftables mode on
+/// the node's primary address only. (IPVS mode serves every local address but never loopback:
+/// the core's `unset_node_port_addresses_are_kube_proxys_default_per_mode`.)
+#[test]
+fn unset_node_port_addresses_are_kube_proxys_default_for_the_mode() {
+    require("iptables");
+    require("nftables");
+    let b = Battery::start("npdefault", "iptables", &[]);
+    let (node, client) = (b.node(0), &b.c.client);
+    node.sh("ip addr add 192.168.0.20/24 dev eth0");
+    let endpoints: BTreeSet<String> = ["b1".into(), "b2".into()].into();
+    for (from, dst) in
+        [(client, "192.168.0.10:30080"), (client, "192.168.0.20:30080"), (node, "127.0.0.1:30080")]
+    {
+        let answer = eventually(patience(10.0), || tcp(from, addr(dst)))
+            .unwrap_or_else(|e| panic!("iptables mode, {dst}: {e}\n{}", b.logs()));
+        assert!(endpoints.contains(&answer.name), "{dst}: {answer:?}");
+    }
+    b.rewrite("nftables", "", |s| s["mode"] == "nftables" && s["synced"] == true);
+    assert!(endpoints.contains(&b.spread(client, "192.168.0.10:30080", 1)[0].name));
+    for (from, dst) in [(client, "192.168.0.20:30080"), (node, "127.0.0.1:30080")] {
+        eventually(patience(10.0), || match tcp(from, addr(dst)) {
+            Err(e) if e.contains("refused") => Ok(()),
+            other => Err(format!("{other:?}")),
+        })
+        .unwrap_or_else(|e| panic!("nftables mode serves no NodePort on {dst}: {e}\n{}", b.logs()));
+    }
+}
+
 /// The REST API, as curl sees it on the node: the trace of a pod's packet to a ClusterIP names
 /// the endpoints the kernel spreads it over, the ruleset and the Service read back, and a
 /// bad body is a 400 problem naming the field.
@@ -690,4 +805,37 @@ fn rest_api_in_nftables_mode() {
 #[test]
 fn rest_api_in_iptables_mode() {
     rest_api("iptables");
+}
+
+/// IPVS mode: a Service's `tideway.io/load-balancing` annotation becomes its virtual server's
+/// scheduler (`lc` as asked, `maglev` as `mh`), the others keep the node's `ipvs.scheduler`;
+/// `mh` sends one client to one real server.
+#[test]
+fn ipvs_scheduler_per_service() {
+    require("ipvs");
+    let b = Battery::start("sched-ipvs", "ipvs", &[]);
+    let annotated = |name: &str, ip: &str, lb: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: demo, annotations: {{tideway.io/load-balancing: {lb}}}}}\nspec: {{clusterIP: {ip}, ports: [{{name: p, port: 80}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: demo, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{name: p, port: 8080, protocol: TCP}}]\nendpoints:\n- {{addresses: [10.244.1.11], nodeName: node-a, conditions: {{ready: true}}}}\n- {{addresses: [10.244.1.12], nodeName: node-a, conditions: {{ready: true}}}}\n- {{addresses: [10.244.2.11], nodeName: node-b, conditions: {{ready: true}}}}\n- {{addresses: [10.244.2.12], nodeName: node-b, conditions: {{ready: true}}}}\n"
+        )
+    };
+    let extra = annotated("least", "10.96.0.20", "lc") + &annotated("hashed", "10.96.0.21", "maglev");
+    b.rewrite("ipvs", &extra, |_| true);
+    // `ipvsadm -Ln -t VIP` heads the real servers with "TCP  VIP SCHEDULER".
+    let scheduler = |vip: &str| -> Result<String, String> {
+        let out = b.node(0).try_sh(&format!("ipvsadm -Ln -t {vip}"));
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = out.lines().find(|l| l.contains(vip));
+        line.and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
+            .ok_or_else(|| format!("no virtual server {vip}: {out}"))
+    };
+    let got = eventually(patience(20.0), || match scheduler("10.96.0.21:80")? {
+        s if s == "mh" => Ok(s),
+        s => Err(format!("10.96.0.21:80 scheduled by {s}")),
+    });
+    got.unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    assert_eq!(scheduler("10.96.0.20:80"), Ok("lc".into()));
+    assert_eq!(scheduler(WEB), Ok("rr".into()), "an unannotated Service keeps the node's ipvs.scheduler");
+    assert!(names(&b.spread(&b.c.client, "10.96.0.20:80", 8)).len() >= 2, "lc spreads");
+    assert_eq!(names(&b.spread(&b.c.client, "10.96.0.21:80", 10)).len(), 1, "mh: one client, one server");
 }

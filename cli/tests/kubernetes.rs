@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::*;
-use tideway_tests::fake_api::BackgroundApi;
+use tideway_tests::fake_api::{Account, BackgroundApi};
 use tideway_tests::netns::{eventually, tcp};
 
 fn bin() -> &'static str {
@@ -25,7 +25,7 @@ fn agent_programs_from_the_kubernetes_api_and_reports_its_node() {
     let server = BackgroundApi::start(Some(&c.nodes[0].ns.name));
     server.preload_yaml(&manifest("nftables", ""));
     server.api.forbid("EndpointSlice", true);
-    let kubeconfig = server.api.kubeconfig(&c.dir);
+    let kubeconfig = server.api.kubeconfig(&c.dir, Account::Agent);
     let args = ["agent", "--node", "node-a", "--source", "kubernetes", "--kubeconfig"];
     let mut args: Vec<&str> = args.to_vec();
     let kc = kubeconfig.display().to_string();
@@ -114,6 +114,8 @@ fn start_dns(kubeconfig: &std::path::Path, dir: &std::path::Path, extra: &[&str]
         .arg(kubeconfig)
         .args(["--listen", &addr.to_string(), "--upstream", "127.0.0.1:9"])
         .args(["--no-loop-probe", "--workers", "1", "--lameduck", "0s"])
+        // Not the fixed default port: the DNS tests run side by side.
+        .args(["--api-listen", "none"])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -128,10 +130,6 @@ impl Drop for Dns {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn dig(addr: SocketAddr, name: &str) -> String {
@@ -159,7 +157,7 @@ fn dns_serves_from_the_kubernetes_api() {
     server.preload_yaml(&manifest("nftables", ""));
     server.api.preload([json!({"kind": "Namespace", "metadata": {"name": "demo"}})]);
     server.api.forbid("Namespace", true);
-    let kubeconfig = server.api.kubeconfig(&dir);
+    let kubeconfig = server.api.kubeconfig(&dir, Account::Dns);
     let ready: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let dns = start_dns(
         &kubeconfig,
@@ -239,7 +237,9 @@ fn dns_holds_a_cluster_ip_back_until_the_pods_node_has_programmed_it() {
         json!({"kind": "NodeProxyState", "apiVersion": "tideway.io/v1alpha1", "metadata": {"name": "node-a"},
                "spec": {"nodeName": "node-a"}, "status": {"programmedServices": {"demo/web": 2}}}),
     ]);
-    let kubeconfig = server.api.kubeconfig(&dir);
+    // Holding answers back needs the NodeProxyStates the chart grants with dns.requireProgrammed.
+    server.api.chart_values("custom-dns");
+    let kubeconfig = server.api.kubeconfig(&dir, Account::Dns);
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let dns = start_dns(
         &kubeconfig,

@@ -27,8 +27,17 @@ struct TestLab {
     dir: std::path::PathBuf,
 }
 
+/// `tideway ARGS`; in a slow VM the lab's agents and operator run their failure detector
+/// slower by the same scale (`TIDEWAY_GOSSIP_TIME_SCALE`, inherited by the lab's processes), so
+/// that a stalled but living agent is not declared down.
 fn tideway(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("tideway runs")
+    let scale = patience(1.0).as_secs_f64();
+    Command::new(BIN)
+        .args(args)
+        .env("TIDEWAY_GOSSIP_TIME_SCALE", scale.clamp(1.0, 100.0).to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("tideway runs")
 }
 
 fn ok(out: Output, what: &str) -> String {
@@ -83,10 +92,15 @@ impl TestLab {
         String::from_utf8_lossy(&self.exec(from, &["curl", "-s", "--max-time", "2", url]).stdout).into_owned()
     }
 
-    fn apply(&self, text: &str) {
-        let file = self.dir.join(format!("apply-{}.yaml", Instant::now().elapsed().as_nanos()));
+    /// `lab apply` (`how`: also `delete` or `replace`) of `text`.
+    fn change(&self, how: &str, text: &str) {
+        let file = self.dir.join(format!("{how}-{}.yaml", Instant::now().elapsed().as_nanos()));
         std::fs::write(&file, text).unwrap();
-        ok(tideway(&["lab", "apply", "--name", &self.name, "-f", &file.display().to_string()]), "lab apply");
+        ok(tideway(&["lab", how, "--name", &self.name, "-f", &file.display().to_string()]), how);
+    }
+
+    fn apply(&self, text: &str) {
+        self.change("apply", text);
     }
 
     fn status(&self) -> Value {
@@ -122,6 +136,17 @@ impl TestLab {
             let name = n["name"].as_str().unwrap_or_default();
             let ct = self.exec(name, &["conntrack", "-L"]);
             out += &format!("conntrack on {name}:\n{}\n", String::from_utf8_lossy(&ct.stdout));
+        }
+        // What the components warned of (an address that moved, a member thought dead).
+        let logs = std::path::Path::new(self.status()["dir"].as_str().unwrap_or_default()).join("logs");
+        for entry in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let notable: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("announc"))
+                .collect();
+            let tail = &notable[notable.len().saturating_sub(20)..];
+            out += &format!("{}:\n{}\n", entry.file_name().to_string_lossy(), tail.join("\n"));
         }
         out
     }
@@ -226,6 +251,8 @@ fn the_seed_experiments_work_on_the_demo() {
         .unwrap()
         .to_string();
     lab.curl("mypc", &format!("172.18.0.3:{np}")).expect("NodePort on myk8s-worker3");
+    // As on kind's kube-proxy in iptables mode (nodePortAddresses unset): on the node's 127.0.0.1.
+    lab.curl("myk8s-worker3", &format!("127.0.0.1:{np}")).expect("NodePort on 127.0.0.1 of myk8s-worker3");
     // ARP for the address resolves to the announcing node's MAC.
     let announcer = lab.announcer("svc1").expect("an announcer");
     let neigh = lab.neighbour("mypc", &lb);
@@ -244,7 +271,7 @@ fn traffic_policies_and_services_without_endpoints() {
         "{cluster}"
     );
     let local_ip = lab.lb_ip("local");
-    let local = eventually(patience(5.0), || {
+    let local = eventually(patience(15.0), || {
         let body = lab.curl_body("mypc", &local_ip);
         if body.contains("RemoteAddr: 172.18.0.100:") { Ok(body) } else { Err(body) }
     });
@@ -287,23 +314,20 @@ fn traffic_policies_and_services_without_endpoints() {
     );
     // The agents' APIs listen off loopback in their nodes: the lab's token is needed.
     let status = lab.status();
-    let agent = format!("http://{}/api/v1/status", status["apis"]["agent/myk8s-worker"].as_str().unwrap());
+    let agent = api_url(&status, "agent/myk8s-worker", "/api/v1/status");
     let token = format!("authorization: Bearer {}", status["apiToken"].as_str().unwrap());
     let code = |extra: &[&str]| {
         let mut args = vec!["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"];
         args.extend(extra);
         args.push(&agent);
-        String::from_utf8_lossy(&Command::new("curl").args(&args).output().unwrap().stdout).into_owned()
+        String::from_utf8_lossy(&curl_api(&status).args(&args).output().unwrap().stdout).into_owned()
     };
     assert_eq!(code(&[]), "401");
     assert_eq!(code(&["-H", "authorization: Bearer wrong"]), "401");
     assert_eq!(code(&["-H", &token]), "200");
     // The DNS API says what the server answers, and why.
-    let dns = format!(
-        "http://{}/api/v1/records?name=local.default.svc.cluster.local&type=A",
-        status["apis"]["dns"].as_str().unwrap()
-    );
-    let out = Command::new("curl").args(["-s", "--max-time", "5", &dns]).output().unwrap();
+    let dns = api_url(&status, "dns", "/api/v1/records?name=local.default.svc.cluster.local&type=A");
+    let out = curl_api(&status).args(["-s", "--max-time", "5", &dns]).output().unwrap();
     let records: Value = serde_json::from_slice(&out.stdout).expect("records JSON");
     let local = status["services"].as_array().unwrap().iter().find(|s| s["name"] == "local").unwrap();
     assert_eq!(records["answers"][0]["data"], local["clusterIP"], "{records}");
@@ -328,6 +352,74 @@ fn traffic_policies_and_services_without_endpoints() {
     assert!(lab.status()["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == "nftables"));
 }
 
+const HASHED: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: hashed, annotations: {tideway.io/load-balancing: maglev}}\nspec:\n  type: LoadBalancer\n  selector: {app: webpod}\n  ports: [{port: 80}]\n";
+
+/// A Maglev Service with externalTrafficPolicy Cluster, its address routed by the client
+/// through one node and then another (as ECMP in front of the nodes would): each flow (fixed
+/// source port) reaches the same pod through either node, the one `tideway trace` names.
+#[test]
+fn a_maglev_flow_reaches_the_same_pod_through_any_node() {
+    let lab = TestLab::up("maglev", &format!("{DEMO}{HASHED}"), Some("nftables"));
+    let lb = lab.lb_ip("hashed");
+    wait_serving(&lab, "mypc", &lb, 2);
+    // Source ports above the kernel's ephemeral range (32768-60999), so no curl of the waits
+    // below can hold one of them.
+    let ports = 61_001..61_021u16;
+    let through = |node: &str| -> BTreeMap<u16, String> {
+        ok(lab.exec("mypc", &["ip", "route", "replace", &format!("{lb}/32"), "via", node]), "ip route");
+        // Each node programs the Service on its own time: the pass starts once this one serves.
+        wait_serving(&lab, "mypc", &lb, 2);
+        // One HTTP/1.0 request per source port, the socket closed with a reset (linger 0) so
+        // that no TIME_WAIT keeps the port from connecting again through the other node.
+        let client = format!(
+            "import socket, struct\nfor p in range({}, {}):\n s = socket.socket()\n s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n s.settimeout(2)\n s.bind(('172.18.0.100', p))\n s.connect(('{lb}', 80))\n s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n d = b''\n while True:\n  c = s.recv(4096)\n  if not c: break\n  d += c\n name = [l[10:] for l in d.decode().splitlines() if l.startswith('Hostname: ')]\n print(p, name[0] if name else '?')\n s.close()\n",
+            ports.start, ports.end
+        );
+        let out = ok(lab.exec("mypc", &["python3", "-c", &client]), "the client's connections");
+        out.lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(p, who)| (p.parse().expect("port"), who.to_string()))
+            .collect()
+    };
+    let first = through("172.18.0.4");
+    let second = through("172.18.0.5");
+    assert_eq!(first.len(), 20, "{first:?}");
+    let conntrack =
+        ok(lab.exec("myk8s-worker2", &["conntrack", "-L", "-p", "tcp", "--sport", "61001"]), "conntrack");
+    assert!(conntrack.contains(&lb), "the second pass went through myk8s-worker2: {conntrack}");
+    assert_eq!(first, second, "each flow reaches one pod through either node");
+    let pods: std::collections::BTreeSet<&String> = first.values().collect();
+    assert_eq!(pods.len(), 2, "20 flows reach both pods: {first:?}");
+    for port in ports.clone().take(4) {
+        let (src, dst) = (format!("172.18.0.100:{port}"), format!("{lb}:80"));
+        let args = [
+            "trace",
+            "--lab",
+            "maglev",
+            "--node",
+            "myk8s-worker",
+            "--src",
+            &src,
+            "--dst",
+            &dst,
+            "--from",
+            "external",
+        ];
+        let trace = ok(tideway(&args), "trace --lab");
+        let verdict = trace.lines().find(|l| l.starts_with("verdict:")).unwrap_or_default().to_string();
+        let pod_ip = lab.status()["pods"].as_array().and_then(|p| {
+            p.iter()
+                .find(|x| x["name"] == first[&port].as_str())
+                .and_then(|x| x["ip"].as_str().map(str::to_string))
+        });
+        let pod_ip = pod_ip.unwrap_or_else(|| panic!("no IP for {} in the lab status", first[&port]));
+        assert!(verdict.contains(&format!("{pod_ip}:")) && !verdict.contains('|'), "port {port}: {trace}");
+    }
+    let explain = ok(tideway(&["explain", "service", "default/hashed", "--lab", "maglev"]), "explain");
+    assert!(explain.contains("load balancing: maglev (tideway.io/load-balancing)"), "{explain}");
+    assert!(explain.contains("    maglev (4093 buckets) on myk8s-control-plane, myk8s-worker"), "{explain}");
+}
+
 #[test]
 fn scale_to_zero_and_back() {
     let lab = TestLab::up("scale", DEMO, Some("iptables"));
@@ -335,8 +427,8 @@ fn scale_to_zero_and_back() {
     lab.curl("mypc", &lb).expect("served");
     let no_pods: String =
         DEMO.split("\n---").filter(|d| !d.contains("kind: Pod")).collect::<Vec<_>>().join("\n---");
-    lab.apply(&no_pods);
-    eventually(patience(5.0), || {
+    lab.change("replace", &no_pods);
+    eventually(patience(15.0), || {
         match lab.exec("mypc", &["curl", "-s", "--max-time", "2", &lb]).status.code() {
             Some(7) => Ok(()),
             other => Err(format!("curl exit {other:?}")),
@@ -344,13 +436,13 @@ fn scale_to_zero_and_back() {
     })
     .expect("refused with no pods");
     lab.apply(DEMO);
-    eventually(patience(5.0), || lab.curl("mypc", &lb)).expect("served again");
+    eventually(patience(15.0), || lab.curl("mypc", &lb)).expect("served again");
     // The endpoints changed while the agents ran: kube-proxy's programming latency, from the
     // slices' trigger times (the lab's control plane stamps them) to the kernel.
     let status = lab.status();
-    let metrics = format!("http://{}/metrics", status["apis"]["agent/myk8s-worker"].as_str().unwrap());
-    let text = eventually(patience(5.0), || {
-        let out = Command::new("curl").args(["-s", "--max-time", "5", &metrics]).output().unwrap();
+    let metrics = api_url(&status, "agent/myk8s-worker", "/metrics");
+    let text = eventually(patience(15.0), || {
+        let out = curl_api(&status).args(["-s", "--max-time", "5", &metrics]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let count = text
             .lines()
@@ -364,11 +456,10 @@ fn scale_to_zero_and_back() {
 const WORKER4: &str = "---\napiVersion: v1\nkind: Node\nmetadata: {name: myk8s-worker4}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: webpod3, labels: {app: webpod}}\nspec:\n  nodeName: myk8s-worker4\n  containers: [{name: c, image: whoami, ports: [{containerPort: 80}]}]\n";
 
 #[test]
-fn nodes_and_pods_come_and_go_with_lab_apply() {
+fn nodes_and_pods_come_with_lab_apply_and_go_with_lab_delete() {
     let lab = TestLab::up("grow", DEMO, Some("nftables"));
     let lb = lab.lb_ip("svc1");
-    let demo = DEMO.replace("mode: iptables", "mode: nftables");
-    lab.apply(&format!("{demo}{WORKER4}"));
+    lab.apply(WORKER4);
     let seen = eventually(patience(10.0), || {
         let seen = split(&lab, "mypc", &lb, 30);
         if seen.len() == 3 { Ok(seen) } else { Err(format!("{seen:?}")) }
@@ -378,13 +469,13 @@ fn nodes_and_pods_come_and_go_with_lab_apply() {
     assert!(from_new_node.starts_with("webpod"));
     // Removal is graceful: the endpoint goes first, the pod and its node a little later, so
     // not one connection fails on the way.
-    lab.apply(&demo);
+    lab.change("delete", WORKER4);
     eventually(patience(10.0), || {
         let seen = split(&lab, "mypc", &lb, 20);
         if seen.contains_key("webpod3") { Err(format!("{seen:?}")) } else { Ok(()) }
     })
     .expect("the removed pod serves no more");
-    eventually(patience(5.0), || {
+    eventually(patience(15.0), || {
         let netns =
             String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout)
                 .into_owned();
@@ -431,17 +522,34 @@ impl Drop for Conn {
 /// Relays stdin lines over one TCP connection to port 80 and prints each answer.
 const PY_CLIENT: &str = "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=5)\nf=s.makefile('rw')\nfor l in sys.stdin:\n  f.write(l);f.flush();print(f.readline().strip() or 'closed',flush=True)\n";
 
+/// Tideway's iptables lines and whether its nftables table is there. kubelet's `KUBE-FIREWALL`
+/// (the martian drop that iptables mode writes for localhost NodePorts) stays after a switch,
+/// as kube-proxy leaves it: it guards `route_localnet`, which stays on too.
 fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
-    let ipt = String::from_utf8_lossy(&lab.exec(node, &["iptables-save"]).stdout).matches("KUBE-").count();
+    let saved = String::from_utf8_lossy(&lab.exec(node, &["iptables-save"]).stdout).into_owned();
+    let ipt = saved.lines().filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL")).count();
     let nft = String::from_utf8_lossy(&lab.exec(node, &["nft", "list", "tables"]).stdout).contains("tideway");
     (ipt, nft)
+}
+
+/// curl trusting the lab's CA (its REST APIs are HTTPS).
+fn curl_api(status: &Value) -> Command {
+    let mut curl = Command::new("curl");
+    curl.args(["--cacert", status["caFile"].as_str().expect("the lab's CA file")]);
+    curl
+}
+
+/// The URL of `path` on the lab's API `label` (`operator`, `agent/NODE`, `dns`).
+fn api_url(status: &Value, label: &str, path: &str) -> String {
+    let addr = status["apis"][label].as_str().unwrap_or_else(|| panic!("no API {label}: {status}"));
+    tideway_lab::certs::url(label, addr, path)
 }
 
 /// `PATCH /api/v1/proxyconfigs/default` to `mode` with curl on the host (with `token` when
 /// given): the HTTP status and the JSON answer.
 fn patch_mode(lab: &TestLab, mode: &str, token: Option<&str>) -> (u16, Value) {
     let status = lab.status();
-    let url = format!("http://{}/api/v1/proxyconfigs/default", status["apis"]["operator"].as_str().unwrap());
+    let url = api_url(&status, "operator", "/api/v1/proxyconfigs/default");
     let body = format!(r#"{{"spec": {{"mode": "{mode}"}}}}"#);
     let mut args = vec!["-s", "--max-time", "5", "-X", "PATCH", "-w", "\n%{http_code}"];
     args.extend(["-H", "content-type: application/merge-patch+json", "-d", &body]);
@@ -450,7 +558,7 @@ fn patch_mode(lab: &TestLab, mode: &str, token: Option<&str>) -> (u16, Value) {
         args.extend(["-H", a]);
     }
     args.push(&url);
-    let out = Command::new("curl").args(&args).output().expect("curl runs");
+    let out = curl_api(&status).args(&args).output().expect("curl runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
     (code.trim().parse().unwrap_or(0), serde_json::from_str(body).unwrap_or(Value::Null))
@@ -479,11 +587,12 @@ fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
         }
         eventually(patience(10.0), || {
             let s = lab.status();
-            let all = s["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == mode && n["synced"] == true);
-            if all { Ok(()) } else { Err(format!("not all nodes in {mode}")) }
+            let nodes = s["nodes"].as_array().unwrap();
+            let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
+            if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
         })
         .unwrap();
-        eventually(patience(5.0), || {
+        eventually(patience(15.0), || {
             let (ipt, nft) = leftovers(&lab, &node);
             match mode {
                 "nftables" if ipt == 0 && nft => Ok(()),
@@ -557,32 +666,79 @@ fn a_node_cut_off_turns_not_ready_after_the_grace_period() {
     let node = "myk8s-worker3";
     ok(tideway(&["lab", "node", node, "down", "--name", &lab.name]), "lab node down");
     assert_eq!(node_row(&lab, node)["ready"], true, "Ready until the grace period ran out");
-    eventually(patience(5.0), || {
+    eventually(patience(15.0), || {
         let row = node_row(&lab, node);
         if row["ready"] == false { Ok(()) } else { Err(row.to_string()) }
     })
     .expect("NotReady after the grace period");
     ok(tideway(&["lab", "node", node, "up", "--name", &lab.name]), "lab node up");
-    eventually(patience(5.0), || {
+    eventually(patience(15.0), || {
         let row = node_row(&lab, node);
         if row["ready"] == true && row["network"] == "up" { Ok(()) } else { Err(row.to_string()) }
     })
     .expect("the node is back");
 }
 
-/// Whether node `node`'s agent says it is fenced (its REST API, forwarded to the host: the
-/// forward enters the node's namespace, which a partition does not cut).
-fn fenced(lab: &TestLab, node: &str) -> Result<bool, String> {
+/// What node `node`'s agent says of itself (its REST API, forwarded to the host: the forward
+/// enters the node's namespace, which a partition does not cut).
+fn agent_status(lab: &TestLab, node: &str) -> Result<Value, String> {
     let s = lab.status();
-    let addr = s["apis"][format!("agent/{node}")].as_str().ok_or("no agent API")?.to_string();
+    let url = api_url(&s, &format!("agent/{node}"), "/api/v1/status");
     let token = s["apiToken"].as_str().unwrap_or_default().to_string();
-    let out = Command::new("curl")
+    let out = curl_api(&s)
         .args(["-s", "--max-time", "1", "-H", &format!("authorization: Bearer {token}")])
-        .arg(format!("http://{addr}/api/v1/status"))
+        .arg(url)
         .output()
         .map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+/// Whether node `node`'s agent says it is fenced.
+fn fenced(lab: &TestLab, node: &str) -> Result<bool, String> {
+    let v = agent_status(lab, node)?;
     v["fenced"].as_bool().ok_or_else(|| v.to_string())
+}
+
+const ON_LB0: &str = "---\napiVersion: tideway.io/v1alpha1\nkind: LoadBalancerPool\nmetadata: {name: my-ippool}\nspec:\n  addresses: [172.18.255.200-172.18.255.250]\n  l2: {interfaces: [lb0]}\n";
+
+const THREE: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web1}\nspec: {type: LoadBalancer, selector: {app: webpod}, ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web2}\nspec: {type: LoadBalancer, selector: {app: webpod}, ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web3}\nspec: {type: LoadBalancer, selector: {app: webpod}, ports: [{port: 80}]}\n";
+
+/// A pool announced on an interface only one node has (MetalLB's L2Advertisement
+/// `interfaces`): the other nodes' agents say they lack it, the operator moves every address
+/// of the pool to the node that has it, and mypc is served through that interface.
+#[test]
+fn only_a_node_with_the_pools_interface_announces_its_addresses() {
+    let lab = TestLab::up("ifaces", &format!("{DEMO}{THREE}"), Some("nftables"));
+    let services = ["svc1", "web1", "web2", "web3"];
+    for svc in services {
+        lab.lb_ip(svc);
+    }
+    // lb0: a macvlan of myk8s-worker2's eth0, so on the node network too, with an address of
+    // its own as a VLAN interface has (reverse-path filtering drops what arrives on an
+    // interface without one).
+    let add = ["ip", "link", "add", "lb0", "link", "eth0", "type", "macvlan", "mode", "bridge"];
+    ok(lab.exec("myk8s-worker2", &add), "a macvlan on myk8s-worker2");
+    ok(lab.exec("myk8s-worker2", &["ip", "addr", "add", "172.18.0.55/32", "dev", "lb0"]), "lb0's address");
+    ok(lab.exec("myk8s-worker2", &["ip", "link", "set", "lb0", "up"]), "lb0 up");
+    lab.apply(ON_LB0);
+    eventually(patience(15.0), || {
+        let who: Vec<Option<String>> = services.iter().map(|s| lab.announcer(s)).collect();
+        if who.iter().all(|w| w.as_deref() == Some("myk8s-worker2")) {
+            Ok(())
+        } else {
+            Err(format!("{who:?}"))
+        }
+    })
+    .unwrap_or_else(|e| panic!("announcers {e}\n{}", lab.diagnose()));
+    for node in ["myk8s-control-plane", "myk8s-worker", "myk8s-worker3"] {
+        let status = agent_status(&lab, node).expect("agent status");
+        assert_eq!(status["missing_interfaces"], serde_json::json!(["lb0"]), "{node}: {status}");
+    }
+    let lb = lab.lb_ip("web2");
+    lab.curl("mypc", &lb).expect("served through lb0");
+    let lb0 = ok(lab.exec("myk8s-worker2", &["cat", "/sys/class/net/lb0/address"]), "lb0's MAC");
+    let neigh = lab.neighbour("mypc", &lb);
+    assert!(neigh.contains(lb0.trim()), "{neigh} is not lb0's MAC {lb0}");
 }
 
 #[test]
@@ -608,7 +764,7 @@ fn a_partitioned_node_still_reaches_outside_hosts_fences_itself_and_the_api_can_
     assert!(!ping(&node, &other_ip) && !ping(other, &ip), "the other nodes do not");
     // Cut off from the majority and the API server, the agent stops answering for its
     // addresses; the others move them.
-    eventually(patience(5.0), || if fenced(&lab, &node)? { Ok(()) } else { Err("not fenced".into()) })
+    eventually(patience(15.0), || if fenced(&lab, &node)? { Ok(()) } else { Err("not fenced".into()) })
         .expect("the partitioned agent fences itself");
     eventually(patience(15.0), || {
         let a = lab.announcer("svc1").ok_or("no announcer")?;
@@ -617,7 +773,7 @@ fn a_partitioned_node_still_reaches_outside_hosts_fences_itself_and_the_api_can_
     .expect("the address moved and is served");
     ok(tideway(&["lab", "heal", &node, "--name", &lab.name]), "lab heal");
     assert!(ping(&node, &other_ip), "healed");
-    eventually(patience(5.0), || if fenced(&lab, &node)? { Err("still fenced".into()) } else { Ok(()) })
+    eventually(patience(15.0), || if fenced(&lab, &node)? { Err("still fenced".into()) } else { Ok(()) })
         .expect("the fence lifts");
     // The API down alone fences nobody.
     ok(tideway(&["lab", "api", "down", "--name", &lab.name]), "lab api down");
@@ -679,11 +835,12 @@ fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
         lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
         eventually(patience(20.0), || {
             let s = lab.status();
-            let all = s["nodes"].as_array().unwrap().iter().all(|n| n["mode"] == mode && n["synced"] == true);
-            if all { Ok(()) } else { Err(format!("not all nodes in {mode}")) }
+            let nodes = s["nodes"].as_array().unwrap();
+            let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
+            if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
         })
         .unwrap();
-        eventually(patience(5.0), || lab.curl("mypc", &lb))
+        eventually(patience(15.0), || lab.curl("mypc", &lb))
             .unwrap_or_else(|e| panic!("after the switch to {mode}: {e}"));
     }
 }

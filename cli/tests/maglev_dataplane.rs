@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::*;
-use tideway_tests::netns::{Cluster, Netns, eventually};
+use tideway_tests::netns::{Cluster, Netns, eventually, tcp_from};
 
 const HASHED: &str = "10.96.0.19:80";
 const CLIENT: &str = "192.168.0.100";
@@ -21,9 +21,23 @@ const FIRST_PORT: u16 = 41_000;
 
 /// The Maglev Service, with the given endpoints (pod IP, node).
 fn hashed(endpoints: &[(&str, &str)]) -> String {
-    let mut y = "---\napiVersion: v1\nkind: Service\nmetadata: {name: hashed, namespace: demo, annotations: {tideway.io/load-balancing: maglev}}\nspec: {clusterIP: 10.96.0.19, ports: [{name: p, port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: hashed-1, namespace: demo, labels: {kubernetes.io/service-name: hashed}}\naddressType: IPv4\nports: [{name: p, port: 8080, protocol: TCP}]\nendpoints:\n".to_string();
+    maglev_service("hashed", "10.96.0.19", "", endpoints, "{ready: true}")
+}
+
+/// A Maglev Service `name` at `cluster_ip` (`spec` adds to its spec), its endpoints (pod IP,
+/// node) all with `conditions`.
+fn maglev_service(
+    name: &str,
+    cluster_ip: &str,
+    spec: &str,
+    endpoints: &[(&str, &str)],
+    conditions: &str,
+) -> String {
+    let mut y = format!(
+        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: demo, annotations: {{tideway.io/load-balancing: maglev}}}}\nspec: {{clusterIP: {cluster_ip}{spec}, ports: [{{name: p, port: 80}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: demo, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{name: p, port: 8080, protocol: TCP}}]\nendpoints:\n"
+    );
     for (ip, node) in endpoints {
-        y.push_str(&format!("- {{addresses: [{ip}], nodeName: {node}, conditions: {{ready: true}}}}\n"));
+        y.push_str(&format!("- {{addresses: [{ip}], nodeName: {node}, conditions: {conditions}}}\n"));
     }
     y
 }
@@ -40,37 +54,40 @@ fn pod_name(endpoint: &str) -> String {
     PODS.iter().find(|p| p.0 == ip).map(|p| p.2.to_string()).unwrap_or_else(|| endpoint.to_string())
 }
 
-/// What `tideway trace` says each flow's endpoint is (pod name), from the manifest the agent
-/// reads.
-fn predicted(c: &Cluster) -> BTreeMap<u16, String> {
+/// What `tideway trace` says a flow from `src` (`IP` or `IP:PORT`) to `dst` reaches (pod
+/// name), from the manifest the agent reads.
+fn traced(c: &Cluster, src: &str, dst: &str) -> String {
+    traced_in(c, "cluster.yaml", src, dst)
+}
+
+/// [`traced`] from the manifest `file` of the cluster's directory.
+fn traced_in(c: &Cluster, file: &str, src: &str, dst: &str) -> String {
     let bin = env!("CARGO_BIN_EXE_tideway");
-    let file = c.path("cluster.yaml");
+    let file = c.path(file);
+    let out = Command::new(bin)
+        .args(["trace", "-f", &file.display().to_string(), "--node", "node-a", "--from", "external"])
+        .args(["--src", src, "--dst", dst])
+        .output()
+        .expect("tideway trace");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let verdict = text.lines().find_map(|l| l.strip_prefix("verdict: DNAT to ")).unwrap_or_else(|| {
+        panic!("{src}: no single DNAT verdict:\n{text}{}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(!verdict.contains('|'), "{src}: the tracer names one endpoint: {verdict}");
+    pod_name(verdict.split_whitespace().next().expect("endpoint"))
+}
+
+/// What `tideway trace` says each flow's endpoint is (pod name).
+fn predicted(c: &Cluster) -> BTreeMap<u16, String> {
     (FIRST_PORT..FIRST_PORT + FLOWS)
-        .map(|port| {
-            let out = Command::new(bin)
-                .args(["trace", "-f", &file.display().to_string(), "--node", "node-a", "--from", "external"])
-                .args(["--src", &format!("{CLIENT}:{port}"), "--dst", HASHED])
-                .output()
-                .expect("tideway trace");
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let verdict =
-                text.lines().find_map(|l| l.strip_prefix("verdict: DNAT to ")).unwrap_or_else(|| {
-                    panic!(
-                        "port {port}: no single DNAT verdict:\n{text}{}",
-                        String::from_utf8_lossy(&out.stderr)
-                    )
-                });
-            let endpoint = verdict.split_whitespace().next().expect("endpoint");
-            assert!(!verdict.contains('|'), "port {port}: the tracer names one endpoint: {verdict}");
-            (port, pod_name(endpoint))
-        })
+        .map(|port| (port, traced(c, &format!("{CLIENT}:{port}"), HASHED)))
         .collect()
 }
 
-/// One connection from the client's `port`: the name of the pod that answers. The socket is
+/// One connection from the client's `port` to `dst`: the name of the pod that answers. The socket is
 /// closed with a reset (linger 0) so the same port can connect again at once.
-fn connect_from(ns: &Netns, port: u16) -> Result<String, String> {
-    let dst: SocketAddr = HASHED.parse().expect("address");
+fn connect_from(ns: &Netns, port: u16, dst: &str) -> Result<String, String> {
+    let dst: SocketAddr = dst.parse().expect("address");
     let src: SocketAddr = format!("{CLIENT}:{port}").parse().expect("address");
     ns.run(move || {
         use socket2::{Domain, Socket, Type};
@@ -91,7 +108,7 @@ fn connect_from(ns: &Netns, port: u16) -> Result<String, String> {
 fn observed(c: &Cluster) -> BTreeMap<u16, String> {
     (FIRST_PORT..FIRST_PORT + FLOWS)
         .map(|port| {
-            let name = connect_from(&c.client, port).unwrap_or_else(|e| panic!("port {port}: {e}"));
+            let name = connect_from(&c.client, port, HASHED).unwrap_or_else(|e| panic!("port {port}: {e}"));
             (port, name)
         })
         .collect()
@@ -120,11 +137,7 @@ fn flows_land_where_the_tracer_predicts_before_and_after_an_endpoint_leaves() {
     let syncs = s["syncs"].as_u64().unwrap_or(0);
     let three: Vec<(&str, &str)> = PODS[..3].iter().map(|p| (p.0, p.1)).collect();
     std::fs::write(c.path("cluster.yaml"), manifest("nftables", &hashed(&three))).expect("manifest");
-    eventually(patience(20.0), || match status(&c.nodes[0].ns)? {
-        s if s["syncs"].as_u64().unwrap_or(0) > syncs && s["synced"] == true => Ok(s),
-        s => Err(format!("not synced yet: {s}")),
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", agent_log(&c)));
+    wait_next_sync(&c, syncs);
     let want_after = predicted(&c);
     let got_after = observed(&c);
     assert_eq!(got_after, want_after, "after the change too\n{}", agent_log(&c));
@@ -141,4 +154,84 @@ fn flows_land_where_the_tracer_predicts_before_and_after_an_endpoint_leaves() {
         survivors.len()
     );
     eprintln!("flows on surviving endpoints that moved: {moved} of {}", survivors.len());
+}
+
+/// Waits for node-a's agent to finish a sync after `syncs`.
+fn wait_next_sync(c: &Cluster, syncs: u64) {
+    eventually(patience(20.0), || match status(&c.nodes[0].ns)? {
+        s if s["syncs"].as_u64().unwrap_or(0) > syncs && s["synced"] == true => Ok(s),
+        s => Err(format!("not synced yet: {s}")),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent_log(c)));
+}
+
+/// With Maglev, ClientIP affinity and the serving-terminating fallback keep their meaning: a
+/// client's first connection goes where the table puts its address (`tideway trace --src IP`)
+/// and its affinity entry keeps it there when the table would now put it elsewhere; a Service
+/// whose endpoints all terminate hashes over those still serving, as traced.
+#[test]
+fn affinity_and_terminating_endpoints_keep_their_meaning_with_maglev() {
+    tideway_tests::netns::require_root("the Maglev dataplane test");
+    const STICKY: &str = "10.96.0.26:80";
+    const DRAINING: &str = "10.96.0.27:80";
+    let mut c = cluster("maglev-affinity");
+    let sticky = |eps: &[(&str, &str)]| {
+        maglev_service("sticky", "10.96.0.26", ", sessionAffinity: ClientIP", eps, "{ready: true}")
+    };
+    let draining = maglev_service(
+        "draining",
+        "10.96.0.27",
+        "",
+        &[(PODS[0].0, PODS[0].1), (PODS[2].0, PODS[2].1)],
+        "{ready: false, serving: true, terminating: true}",
+    );
+    let all: Vec<(&str, &str)> = PODS.iter().map(|p| (p.0, p.1)).collect();
+    let write = |c: &Cluster, file: &str, eps: &[(&str, &str)]| {
+        std::fs::write(c.path(file), manifest("nftables", &(sticky(eps) + &draining))).expect("manifest")
+    };
+    // Two endpoints to start with, chosen so that the other two joining move the client's
+    // bucket (Maglev moves a bucket only to a joining endpoint, or from a leaving one).
+    let pairs = (0..4).flat_map(|i| (i + 1..4).map(move |j| [i, j]));
+    let start = pairs.map(|[i, j]| vec![all[i], all[j]]).find_map(|eps| {
+        write(&c, "before.yaml", &eps);
+        write(&c, "after.yaml", &all);
+        let first = traced_in(&c, "before.yaml", CLIENT, STICKY);
+        let fresh = traced_in(&c, "after.yaml", CLIENT, STICKY);
+        (first != fresh).then_some((eps, first, fresh))
+    });
+    let (eps, first, fresh) = start.expect("two endpoints from which the others joining move the client");
+    write(&c, "cluster.yaml", &eps);
+    start_agent(&mut c, 0, "cluster.yaml", &[]);
+    let s = wait_synced(&c.nodes[0].ns, 0).unwrap_or_else(|e| panic!("{e}\n{}", agent_log(&c)));
+
+    for port in FIRST_PORT..FIRST_PORT + 20 {
+        let got = connect_from(&c.client, port, DRAINING).unwrap_or_else(|e| panic!("port {port}: {e}"));
+        assert_eq!(got, traced(&c, &format!("{CLIENT}:{port}"), DRAINING), "port {port}");
+        assert!(got == "a1" || got == "b1", "only serving endpoints: {got}");
+    }
+
+    let client: std::net::IpAddr = CLIENT.parse().expect("address");
+    let sticky_dst: SocketAddr = STICKY.parse().expect("address");
+    let answers = |from: std::net::IpAddr| -> Vec<String> {
+        (0..8)
+            .map(|_| {
+                tcp_from(&c.client, Some(from), sticky_dst).unwrap_or_else(|e| panic!("{from}: {e}")).name
+            })
+            .collect()
+    };
+    assert_eq!(answers(client), vec![first.clone(); 8], "every connection where the table puts the client");
+
+    write(&c, "cluster.yaml", &all);
+    wait_next_sync(&c, s["syncs"].as_u64().unwrap_or(0));
+    assert_eq!(traced(&c, CLIENT, STICKY), fresh);
+    assert_eq!(
+        answers(client),
+        vec![first.clone(); 8],
+        "the affinity entry keeps the client on {first} (a new client would go to {fresh})\n{}",
+        agent_log(&c)
+    );
+    // A client without an entry goes where the table puts it.
+    let other = "203.0.113.5";
+    let want = traced(&c, other, STICKY);
+    assert_eq!(answers(other.parse().expect("address")), vec![want; 8]);
 }

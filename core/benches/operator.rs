@@ -110,6 +110,7 @@ fn layouts() -> Vec<Vec<NodeInfo>> {
                     } else {
                         LocalEndpoints::Absent
                     },
+                    lacks_interfaces: false,
                 })
                 .collect()
         })
@@ -165,7 +166,12 @@ fn lb_cluster() -> ClusterState {
         state.apply_node(mk_node(&format!("node-{n:03}"), "192.168.0.10", &format!("z{}", n % 4)));
     }
     let pool = Pool::new("pool", &["10.16.0.0/16"]);
-    state.apply_pool(LoadBalancerPool { pool, l2: L2Settings::default(), generation: 1 });
+    state.apply_pool(LoadBalancerPool {
+        pool,
+        l2: L2Settings::default(),
+        generation: 1,
+        origin: Default::default(),
+    });
     for i in 0..SERVICES {
         let name = format!("svc{i}");
         let cip = format!("10.96.{}.{}", i / 250, i % 250 + 1);

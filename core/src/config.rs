@@ -200,13 +200,28 @@ pub struct IpvsSettings {
 /// Which node addresses accept NodePort traffic (`nodePortAddresses`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum NodePortAddresses {
-    /// The node's primary IP of each family (kube-proxy nftables default).
+    /// Not set: kube-proxy's default for the mode ([`NodePortAddresses::for_mode`]).
     #[default]
+    Unset,
+    /// The node's primary IP of each family (kube-proxy's nftables default).
     Primary,
     /// Every local address (kube-proxy iptables default), loopback excluded.
     All,
     /// Node addresses inside these CIDRs.
     Cidrs(Vec<IpNet>),
+}
+
+impl NodePortAddresses {
+    /// What the setting means in `mode`. Unset, it is kube-proxy's default for that mode:
+    /// the primary IPs in nftables mode, every local address in iptables and IPVS modes
+    /// (where iptables mode also serves 127.0.0.1, see `localhost_node_ports`).
+    pub fn for_mode(&self, mode: ProxyMode) -> &NodePortAddresses {
+        match (self, mode) {
+            (NodePortAddresses::Unset, ProxyMode::Nftables) => &NodePortAddresses::Primary,
+            (NodePortAddresses::Unset, ProxyMode::Iptables | ProxyMode::Ipvs) => &NodePortAddresses::All,
+            (set, _) => set,
+        }
+    }
 }
 
 /// How to tell pod-originated traffic from off-cluster traffic (`detectLocalMode`).

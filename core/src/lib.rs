@@ -22,7 +22,9 @@
 //! agent died), so the operator's failure detector feeds it in with
 //! `ClusterState::set_agent_liveness(node, AgentLiveness::{Alive, Dead, Unknown})`. `Unknown`
 //! (nothing known yet, as after an operator restart) counts as alive and moves nothing; `Dead`
-//! makes the node ineligible (`announce::Ineligible::AgentDown`).
+//! makes the node ineligible (`announce::Ineligible::AgentDown`). For BGP, `bgp::decide`
+//! applies the same node rules to say which prefixes each node advertises to which peer, and
+//! `bgp::frr::render` writes that as the node's FRR configuration.
 //!
 //! Nothing here performs I/O, spawns tasks or talks to a kernel or an API server: edges do
 //! that behind narrow traits, and feed this crate plain values.
@@ -31,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod announce;
+pub mod bgp;
 pub mod cluster;
 pub mod config;
 pub mod conntrack;

@@ -42,7 +42,24 @@ pub const TIMINGS: GossipTimings = GossipTimings {
 /// the L2Announcement, the new announcer reads it and sends gratuitous ARP).
 pub const AFTER_DETECTION: Duration = Duration::from_millis(500);
 
+/// The largest factor [`GossipTimings::scaled`] takes.
+pub const MAX_TIME_SCALE: f64 = 100.0;
+
 impl GossipTimings {
+    /// Every timing `factor` times longer (clamped to 1..=[`MAX_TIME_SCALE`]): for a slow
+    /// environment (a VM without hardware acceleration, a starved CPU), where a member can stall
+    /// for longer than the suspicion and be declared down while alive. Detection slows by the
+    /// same factor.
+    pub fn scaled(&self, factor: f64) -> GossipTimings {
+        let f = if factor.is_finite() { factor.clamp(1.0, MAX_TIME_SCALE) } else { 1.0 };
+        GossipTimings {
+            probe_period: self.probe_period.mul_f64(f),
+            probe_rtt: self.probe_rtt.mul_f64(f),
+            suspicion: self.suspicion.mul_f64(f),
+            gossip_interval: self.gossip_interval.mul_f64(f),
+        }
+    }
+
     /// The longest a dead member goes unnoticed by the member that learns last: probed within
     /// one period (plus scheduling), the probe failing after one more, the suspicion, and the
     /// news spreading.
@@ -91,6 +108,11 @@ mod tests {
         assert!(worst <= Duration::from_secs(2), "{worst:?}");
         assert!(TIMINGS.probe_rtt < TIMINGS.probe_period);
         assert!(TIMINGS.suspicion >= TIMINGS.probe_period * 4, "room to refute a false suspicion");
+        let slow = TIMINGS.scaled(10.0);
+        assert_eq!(slow.worst_detection(), TIMINGS.worst_detection() * 10);
+        assert_eq!(TIMINGS.scaled(0.1), TIMINGS, "never faster than tuned");
+        assert_eq!(TIMINGS.scaled(f64::NAN), TIMINGS);
+        assert_eq!(TIMINGS.scaled(1e9).suspicion, TIMINGS.suspicion * 100);
     }
 
     #[test]

@@ -266,6 +266,13 @@ impl SliceBuilder {
         }
         self
     }
+    /// Sets the pod the last endpoint targets (`targetRef.name`).
+    pub fn pod(mut self, name: &str) -> Self {
+        if let Some(ep) = self.0.endpoints.last_mut() {
+            ep.pod_name = Some(name.into());
+        }
+        self
+    }
     /// Sets the hostname of the last endpoint.
     pub fn hostname(mut self, h: &str) -> Self {
         if let Some(ep) = self.0.endpoints.last_mut() {
@@ -313,4 +320,46 @@ pub fn synthetic_slice(i: usize, endpoints: usize, replace: Option<usize>) -> En
         s = s.ready(&addr, if j % 2 == 0 { "node-a" } else { "node-b" });
     }
     s.build()
+}
+
+/// A node as the announcer and BGP decisions see it: Ready, its agent alive, no endpoint of
+/// the Service there, labelled `rack=RACK`.
+pub fn mk_node_info(name: &str, rack: &str) -> crate::announce::NodeInfo {
+    crate::announce::NodeInfo {
+        name: name.into(),
+        ready: true,
+        agent: crate::model::AgentLiveness::Alive,
+        network_unavailable: false,
+        to_be_deleted: false,
+        labels: [("rack".to_string(), rack.to_string())].into(),
+        local: crate::announce::LocalEndpoints::Absent,
+        lacks_interfaces: false,
+    }
+}
+
+/// The selector `rack=RACK`.
+pub fn rack(rack: &str) -> crate::config::LabelSelector {
+    crate::config::LabelSelector {
+        match_labels: [("rack".to_string(), rack.to_string())].into(),
+        match_expressions: vec![],
+    }
+}
+
+/// `default/SVC`'s LoadBalancer address `addr` from `pool`, seen on `node` with `local`
+/// endpoints there.
+pub fn mk_service_address(
+    svc: &str,
+    addr: &str,
+    pool: &str,
+    policy: TrafficPolicy,
+    node: &crate::announce::NodeInfo,
+    local: crate::announce::LocalEndpoints,
+) -> crate::bgp::ServiceAddress {
+    crate::bgp::ServiceAddress {
+        service: ServiceName::new("default", svc),
+        ip: ip(addr),
+        pool: pool.into(),
+        traffic: crate::announce::ServiceTraffic { policy, serving_endpoints: true },
+        node: crate::announce::NodeInfo { local, ..node.clone() },
+    }
 }

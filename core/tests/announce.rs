@@ -32,10 +32,11 @@ struct Node {
 }
 
 fn random_rule(rng: &mut Rng) -> Option<Ineligible> {
-    match rng.below(8) {
+    match rng.below(9) {
         0 => Some(Ineligible::Excluded),
         1 => Some(Ineligible::NetworkUnavailable),
         2 => Some(Ineligible::ToBeDeleted),
+        3 => Some(Ineligible::NoInterface),
         _ => None,
     }
 }
@@ -137,6 +138,7 @@ fn view(rng: &mut Rng, nodes: &BTreeMap<String, Node>, svc: &Svc) -> Vec<NodeInf
                 to_be_deleted: n.rule == Some(Ineligible::ToBeDeleted),
                 labels,
                 local: svc.local.get(name).copied().unwrap_or_default(),
+                lacks_interfaces: n.rule == Some(Ineligible::NoInterface),
             }
         })
         .collect();

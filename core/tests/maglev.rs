@@ -124,3 +124,83 @@ fn modes_that_cannot_hash_keep_random_and_say_so() {
     let text = render::nftables::text::program(&program);
     assert!(text.contains("numgen random mod 3") && !text.contains("jhash"));
 }
+
+#[test]
+fn with_client_ip_affinity_a_client_is_hashed_by_its_address_alone() {
+    let mut c = cluster(6, "maglev");
+    let mut svc = c.service(&tideway_core::model::ServiceName::new("ns1", "web")).cloned().expect("web");
+    svc.session_affinity = mk_service("ns1", "web").affinity(600).build().session_affinity;
+    c.apply_service(svc);
+    let ruleset = compile(&c, &mk_node_context());
+    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
+    let eps = endpoints(&c);
+    let names: Vec<Vec<u8>> = eps.iter().map(|(ip, port)| maglev::backend_name(ip, *port)).collect();
+    let plan = ruleset.plans(IpFamily::V4).next().expect("plan");
+    let tideway_core::plan::Balancing::Maglev { table_size } = plan.balancing.balancing else {
+        panic!("maglev: {:?}", plan.balancing)
+    };
+    let table = MaglevTable::build(&names, table_size);
+    let bucket = maglev::flow_bucket(&ip("10.244.1.99"), 0, true, table.size());
+    let (eip, eport) = eps[table.get(bucket).expect("bucket") as usize];
+    let want = vec![tideway_core::net::join_host_port(&eip, eport)];
+    // Without a source port, and with any: one endpoint, the table's for the address.
+    for sport in [None, Some(40_000), Some(51_234)] {
+        match trace(&program, &packet(sport), &env).verdict() {
+            Verdict::Dnat { endpoints, .. } => assert_eq!(endpoints, want, "sport {sport:?}"),
+            other => panic!("sport {sport:?}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn when_every_endpoint_terminates_the_table_holds_those_still_serving() {
+    let mut c = cluster(0, "maglev");
+    let slice = mk_slice("ns1", "web")
+        .port("http", TCP, 8080)
+        .endpoint("10.244.1.10", "node-a", false, true, true)
+        .endpoint("10.244.2.11", "node-b", false, true, true)
+        .endpoint("10.244.2.12", "node-b", false, false, true)
+        .build();
+    c.apply_endpoint_slice(slice);
+    let ruleset = compile(&c, &mk_node_context());
+    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
+    let eps = endpoints(&c);
+    assert_eq!(eps.len(), 2, "the serving ones: {eps:?}");
+    let names: Vec<Vec<u8>> = eps.iter().map(|(ip, port)| maglev::backend_name(ip, *port)).collect();
+    let table = MaglevTable::build(&names, maglev::DEFAULT_TABLE_SIZE);
+    for sport in (40_000u16..).step_by(11).take(50) {
+        let bucket = maglev::flow_bucket(&ip("10.244.1.99"), sport, false, table.size());
+        let (eip, eport) = eps[table.get(bucket).expect("bucket") as usize];
+        match trace(&program, &packet(Some(sport)), &env).verdict() {
+            Verdict::Dnat { endpoints, .. } => {
+                assert_eq!(endpoints, [tideway_core::net::join_host_port(&eip, eport)], "sport {sport}")
+            }
+            other => panic!("sport {sport}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn behind_affinity_an_endpoint_change_rewrites_the_services_table_in_place() {
+    let sticky = |c: &mut ClusterState| {
+        let name = tideway_core::model::ServiceName::new("ns1", "web");
+        let mut svc = c.service(&name).cloned().expect("web");
+        svc.session_affinity = mk_service("ns1", "web").affinity(600).build().session_affinity;
+        c.apply_service(svc);
+    };
+    let mut before = cluster(4, "maglev");
+    sticky(&mut before);
+    let mut after = cluster(5, "maglev");
+    sticky(&mut after);
+    let node = mk_node_context();
+    let lower = |c: &ClusterState| render::lower(ProxyMode::Nftables, &compile(c, &node), IpFamily::V4);
+    let change = diff(&lower(&before), &lower(&after));
+    assert!(change.add_sets.iter().all(|s| !s.name.contains("-maglev-")), "the table is kept, not recreated");
+    let table: Vec<_> = change.element_sets.iter().map(|s| s.name.to_string()).collect();
+    assert_eq!(table.len(), 1, "{table:?}");
+    assert!(table[0].starts_with("service-maglev-"), "{table:?}");
+    let rewritten = change.add_elements.iter().filter(|(s, _)| *s.name == *table[0]).count();
+    assert!(rewritten > 0 && rewritten < maglev::DEFAULT_TABLE_SIZE as usize / 3, "{rewritten} buckets");
+}

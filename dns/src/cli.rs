@@ -57,6 +57,11 @@ pub struct DnsArgs {
     /// reports the Service programmed (its NodeProxyState); SERVFAIL until then.
     #[arg(long)]
     pub require_programmed: bool,
+    /// Name an endpoint without a hostname after the pod it targets
+    /// (`<pod>.<svc>.<ns>.svc.<zone>`) instead of its dashed address, as CoreDNS's
+    /// `endpoint_pod_names`.
+    #[arg(long)]
+    pub endpoint_pod_names: bool,
     /// The Service `ns.dns.<zone>` and the apex NS stand for.
     #[arg(long, default_value = "kube-system/kube-dns")]
     pub dns_service: String,
@@ -72,6 +77,9 @@ pub struct DnsArgs {
     /// REST API listen address (`/api/v1/records`, `/api/v1/stats`; `none` to disable).
     #[arg(long, default_value = "127.0.0.1:9154")]
     pub api_listen: String,
+    /// HTTPS for the REST API (the probes and `/metrics` stay plain HTTP).
+    #[command(flatten)]
+    pub tls: tideway_api::tls::TlsArgs,
     /// Keep serving this long after SIGTERM, with `/ready` failing.
     #[arg(long, default_value = "5s")]
     pub lameduck: String,
@@ -110,6 +118,7 @@ fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
     base.index.pods = args.pods.parse::<PodsMode>()?;
     base.index.dns_service = Some(parse_service_name(&args.dns_service)?);
     base.index.require_programmed = args.require_programmed;
+    base.index.endpoint_pod_names = args.endpoint_pod_names;
     if let Some(zone) = &args.external_zone {
         base.index.external = Some(external_zone(zone, args.external_ttl, &base.index.zone)?);
     }
@@ -148,6 +157,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         ready: optional_addr("ready-listen", &args.ready_listen)?,
         metrics: optional_addr("metrics-listen", &args.metrics_listen)?,
         api: optional_addr("api-listen", &args.api_listen)?,
+        api_tls: args.tls.load()?,
         udp_sockets: workers,
         udp_engine,
         loop_probe: !args.no_loop_probe,
@@ -208,12 +218,19 @@ async fn serve_until_stopped(
             _ = hup.recv() => true,
             _ = tick.tick() => false,
         };
-        let now = source.fingerprint(&server.settings());
-        if !forced && now == seen {
+        // The files are read and parsed on a blocking thread, not the runtime's.
+        let (src, current, last) = (source.clone(), server.settings(), seen.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            let now = src.fingerprint(&current);
+            let loaded = (forced || now != last).then(|| src.load());
+            (now, loaded)
+        })
+        .await;
+        let Ok((now, Some(loaded))) = read else {
             continue;
-        }
+        };
         seen = now;
-        match source.load() {
+        match loaded {
             Ok(settings) if settings == server.settings() => {}
             Ok(settings) => match server.apply(settings) {
                 Ok(()) => tracing::info!("settings reloaded"),

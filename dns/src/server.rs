@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub metrics: Option<SocketAddr>,
     /// REST API listener ([`crate::api`]).
     pub api: Option<SocketAddr>,
+    /// HTTPS for the REST API listener (the probes and `/metrics` stay plain).
+    pub api_tls: Option<Arc<tideway_api::tls::Tls>>,
     /// UDP sockets sharing the port (one per worker).
     pub udp_sockets: usize,
     /// UDP receive path.
@@ -68,6 +70,7 @@ impl ServerConfig {
             ready: None,
             metrics: None,
             api: None,
+            api_tls: None,
             udp_sockets: 1,
             udp_engine: UdpEngine::Native,
             tcp_timeout: Duration::from_secs(10),
@@ -230,12 +233,12 @@ impl Server {
         let mut bound = [None, None, None, None];
         let index_core = Arc::clone(&core);
         let routers = [
-            (config.health, ops::health_router()),
-            (config.ready, ops::ready_router(Arc::clone(&readiness))),
-            (config.metrics, tideway_api::http::metrics_router(registry)),
-            (config.api, crate::api::router(Arc::new(move || index_core.index()))),
+            (config.health, None, ops::health_router()),
+            (config.ready, None, ops::ready_router(Arc::clone(&readiness))),
+            (config.metrics, None, tideway_api::http::metrics_router(registry)),
+            (config.api, config.api_tls.clone(), crate::api::router(Arc::new(move || index_core.index()))),
         ];
-        for (slot, (addr, router)) in bound.iter_mut().zip(routers) {
+        for (slot, (addr, tls, router)) in bound.iter_mut().zip(routers) {
             if let Some(listener) = http_listener(addr).await? {
                 *slot = listener.local_addr().ok();
                 let mut rx = shutdown_rx.clone();
@@ -243,7 +246,7 @@ impl Server {
                     let stop = async move {
                         let _ = rx.wait_for(|s| *s).await;
                     };
-                    if let Err(e) = tideway_api::http::serve(listener, router, stop).await {
+                    if let Err(e) = tideway_api::http::serve(listener, tls, router, stop).await {
                         tracing::error!(error = %e, "HTTP listener failed");
                     }
                 });
@@ -417,7 +420,22 @@ async fn index_task(
 ) {
     loop {
         let wanted = settings.lock().unwrap_or_else(|e| e.into_inner()).index.clone();
-        refresh_index(&core, &cluster, &wanted, &mut built, &readiness);
+        // A rebuild reads the whole cluster under the state's lock: on a blocking thread, so
+        // the runtime's threads keep answering meanwhile.
+        let (c, cl, r) = (core.clone(), cluster.clone(), readiness.clone());
+        let rebuilt = tokio::task::spawn_blocking(move || {
+            refresh_index(&c, &cl, &wanted, &mut built, &r);
+            built
+        })
+        .await;
+        built = match rebuilt {
+            Ok(b) => b,
+            Err(e) => {
+                // Built from scratch next time.
+                tracing::error!(error = %e, "the zone rebuild failed; the previous zone keeps answering");
+                None
+            }
+        };
         tokio::select! {
             _ = cluster.changed() => {}
             _ = rebuild.notified() => {}

@@ -299,3 +299,65 @@ fn hickory_udp_engine_answers_the_same() {
     assert!(!out.contains("ADDITIONAL: 7"), "{out}");
     rt.block_on(server.shutdown());
 }
+
+/// `--endpoint-pod-names` (CoreDNS's `endpoint_pod_names`): an endpoint without a hostname is
+/// named after the pod it targets; a hostname still wins, and an endpoint without a pod, or
+/// whose pod name is no single label, keeps its dashed address. Off, the dashed address.
+#[test]
+fn endpoint_pod_names_name_endpoints_after_their_pods() {
+    use tideway_core::net::Protocol::Tcp;
+    use tideway_core::testing::mk_slice;
+    require_dig();
+    let rt = runtime();
+    let mut snap = common::snapshot();
+    snap.services.push(mk_service("ns1", "db").headless().port("pg", Tcp, 5432).build());
+    snap.endpoint_slices.push(
+        mk_slice("ns1", "db")
+            .port("pg", Tcp, 5432)
+            .ready("10.244.3.5", "node-a")
+            .pod("db-0")
+            .ready("10.244.3.6", "node-a")
+            .pod("db-1")
+            .hostname("primary")
+            .ready("10.244.3.7", "node-b")
+            .ready("10.244.3.8", "node-b")
+            .pod("db.dotted")
+            .build(),
+    );
+    let shared = || {
+        let c = SharedCluster::new();
+        c.update(|s| s.reset(snap.clone()));
+        c.mark_synced();
+        c
+    };
+    let mut on = settings(&[]);
+    on.index.endpoint_pod_names = true;
+    for (pod_names, s) in [(true, on), (false, settings(&[]))] {
+        let server = start(&rt, shared(), s);
+        let at = server.dns_addr;
+        let a =
+            |name: &str| lines(&dig(at, &["+short", &format!("{name}.db.ns1.svc.cluster.local")])).join(",");
+        assert_eq!(a("primary"), "10.244.3.6", "a hostname wins ({pod_names})");
+        assert_eq!(a("10-244-3-7"), "10.244.3.7", "no pod: dashed ({pod_names})");
+        assert_eq!(a("10-244-3-8"), "10.244.3.8", "a dotted pod name: dashed ({pod_names})");
+        assert_eq!(a("db-0"), if pod_names { "10.244.3.5" } else { "" });
+        assert_eq!(a("10-244-3-5"), if pod_names { "" } else { "10.244.3.5" });
+        let mut srv = lines(&dig(at, &["+short", "_pg._tcp.db.ns1.svc.cluster.local", "SRV"]))
+            .iter()
+            .map(|l| l.rsplit(' ').next().unwrap_or_default().to_string())
+            .collect::<Vec<_>>();
+        srv.sort();
+        let first = if pod_names { "db-0" } else { "10-244-3-5" };
+        let mut want: Vec<String> = [first, "10-244-3-7", "10-244-3-8", "primary"]
+            .iter()
+            .map(|h| format!("{h}.db.ns1.svc.cluster.local."))
+            .collect();
+        want.sort();
+        assert_eq!(srv, want, "SRV targets ({pod_names})");
+        assert_eq!(
+            lines(&dig(at, &["+short", "-x", "10.244.3.5"])),
+            [format!("{first}.db.ns1.svc.cluster.local.")]
+        );
+        rt.block_on(server.shutdown());
+    }
+}

@@ -222,7 +222,19 @@ fn musl_resolver_gets_the_records_that_fit_a_truncated_answer() {
     let ns = Netns::create("m", resolv).expect("ip netns add (iproute2 installed, root)");
     let sockets = ns.enter(|| Sockets::bind("127.0.0.1:53".parse().unwrap(), 1).expect("bind :53"));
     let rt = ns.runtime();
-    let server = start_with(&rt, cluster(), settings(&[]), sockets);
+    // With `--endpoint-pod-names`, and a StatefulSet-like headless Service whose endpoints
+    // name their pods.
+    let shared = cluster();
+    shared.update(|s| {
+        use tideway_core::net::Protocol::Tcp;
+        use tideway_core::testing::{mk_service, mk_slice};
+        s.apply_service(mk_service("ns1", "db").headless().port("pg", Tcp, 5432).build());
+        let slice = mk_slice("ns1", "db").port("pg", Tcp, 5432).ready("10.244.3.5", "node-a").pod("db-0");
+        s.apply_endpoint_slice(slice.build());
+    });
+    let mut with_pod_names = settings(&[]);
+    with_pod_names.index.endpoint_pod_names = true;
+    let server = start_with(&rt, shared, with_pod_names, sockets);
     let resolve = |name: &str| {
         let out = Command::new("timeout")
             .args(["20", "ip", "netns", "exec", &ns.name])
@@ -239,6 +251,8 @@ fn musl_resolver_gets_the_records_that_fit_a_truncated_answer() {
     let big = resolve("big");
     assert!(big.len() >= 20 && big.len() < 120, "{big:?}");
     assert!(big.iter().all(|a| a.starts_with("10.244.9.")), "{big:?}");
+    // An endpoint named after its pod, through the search path, as a pod on Alpine asks.
+    assert_eq!(resolve("db-0.db"), ["10.244.3.5"]);
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(10), server.shutdown()).await.expect("shutdown")
     });

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::faults::{Fault, NODE_MONITOR_GRACE};
 use crate::runner::Lab;
 use crate::server::{self, Request};
-use crate::spec::LabSpec;
+use crate::spec::{Change, LabSpec};
 use crate::{netns, tour};
 
 /// The built-in demo (seed 003's setup).
@@ -122,8 +122,27 @@ enum LabCommand {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Make the running lab match a lab file (objects not in it are removed).
+    /// Add the objects of a file to the running lab, or update those of the same kind and
+    /// name (as `kubectl apply -f`).
     Apply {
+        /// The file.
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Remove the objects a file names from the running lab (as `kubectl delete -f`).
+    Delete {
+        /// The file.
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Make the running lab exactly a lab file (objects not in it are removed).
+    Replace {
         /// The lab file.
         #[arg(short = 'f', long)]
         file: PathBuf,
@@ -219,15 +238,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
         LabCommand::Heal { node, name } => fault(name, Fault::Partition { node: node.clone(), heal: true }),
         LabCommand::Api { state, name } => fault(name, Fault::Api { up: state == "up" }),
         LabCommand::Exec { target, command, name } => exec(&pick(name.clone())?, target, command),
-        LabCommand::Apply { file, name } => {
-            let text =
-                std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-            LabSpec::parse(&file.display().to_string(), &text)?;
-            let name = pick(name.clone())?;
-            server::request(&lab_dir(&name), &Request::Apply { file: file.display().to_string(), text })?;
-            println!("lab {name}: applied {}", file.display());
-            Ok(0)
-        }
+        LabCommand::Apply { file, name } => change(file, name, Change::Apply),
+        LabCommand::Delete { file, name } => change(file, name, Change::Delete),
+        LabCommand::Replace { file, name } => change(file, name, Change::Replace),
         LabCommand::Status { name, json } => {
             let status = server::request(&lab_dir(&pick(name.clone())?), &Request::Status)?;
             if *json {
@@ -421,6 +434,26 @@ fn detached(
 /// The lab's status for scripts: the JSON `lab status --json` prints.
 pub fn status_json(name: &str) -> anyhow::Result<Value> {
     Ok(server::request(&lab_dir(name), &Request::Status)?)
+}
+
+/// `lab apply`, `lab delete` or `lab replace` of `file`: read and checked here, merged into
+/// the running lab by the lab (which refuses a result that is no lab, changing nothing).
+fn change(file: &Path, name: &Option<String>, how: Change) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let shown = file.display().to_string();
+    match how {
+        Change::Replace => _ = LabSpec::parse(&shown, &text)?,
+        Change::Apply | Change::Delete => _ = LabSpec::parse_objects(&shown, &text)?,
+    }
+    let name = pick(name.clone())?;
+    server::request(&lab_dir(&name), &Request::Apply { file: shown, text, how })?;
+    let done = match how {
+        Change::Replace => "replaced by",
+        Change::Apply => "applied",
+        Change::Delete => "deleted the objects of",
+    };
+    println!("lab {name}: {done} {}", file.display());
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 // `lab` is a command-line tool: printing progress, tours and tables is its job.
 #![allow(clippy::print_stdout)]
 
+pub mod certs;
 pub mod cli;
 pub mod control;
 pub mod faults;

@@ -14,7 +14,7 @@ use crate::control::{self, Allocations, Health, NodeState, Plan, PodState, World
 use crate::faults::{self, Fault, Faults};
 use crate::netns::{self, NetError};
 use crate::procs::{Exit, Procs};
-use crate::spec::{LabHost, LabSpec};
+use crate::spec::{Change, LabHost, LabSpec};
 use crate::topology::{self, Names};
 
 /// Why the lab could not do what it was asked.
@@ -221,6 +221,15 @@ impl Lab {
         Ok(())
     }
 
+    /// The lab `file` makes of this one under `how` (checked as a whole lab).
+    pub fn changed_spec(&self, file: &str, text: &str, how: Change) -> Result<LabSpec, LabError> {
+        let objects = LabSpec::parse_objects(file, text)?;
+        if how == Change::Replace || self.spec.nodes.is_empty() {
+            return Ok(self.spec.changed(objects, Change::Replace, file)?);
+        }
+        Ok(self.spec.changed(objects, how, file)?)
+    }
+
     /// Builds what `self.world` has and `old` had not: nodes (with routes both ways), pods,
     /// hosts, and their processes.
     fn grow(&mut self, old: &World) -> Result<(), LabError> {
@@ -358,6 +367,11 @@ impl Lab {
         let source = format!("lab:{}", self.dir.path().display());
         let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let token = crate::token::path(self.dir.path()).display().to_string();
+        let tls = |name: &str| {
+            let c = crate::certs::issued(self.dir.path(), name);
+            [c.cert.display().to_string(), c.key.display().to_string()]
+        };
+        let (agent_tls, dns_tls, operator_tls) = (tls("agent"), tls("dns"), tls("operator"));
         for n in &self.world.nodes {
             let ns = self.names.node(&n.name);
             let args = [
@@ -372,6 +386,10 @@ impl Lab {
                 "0.0.0.0:10249",
                 "--api-token-file",
                 &token,
+                "--tls-cert",
+                &agent_tls[0],
+                "--tls-key",
+                &agent_tls[1],
             ];
             wanted.insert(format!("agent/{}", n.name), self.exec_in(&ns, &args));
         }
@@ -400,6 +418,10 @@ impl Lab {
                     "0.0.0.0:8181",
                     "--metrics-listen",
                     "0.0.0.0:9153",
+                    "--tls-cert",
+                    &dns_tls[0],
+                    "--tls-key",
+                    &dns_tls[1],
                 ];
                 wanted.insert(format!("pod/{}/{}/dns", p.namespace, p.name), self.exec_in(&ns, &args));
                 continue;
@@ -421,6 +443,10 @@ impl Lab {
             "127.0.0.1:8080",
             "--api-token-file",
             &token,
+            "--tls-cert",
+            &operator_tls[0],
+            "--tls-key",
+            &operator_tls[1],
             "--gossip-advertise-address",
             &advertise,
         ];
@@ -581,7 +607,8 @@ impl Lab {
         })).collect();
         let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "netns": self.names.host(&h.name)})).collect();
         let token = crate::token::read(self.dir.path());
-        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" }, "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64())})
+        let ca = Some(crate::certs::ca_path(self.dir.path())).filter(|p| p.exists());
+        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "caFile": ca, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" }, "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64())})
     }
 
     /// Stops every process and removes every namespace.

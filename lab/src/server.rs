@@ -23,6 +23,9 @@ pub enum Request {
         file: String,
         /// Its text.
         text: String,
+        /// Whether the lab becomes the file, takes its objects in, or loses them.
+        #[serde(default)]
+        how: crate::spec::Change,
     },
     /// Report nodes, Services, pods, hosts and APIs.
     Status,

@@ -30,6 +30,63 @@ struct LabHostSpec {
     ip: Ipv4Addr,
 }
 
+/// How a file changes the running lab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    /// The lab becomes exactly the file (`lab replace -f`).
+    #[default]
+    Replace,
+    /// The file's objects are added, or replace those of the same kind and name
+    /// (`lab apply -f`, as `kubectl apply`).
+    Apply,
+    /// The objects the file names are removed (`lab delete -f`, as `kubectl delete -f`).
+    Delete,
+}
+
+/// Puts each of `new` in place of the item of `list` with its key, or at the end.
+fn upsert<T>(list: &mut Vec<T>, new: Vec<T>, key: impl Fn(&T) -> String) {
+    for item in new {
+        match list.iter().position(|o| key(o) == key(&item)) {
+            Some(i) => list[i] = item,
+            None => list.push(item),
+        }
+    }
+}
+
+/// Removes from `list` every item whose key one of `gone` has.
+fn remove<T>(list: &mut Vec<T>, gone: &[T], key: impl Fn(&T) -> String) {
+    list.retain(|o| !gone.iter().any(|g| key(g) == key(o)));
+}
+
+fn node_key(n: &Node) -> String {
+    n.metadata.name.clone().unwrap_or_default()
+}
+
+fn ns_key(n: &Namespace) -> String {
+    n.metadata.name.clone().unwrap_or_default()
+}
+
+fn pod_key(p: &Pod) -> String {
+    name_of_meta(&p.metadata)
+}
+
+fn service_key(s: &Service) -> String {
+    name_of_meta(&s.metadata)
+}
+
+fn config_key(c: &ProxyConfig) -> String {
+    c.metadata.name.clone().unwrap_or_default()
+}
+
+fn pool_key(p: &LoadBalancerPool) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+fn host_key(h: &LabHost) -> String {
+    h.name.clone()
+}
+
 /// What a lab file declares.
 #[derive(Debug, Clone, Default)]
 pub struct LabSpec {
@@ -148,6 +205,14 @@ impl LabSpec {
     /// Parses `text`; `file` names it in errors. Every document must be understood (a typo in
     /// a kind is an error, not a silently missing object).
     pub fn parse(file: &str, text: &str) -> Result<LabSpec, SpecError> {
+        let spec = LabSpec::parse_objects(file, text)?;
+        spec.check().map_err(|problem| SpecError::Lab { file: file.into(), problem })?;
+        Ok(spec)
+    }
+
+    /// Parses the objects of `text` without asking them to make a whole lab (for `lab apply`
+    /// and `lab delete`, whose result is checked instead).
+    pub fn parse_objects(file: &str, text: &str) -> Result<LabSpec, SpecError> {
         let mut spec = LabSpec::default();
         let docs = text
             .split("\n---")
@@ -158,8 +223,35 @@ impl LabSpec {
             let v: Value = serde_saphyr::from_str(doc).map_err(|e| err(Problem::Yaml(e.to_string())))?;
             spec.add(v).map_err(err)?;
         }
-        spec.check().map_err(|problem| SpecError::Lab { file: file.into(), problem })?;
         Ok(spec)
+    }
+
+    /// This lab with `change` of `objects` (read from `file`), checked as a whole lab.
+    pub fn changed(&self, objects: LabSpec, change: Change, file: &str) -> Result<LabSpec, SpecError> {
+        let mut out = self.clone();
+        match change {
+            Change::Replace => out = objects,
+            Change::Apply => {
+                upsert(&mut out.nodes, objects.nodes, node_key);
+                upsert(&mut out.pods, objects.pods, pod_key);
+                upsert(&mut out.services, objects.services, service_key);
+                upsert(&mut out.namespaces, objects.namespaces, ns_key);
+                upsert(&mut out.proxy_configs, objects.proxy_configs, config_key);
+                upsert(&mut out.pools, objects.pools, pool_key);
+                upsert(&mut out.hosts, objects.hosts, host_key);
+            }
+            Change::Delete => {
+                remove(&mut out.nodes, &objects.nodes, node_key);
+                remove(&mut out.pods, &objects.pods, pod_key);
+                remove(&mut out.services, &objects.services, service_key);
+                remove(&mut out.namespaces, &objects.namespaces, ns_key);
+                remove(&mut out.proxy_configs, &objects.proxy_configs, config_key);
+                remove(&mut out.pools, &objects.pools, pool_key);
+                remove(&mut out.hosts, &objects.hosts, host_key);
+            }
+        }
+        out.check().map_err(|problem| SpecError::Lab { file: file.into(), problem })?;
+        Ok(out)
     }
 
     fn add(&mut self, v: Value) -> Result<(), Problem> {
@@ -278,5 +370,44 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("at least one Node"), "{e}");
         assert!(LabSpec::parse("lab.yaml", "a: [").unwrap_err().to_string().contains("invalid YAML"));
+    }
+
+    const SVC: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n";
+
+    fn names(s: &LabSpec) -> (Vec<String>, Vec<String>, Vec<String>) {
+        (
+            s.nodes.iter().map(node_key).collect(),
+            s.pods.iter().map(pod_key).collect(),
+            s.services.iter().map(service_key).collect(),
+        )
+    }
+
+    #[test]
+    fn apply_adds_and_updates_delete_removes_replace_replaces() {
+        let lab = LabSpec::parse("lab.yaml", LAB).expect("valid");
+        let svc = LabSpec::parse_objects("svc.yaml", SVC).expect("a Service alone parses as objects");
+        assert!(LabSpec::parse("svc.yaml", SVC).is_err(), "but is no lab");
+        let added = lab.changed(svc.clone(), Change::Apply, "svc.yaml").expect("applied");
+        assert_eq!(
+            names(&added),
+            (vec!["n1".into()], vec!["default/web".into()], vec!["default/web".into()])
+        );
+        assert_eq!(added.hosts.len(), 1, "the rest of the lab stays");
+        // Applied again with a change: updated in place, not added twice.
+        let changed =
+            LabSpec::parse_objects("svc.yaml", &SVC.replace("port: 80", "port: 8080")).expect("objects");
+        let updated = added.changed(changed, Change::Apply, "svc.yaml").expect("applied");
+        assert_eq!(updated.services.len(), 1);
+        let port = updated.services[0].spec.as_ref().and_then(|s| s.ports.as_ref()).map(|p| p[0].port);
+        assert_eq!(port, Some(8080));
+        let deleted = updated.changed(svc.clone(), Change::Delete, "svc.yaml").expect("deleted");
+        assert_eq!(names(&deleted), names(&lab));
+        let e = lab.changed(svc, Change::Replace, "svc.yaml").unwrap_err();
+        assert!(e.to_string().contains("at least one Node"), "replace makes the lab the file: {e}");
+        // Deleting the node its pod runs on leaves no lab to run: refused, naming the pod.
+        let node = LabSpec::parse_objects("n.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n")
+            .expect("objects");
+        let e = lab.changed(node, Change::Delete, "n.yaml").unwrap_err().to_string();
+        assert!(e.contains("n.yaml"), "{e}");
     }
 }

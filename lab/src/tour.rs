@@ -79,6 +79,19 @@ pub fn tour(status: &Value, took: Duration) -> String {
         t,
         "  tideway lab exec{flag} {host} -- ip neigh show {lb}          # the announcing node's MAC"
     );
+    let announcer = arr(&status["services"])
+        .iter()
+        .find(|sv| s(&sv["name"]) == svc)
+        .and_then(|sv| sv["announcer"].as_str())
+        .unwrap_or("NODE");
+    let _ = writeln!(
+        t,
+        "  tideway lab kill agent{flag} {announcer}; sleep 2; tideway lab exec{flag} {host} -- ip neigh show {lb}   # failover: another node's MAC, the Node still Ready"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab start agent{flag} {announcer}                # it is back (the address stays where it moved)"
+    );
     let _ = writeln!(
         t,
         "  tideway lab exec{flag} {pod} -- dig +search +short {svc}        # the cluster DNS, through the search path"
@@ -93,14 +106,14 @@ pub fn tour(status: &Value, took: Duration) -> String {
     );
     let _ = writeln!(
         t,
-        "  tideway lab apply{flag} -f FILE   # the lab becomes FILE: change the ProxyConfig mode to switch live"
+        "  tideway lab apply{flag} -f FILE   # add or update FILE's objects: change the ProxyConfig mode to switch live"
     );
     let operator = status["apis"]["operator"].as_str().unwrap_or("OPERATOR");
     let config = status["proxyConfig"].as_str().unwrap_or("default");
     let other = if mode == "nftables" { "iptables" } else { "nftables" };
     let _ = writeln!(
         t,
-        "  curl -s -X PATCH -H \"authorization: Bearer $(cat {dir}/api-token)\" -H 'content-type: application/merge-patch+json' \\\n      -d '{{\"spec\": {{\"mode\": \"{other}\"}}}}' http://{operator}/api/v1/proxyconfigs/{config}   # switch over REST"
+        "  curl -s --cacert {dir}/tls/ca.crt -X PATCH -H \"authorization: Bearer $(cat {dir}/api-token)\" -H 'content-type: application/merge-patch+json' \\\n      -d '{{\"spec\": {{\"mode\": \"{other}\"}}}}' https://{operator}/api/v1/proxyconfigs/{config}   # switch over REST"
     );
     let _ = writeln!(t, "  tideway lab status{flag}; tideway lab down{flag}");
     if let Some(token) = status["apiToken"].as_str() {
@@ -200,7 +213,7 @@ pub fn status_tables(status: &Value) -> String {
         } else {
             "/metrics"
         };
-        apis.push(vec![k.clone(), format!("http://{}{path}", s(v))]);
+        apis.push(vec![k.clone(), crate::certs::url(k, s(v), path)]);
     }
     out.push('\n');
     out.push_str(&table(&apis));
@@ -258,11 +271,18 @@ mod tests {
         assert!(t.contains("is up in 4.2 s (iptables mode)"), "{t}");
         assert!(t.contains("tideway lab exec mypc -- curl -s 172.18.255.200"), "{t}");
         assert!(
+            t.contains(
+                "tideway lab kill agent n1; sleep 2; tideway lab exec mypc -- ip neigh show 172.18.255.200"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("tideway lab start agent n1 "), "{t}");
+        assert!(
             t.contains("default/svc1   LoadBalancer   10.200.1.2   172.18.255.200   80:30000/TCP   n1"),
             "{t}"
         );
-        assert!(t.contains("http://127.0.0.1:4001/api/v1/status"), "{t}");
-        assert!(t.contains("http://127.0.0.1:4000/api/v1/proxyconfigs/default"), "{t}");
+        assert!(t.contains("https://127.0.0.1:4001/api/v1/status"), "{t}");
+        assert!(t.contains("https://127.0.0.1:4000/api/v1/proxyconfigs/default"), "{t}");
         assert!(t.contains(r#"-d '{"spec": {"mode": "nftables"}}'"#), "{t}");
         let mut with_token = status(true, Some("172.18.255.200"));
         with_token["apiToken"] = "abc123".into();

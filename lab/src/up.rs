@@ -50,6 +50,9 @@ pub async fn serve(mut lab: Lab, spec: LabSpec, progress: bool) -> anyhow::Resul
     if let Err(e) = crate::token::make(lab.dir.path()) {
         return Err(anyhow::Error::from(e).context("writing the API token"));
     }
+    if let Err(e) = crate::certs::make_all(lab.dir.path()) {
+        return Err(anyhow::Error::from(e).context("making the lab's certificates"));
+    }
     if let Err(e) = lab.apply(spec) {
         lab.teardown();
         return Err(e.into());
@@ -94,8 +97,8 @@ pub async fn serve(mut lab: Lab, spec: LabSpec, progress: bool) -> anyhow::Resul
                     Request::Status => Ok(lab.status()),
                     Request::Down => Ok(json!({"down": lab.names.lab()})),
                     Request::Fault { fault } => lab.fault(&fault),
-                    Request::Apply { file, text } => match LabSpec::parse(&file, &text) {
-                        Err(e) => Err(e.into()),
+                    Request::Apply { file, text, how } => match lab.changed_spec(&file, &text, how) {
+                        Err(e) => Err(e),
                         Ok(spec) => lab.apply(spec).map(|()| json!({"applied": file})),
                     },
                 };

@@ -7,7 +7,12 @@
 //! listed the table with `nft -j list table` (timed at the first scale only: at 100,000
 //! Services it runs for minutes). Root; everything happens in a network namespace of its own.
 //!
-//! `cargo bench -p tideway-node-agent --bench drift` (`SCALES=10000,100000`, `RUNS=3`).
+//! iptables mode (legacy backend) at `IPTABLES_SCALES` (default 10,000): the full sync, which
+//! reads the chains back once to learn their digests, and the periodic check, which reads them
+//! back (`iptables-save`) and compares rule counts, jumps and each chain's digest.
+//!
+//! `cargo bench -p tideway-node-agent --bench drift` (`SCALES=10000,100000`, `RUNS=3`,
+//! `IPTABLES_SCALES=10000`).
 
 #![allow(clippy::print_stdout)]
 
@@ -19,7 +24,7 @@ use tideway_core::plan::{Ruleset, compile};
 use tideway_core::program::ProgramState;
 use tideway_core::render;
 use tideway_core::testing::{mk_node, mk_node_context, synthetic_cluster};
-use tideway_node_agent::dataplane::{Dataplane, Desired, Nftables, Update};
+use tideway_node_agent::dataplane::{Dataplane, Desired, Iptables, IptablesBackend, Nftables, Update};
 use tideway_tests::netns::Netns;
 
 fn ms(d: Duration) -> String {
@@ -34,24 +39,29 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// What the agent holds between syncs: the plans of `services` x 10 endpoints for this node
 /// and what it keeps of their programs.
 struct Planned {
+    mode: ProxyMode,
     ruleset: Ruleset,
     kept: [ProgramState; 2],
 }
 
 impl Planned {
     fn new(services: usize) -> Planned {
+        Planned::in_mode(ProxyMode::Nftables, services)
+    }
+
+    fn in_mode(mode: ProxyMode, services: usize) -> Planned {
         let mut c = synthetic_cluster(services, 10);
         c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
         c.take_changes();
         let ruleset = compile(&c, &mk_node_context());
-        let programs = IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f));
+        let programs = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));
         let kept = programs.each_ref().map(ProgramState::new);
-        Planned { ruleset, kept }
+        Planned { mode, ruleset, kept }
     }
 
     /// As the agent gives it to the dataplane (whole programs rendered when asked for).
     fn desired(&self) -> Desired<'_> {
-        Desired::new(ProxyMode::Nftables, &self.ruleset, self.kept.each_ref())
+        Desired::new(self.mode, &self.ruleset, self.kept.each_ref())
     }
 }
 
@@ -123,6 +133,34 @@ fn scale(services: usize, runs: usize, reference: bool) {
     }
 }
 
+/// iptables mode, legacy backend: a full sync (restore, then one read-back learning every
+/// chain's digest) and the clean periodic check (one `iptables-save` per family, counts, jumps
+/// and digests compared).
+fn iptables_scale(services: usize, runs: usize) {
+    let ns = Netns::create(&format!("twdrift-ipt-{services}"));
+    let (full, check) = ns.run(move || {
+        let mut dp = Iptables::new(IptablesBackend::Legacy);
+        let p = Planned::in_mode(ProxyMode::Iptables, services);
+        let (mut full, mut check) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let t = Instant::now();
+            dp.apply(&p.desired(), Update::Full).expect("apply");
+            full.push(t.elapsed());
+            let t = Instant::now();
+            let drift = dp.verify(&p.desired(), true).expect("verify");
+            check.push(t.elapsed());
+            assert!(drift.is_empty(), "clean rules read back with drift: {drift:?}");
+        }
+        (median(full), median(check))
+    });
+    println!(
+        "{services} Services x 10, iptables (legacy): full sync (restore + learn) {}; clean check by count and content {} ({:.2} x the full sync)",
+        ms(full),
+        ms(check),
+        check.as_secs_f64() / full.as_secs_f64()
+    );
+}
+
 fn main() {
     if !tideway_tests::netns::is_root() {
         eprintln!("the drift benchmark needs root (a network namespace)");
@@ -136,5 +174,13 @@ fn main() {
     let runs = std::env::var("RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     for (i, n) in scales.into_iter().enumerate() {
         scale(n, runs, i == 0);
+    }
+    let iptables: Vec<usize> = std::env::var("IPTABLES_SCALES")
+        .unwrap_or_else(|_| "10000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    for n in iptables {
+        iptables_scale(n, runs);
     }
 }

@@ -53,6 +53,11 @@ pub fn node_interface(node_ip: IpAddr) -> Result<String, AnnounceError> {
     addrs.into_iter().find(|a| holds(a)).map(|a| a.interface_name).ok_or(AnnounceError::NoInterface(node_ip))
 }
 
+/// True when this node has an interface named `name`.
+pub fn interface_exists(name: &str) -> bool {
+    nix::net::if_::if_nametoindex(name).is_ok()
+}
+
 /// The link address (index, MAC) of interface `name`.
 fn link_of(name: &str) -> Result<LinkAddr, AnnounceError> {
     let missing = || AnnounceError::NoSuchInterface(name.to_string());

@@ -8,7 +8,6 @@
 //! * `POST /api/v1/trace`: a packet in, its path through the rules and the verdict out.
 //! * `GET /api/v1/services/{namespace}/{name}`: a Service's frontends and endpoints here.
 
-use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -22,11 +21,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use tideway_api::bodies::{TraceRequest, trace_packet};
 use tideway_api::openapi::{Answer, OpenApi, path_parameter, query_parameter};
-use tideway_api::problem::{Problem, json_body, query_params};
+use tideway_api::problem::{Problem, query_params};
 use tideway_core::model::ServiceName;
-use tideway_core::net::{IpFamily, Protocol};
-use tideway_core::trace::{Origin, Packet};
+use tideway_core::net::IpFamily;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::AgentStatus;
@@ -36,55 +35,6 @@ use crate::agent::query::{Programmed, Query};
 const BODY_LIMIT: usize = 16 << 10;
 /// How long a question may wait for the sync loop (a large full sync is seconds).
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);
-
-/// A packet to trace.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TraceRequest {
-    /// Source address.
-    #[schemars(schema_with = "tideway_api::openapi::ip_address")]
-    pub src: IpAddr,
-    /// Destination address (a ClusterIP, node IP, LoadBalancer IP, ...).
-    #[schemars(schema_with = "tideway_api::openapi::ip_address")]
-    pub dst: IpAddr,
-    /// Destination port.
-    pub port: u16,
-    /// Source port: with it, a Maglev Service's endpoint is the one the kernel's hash picks.
-    #[serde(default, rename = "srcPort")]
-    pub src_port: Option<u16>,
-    /// Transport protocol.
-    #[serde(default)]
-    pub protocol: TraceProtocol,
-    /// Where the packet comes from.
-    #[serde(default)]
-    pub from: TraceOrigin,
-}
-
-/// `tcp`, `udp` or `sctp`.
-#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TraceProtocol {
-    /// TCP.
-    #[default]
-    Tcp,
-    /// UDP.
-    Udp,
-    /// SCTP.
-    Sctp,
-}
-
-/// `pod`, `node` or `external`.
-#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TraceOrigin {
-    /// A pod on this node.
-    #[default]
-    Pod,
-    /// A process on the node itself.
-    Node,
-    /// Outside the node.
-    External,
-}
 
 /// Where a packet goes.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -163,25 +113,7 @@ async fn ruleset(
 }
 
 async fn trace(State(api): State<Api>, body: Result<Bytes, BytesRejection>) -> Result<Response, Problem> {
-    let req: TraceRequest = json_body(body)?;
-    if IpFamily::of(&req.src) != IpFamily::of(&req.dst) {
-        return Err(Problem::bad_field(
-            "src",
-            format!("{} and dst {} are of different families", req.src, req.dst),
-        ));
-    }
-    let protocol = match req.protocol {
-        TraceProtocol::Tcp => Protocol::Tcp,
-        TraceProtocol::Udp => Protocol::Udp,
-        TraceProtocol::Sctp => Protocol::Sctp,
-    };
-    let origin = match req.from {
-        TraceOrigin::Pod => Origin::Pod,
-        TraceOrigin::Node => Origin::Node,
-        TraceOrigin::External => Origin::External,
-    };
-    let packet =
-        Packet { src: req.src, dst: req.dst, protocol, dport: req.port, sport: req.src_port, origin };
+    let packet = trace_packet(body)?;
     let p = api.ask(|tx| Query::Trace(packet, tx)).await?;
     let paths = p.answer.paths.iter().filter_map(|path| serde_json::to_value(path).ok()).collect();
     let answer = TraceAnswer {

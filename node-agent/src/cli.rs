@@ -56,6 +56,9 @@ pub struct AgentArgs {
     /// `/metrics`, `/proxyMode`, `/api/v1/status`.
     #[arg(long, default_value = "127.0.0.1:10249")]
     pub metrics_bind_address: SocketAddr,
+    /// HTTPS on `--metrics-bind-address` (`/healthz` stays plain HTTP).
+    #[command(flatten)]
+    pub tls: tideway_api::tls::TlsArgs,
     /// A file holding the bearer token the REST API needs when it listens off loopback.
     /// Without it, `--source kubernetes` checks tokens with TokenReview and
     /// SubjectAccessReview (verb `get` on `nodeproxystates`).
@@ -79,6 +82,11 @@ pub struct AgentArgs {
     /// Do not join the liveness gossip (addresses then move on Node Ready alone).
     #[arg(long)]
     pub no_gossip: bool,
+    /// Every failure-detector timing this many times longer (1-100), for slow environments
+    /// where an agent can stall past the 800 ms suspicion while alive; detection slows alike.
+    /// The same on every member.
+    #[arg(long, env = "TIDEWAY_GOSSIP_TIME_SCALE", default_value = "1", value_parser = tideway_sources::gossip::parse_time_scale)]
+    pub gossip_time_scale: f64,
 }
 
 /// Joins the liveness gossip at this node's address once the source lists this node; a port
@@ -87,6 +95,7 @@ async fn join_gossip(
     cluster: SharedCluster,
     node: String,
     bind: SocketAddr,
+    scale: f64,
 ) -> Option<tokio::sync::watch::Receiver<tideway_sources::gossip::Members>> {
     use tideway_core::net::IpFamily;
     cluster.wait_synced().await;
@@ -100,8 +109,14 @@ async fn join_gossip(
             None => tokio::time::sleep(Duration::from_secs(1)).await,
         }
     };
-    let role = tideway_sources::gossip::Role::Agent;
-    match tideway_sources::gossip::start(bind, ip, &node, role, cluster).await {
+    let join = tideway_sources::gossip::Join {
+        bind,
+        advertise: ip,
+        node: &node,
+        role: tideway_sources::gossip::Role::Agent,
+        timings: tideway_core::liveness::TIMINGS.scaled(scale),
+    };
+    match tideway_sources::gossip::start(join, cluster).await {
         Ok(members) => Some(members),
         Err(e) => {
             tracing::error!(%bind, error = %e, "cannot join the liveness gossip; addresses move on Node Ready alone");
@@ -114,6 +129,10 @@ async fn join_gossip(
 /// process), it is gone this long after SIGTERM.
 const STOP_WITHIN: Duration = Duration::from_millis(900);
 
+/// How long the HTTP servers wait for the calls in flight when the agent stops (well within
+/// [`STOP_WITHIN`]).
+const HTTP_GRACE: Duration = Duration::from_millis(500);
+
 /// Runs the agent until SIGINT or SIGTERM. Rules stay programmed on exit, so a restart
 /// causes no gap. Without `CAP_NET_ADMIN` it stops at once, saying so.
 pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
@@ -124,6 +143,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         );
     }
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
+    let tls = args.tls.load()?;
     let telemetry = tideway_telemetry::init("tideway-agent", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {
@@ -134,30 +154,36 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
         let mut review = None;
-        match spec {
+        // Where the node's report goes, and how often (a file source reports nowhere).
+        let report: Option<(Arc<dyn tideway_sources::status::NodeStateSink>, ReportSettings)> = match spec {
             SourceSpec::File(path) => {
                 tokio::spawn(Source::run(FileSource::new(path, args.file_poll_interval), cluster.clone()));
+                None
             }
             SourceSpec::Lab(dir) => {
                 let dir = LabDir::new(dir).on_node(&args.node);
                 tokio::spawn(Source::run(dir.source(), cluster.clone()));
-                let sink = Arc::new(LabNodeStateSink(dir));
-                let settings = ReportSettings { min_interval: Duration::from_secs(1), ..Default::default() };
-                tokio::spawn(report::run(status.clone(), sink, settings, std::future::pending()));
+                let settings = ReportSettings {
+                    min_interval: Duration::from_secs(1),
+                    jitter: Duration::ZERO,
+                    ..Default::default()
+                };
+                Some((Arc::new(LabNodeStateSink(dir)), settings))
             }
             SourceSpec::Kubernetes => {
-                let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                let client = tideway_sources::kube::failing_fast_client(args.kubeconfig.as_deref()).await?;
                 review = Some(Arc::new(CachedReview::new(
                     KubeReview::new(client.clone())
                         .with_audiences(args.api_audience.iter().cloned().collect()),
                 )) as Arc<dyn Authorizer>);
                 let role = Role::Agent { node: args.node.clone() };
-                tokio::spawn(KubeSource::new(client.clone(), role, source_metrics).run(cluster.clone()));
-                let sink = Arc::new(KubeNodeStateSink::new(client));
-                let report =
-                    report::run(status.clone(), sink, ReportSettings::default(), std::future::pending());
-                tokio::spawn(report);
+                tokio::spawn(KubeSource::new(client.clone(), role, source_metrics.clone()).run(cluster.clone()));
+                let sink = Arc::new(KubeNodeStateSink::new(client).reporting_to(cluster.clone()));
+                Some((sink, ReportSettings::default()))
             }
+        };
+        if let Some((sink, settings)) = report {
+            tokio::spawn(report::run_supervised(status.clone(), sink, settings, cluster.clone(), source_metrics));
         }
         let health = Arc::new(ProxyHealth::new(args.sync_period.unwrap_or(Duration::from_secs(30))));
 
@@ -167,7 +193,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let metrics_listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
             .await
             .with_context(|| format!("binding {}", args.metrics_bind_address))?;
-        let health_router = crate::http::health_router(health.clone(), metrics.clone(), status.clone());
+        let health_router =
+            crate::http::health_router(health.clone(), metrics.clone(), status.clone(), cluster.clone());
         let (queries, answering) = crate::agent::query::channel();
         let mut metrics_router = crate::http::metrics_router(registry, status.clone(), queries);
         if !args.api_anonymous_reads && !args.metrics_bind_address.ip().is_loopback() {
@@ -175,8 +202,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 .context("reading --api-token-file")?;
             metrics_router = tideway_api::auth::require_tokens(metrics_router, auth, crate::api::access_of);
         }
-        tokio::spawn(async move { axum::serve(healthz, health_router).await });
-        tokio::spawn(async move { axum::serve(metrics_listener, metrics_router).await });
+        let mut servers = tideway_api::http::Servers::new();
+        servers.serve(healthz, None, health_router);
+        servers.serve(metrics_listener, tls, metrics_router);
 
         let opts = AgentOptions {
             node: args.node.clone(),
@@ -189,8 +217,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         if !args.no_gossip {
             let (cluster, node, bind, fence) =
                 (cluster.clone(), args.node.clone(), args.gossip_bind_address, fence.clone());
+            let scale = args.gossip_time_scale;
             tokio::spawn(async move {
-                if let Some(members) = join_gossip(cluster.clone(), node, bind).await {
+                if let Some(members) = join_gossip(cluster.clone(), node, bind, scale).await {
                     crate::fencing::watch(cluster, members, fence).await;
                 }
             });
@@ -198,6 +227,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let agent = Agent::new(opts, cluster, status, metrics, health).answering(answering).fenced_by(fence);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
+        // Calls in flight (a health check, a REST read) are answered before the exit.
+        if servers.stop(HTTP_GRACE).await > 0 {
+            tracing::warn!(grace = ?HTTP_GRACE, "calls still running when the HTTP servers stopped were dropped");
+        }
         tracing::info!("agent stopped; rules stay programmed");
         Ok(0)
     });

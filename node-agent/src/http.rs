@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use tideway_sources::SharedCluster;
 
 use crate::agent::AgentStatus;
 use crate::health::ProxyHealth;
@@ -20,6 +21,7 @@ struct HealthState {
     health: Arc<ProxyHealth>,
     metrics: Arc<Metrics>,
     status: Arc<RwLock<AgentStatus>>,
+    cluster: SharedCluster,
 }
 
 async fn healthz(State(s): State<HealthState>) -> impl IntoResponse {
@@ -35,8 +37,15 @@ async fn livez(State(s): State<HealthState>) -> impl IntoResponse {
 }
 
 /// `/readyz`: 200 once this node is programmed; else 503 naming what the agent waits for
-/// (the source's first lists, its Node).
+/// (the source's first lists, its Node), and 503 while a source task that panicked lists again.
 async fn readyz(State(s): State<HealthState>) -> (StatusCode, String) {
+    let faults = s.cluster.faults();
+    if !faults.is_empty() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the cluster source restarted: {}\n", faults.join("; ")),
+        );
+    }
     let status = s.status.read().unwrap_or_else(|e| e.into_inner());
     match (status.synced, status.waiting_for.as_slice()) {
         (true, []) => (StatusCode::OK, "ok\n".into()),
@@ -51,12 +60,13 @@ pub fn health_router(
     health: Arc<ProxyHealth>,
     metrics: Arc<Metrics>,
     status: Arc<RwLock<AgentStatus>>,
+    cluster: SharedCluster,
 ) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .with_state(HealthState { health, metrics, status })
+        .with_state(HealthState { health, metrics, status, cluster })
 }
 
 async fn proxy_mode(State(status): State<Arc<RwLock<AgentStatus>>>) -> String {

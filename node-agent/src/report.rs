@@ -1,12 +1,17 @@
-//! The node's `NodeProxyState`: built from the agent's status, written through a
-//! [`NodeStateSink`] when its content changes (at most every `min_interval`) and every
-//! `refresh` otherwise, so the sync time shown stays current.
+//! The node's `NodeProxyState`: built from the agent's status and written through a
+//! [`NodeStateSink`] when what its readers see changes — coalesced to at most one write per
+//! `min_interval`, each change first waiting this node's jitter — and every `refresh`
+//! otherwise, which carries the counts and the last sync time (see
+//! [`tideway_core::model::report_due`]).
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
-use tideway_core::model::{NodeProxyState, report_due};
+use tideway_core::model::{NodeProxyState, ReportPolicy, report_due, report_jitter};
+use tideway_sources::SharedCluster;
+use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::NodeStateSink;
+use tideway_sources::supervise::{Restart, supervise};
 
 use crate::agent::AgentStatus;
 
@@ -15,16 +20,25 @@ use crate::agent::AgentStatus;
 pub struct ReportSettings {
     /// A changed report waits at least this long after the previous write.
     pub min_interval: Duration,
-    /// An unchanged report is rewritten this often.
+    /// A change waits up to this long first (each node its own share, by its name).
+    pub jitter: Duration,
+    /// A report with nothing new for its readers is rewritten this often.
     pub refresh: Duration,
     /// At most this many Services in `programmedServices` (an object has a size limit).
     pub services_limit: usize,
 }
 
+/// At most this many refused objects in `invalidObjects`, each cut to [`INVALID_TEXT_LIMIT`]
+/// bytes: a flood of bad objects must not make the report too large to write.
+pub const INVALID_LIMIT: usize = 20;
+/// See [`INVALID_LIMIT`].
+pub const INVALID_TEXT_LIMIT: usize = 512;
+
 impl Default for ReportSettings {
     fn default() -> Self {
         ReportSettings {
-            min_interval: Duration::from_secs(5),
+            min_interval: Duration::from_secs(10),
+            jitter: Duration::from_secs(2),
             refresh: Duration::from_secs(60),
             services_limit: 5_000,
         }
@@ -50,7 +64,19 @@ pub fn node_state(status: &AgentStatus, services_limit: usize) -> NodeProxyState
         programmed: status.programmed.iter().take(services_limit).map(|(k, v)| (k.clone(), *v)).collect(),
         programmed_truncated: truncated,
         announcing: status.announcing.clone(),
+        invalid_objects: status.invalid_objects.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
+        missing_interfaces: status.missing_interfaces.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
     }
+}
+
+/// `text` cut to [`INVALID_TEXT_LIMIT`] bytes at a character boundary, marked `…` when cut.
+fn cut(text: &str) -> String {
+    if text.len() <= INVALID_TEXT_LIMIT {
+        return text.to_string();
+    }
+    let end =
+        (0..=INVALID_TEXT_LIMIT - '…'.len_utf8()).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}…", &text[..end])
 }
 
 /// Writes the report until `shutdown` resolves. Failed writes are logged once per error and
@@ -65,6 +91,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(Duration::from_secs(1).min(settings.min_interval));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last: Option<(NodeProxyState, tokio::time::Instant)> = None;
+    // Since when the current report differs from the last one written, for its readers.
+    let mut differs_since: Option<tokio::time::Instant> = None;
     let mut last_error: Option<String> = None;
     loop {
         tokio::select! {
@@ -78,8 +106,20 @@ pub async fn run(
             }
             node_state(&s, settings.services_limit)
         };
-        let prev = last.as_ref().map(|(p, at)| (p, at.elapsed()));
-        if !report_due(prev, &current, settings.min_interval, settings.refresh) {
+        let now = tokio::time::Instant::now();
+        if last.as_ref().is_some_and(|(p, _)| !p.same_for_readers(&current)) {
+            differs_since.get_or_insert(now);
+        } else {
+            differs_since = None;
+        }
+        let policy = ReportPolicy {
+            min_interval: settings.min_interval,
+            settle: report_jitter(&current.node, settings.jitter),
+            refresh: settings.refresh,
+        };
+        let prev = last.as_ref().map(|(p, at)| (p, now - *at));
+        let pending = differs_since.map_or(Duration::ZERO, |t| now - t);
+        if !report_due(prev, &current, pending, &policy) {
             continue;
         }
         match sink.publish(&current).await {
@@ -88,6 +128,7 @@ pub async fn run(
                     tracing::info!("NodeProxyState written again");
                 }
                 last = Some((current, tokio::time::Instant::now()));
+                differs_since = None;
             }
             Err(e) => {
                 let msg = e.to_string();
@@ -98,6 +139,29 @@ pub async fn run(
             }
         }
     }
+}
+
+/// [`run`], never stopped, started again after a panic: the restart is logged, counted
+/// (`tideway_source_task_restarts_total{task="report"}`) and shown as a fault of the source
+/// (readiness) until the writer runs again.
+pub async fn run_supervised(
+    status: Arc<RwLock<AgentStatus>>,
+    sink: Arc<dyn NodeStateSink>,
+    settings: ReportSettings,
+    cluster: SharedCluster,
+    metrics: SourceMetrics,
+) {
+    const TASK: &str = "report";
+    let faulty = cluster.clone();
+    let make = move || {
+        cluster.clear_fault(TASK);
+        run(status.clone(), sink.clone(), settings.clone(), std::future::pending())
+    };
+    let report = move |panic: &str| {
+        metrics.restarted(TASK);
+        faulty.set_fault(TASK, format!("the NodeProxyState writer panicked ({panic}) and starts again"));
+    };
+    supervise(TASK, Restart::default(), make, report).await;
 }
 
 #[cfg(test)]
@@ -122,38 +186,156 @@ mod tests {
         assert!(r.programmed_truncated && r.ready);
     }
 
+    /// Sleeps `secs` seconds of paused time, changing the counts every 100 ms (endpoint churn).
+    async fn churn(status: &RwLock<AgentStatus>, secs: u64) {
+        for _ in 0..secs * 10 {
+            {
+                let mut s = status.write().unwrap();
+                s.endpoints += 1;
+                s.rules += 3;
+                s.last_sync = Some(s.last_sync.unwrap_or(0.0) + 0.1);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn program(status: &RwLock<AgentStatus>, generation: i64) {
+        status.write().unwrap().programmed.insert(ServiceName::new("ns", "a"), generation);
+    }
+
+    #[test]
+    fn refused_objects_are_reported_within_bounds() {
+        let mut s = synced(2);
+        s.invalid_objects = vec!["ProxyConfig default: spec.syncPeriod: must be more than 0".into()];
+        assert_eq!(node_state(&s, 10).invalid_objects, s.invalid_objects);
+        s.invalid_objects = (0..50).map(|i| format!("Service ns/s{i}: {}", "é".repeat(400))).collect();
+        let r = node_state(&s, 10);
+        assert_eq!(r.invalid_objects.len(), INVALID_LIMIT);
+        for (i, e) in r.invalid_objects.iter().enumerate() {
+            assert!(e.len() <= INVALID_TEXT_LIMIT && e.ends_with('…'), "{}: {e}", e.len());
+            assert!(e.starts_with(&format!("Service ns/s{i}: é")), "{e}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn writes_on_change_rate_limited_and_retries_failures() {
+    async fn counts_wait_for_the_refresh_and_changes_coalesce_after_the_jitter() {
         let status = Arc::new(RwLock::new(AgentStatus { node: "node-a".into(), ..Default::default() }));
         let sink = MemorySink::default();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let settings = ReportSettings::default();
+        let jitter = report_jitter("node-a", settings.jitter);
+        assert!(
+            jitter >= Duration::from_millis(500),
+            "this test reads a change before the jitter: {jitter:?}"
+        );
         let task =
-            tokio::spawn(run(status.clone(), Arc::new(sink.clone()), ReportSettings::default(), async {
-                let _ = stopped.await;
-            }));
-        tokio::time::sleep(Duration::from_secs(3)).await;
+            tokio::spawn(run(status.clone(), Arc::new(sink.clone()), settings, std::future::pending()));
+        churn(&status, 3).await;
         assert!(sink.published().is_empty(), "nothing before the first sync");
         *status.write().unwrap() = synced(2);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(sink.published().len(), 1, "the first report at once");
+
+        // Endpoint churn for 55 s: counts only, no write; the refresh carries the latest counts.
+        churn(&status, 55).await;
+        assert_eq!(sink.published().len(), 1, "counts alone are no reason to write");
+        churn(&status, 6).await;
+        assert_eq!(sink.published().len(), 2, "the refresh");
+        let refreshed = sink.published()[1].clone();
+        assert!(refreshed.endpoints > 300, "with the counts of the moment: {refreshed:?}");
+        churn(&status, 10).await;
+        assert_eq!(sink.published().len(), 2);
+
+        // A Service programmed at a new generation, seen by every node at once: this node waits
+        // its jitter, then writes.
+        program(&status, 7);
+        tokio::time::sleep(jitter - Duration::from_millis(300)).await;
+        assert_eq!(sink.published().len(), 2, "still within this node's jitter");
+        // Seen at the next tick (1 s at most), written at the first tick after the jitter.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        assert_eq!(sink.published().len(), 3);
+        assert_eq!(sink.published()[2].programmed[&ServiceName::new("ns", "a")], 7);
+
+        // Changes every second for a minute, under churn: coalesced to one write per 10 s.
+        let before = sink.published().len();
+        for g in 8..68 {
+            program(&status, g);
+            churn(&status, 1).await;
+        }
+        let writes = sink.published().len() - before;
+        assert!((5..=6).contains(&writes), "{writes} writes in 60 s");
+        churn(&status, 12).await;
+        let last = sink.published().last().cloned().unwrap();
+        assert_eq!(last.programmed[&ServiceName::new("ns", "a")], 67, "the last change is not lost");
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_writes_are_retried_without_waiting_for_the_interval_again() {
+        let status = Arc::new(RwLock::new(synced(2)));
+        let sink = MemorySink::default();
+        let task = tokio::spawn(run(
+            status.clone(),
+            Arc::new(sink.clone()),
+            ReportSettings::default(),
+            std::future::pending(),
+        ));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(sink.published().len(), 1);
-        *status.write().unwrap() = synced(3);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(sink.published().len(), 1, "a change waits for the minimum interval");
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        assert_eq!(sink.published().last().unwrap().service_ports, 3);
         sink.fail_with(Some(WriteError::Transport("down".into())));
-        *status.write().unwrap() = synced(4);
-        tokio::time::sleep(Duration::from_secs(8)).await;
-        assert_eq!(sink.published().len(), 2, "failed writes are not recorded");
+        program(&status, 9);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(sink.published().len(), 1, "failed writes are not recorded");
         sink.fail_with(None);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(sink.published().last().unwrap().service_ports, 4, "retried after the failure");
-        let writes = sink.published().len();
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert_eq!(sink.published().len(), writes, "no rewrite of an unchanged report before the refresh");
-        tokio::time::sleep(Duration::from_secs(40)).await;
-        assert_eq!(sink.published().len(), writes + 1, "refreshed");
-        let _ = stop.send(());
-        task.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(sink.published().len(), 2, "retried on the next tick");
+        assert_eq!(sink.published()[1].programmed[&ServiceName::new("ns", "a")], 9);
+        task.abort();
+    }
+
+    /// Panics on its first `panics` writes, then records them.
+    struct PanickingSink {
+        panics: std::sync::atomic::AtomicUsize,
+        inner: MemorySink,
+    }
+
+    #[async_trait::async_trait]
+    impl NodeStateSink for PanickingSink {
+        async fn publish(&self, state: &NodeProxyState) -> Result<(), WriteError> {
+            let left = self.panics.load(std::sync::atomic::Ordering::SeqCst);
+            if left > 0 {
+                self.panics.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+                panic!("the sink broke");
+            }
+            self.inner.publish(state).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_writer_that_panics_starts_again_and_is_reported_meanwhile() {
+        let status = Arc::new(RwLock::new(synced(2)));
+        let inner = MemorySink::default();
+        let sink = Arc::new(PanickingSink { panics: 2.into(), inner: inner.clone() });
+        let cluster = SharedCluster::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = SourceMetrics::new(&mut registry);
+        let task = tokio::spawn(run_supervised(
+            status.clone(),
+            sink,
+            ReportSettings::default(),
+            cluster.clone(),
+            metrics.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let faults = cluster.faults();
+        assert!(faults.len() == 1 && faults[0].contains("the sink broke"), "{faults:?}");
+        assert!(inner.published().is_empty());
+        // Started again after 1 s, panics again; then after 2 s more it writes.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(inner.published().len(), 1, "the report is written by the restarted writer");
+        assert!(cluster.faults().is_empty(), "recovered");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("tideway_source_task_restarts_total{task=\"report\"} 2"), "{text}");
+        task.abort();
     }
 }

@@ -337,6 +337,11 @@ async fn an_invalid_proxy_config_keeps_the_last_valid_one_and_is_reported() {
         let invalid = rig.status().invalid_objects;
         let field = bad_name.unwrap_or_default();
         assert!(invalid.len() == 1 && invalid[0].contains(&field), "{field}: {invalid:?}");
+        // The node's NodeProxyState says so too, naming the field, beside the config it runs.
+        let report = tideway_node_agent::report::node_state(&rig.status(), 100);
+        let status = tideway_api::crd::node_proxy_state_status(&report);
+        assert_eq!(status.invalid_objects, invalid, "{field}");
+        assert!(status.ready && status.proxy_config.is_some(), "{field}: {status:?}");
     }
 }
 
@@ -362,8 +367,12 @@ async fn a_first_start_with_only_an_invalid_proxy_config_runs_the_defaults() {
 /// `/healthz` through the agent's router: the status code and `nodeEligible`.
 async fn healthz(rig: &Rig) -> (u16, serde_json::Value) {
     use tower::ServiceExt;
-    let router =
-        tideway_node_agent::http::health_router(rig.health.clone(), rig.metrics.clone(), rig.status.clone());
+    let router = tideway_node_agent::http::health_router(
+        rig.health.clone(),
+        rig.metrics.clone(),
+        rig.status.clone(),
+        rig.cluster.clone(),
+    );
     let req = axum::http::Request::get("/healthz").body(axum::body::Body::empty()).unwrap();
     let resp = router.oneshot(req).await.unwrap();
     let code = resp.status().as_u16();
@@ -398,8 +407,12 @@ async fn the_autoscalers_removal_taint_fails_healthz() {
 /// `/readyz` of the agent's health port: its status code and body.
 async fn readyz(rig: &Rig) -> (u16, String) {
     use tower::ServiceExt;
-    let router =
-        tideway_node_agent::http::health_router(rig.health.clone(), rig.metrics.clone(), rig.status.clone());
+    let router = tideway_node_agent::http::health_router(
+        rig.health.clone(),
+        rig.metrics.clone(),
+        rig.status.clone(),
+        rig.cluster.clone(),
+    );
     let req = axum::http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap();
     let res = router.oneshot(req).await.unwrap();
     let code = res.status().as_u16();
@@ -422,6 +435,13 @@ async fn an_agent_without_its_node_says_so_in_its_status_and_readyz() {
     rig.cluster.update(|s| s.apply_node(mk_node("node-a", "192.168.0.10", "zone-a")));
     rig.agent.sync(false).await.expect("syncs once the Node is there");
     assert_eq!(rig.status().waiting_for, Vec::<String>::new());
+    assert_eq!(readyz(&rig).await, (200, "ok\n".into()));
+    // A source task that panicked and was started again: not ready until it recovered.
+    rig.cluster.set_fault("Service", "the Service watch panicked (boom) and lists again".into());
+    let (code, body) = readyz(&rig).await;
+    assert_eq!(code, 503);
+    assert!(body.contains("the Service watch panicked (boom)"), "{body}");
+    rig.cluster.clear_fault("Service");
     assert_eq!(readyz(&rig).await, (200, "ok\n".into()));
 }
 

@@ -41,6 +41,9 @@ pub struct OperatorArgs {
     /// `/healthz`, `/readyz`, `/metrics` and `/api/v1/status`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub http_bind_address: SocketAddr,
+    /// HTTPS on `--http-bind-address` (probes then use HTTPS too).
+    #[command(flatten)]
+    pub tls: tideway_api::tls::TlsArgs,
     /// Elect a leader among replicas with a Lease (only the leader writes).
     #[arg(long)]
     pub leader_elect: bool,
@@ -56,6 +59,14 @@ pub struct OperatorArgs {
     /// Handle LoadBalancer Services of this `loadBalancerClass` (default: Services without one).
     #[arg(long)]
     pub load_balancer_class: Option<String>,
+    /// Also read MetalLB's own `IPAddressPool`s and `L2Advertisement`s (`metallb.io/v1beta1`)
+    /// as pools beside the LoadBalancerPools. Only once MetalLB's controller is stopped: two
+    /// allocators must never race for one address. MetalLB's CRDs must be installed.
+    #[arg(long)]
+    pub metallb_compat: bool,
+    /// The namespace of MetalLB's objects (where its controller read them).
+    #[arg(long, default_value = "metallb-system")]
+    pub metallb_namespace: String,
     /// Compare everything with the cluster this often.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub resync_period: Duration,
@@ -80,6 +91,10 @@ pub struct OperatorArgs {
     /// does not join the gossip and moves addresses on Node Ready alone.
     #[arg(long, env = "POD_IP")]
     pub gossip_advertise_address: Option<std::net::IpAddr>,
+    /// Every failure-detector timing this many times longer (1-100), as the agents'
+    /// `--gossip-time-scale`: the same on every member.
+    #[arg(long, env = "TIDEWAY_GOSSIP_TIME_SCALE", default_value = "1", value_parser = tideway_sources::gossip::parse_time_scale)]
+    pub gossip_time_scale: f64,
 }
 
 fn identity(args: &OperatorArgs) -> String {
@@ -90,9 +105,13 @@ fn identity(args: &OperatorArgs) -> String {
     })
 }
 
+/// How long the HTTP server waits for the calls in flight when the operator stops.
+const HTTP_GRACE: Duration = Duration::from_secs(5);
+
 /// Runs the operator until SIGINT or SIGTERM.
 pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
+    let tls = args.tls.load()?;
     let telemetry = tideway_telemetry::init("tideway-operator", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {
@@ -100,6 +119,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
         let source_metrics = SourceMetrics::new(&mut registry);
+        let restarts = source_metrics.clone();
         let status = Arc::new(RwLock::new(OperatorStatus::default()));
         let (leader_tx, leader_rx) = watch::channel(Lead::from(!args.leader_elect));
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -128,7 +148,9 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
                 review = Some(Arc::new(CachedReview::new(
                     KubeReview::new(client.clone()).with_audiences(args.api_audience.iter().cloned().collect()),
                 )) as Arc<dyn Authorizer>);
-                tokio::spawn(KubeSource::new(client.clone(), Role::Operator, source_metrics).run(cluster.clone()));
+                let metallb = args.metallb_compat.then(|| args.metallb_namespace.clone());
+                let source = KubeSource::new(client.clone(), Role::Operator, source_metrics).with_metallb(metallb);
+                tokio::spawn(source.run(cluster.clone()));
                 let me = identity(args);
                 if args.leader_elect {
                     tracing::info!(identity = %me, lease = %format!("{}/{}", args.lease_namespace, args.lease_name), "campaigning");
@@ -150,7 +172,8 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             open_reads: args.api_anonymous_reads || args.http_bind_address.ip().is_loopback(),
         };
         let router = crate::http::router(Arc::new(registry), status.clone(), api);
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let mut servers = tideway_api::http::Servers::new();
+        servers.serve(listener, tls, router);
         let opts = LoopOptions {
             class: args.load_balancer_class.clone(),
             resync_period: args.resync_period,
@@ -158,15 +181,23 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         };
         if let Some(advertise) = args.gossip_advertise_address {
             let me = identity(args);
-            let role = tideway_sources::gossip::Role::Operator;
-            match tideway_sources::gossip::start(args.gossip_bind_address, advertise, &me, role, cluster.clone()).await {
+            let join = tideway_sources::gossip::Join {
+                bind: args.gossip_bind_address,
+                advertise,
+                node: &me,
+                role: tideway_sources::gossip::Role::Operator,
+                timings: tideway_core::liveness::TIMINGS.scaled(args.gossip_time_scale),
+            };
+            match tideway_sources::gossip::start(join, cluster.clone()).await {
                 Ok(members) => {
                     tokio::spawn(tideway_sources::gossip::feed_liveness(cluster.clone(), members));
                 }
                 Err(e) => tracing::error!(bind = %args.gossip_bind_address, error = %e, "cannot join the agents' gossip; addresses move on Node Ready alone"),
             }
         }
-        let looping = crate::reconcile::run(cluster, writer, leader_rx, opts, metrics, status, stopped());
+        let looping = crate::reconcile::run_supervised(
+            cluster, writer, leader_rx, opts, metrics, status, restarts, stopped,
+        );
         let reconcile = tokio::spawn(looping);
         tideway_sources::shutdown_signal().await;
         tracing::info!("stopping");
@@ -175,7 +206,13 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         if let Some(e) = election {
             let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
         }
-        Ok(0)    });
+        // Calls in flight (a status read, a ProxyConfig change) are answered before the exit.
+        let cut = servers.stop(HTTP_GRACE).await;
+        if cut > 0 {
+            tracing::warn!(grace = ?HTTP_GRACE, "calls still running when the HTTP server stopped were dropped");
+        }
+        Ok(0)
+    });
     telemetry.shutdown();
     result
 }

@@ -18,8 +18,15 @@ use crate::reconcile::OperatorStatus;
 type Status = Arc<RwLock<OperatorStatus>>;
 
 /// `/readyz`: 200 once the source synced, else 503 naming what it waits for (the kinds whose
-/// first list has not arrived).
+/// first list has not arrived), and 503 while a source task that panicked lists again.
 async fn readyz(State((s, cluster)): State<(Status, SharedCluster)>) -> (StatusCode, String) {
+    let faults = cluster.faults();
+    if !faults.is_empty() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the cluster source restarted: {}", faults.join("; ")),
+        );
+    }
     if s.read().unwrap_or_else(|e| e.into_inner()).synced {
         return (StatusCode::OK, "ok".into());
     }

@@ -16,7 +16,9 @@ use futures::StreamExt;
 use serde::Serialize;
 use tideway_core::operator::{Action, Reconciler};
 use tideway_sources::SharedCluster;
+use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::{ClusterWriter, WriteError};
+use tideway_sources::supervise::{Restart, supervise};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -212,6 +214,39 @@ pub async fn run(
             _ = &mut shutdown => return,
         };
     }
+}
+
+/// [`run`], started again after a panic (a new loop decides from the whole cluster, as a new
+/// leader does): the restart is logged, counted in
+/// `tideway_source_task_restarts_total{task="reconcile"}` and named by `/readyz` until the
+/// loop runs again. `stopped` makes the shutdown future of each run.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_supervised<S, F>(
+    cluster: SharedCluster,
+    writer: Arc<dyn ClusterWriter>,
+    leader: watch::Receiver<Lead>,
+    opts: LoopOptions,
+    metrics: Arc<Metrics>,
+    status: Arc<RwLock<OperatorStatus>>,
+    restarts: SourceMetrics,
+    stopped: S,
+) where
+    S: Fn() -> F + Send + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    const TASK: &str = "reconcile";
+    let faulty = cluster.clone();
+    let make = move || {
+        cluster.clear_fault(TASK);
+        let (c, w, l, o, m, s) =
+            (cluster.clone(), writer.clone(), leader.clone(), opts.clone(), metrics.clone(), status.clone());
+        run(c, w, l, o, m, s, stopped())
+    };
+    let report = move |panic: &str| {
+        restarts.restarted(TASK);
+        faulty.set_fault(TASK, format!("the reconcile loop panicked ({panic}) and starts again"));
+    };
+    supervise(TASK, Restart::default(), make, report).await;
 }
 
 /// Resolves when the leadership `leader` announces ends: it says so, or its term runs out.

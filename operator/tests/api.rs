@@ -265,6 +265,7 @@ async fn readyz_names_what_the_source_waits_for_and_heads_need_a_token() {
     let status = Arc::new(RwLock::new(OperatorStatus::default()));
     let waiting = SharedCluster::new();
     waiting.set_unlisted(vec!["Service".into(), "Node".into()]);
+    let api_cluster = waiting.clone();
     let api = ApiState {
         cluster: waiting,
         writer: Arc::new(MemoryWriter::default()),
@@ -279,6 +280,15 @@ async fn readyz_names_what_the_source_waits_for_and_heads_need_a_token() {
     let body = String::from_utf8_lossy(&body);
     assert!(body.contains("the first list of Service, the first list of Node"), "{body}");
     status.write().unwrap().synced = true;
+    let (code, _, _) = call(router.clone(), readyz()).await;
+    assert_eq!(code, StatusCode::OK);
+    // A watch that panicked lists again: not ready until it has.
+    api_cluster.set_fault("Service", "the Service watch panicked (boom) and lists again".into());
+    let resp = router.clone().oneshot(readyz()).await.expect("answer");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.expect("body");
+    assert!(String::from_utf8_lossy(&body).contains("the Service watch panicked (boom)"));
+    api_cluster.clear_fault("Service");
     let (code, _, _) = call(router.clone(), readyz()).await;
     assert_eq!(code, StatusCode::OK);
     let head = Request::builder().method("HEAD").uri("/api/v1/nodes").body(Body::empty()).expect("request");

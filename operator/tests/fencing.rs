@@ -17,7 +17,8 @@ use tideway_sources::SharedCluster;
 use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role, client};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::MemoryWriter;
-use tideway_tests::fake_api::FakeApi;
+use tideway_tests::fake_api::{Account, FakeApi};
+use tideway_tests::until;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -128,11 +129,11 @@ struct Operator {
 async fn operator(api: &FakeApi, who: &str, timings: LeaseTimings, write_timeout: Duration) -> Operator {
     let dir = std::env::temp_dir().join(format!("tideway-fence-{who}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let c = client(Some(&api.kubeconfig_as(&dir, who))).await.expect("client");
+    let c = client(Some(&api.kubeconfig_as(&dir, Account::Operator, who))).await.expect("client");
     let cluster = SharedCluster::new();
     tokio::spawn(KubeSource::new(c.clone(), Role::Operator, SourceMetrics::default()).run(cluster.clone()));
     let (tx, lead) = watch::channel(Lead::Follow);
-    let lease = KubeLease::new(c.clone(), "tideway", "tideway-operator");
+    let lease = KubeLease::new(c.clone(), "tideway-system", "tideway-operator");
     tokio::spawn(tideway_operator::election::run(
         lease,
         Elector::new(who),
@@ -168,14 +169,6 @@ fn load_balancer(name: &str, i: usize) -> Value {
                  "ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "selector": {"app": name}}})
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Two operators through the real client: the leader's requests hang (and are dropped when
 /// released). Its writes stop before its renew deadline; the standby takes over after the
 /// Lease expires and assigns what was created meanwhile.
@@ -197,7 +190,7 @@ async fn a_deposed_leader_sends_no_write_after_its_renew_deadline() {
             "spec": {"addresses": ["172.18.240.0/24"]}}),
     ]);
     let a = operator(&api, "op-a", t, write_timeout).await;
-    eventually("op-a leads", || leads(&a.lead)).await;
+    until("op-a leads", || leads(&a.lead)).await;
     let b = operator(&api, "op-b", t, write_timeout).await;
 
     // Services keep coming, one every 50 ms, for both operators to see.
@@ -213,11 +206,11 @@ async fn a_deposed_leader_sends_no_write_after_its_renew_deadline() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     api.hang("op-a");
     let hung = Instant::now();
-    eventually("op-b leads", || leads(&b.lead)).await;
+    until("op-b leads", || leads(&b.lead)).await;
     let took_over = hung.elapsed();
     // op-b assigns what was created while op-a hung.
     let created_after = api.requests().len();
-    eventually("op-b writes", || {
+    until("op-b writes", || {
         api.requests()[created_after..]
             .iter()
             .any(|r| r.user.as_deref() == Some("op-b") && r.path.ends_with("/status"))
@@ -252,7 +245,7 @@ async fn a_deposed_leader_sends_no_write_after_its_renew_deadline() {
         b_first - hung
     );
     // Every Service has an address: the standby finished what the deposed leader could not.
-    eventually("every Service assigned", || {
+    until("every Service assigned", || {
         api.list("Service").iter().all(|s| s["status"]["loadBalancer"]["ingress"][0]["ip"].is_string())
     })
     .await;

@@ -6,6 +6,8 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+mod common;
+
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tideway_core::operator::lease::{Elector, LeaseTimings};
@@ -16,13 +18,13 @@ use tideway_sources::SharedCluster;
 use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role, client};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_tests::eventually;
-use tideway_tests::fake_api::FakeApi;
+use tideway_tests::fake_api::{Account, FakeApi};
 use tokio::sync::watch;
 
 async fn kube_client(api: &FakeApi, tag: &str) -> kube::Client {
     let dir = std::env::temp_dir().join(format!("tideway-op-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    client(Some(&api.kubeconfig(&dir))).await.expect("client")
+    client(Some(&api.kubeconfig(&dir, Account::Operator))).await.expect("client")
 }
 
 fn cluster_objects() -> Vec<Value> {
@@ -149,7 +151,7 @@ fn leads(lead: &watch::Receiver<Lead>) -> bool {
 }
 
 fn holder(api: &FakeApi) -> Option<String> {
-    api.get("Lease", Some("tideway"), "tideway-operator")?["spec"]["holderIdentity"]
+    api.get("Lease", Some("tideway-system"), "tideway-operator")?["spec"]["holderIdentity"]
         .as_str()
         .map(str::to_string)
 }
@@ -161,7 +163,7 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     let campaign = |who: &str| {
         let (tx, rx) = watch::channel(Lead::Follow);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let lease = KubeLease::new(c.clone(), "tideway", "tideway-operator");
+        let lease = KubeLease::new(c.clone(), "tideway-system", "tideway-operator");
         let task =
             tokio::spawn(tideway_operator::election::run(lease, Elector::new(who), timings(), tx, async {
                 let _ = stopped.await;
@@ -185,7 +187,7 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     eventually("op-b leads", || leads(&b_leads).then_some(())).await;
     assert!(released.elapsed() < Duration::from_secs(1), "no wait for expiry after a release");
     assert_eq!(holder(&api).as_deref(), Some("op-b"));
-    let lease = api.get("Lease", Some("tideway"), "tideway-operator").unwrap();
+    let lease = api.get("Lease", Some("tideway-system"), "tideway-operator").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "one change of holder");
 
     // op-b dies without releasing: op-c waits for the Lease to expire on its own clock.
@@ -264,4 +266,56 @@ async fn rest_changes_are_reviewed_and_merge_patched() {
         cluster.lock().proxy_configs().find(|c| c.generation == 2).map(|_| ())
     })
     .await;
+}
+
+/// A write RBAC refuses (here the Events grant withdrawn) is the API server's 403: the operator
+/// keeps running and writing the rest, and its status names the refusal and who was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_write_is_reported_and_the_rest_goes_on() {
+    let api = FakeApi::start().await;
+    api.preload(cluster_objects());
+    api.forbid("Event", true);
+    let c = kube_client(&api, "forbidden").await;
+    let cluster = SharedCluster::new();
+    tokio::spawn(KubeSource::new(c.clone(), Role::Operator, SourceMetrics::default()).run(cluster.clone()));
+    let status = common::spawn_reconcile(cluster, c);
+    eventually("the Service's address", || {
+        let s = api.get("Service", Some("demo"), "web")?;
+        s["status"]["loadBalancer"]["ingress"][0]["ip"].as_str().map(str::to_string)
+    })
+    .await;
+    eventually("the announcement", || api.get("L2Announcement", Some("demo"), "web")).await;
+    let err = eventually("the refusal in the status", || {
+        let s = status.read().unwrap();
+        s.last_error.clone().filter(|e| e.contains("403") && s.write_errors >= 1)
+    })
+    .await;
+    assert!(err.contains("forbidden"), "{err}");
+    assert!(err.contains("system:serviceaccount:tideway-system:tideway-operator"), "{err}");
+    assert!(api.list("Event").is_empty());
+}
+
+/// The same Event again (a fallback that keeps happening) is folded into the first one's series
+/// as the API server's recorders do it: one Event, patched, with a count, not a second object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_is_a_patch_of_the_first() {
+    use tideway_core::operator::{Action, Event, ObjectRef};
+    use tideway_sources::status::ClusterWriter;
+    let api = FakeApi::start().await;
+    let writer = KubeWriter::new(kube_client(&api, "series").await, Some("op-0".into()));
+    let event = Action::Event(Event {
+        object: ObjectRef { kind: "Service", namespace: Some("demo".into()), name: "web".into() },
+        warning: true,
+        reason: "LoadBalancingUnavailable",
+        message: "node-a runs iptables, which has no maglev; it balances at random".into(),
+        related: None,
+    });
+    writer.write(&event).await.expect("the first Event");
+    writer.write(&event).await.expect("the repeat");
+    let events = api.list("Event");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["series"]["count"], 2, "{:?}", events[0]);
+    let sent: Vec<_> =
+        api.requests().into_iter().filter(|r| r.path.contains("/events")).map(|r| r.method).collect();
+    assert_eq!(sent, ["POST", "PATCH"]);
 }

@@ -14,7 +14,7 @@ use tideway_operator::election::Lead;
 use tideway_operator::metrics::Metrics;
 use tideway_operator::reconcile::{LoopOptions, OperatorStatus, run};
 use tideway_sources::SharedCluster;
-use tideway_sources::status::{MemoryWriter, WriteError};
+use tideway_sources::status::{ClusterWriter, MemoryWriter, WriteError};
 use tokio::sync::watch;
 
 fn ingress_writes(w: &MemoryWriter) -> usize {
@@ -40,6 +40,7 @@ fn one_load_balancer() -> SharedCluster {
             pool: Pool::new("default", &["172.18.255.200/29"]),
             l2: L2Settings::default(),
             generation: 1,
+            origin: Default::default(),
         });
     });
     cluster.mark_synced();
@@ -104,6 +105,55 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
         assert!(tokio::time::Instant::now() < deadline, "the new leader never wrote");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Panics on its first write, then records like a [`MemoryWriter`].
+struct PanicsOnce {
+    panicked: std::sync::atomic::AtomicBool,
+    inner: MemoryWriter,
+}
+
+#[async_trait::async_trait]
+impl ClusterWriter for PanicsOnce {
+    async fn write(&self, action: &Action) -> Result<(), WriteError> {
+        if !self.panicked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            panic!("the writer broke");
+        }
+        self.inner.write(action).await
+    }
+}
+
+/// A reconcile loop that panics is started again after its backoff, says so meanwhile, and the
+/// new loop writes what the old one could not.
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_loop_that_panics_starts_again_and_writes() {
+    let cluster = one_load_balancer();
+    let inner = MemoryWriter::default();
+    let writer = Arc::new(PanicsOnce { panicked: false.into(), inner: inner.clone() });
+    let (_leader_tx, leader) = watch::channel(Lead::Always);
+    let mut registry = Registry::default();
+    let restarts = tideway_sources::metrics::SourceMetrics::new(&mut registry);
+    let status = Arc::new(RwLock::new(OperatorStatus::default()));
+    tokio::spawn(tideway_operator::reconcile::run_supervised(
+        cluster.clone(),
+        writer,
+        leader,
+        LoopOptions::default(),
+        Arc::new(Metrics::new(&mut Registry::default())),
+        status,
+        restarts,
+        std::future::pending::<()>,
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let faults = cluster.faults();
+    assert!(faults.len() == 1 && faults[0].contains("the writer broke"), "{faults:?}");
+    assert_eq!(ingress_writes(&inner), 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(ingress_writes(&inner), 1, "the restarted loop assigned the address");
+    assert!(cluster.faults().is_empty());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("tideway_source_task_restarts_total{task=\"reconcile\"} 1"), "{text}");
 }
 
 /// Each pass is a `reconcile` span (changes, actions, write errors) with a `decide` child and

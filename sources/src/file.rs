@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use tideway_api::manifest::{self, LoadError, ObjectRef};
 use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::model::{LoadBalancerPool, PoolOrigin};
 
 use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, compact};
 
@@ -57,7 +58,9 @@ impl FileSource {
         Some((md.modified().ok()?, md.len()))
     }
 
-    /// Loads the file, marks the state synced, then reloads on change until cancelled.
+    /// Loads the file, marks the state synced, then reloads on change until cancelled. Each
+    /// check (the file's metadata, reading and parsing it, replacing the state under its lock)
+    /// runs on a blocking thread, not on the runtime's.
     pub async fn run(self, cluster: SharedCluster) {
         let mut last: Option<Fingerprint> = None;
         let mut synced = false;
@@ -68,24 +71,37 @@ impl FileSource {
                 tokio::time::sleep(self.interval).await;
                 continue;
             }
-            let fp = self.fingerprint();
-            if fp.is_some() && fp != last {
-                match self.load_once(&cluster) {
-                    Ok(errors) => {
-                        tracing::info!(file = %self.path.display(), errors = errors.len(), "cluster file loaded");
-                        last = fp;
-                        if !synced {
-                            synced = true;
-                            cluster.mark_synced();
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "cluster file not loaded; keeping the previous state")
+            let (src, into) = (self.clone(), cluster.clone());
+            let checked = tokio::task::spawn_blocking(move || {
+                let fp = src.fingerprint();
+                let loaded = (fp.is_some() && fp != last).then(|| src.load_once(&into));
+                (fp, loaded)
+            })
+            .await;
+            let (fp, loaded) = match checked {
+                Ok(checked) => checked,
+                Err(e) => {
+                    tracing::error!(error = %e, "reading the cluster file failed; keeping the previous state");
+                    (last, None)
+                }
+            };
+            match loaded {
+                Some(Ok(errors)) => {
+                    tracing::info!(file = %self.path.display(), errors = errors.len(), "cluster file loaded");
+                    last = fp;
+                    if !synced {
+                        synced = true;
+                        cluster.mark_synced();
                     }
                 }
-            } else if fp.is_none() && last.is_some() {
-                tracing::error!(file = %self.path.display(), "cluster file disappeared; keeping the previous state");
-                last = None;
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "cluster file not loaded; keeping the previous state")
+                }
+                None if fp.is_none() && last.is_some() => {
+                    tracing::error!(file = %self.path.display(), "cluster file disappeared; keeping the previous state");
+                    last = None;
+                }
+                None => {}
             }
             tokio::time::sleep(self.interval).await;
         }
@@ -114,7 +130,16 @@ fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot)
     snapshot
         .node_states
         .extend(state.node_states().filter(|n| has("NodeProxyState", None, &n.node)).cloned());
-    snapshot.pools.extend(state.pools().filter(|p| has("LoadBalancerPool", None, p.name())).cloned());
+    let own = |p: &&LoadBalancerPool| p.origin == PoolOrigin::Tideway;
+    snapshot
+        .pools
+        .extend(state.pools().filter(own).filter(|p| has("LoadBalancerPool", None, p.name())).cloned());
+    snapshot.metallb_pools.extend(
+        state.metallb_pools().filter(|p| has("IPAddressPool", Some(&p.namespace), p.name())).cloned(),
+    );
+    snapshot.l2_advertisements.extend(
+        state.l2_advertisements().filter(|a| has("L2Advertisement", Some(&a.namespace), &a.name)).cloned(),
+    );
     snapshot.announcements.extend(
         state
             .announcements()
@@ -161,6 +186,44 @@ mod tests {
         std::fs::write(&path, "").unwrap();
         src.load_once(&cluster).unwrap();
         assert_eq!(cluster.lock().service_count(), 0);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// The file is a FIFO, so reading it blocks until the test writes to it: on a runtime of
+    /// one thread, a task beside the source still runs meanwhile, so the read is not on it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_file_is_read_off_the_runtime() {
+        let dir = std::env::temp_dir().join(format!("tideway-src-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.yaml");
+        let made = std::process::Command::new("mkfifo").arg(&path).status().expect("mkfifo");
+        assert!(made.success());
+        // Were the read on the runtime's thread, this test would stop until this writer (from
+        // 5 s on, once a second for 30 s) lets a read through, and then find the state synced
+        // already. It also ends a read left blocked when the test stops.
+        let unblock = path.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(5));
+            for _ in 0..30 {
+                let _ = std::fs::write(&unblock, SVC);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        let cluster = SharedCluster::new();
+        let source = tokio::spawn(FileSource::new(&path, Duration::from_millis(10)).run(cluster.clone()));
+        // The source is blocked in its read; this task runs on the runtime's only thread.
+        let mut ticks = 0;
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            ticks += 1;
+        }
+        assert_eq!(ticks, 5);
+        assert!(!cluster.is_synced(), "nothing was written to the FIFO yet");
+        let writer = path.clone();
+        tokio::task::spawn_blocking(move || std::fs::write(writer, SVC)).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
+        assert_eq!(cluster.lock().service_count(), 1);
+        source.abort();
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -22,6 +22,8 @@ use tokio::time::Instant;
 
 use crate::SharedCluster;
 
+pub mod sim;
+
 /// The gossip port (memberlist's, as MetalLB's speakers use).
 pub const PORT: u16 = 7946;
 
@@ -237,20 +239,41 @@ pub async fn run(
     }
 }
 
-/// Joins the gossip as `role` for node `node` at `advertise` (the address the others reach),
-/// listening on `bind`; what it learns goes to the returned receiver. A port that cannot be
-/// bound is an error: the caller decides whether to run without liveness.
-pub async fn start(
-    bind: SocketAddr,
-    advertise: std::net::IpAddr,
-    node: &str,
-    role: Role,
-    cluster: SharedCluster,
-) -> std::io::Result<watch::Receiver<Members>> {
-    let socket = UdpSocket::bind(bind).await?;
-    let me = Member::new(SocketAddr::new(advertise, bind.port()), node, role);
+/// A `--gossip-time-scale` that is not a number from 1 to 100.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0:?} is not a number from 1 to {max}", max = tideway_core::liveness::MAX_TIME_SCALE)]
+pub struct BadTimeScale(pub String);
+
+/// Parses `--gossip-time-scale` (1 to 100).
+pub fn parse_time_scale(text: &str) -> Result<f64, BadTimeScale> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|f| (1.0..=tideway_core::liveness::MAX_TIME_SCALE).contains(f))
+        .ok_or_else(|| BadTimeScale(text.to_string()))
+}
+
+/// Where and how a member joins the gossip.
+#[derive(Debug, Clone, Copy)]
+pub struct Join<'a> {
+    /// The UDP address it listens on.
+    pub bind: SocketAddr,
+    /// The address the others reach it at (its port is `bind`'s).
+    pub advertise: std::net::IpAddr,
+    /// Its node (the operator: its identity).
+    pub node: &'a str,
+    /// Agent or operator.
+    pub role: Role,
+    /// The failure detector's timings ([`tideway_core::liveness::TIMINGS`], or scaled).
+    pub timings: GossipTimings,
+}
+
+/// Joins the gossip as `join` says; what it learns goes to the returned receiver. A port that
+/// cannot be bound is an error: the caller decides whether to run without liveness.
+pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<watch::Receiver<Members>> {
+    let socket = UdpSocket::bind(join.bind).await?;
+    let me = Member::new(SocketAddr::new(join.advertise, join.bind.port()), join.node, join.role);
     let (tx, rx) = watch::channel(Members::default());
-    tokio::spawn(run(me, socket, tideway_core::liveness::TIMINGS, cluster, tx));
+    tokio::spawn(run(me, socket, join.timings, cluster, tx));
     Ok(rx)
 }
 

@@ -27,6 +27,7 @@ pub mod metrics;
 mod shared;
 mod spec;
 pub mod status;
+pub mod supervise;
 
 pub use file::FileSource;
 pub use shared::{InvalidObjects, ObjectKey, SharedCluster};

@@ -1,4 +1,5 @@
-//! Source metrics: watch errors by kind and cause, relists and events by kind.
+//! Source metrics: watch errors by kind and cause, relists and events by kind, restarts of
+//! supervised tasks.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +11,13 @@ use prometheus_client::registry::Registry;
 pub struct KindLabel {
     /// The watched kind.
     pub kind: String,
+}
+
+/// `task`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabel {
+    /// The supervised task (`watch Service`, `report`).
+    pub task: String,
 }
 
 /// `kind`, `reason`, `code`.
@@ -34,6 +42,8 @@ pub struct SourceMetrics {
     pub events: Family<KindLabel, Counter>,
     /// `tideway_source_invalid_objects_total`: objects skipped as invalid.
     pub invalid: Family<KindLabel, Counter>,
+    /// `tideway_source_task_restarts_total`: supervised tasks started again after a panic.
+    pub task_restarts: Family<TaskLabel, Counter>,
 }
 
 impl SourceMetrics {
@@ -59,6 +69,16 @@ impl SourceMetrics {
             "Objects skipped as invalid (last valid version kept)",
             self.invalid.clone(),
         );
+        r.register(
+            "task_restarts",
+            "Watch and writer tasks started again after a panic, by task",
+            self.task_restarts.clone(),
+        );
+    }
+
+    /// Counts one restart of `task`.
+    pub fn restarted(&self, task: &str) {
+        self.task_restarts.get_or_create(&TaskLabel { task: task.to_string() }).inc();
     }
 
     pub(crate) fn kind(kind: &str) -> KindLabel {

@@ -56,6 +56,8 @@ pub struct SharedCluster {
     invalid: Arc<Mutex<InvalidObjects>>,
     api_reachable: watch::Sender<bool>,
     unlisted: Arc<Mutex<Vec<String>>>,
+    /// Supervised tasks that panicked and have not recovered yet: task -> what happened.
+    faults: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Default for SharedCluster {
@@ -74,6 +76,7 @@ impl SharedCluster {
             invalid: Arc::default(),
             api_reachable: watch::channel(true).0,
             unlisted: Arc::default(),
+            faults: Arc::default(),
         }
     }
 
@@ -135,6 +138,24 @@ impl SharedCluster {
         unlisted.into_iter().map(|k| format!("the first list of {k}")).collect()
     }
 
+    /// Records that `task` (a watch, a writer) panicked and was started again: `what` is shown
+    /// by [`SharedCluster::faults`] until [`SharedCluster::clear_fault`] (its view is whole
+    /// again).
+    pub fn set_fault(&self, task: &str, what: String) {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner()).insert(task.to_string(), what);
+    }
+
+    /// `task` recovered.
+    pub fn clear_fault(&self, task: &str) {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner()).remove(task);
+    }
+
+    /// The supervised tasks that restarted after a panic and have not recovered yet, in words
+    /// (readiness names them).
+    pub fn faults(&self) -> Vec<String> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
     /// Waits for the first complete view.
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
@@ -145,6 +166,11 @@ impl SharedCluster {
     /// watch or list that fails). Starts true.
     pub fn set_api_reachable(&self, reachable: bool) {
         self.api_reachable.send_if_modified(|r| std::mem::replace(r, reachable) != reachable);
+    }
+
+    /// [`SharedCluster::api_reachable`], watched.
+    pub fn watch_api_reachable(&self) -> watch::Receiver<bool> {
+        self.api_reachable.subscribe()
     }
 
     /// Whether the source reached the API server at its last attempt.

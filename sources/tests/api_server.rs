@@ -6,7 +6,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use tideway_sources::kube::client;
-use tideway_tests::fake_api::FakeApi;
+use tideway_tests::fake_api::{Account, FakeApi};
 
 fn configs(c: kube::Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("tideway.io", "v1alpha1", "ProxyConfig");
@@ -25,7 +25,7 @@ async fn apply_conflicts_ownership_and_preconditions() {
     let api = FakeApi::start().await;
     let dir = std::env::temp_dir().join(format!("tideway-ssa-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pcs = configs(client(Some(&api.kubeconfig(&dir))).await.unwrap());
+    let pcs = configs(client(Some(&api.kubeconfig(&dir, Account::ClusterAdmin))).await.unwrap());
     let obj = |spec: serde_json::Value| json!({"apiVersion": "tideway.io/v1alpha1", "kind": "ProxyConfig", "metadata": {"name": "default"}, "spec": spec});
     let apply = |m: &str| PatchParams::apply(m);
 

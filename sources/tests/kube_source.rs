@@ -11,7 +11,8 @@ use tideway_sources::SharedCluster;
 use tideway_sources::kube::{KubeNodeStateSink, KubeSource, Role, client};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::{NodeStateSink, WriteError};
-use tideway_tests::fake_api::FakeApi;
+use tideway_tests::fake_api::{Account, FakeApi};
+use tideway_tests::until;
 
 fn service(ns: &str, name: &str, ip: &str, labels: Value) -> Value {
     json!({"kind": "Service", "metadata": {"name": name, "namespace": ns, "labels": labels,
@@ -36,8 +37,8 @@ fn namespace(name: &str) -> Value {
     json!({"kind": "Namespace", "metadata": {"name": name}})
 }
 
-async fn kube_client(api: &FakeApi, dir: &tempdir::Dir) -> kube::Client {
-    client(Some(&api.kubeconfig(&dir.0))).await.expect("client from kubeconfig")
+async fn kube_client(api: &FakeApi, dir: &tempdir::Dir, account: Account) -> kube::Client {
+    client(Some(&api.kubeconfig(&dir.0, account))).await.expect("client from kubeconfig")
 }
 
 mod tempdir {
@@ -54,15 +55,6 @@ mod tempdir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
-    }
-}
-
-/// Polls `f` until it holds, for at most 10 s.
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -93,7 +85,7 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
     let metrics = SourceMetrics::new(&mut registry);
     let cluster = SharedCluster::new();
     let source = KubeSource::new(
-        kube_client(&api, &dir).await,
+        kube_client(&api, &dir, Account::Dns).await,
         Role::Dns { pods: false, node_states: false },
         metrics,
     );
@@ -107,7 +99,7 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
 
     // A watch event arrives as a change of that Service only.
     api.upsert(service("ns1", "api", "10.96.0.12", json!({})));
-    eventually("the added Service", || names(&cluster).contains("ns1/api")).await;
+    until("the added Service", || names(&cluster).contains("ns1/api")).await;
     let changed = cluster.lock().take_changes().services;
     assert_eq!(changed, BTreeSet::from([ServiceName::new("ns1", "api")]));
 
@@ -119,12 +111,12 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
     // Changed and deleted while no watch was open: no event, only the relist can tell.
     api.preload([service("ns1", "web", "10.96.0.20", json!({}))]);
     api.remove_silently("Service", Some("ns1"), "db");
-    eventually("the relist after 410 Gone", || {
+    until("the relist after 410 Gone", || {
         api.requests_to("/api/v1/services").iter().filter(|r| !r.query.contains_key("watch")).count()
             > lists_before
     })
     .await;
-    eventually("the relisted state", || !names(&cluster).contains("ns1/db")).await;
+    until("the relisted state", || !names(&cluster).contains("ns1/db")).await;
     assert!(names(&cluster).contains("ns1/api") && names(&cluster).contains("ns1/web"));
     let changed = cluster.lock().take_changes().services;
     assert_eq!(changed, BTreeSet::from([ServiceName::new("ns1", "db"), ServiceName::new("ns1", "web")]));
@@ -157,11 +149,12 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
     let metrics = SourceMetrics::new(&mut registry);
     let cluster = SharedCluster::new();
     let role = Role::Agent { node: "node-a".into() };
-    let task =
-        tokio::spawn(KubeSource::new(kube_client(&api, &dir).await, role, metrics).run(cluster.clone()));
+    let task = tokio::spawn(
+        KubeSource::new(kube_client(&api, &dir, Account::Agent).await, role, metrics).run(cluster.clone()),
+    );
 
     // RBAC denies EndpointSlices: the other kinds arrive, but the state is not synced.
-    eventually("the 403 is counted", || counter(&registry, "reason=\"forbidden\",code=\"403\"") >= 1.0).await;
+    until("the 403 is counted", || counter(&registry, "reason=\"forbidden\",code=\"403\"") >= 1.0).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!cluster.is_synced(), "not synced before every kind is listed");
     api.forbid("EndpointSlice", false);
@@ -195,7 +188,7 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
     // and the Service labelled for it arrives (the headless one stays out).
     api.upsert(json!({"kind": "ProxyConfig", "metadata": {"name": "default", "generation": 1},
         "spec": {"mode": "nftables", "serviceProxyName": "tideway"}}));
-    eventually("the named proxy's Service", || names(&cluster).contains("ns1/other-proxy")).await;
+    until("the named proxy's Service", || names(&cluster).contains("ns1/other-proxy")).await;
     assert!(!names(&cluster).contains("ns1/headless-labelled"));
     let labels = cluster.lock().service(&ServiceName::new("ns1", "other-proxy")).unwrap().labels.clone();
     assert_eq!(labels.keys().collect::<Vec<_>>(), vec!["service.kubernetes.io/service-proxy-name"]);
@@ -219,7 +212,7 @@ async fn invalid_updates_keep_the_last_valid_version_and_are_reported() {
     api.preload([service("ns1", "web", "10.96.0.10", json!({})), namespace("ns1")]);
     let cluster = SharedCluster::new();
     let source = KubeSource::new(
-        kube_client(&api, &dir).await,
+        kube_client(&api, &dir, Account::Dns).await,
         Role::Dns { pods: false, node_states: false },
         SourceMetrics::default(),
     );
@@ -228,12 +221,12 @@ async fn invalid_updates_keep_the_last_valid_version_and_are_reported() {
     let mut bad = service("ns1", "web", "10.96.0.10", json!({}));
     bad["spec"]["ports"][0]["protocol"] = json!("ICMP");
     api.upsert(bad);
-    eventually("the invalid object is listed", || !cluster.invalid_objects().is_empty()).await;
+    until("the invalid object is listed", || !cluster.invalid_objects().is_empty()).await;
     let errors = cluster.errors();
     assert!(errors[0].contains("Service ns1/web") && errors[0].contains("ICMP"), "{errors:?}");
     assert!(names(&cluster).contains("ns1/web"), "the last valid version stays");
     api.upsert(service("ns1", "web", "10.96.0.30", json!({})));
-    eventually("fixed", || cluster.invalid_objects().is_empty()).await;
+    until("fixed", || cluster.invalid_objects().is_empty()).await;
     task.abort();
 }
 
@@ -246,7 +239,7 @@ async fn node_proxy_state_is_server_side_applied_and_owned_by_its_node() {
     let api = FakeApi::start().await;
     let dir = tempdir::Dir::new("nps");
     api.upsert(node("node-a", "192.168.0.10"));
-    let sink = KubeNodeStateSink::new(kube_client(&api, &dir).await);
+    let sink = KubeNodeStateSink::new(kube_client(&api, &dir, Account::Agent).await);
     sink.publish(&report()).await.expect("first report");
     let patches: Vec<_> = api.requests().into_iter().filter(|r| r.method == "PATCH").collect();
     assert_eq!(patches.len(), 2, "the object, then its status");
@@ -273,15 +266,19 @@ async fn node_proxy_state_is_server_side_applied_and_owned_by_its_node() {
     assert!(api.get("NodeProxyState", None, "node-a").is_some());
 }
 
+/// The chart grants NodeProxyState writes to the agent only: a report sent with the DNS
+/// server's account is the API server's 403, returned as a clear error naming who was refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_denied_report_is_a_clear_error() {
     let api = FakeApi::start().await;
     let dir = tempdir::Dir::new("nps-403");
-    api.forbid("NodeProxyState", true);
-    let sink = KubeNodeStateSink::new(kube_client(&api, &dir).await);
+    let sink = KubeNodeStateSink::new(kube_client(&api, &dir, Account::Dns).await);
     let err = sink.publish(&report()).await.expect_err("denied");
     assert!(matches!(&err, WriteError::Refused { code: 403, .. }), "{err:?}");
-    assert!(err.to_string().contains("403") && err.to_string().contains("forbidden"), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("403") && text.contains("forbidden"), "{text}");
+    assert!(text.contains("system:serviceaccount:kube-system:tideway-dns"), "{text}");
+    assert!(api.get("NodeProxyState", None, "node-a").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,7 +290,7 @@ async fn reviews_with_an_audience_take_only_tokens_minted_for_it() {
     api.add_token("api-token", "alice", &[]);
     api.add_token_for("tideway-token", "alice", &[], &["tideway"]);
     api.grant("alice", "get", "tideway.io", "nodeproxystates");
-    let client = kube_client(&api, &dir).await;
+    let client = kube_client(&api, &dir, Account::Agent).await;
     let access =
         Access { verb: "get", group: "tideway.io", resource: "nodeproxystates", namespace: None, name: None };
     let scoped = KubeReview::new(client.clone()).with_audiences(vec!["tideway".into()]);
@@ -305,4 +302,104 @@ async fn reviews_with_an_audience_take_only_tokens_minted_for_it() {
     let any = KubeReview::new(client);
     assert!(any.authorize("api-token", &access).await.is_ok(), "without an audience: the API server's");
     assert!(any.authorize("tideway-token", &access).await.is_err(), "a Tideway token is no API credential");
+}
+
+fn lists_of(api: &FakeApi, path: &str) -> usize {
+    api.requests_to(path).iter().filter(|r| r.method == "GET" && !r.query.contains_key("watch")).count()
+}
+
+/// The API server keeps a bounded history. A DNS source whose watch was away while more changed
+/// than the server keeps comes back with a version compacted away: 410 Gone, a relist, and
+/// exactly what changed meanwhile reported, nothing lost, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_compacted_version_relists_and_reports_only_what_changed() {
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("compacted");
+    api.keep_history(5);
+    api.preload((0..5).map(|i| service("ns1", &format!("s{i}"), &format!("10.96.0.{}", 10 + i), json!({}))));
+    api.preload([namespace("ns1")]);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = SourceMetrics::new(&mut registry);
+    let cluster = SharedCluster::new();
+    let role = Role::Dns { pods: false, node_states: false };
+    let source = KubeSource::new(kube_client(&api, &dir, Account::Dns).await, role, metrics);
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
+    cluster.lock().take_changes();
+    let lists_before = lists_of(&api, "/api/v1/services");
+
+    // The server restarts: watches close and are refused meanwhile. Twenty changes happen,
+    // four times the history it keeps.
+    api.outage(Some(503));
+    for i in 5..22 {
+        api.upsert(service("ns1", &format!("s{i}"), &format!("10.96.0.{}", 10 + i), json!({})));
+    }
+    api.upsert(service("ns1", "s1", "10.96.1.1", json!({})));
+    api.delete("Service", Some("ns1"), "s0");
+    api.upsert(service("ns1", "s2", "10.96.1.2", json!({})));
+    api.outage(None);
+
+    let want: BTreeSet<String> = api
+        .list("Service")
+        .iter()
+        .map(|s| format!("ns1/{}", s["metadata"]["name"].as_str().unwrap()))
+        .collect();
+    until("the view caught up", || names(&cluster) == want).await;
+    assert!(counter(&registry, "reason=\"gone\"") >= 1.0, "the watch was answered 410 Gone");
+    assert!(lists_of(&api, "/api/v1/services") > lists_before, "and the source listed again");
+    assert_eq!(cluster.lock().services().count(), want.len(), "each Service once");
+    let changed: BTreeSet<String> =
+        cluster.lock().take_changes().services.iter().map(|s| s.to_string()).collect();
+    let mut expected: BTreeSet<String> = (5..22).map(|i| format!("ns1/s{i}")).collect();
+    expected.extend(["ns1/s0", "ns1/s1", "ns1/s2"].map(String::from));
+    assert_eq!(changed, expected, "what changed meanwhile, and only that");
+    let s1 = cluster.lock().service(&ServiceName::new("ns1", "s1")).unwrap().cluster_ips[0];
+    assert_eq!(s1.to_string(), "10.96.1.1");
+    task.abort();
+}
+
+/// Watches end, as the API server ends them after their timeout (with a bookmark first) or as a
+/// dropped connection cuts them: the source resumes from the last version it saw, without a
+/// relist, and no change made meanwhile is missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothing() {
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("resume");
+    api.cap_watches(Some(Duration::from_millis(200)));
+    api.preload([namespace("ns1"), service("ns1", "web", "10.96.0.10", json!({}))]);
+    let cluster = SharedCluster::new();
+    let role = Role::Dns { pods: false, node_states: false };
+    let source = KubeSource::new(kube_client(&api, &dir, Account::Dns).await, role, SourceMetrics::default());
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
+    cluster.lock().take_changes();
+    let lists_before = lists_of(&api, "/api/v1/services");
+    let watches_before = api.requests_to("/api/v1/services").len() - lists_before;
+
+    // Churn for about two seconds: watches time out every 200 ms, and every tenth change the
+    // connection is cut as well.
+    for i in 0..80 {
+        api.upsert(service("ns1", &format!("s{i}"), "10.96.0.11", json!({})));
+        if i % 10 == 9 {
+            api.drop_watches("Service");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    until("every change seen", || names(&cluster).len() == 81).await;
+    let changed = cluster.lock().take_changes().services;
+    assert_eq!(changed.len(), 80, "each new Service reported: {changed:?}");
+    let requests = api.requests_to("/api/v1/services");
+    let watches: Vec<_> = requests.iter().filter(|r| r.query.contains_key("watch")).collect();
+    assert!(
+        watches.len() >= watches_before + 8,
+        "the watches ended and were opened again: {}",
+        watches.len()
+    );
+    assert_eq!(lists_of(&api, "/api/v1/services"), lists_before, "resumed, never listed again");
+    // Each watch resumes where the one before got to: the versions never go back.
+    let versions: Vec<u64> =
+        watches.iter().filter_map(|r| r.query.get("resourceVersion")?.parse().ok()).collect();
+    assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
+    assert!(watches.iter().all(|r| r.query.get("allowWatchBookmarks").map(String::as_str) == Some("true")));
+    task.abort();
 }

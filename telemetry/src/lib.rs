@@ -8,8 +8,12 @@
 //!          batch processor thread --> OTLP/HTTP protobuf POST <endpoint>/v1/traces
 //! ```
 //! * [`init`] installs it; [`Telemetry::shutdown`] flushes what is left on exit.
-//! * The exporter speaks through [`http1`], a blocking HTTP/1.1 client (the batch processor
-//!   runs on its own thread, without an async runtime); `http://` endpoints only.
+//! * The exporter posts through [`client`], hyper with rustls (`http://` and `https://`
+//!   endpoints, `OTEL_EXPORTER_OTLP_CERTIFICATE` for a private CA, answers over 4 MiB
+//!   refused), on a runtime of its own: the batch processor's thread waits for it, never a
+//!   component's async code. Failed exports are logged (`export_log`: at the start of a streak
+//!   and at each power of ten), and the first success after them.
+//! * [`client`] is also the CLI's HTTP client for the components' REST APIs.
 //! * [`sampled`] says whether to trace this one of many frequent operations (DNS queries):
 //!   none while nothing is exported, else one in `1 / OTEL_TRACES_SAMPLER_ARG` (default 1 %).
 //! * [`testing`] (feature `testing`) captures spans in memory for tests.
@@ -17,7 +21,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod http1;
+pub mod client;
+mod export_log;
 mod otlp;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -99,14 +104,14 @@ fn otlp_endpoint() -> Option<String> {
         .filter(|e| !e.trim().is_empty())
 }
 
-/// An endpoint this exporter can reach: `http://` only (a collector in the cluster or a
-/// sidecar; TLS would need an HTTP stack this crate does not carry).
+/// An endpoint this exporter can reach: an `http://` or `https://` URL.
 fn check_endpoint(endpoint: &str) -> Result<(), TelemetryError> {
-    if endpoint.trim().starts_with("http://") {
+    let endpoint = endpoint.trim();
+    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
         Ok(())
     } else {
         Err(TelemetryError::Exporter(format!(
-            "OTEL_EXPORTER_OTLP_ENDPOINT {endpoint:?}: only http:// endpoints are supported (use a collector reachable over plain HTTP)"
+            "OTEL_EXPORTER_OTLP_ENDPOINT {endpoint:?}: not an http:// or https:// URL"
         )))
     }
 }
@@ -171,11 +176,11 @@ mod tests {
     }
 
     #[test]
-    fn only_http_endpoints_are_taken() {
+    fn http_and_https_endpoints_are_taken() {
         assert!(check_endpoint("http://otel-collector.monitoring:4318").is_ok());
-        let e = check_endpoint("https://collector:4318").unwrap_err().to_string();
-        assert!(e.contains("only http://"), "{e}");
-        assert!(check_endpoint("collector:4318").is_err());
+        assert!(check_endpoint("https://collector:4318").is_ok());
+        let e = check_endpoint("collector:4318").unwrap_err().to_string();
+        assert!(e.contains("not an http:// or https:// URL"), "{e}");
     }
 
     #[test]

@@ -86,6 +86,12 @@ pub fn check_golden(path: &Path, actual: &str) -> Result<(), String> {
     ))
 }
 
+/// [`eventually`] for a condition: polls `f` every 25 ms until it holds, failing the test
+/// after 15 s with `what`.
+pub async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    eventually(what, || f().then_some(())).await;
+}
+
 /// Polls `f` every 25 ms until it yields a value, failing the test after 15 s with `what`.
 pub async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);

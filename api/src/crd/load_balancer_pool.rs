@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tideway_core::ipam::{AddrRange, Pool, ServiceAllocation as CoreAllocation};
-use tideway_core::model::{L2Settings as CoreL2, LoadBalancerPool as CorePool};
+use tideway_core::model::{L2Settings as CoreL2, LoadBalancerPool as CorePool, PoolOrigin};
 use tideway_core::operator::PoolReport;
 
 use crate::error::{ConvertError, Ctx};
@@ -113,53 +113,88 @@ pub struct LoadBalancerPoolStatus {
 pub fn load_balancer_pool(obj: &LoadBalancerPool) -> Result<CorePool, ConvertError> {
     let name = obj.metadata.name.clone().unwrap_or_default();
     let cx = Ctx::new("LoadBalancerPool", None, &name);
+    let spec = &obj.spec;
+    let pool = pool_of(
+        &cx,
+        &name,
+        &spec.addresses,
+        spec.auto_assign,
+        spec.avoid_buggy_ips,
+        spec.service_allocation.as_ref(),
+    )?;
+    let l2 = spec.l2.clone().unwrap_or_default();
+    Ok(CorePool {
+        pool,
+        l2: CoreL2 {
+            enabled: l2.enabled.unwrap_or(true),
+            interfaces: interfaces(&cx, "spec.l2.interfaces", l2.interfaces)?,
+            node_selectors: selectors(&cx, "spec.l2.nodeSelectors", &l2.node_selectors)?,
+        },
+        generation: obj.metadata.generation.unwrap_or(0),
+        origin: PoolOrigin::Tideway,
+    })
+}
+
+/// The allocator's pool of MetalLB's `IPAddressPool` fields (which `LoadBalancerPool` shares),
+/// each checked as [`load_balancer_pool`] says.
+pub(crate) fn pool_of(
+    cx: &Ctx,
+    name: &str,
+    addresses: &[String],
+    auto_assign: Option<bool>,
+    avoid_buggy_ips: Option<bool>,
+    allocation: Option<&ServiceAllocation>,
+) -> Result<Pool, ConvertError> {
     if name.is_empty() {
         return Err(cx.err("metadata.name", "is required"));
     }
-    let spec = &obj.spec;
-    let selectors = |field: &str, list: &[LabelSelector]| -> Result<Vec<_>, ConvertError> {
-        validation::max_items(&cx, field, list, validation::MAX_ALLOCATION_ENTRIES)?;
-        list.iter()
-            .enumerate()
-            .map(|(i, s)| super::selector(&cx, &format!("{field}[{i}]"), Some(s)))
-            .collect()
-    };
-    validation::max_items(&cx, "spec.addresses", &spec.addresses, validation::MAX_POOL_ADDRESSES)?;
-    for (i, a) in spec.addresses.iter().enumerate() {
+    validation::max_items(cx, "spec.addresses", addresses, validation::MAX_POOL_ADDRESSES)?;
+    for (i, a) in addresses.iter().enumerate() {
         AddrRange::parse(a).map_err(|e| cx.err(format!("spec.addresses[{i}]"), e.to_string()))?;
     }
-    let allocation = match &spec.service_allocation {
+    let allocation = match allocation {
         None => None,
         Some(a) => Some(CoreAllocation {
             priority: a.priority,
-            namespaces: namespaces(&cx, &a.namespaces)?,
+            namespaces: namespaces(cx, &a.namespaces)?,
             namespace_selectors: selectors(
+                cx,
                 "spec.serviceAllocation.namespaceSelectors",
                 &a.namespace_selectors,
             )?,
-            service_selectors: selectors("spec.serviceAllocation.serviceSelectors", &a.service_selectors)?,
+            service_selectors: selectors(
+                cx,
+                "spec.serviceAllocation.serviceSelectors",
+                &a.service_selectors,
+            )?,
         }),
     };
-    let l2 = spec.l2.clone().unwrap_or_default();
-    validation::max_items(&cx, "spec.l2.interfaces", &l2.interfaces, validation::MAX_INTERFACES)?;
-    for (i, name) in l2.interfaces.iter().enumerate() {
-        validation::interface(&cx, &format!("spec.l2.interfaces[{i}]"), name)?;
-    }
-    Ok(CorePool {
-        pool: Pool {
-            name,
-            addresses: spec.addresses.clone(),
-            auto_assign: spec.auto_assign.unwrap_or(true),
-            avoid_buggy_ips: spec.avoid_buggy_ips.unwrap_or(false),
-            allocation,
-        },
-        l2: CoreL2 {
-            enabled: l2.enabled.unwrap_or(true),
-            interfaces: l2.interfaces,
-            node_selectors: selectors("spec.l2.nodeSelectors", &l2.node_selectors)?,
-        },
-        generation: obj.metadata.generation.unwrap_or(0),
+    Ok(Pool {
+        name: name.to_string(),
+        addresses: addresses.to_vec(),
+        auto_assign: auto_assign.unwrap_or(true),
+        avoid_buggy_ips: avoid_buggy_ips.unwrap_or(false),
+        allocation,
     })
+}
+
+/// Label selectors at `field`, at most [`validation::MAX_ALLOCATION_ENTRIES`].
+pub(crate) fn selectors(
+    cx: &Ctx,
+    field: &str,
+    list: &[LabelSelector],
+) -> Result<Vec<tideway_core::config::LabelSelector>, ConvertError> {
+    validation::max_items(cx, field, list, validation::MAX_ALLOCATION_ENTRIES)?;
+    list.iter().enumerate().map(|(i, s)| super::selector(cx, &format!("{field}[{i}]"), Some(s))).collect()
+}
+
+/// Interface names at `field`, each valid.
+pub(crate) fn interfaces(cx: &Ctx, field: &str, list: Vec<String>) -> Result<Vec<String>, ConvertError> {
+    validation::max_items(cx, field, &list, validation::MAX_INTERFACES)?;
+    for (i, name) in list.iter().enumerate() {
+        validation::interface(cx, &format!("{field}[{i}]"), name)?;
+    }
+    Ok(list)
 }
 
 /// The namespaces of `serviceAllocation`, each a valid name.

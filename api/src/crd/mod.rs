@@ -11,6 +11,7 @@
 mod conditions;
 mod l2_announcement;
 mod load_balancer_pool;
+mod metallb;
 mod node_proxy_state;
 mod patch;
 mod proxy_config;
@@ -24,6 +25,10 @@ pub use l2_announcement::{
 pub use load_balancer_pool::{
     L2Settings, LoadBalancerPool, LoadBalancerPoolSpec, LoadBalancerPoolStatus, ServiceAllocation,
     load_balancer_pool, load_balancer_pool_status,
+};
+pub use metallb::{
+    IPAddressPool, IPAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, ip_address_pool,
+    l2_advertisement, load_balancer_pools,
 };
 pub use node_proxy_state::{
     NodeProxyState, NodeProxyStateSpec, NodeProxyStateStatus, node_proxy_state, node_proxy_state_status,
@@ -47,6 +52,30 @@ pub fn all()
     let mut pool = LoadBalancerPool::crd();
     schema::constrain(&mut pool, &crate::validation::load_balancer_pool_constraints());
     vec![proxy_config, NodeProxyState::crd(), pool, L2Announcement::crd()]
+}
+
+/// The selector object that converts to `sel` (`None` for the empty selector).
+pub(crate) fn selector_object(sel: &CoreSelector) -> Option<LabelSelector> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    (!sel.match_labels.is_empty() || !sel.match_expressions.is_empty()).then(|| LabelSelector {
+        match_labels: (!sel.match_labels.is_empty()).then(|| sel.match_labels.clone()),
+        match_expressions: (!sel.match_expressions.is_empty()).then(|| {
+            sel.match_expressions
+                .iter()
+                .map(|e| LabelSelectorRequirement {
+                    key: e.key.clone(),
+                    operator: match e.op {
+                        SelectorOp::In => "In",
+                        SelectorOp::NotIn => "NotIn",
+                        SelectorOp::Exists => "Exists",
+                        SelectorOp::DoesNotExist => "DoesNotExist",
+                    }
+                    .into(),
+                    values: (!e.values.is_empty()).then(|| e.values.clone()),
+                })
+                .collect()
+        }),
+    })
 }
 
 /// Converts a Kubernetes label selector at `field`; an unknown operator names itself.

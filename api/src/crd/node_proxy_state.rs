@@ -85,6 +85,15 @@ pub struct NodeProxyStateStatus {
     /// LoadBalancer IPs this node answers ARP / neighbour solicitations for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub announcing: Vec<String>,
+    /// Objects the agent refused as invalid, each naming the field and why (a ProxyConfig whose
+    /// `spec.syncPeriod` is out of range, say): it programs with their last valid version, or
+    /// without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalid_objects: Vec<String>,
+    /// Interfaces a pool's `l2.interfaces` lists that this node lacks: it announces none of
+    /// that pool's addresses while it lacks them all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_interfaces: Vec<String>,
 }
 
 fn time(t: std::time::SystemTime) -> Option<Time> {
@@ -128,6 +137,8 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         programmed_services: state.programmed.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         programmed_services_truncated: state.programmed_truncated,
         announcing: state.announcing.iter().map(ToString::to_string).collect(),
+        invalid_objects: state.invalid_objects.clone(),
+        missing_interfaces: state.missing_interfaces.clone(),
     }
 }
 
@@ -173,6 +184,8 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         programmed,
         programmed_truncated: st.programmed_services_truncated,
         announcing,
+        invalid_objects: st.invalid_objects,
+        missing_interfaces: st.missing_interfaces,
     })
 }
 
@@ -210,6 +223,8 @@ mod tests {
             programmed: BTreeMap::new(),
             programmed_truncated: false,
             announcing: vec!["172.18.255.200".parse().unwrap()],
+            invalid_objects: vec!["ProxyConfig default: spec.syncPeriod: must be at most 24h".into()],
+            missing_interfaces: vec!["vlan100".into()],
         };
         state.programmed.insert(ServiceName::new("default", "web"), 2);
         let obj = node_proxy_state(&state, Some("uid-1"));
@@ -217,6 +232,10 @@ mod tests {
         assert_eq!(json["status"]["lastSyncTime"], "2023-11-14T22:13:20Z");
         assert_eq!(json["status"]["programmedServices"]["default/web"], 2);
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(
+            json["status"]["invalidObjects"][0],
+            "ProxyConfig default: spec.syncPeriod: must be at most 24h"
+        );
         let back = node_state_from(&serde_json::from_value(json).unwrap()).unwrap();
         assert_eq!(back, state);
     }

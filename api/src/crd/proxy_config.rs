@@ -64,7 +64,9 @@ pub struct ProxyConfigSpec {
     /// Packet-mark bit requesting masquerade (default 14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masquerade_bit: Option<i32>,
-    /// `["primary"]` (default), `["all"]`, or CIDRs selecting node addresses for NodePorts.
+    /// `["primary"]`, `["all"]`, or CIDRs selecting node addresses for NodePorts. Empty:
+    /// kube-proxy's default for the mode (`primary` in nftables mode; `all` in iptables mode,
+    /// 127.0.0.1 included, and IPVS mode).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_port_addresses: Vec<String>,
     /// Serve NodePorts on 127.0.0.1 too, as kube-proxy's iptables mode does (default true;
@@ -90,8 +92,9 @@ pub struct ProxyConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::load_balancing")]
     pub load_balancing: Option<String>,
-    /// Buckets of each Maglev Service port's lookup table, a prime (default 4093); a table
-    /// grows only when its endpoints outgrow it (fewer than 10 buckets each).
+    /// Buckets of each Maglev Service port's lookup table: the largest prime below a power of
+    /// two, 7 to 65521 (default 4093); a table grows only when its endpoints outgrow it (fewer
+    /// than 10 buckets each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maglev_table_size: Option<i32>,
 }
@@ -231,7 +234,7 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
         validation::MAX_NODE_PORT_ADDRESSES,
     )?;
     s.node_port_addresses = match spec.node_port_addresses.as_slice() {
-        [] => NodePortAddresses::Primary,
+        [] => NodePortAddresses::Unset,
         [one] if one == "primary" => NodePortAddresses::Primary,
         [one] if one == "all" => NodePortAddresses::All,
         list => {
@@ -288,11 +291,11 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
             Some(lb.parse().map_err(|e: UnknownName| cx.err("spec.loadBalancing", e.to_string()))?);
     }
     if let Some(size) = spec.maglev_table_size {
-        let (lo, hi) = (tideway_core::maglev::MIN_TABLE_SIZE, tideway_core::maglev::MAX_TABLE_SIZE);
-        s.maglev_table_size = u32::try_from(size)
-            .ok()
-            .filter(|n| (lo..=hi).contains(n) && tideway_core::maglev::is_prime(*n))
-            .ok_or_else(|| cx.err("spec.maglevTableSize", format!("{size} is not a prime in {lo}-{hi}")))?;
+        let sizes = &tideway_core::maglev::TABLE_SIZES;
+        s.maglev_table_size = u32::try_from(size).ok().filter(|n| sizes.contains(n)).ok_or_else(|| {
+            let listed = sizes.map(|n| n.to_string()).join(", ");
+            cx.err("spec.maglevTableSize", format!("{size} is not one of {listed}"))
+        })?;
     }
     Ok(s)
 }
@@ -300,32 +303,11 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
 /// The spec that converts to `c` (what the nodes run, spelled as a user writes it): the
 /// inverse of [`proxy_config`] for the REST API.
 pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-    use tideway_core::config::SelectorOp;
     let s = &c.settings;
-    let sel = &c.node_selector;
-    let node_selector =
-        (!sel.match_labels.is_empty() || !sel.match_expressions.is_empty()).then(|| LabelSelector {
-            match_labels: (!sel.match_labels.is_empty()).then(|| sel.match_labels.clone()),
-            match_expressions: (!sel.match_expressions.is_empty()).then(|| {
-                sel.match_expressions
-                    .iter()
-                    .map(|e| LabelSelectorRequirement {
-                        key: e.key.clone(),
-                        operator: match e.op {
-                            SelectorOp::In => "In",
-                            SelectorOp::NotIn => "NotIn",
-                            SelectorOp::Exists => "Exists",
-                            SelectorOp::DoesNotExist => "DoesNotExist",
-                        }
-                        .into(),
-                        values: (!e.values.is_empty()).then(|| e.values.clone()),
-                    })
-                    .collect()
-            }),
-        });
+    let node_selector = super::selector_object(&c.node_selector);
     let node_port_addresses = match &s.node_port_addresses {
-        NodePortAddresses::Primary => vec![],
+        NodePortAddresses::Unset => vec![],
+        NodePortAddresses::Primary => vec!["primary".into()],
         NodePortAddresses::All => vec!["all".into()],
         NodePortAddresses::Cidrs(cidrs) => cidrs.iter().map(ToString::to_string).collect(),
     };
@@ -385,13 +367,13 @@ mod spec_tests {
     }
 
     #[test]
-    fn maglev_table_sizes_are_primes_in_range() {
+    fn maglev_table_sizes_are_the_listed_primes() {
         let with = |size: i32| {
             let spec = ProxyConfigSpec { maglev_table_size: Some(size), ..Default::default() };
             proxy_config(&ProxyConfig::new("m", spec))
         };
         assert_eq!(with(251).expect("a prime").settings.maglev_table_size, 251);
-        for bad in [4096, 5, 65_537] {
+        for bad in [4096, 5, 65_537, 4091] {
             let e = with(bad).expect_err("refused").to_string();
             assert!(e.contains("spec.maglevTableSize") && e.contains(&bad.to_string()), "{e}");
         }

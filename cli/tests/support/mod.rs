@@ -19,6 +19,11 @@ pub(crate) fn patience(secs: f64) -> Duration {
     Duration::from_secs_f64(secs * scale.max(1.0))
 }
 
+/// A loopback port nothing listens on (it was free a moment ago).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// The Services of the battery, as Kubernetes YAML (`mode` goes into the ProxyConfig).
 pub(crate) fn manifest(mode: &str, extra: &str) -> String {
     let mut y = format!(

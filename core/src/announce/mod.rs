@@ -31,7 +31,9 @@
 //!
 //! MetalLB's and KEP-3836's node rules hold for every Service: a node labelled
 //! `node.kubernetes.io/exclude-from-external-load-balancers`, one whose `NetworkUnavailable`
-//! condition is true, and one tainted `ToBeDeletedByClusterAutoscaler` never announce.
+//! condition is true, and one tainted `ToBeDeletedByClusterAutoscaler` never announce. Nor
+//! does a node on which none of the pool's `l2.interfaces` exists (its agent names the listed
+//! interfaces it lacks in its NodeProxyState), as MetalLB leaves such nodes out of its election.
 //!
 //! Every Service sharing one address must be given the same eligible set (the intersection
 //! of theirs), so that they agree on the announcer.
@@ -97,6 +99,9 @@ pub struct NodeInfo {
     pub labels: BTreeMap<String, String>,
     /// The Service's endpoints on this node.
     pub local: LocalEndpoints,
+    /// None of the interfaces the Service's pool announces on (`l2.interfaces`) exists on the
+    /// node, as its agent reports (false when the pool lists none, or nothing is reported).
+    pub lacks_interfaces: bool,
 }
 
 impl NodeInfo {
@@ -111,6 +116,7 @@ impl NodeInfo {
             to_be_deleted: node.to_be_deleted(),
             labels: node.labels.clone(),
             local,
+            lacks_interfaces: false,
         }
     }
 }
@@ -145,6 +151,9 @@ pub enum Ineligible {
     /// The node is labelled out of external load balancers.
     #[error("node is labelled {LABEL_EXCLUDE_FROM_EXTERNAL_LB}")]
     Excluded,
+    /// None of the pool's L2 interfaces exists on the node.
+    #[error("none of the pool's L2 interfaces exists on the node (its agent reports them missing)")]
+    NoInterface,
     /// No L2 node selector of the pool matches the node.
     #[error("node does not match the pool's L2 node selectors")]
     Selector,
@@ -176,6 +185,9 @@ pub fn eligibility(
     }
     if node.labels.contains_key(LABEL_EXCLUDE_FROM_EXTERNAL_LB) {
         return Err(Ineligible::Excluded);
+    }
+    if node.lacks_interfaces {
+        return Err(Ineligible::NoInterface);
     }
     if !node_selectors.is_empty() && !node_selectors.iter().any(|s| s.matches(&node.labels)) {
         return Err(Ineligible::Selector);

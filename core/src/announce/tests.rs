@@ -15,6 +15,7 @@ fn node(name: &str, ready: bool, zone: &str, local: LocalEndpoints) -> NodeInfo 
         to_be_deleted: false,
         labels,
         local,
+        lacks_interfaces: false,
     }
 }
 
@@ -102,9 +103,11 @@ fn node_rules_bar_excluded_unnetworked_and_departing_nodes() {
     let unnetworked = NodeInfo { network_unavailable: true, ..ok.clone() };
     let departing = NodeInfo { to_be_deleted: true, ..ok.clone() };
     let all_of_them = NodeInfo { network_unavailable: true, to_be_deleted: true, ..excluded.clone() };
+    let no_interface = NodeInfo { lacks_interfaces: true, ..ok.clone() };
     let cases = [
         (&ok, Ok(())),
         (&excluded, Err(Ineligible::Excluded)),
+        (&no_interface, Err(Ineligible::NoInterface)),
         (&unnetworked, Err(Ineligible::NetworkUnavailable)),
         (&departing, Err(Ineligible::ToBeDeleted)),
         (&all_of_them, Err(Ineligible::NetworkUnavailable)),

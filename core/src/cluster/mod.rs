@@ -11,6 +11,7 @@
 
 mod liveness;
 mod names;
+mod pools;
 mod slices;
 mod store;
 mod written;
@@ -24,8 +25,8 @@ use store::{Store, service_names};
 
 use crate::config::ProxyConfig;
 use crate::model::{
-    AgentLiveness, EndpointSlice, L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod,
-    Service, ServiceName,
+    AgentLiveness, EndpointSlice, L2Advertisement, L2Announcement, LoadBalancerPool, MetalLbPool, Namespace,
+    Node, NodeProxyState, Pod, PoolConflict, Service, ServiceName,
 };
 
 /// What changed since the last [`ClusterState::take_changes`].
@@ -108,6 +109,10 @@ pub struct Snapshot {
     pub announcements: Vec<L2Announcement>,
     /// LoadBalancerPools.
     pub pools: Vec<LoadBalancerPool>,
+    /// MetalLB's IPAddressPools.
+    pub metallb_pools: Vec<MetalLbPool>,
+    /// MetalLB's L2Advertisements.
+    pub l2_advertisements: Vec<L2Advertisement>,
 }
 
 type ObjectKey = (String, String);
@@ -123,7 +128,12 @@ pub struct ClusterState {
     namespaces: Store<Namespace>,
     node_states: Store<NodeProxyState>,
     announcements: Store<L2Announcement>,
+    own_pools: Store<LoadBalancerPool>,
+    metallb_pools: Store<MetalLbPool>,
+    l2_advertisements: Store<L2Advertisement>,
+    /// Every pool: `own_pools`, then the `IPAddressPool`s whose names are free.
     pools: Store<LoadBalancerPool>,
+    pool_conflicts: Vec<PoolConflict>,
     /// Agent liveness of the nodes it is known for (absent: `Unknown`).
     liveness: BTreeMap<String, AgentLiveness>,
     /// Node and zone names, one copy each for all endpoints.
@@ -393,6 +403,8 @@ impl ClusterState {
         self.replace_node_states(snapshot.node_states);
         self.replace_announcements(snapshot.announcements);
         self.replace_pools(snapshot.pools);
+        self.replace_metallb_pools(snapshot.metallb_pools);
+        self.replace_l2_advertisements(snapshot.l2_advertisements);
     }
 
     /// The changes waiting to be taken.

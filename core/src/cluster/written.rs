@@ -1,9 +1,9 @@
-//! The kinds components write for each other (agents' reports, the operator's announcements)
-//! and the operator's pools: the same event-shaped API as the other kinds.
+//! The kinds components write for each other (agents' reports, the operator's announcements):
+//! the same event-shaped API as the other kinds.
 
 use super::ClusterState;
 use super::store::service_names;
-use crate::model::{L2Announcement, LoadBalancerPool, NodeProxyState, ServiceName};
+use crate::model::{L2Announcement, NodeProxyState, ServiceName};
 
 impl ClusterState {
     /// Inserts or updates a node's report.
@@ -74,35 +74,5 @@ impl ClusterState {
     /// Every announcement.
     pub fn announcements(&self) -> impl Iterator<Item = &L2Announcement> {
         self.announcements.values()
-    }
-
-    /// Inserts or updates a pool.
-    pub fn apply_pool(&mut self, pool: LoadBalancerPool) -> bool {
-        let changed = self.pools.apply(pool);
-        self.changes.pools |= changed;
-        changed
-    }
-
-    /// Removes a pool.
-    pub fn delete_pool(&mut self, name: &str) -> bool {
-        let removed = self.pools.delete(&("", name)).is_some();
-        self.changes.pools |= removed;
-        removed
-    }
-
-    /// Replaces every pool (after a relist).
-    pub fn replace_pools(&mut self, pools: Vec<LoadBalancerPool>) {
-        let changed = self.pools.replace(pools);
-        self.changes.pools |= !changed.is_empty();
-    }
-
-    /// The pool called `name`.
-    pub fn pool(&self, name: &str) -> Option<&LoadBalancerPool> {
-        self.pools.get(&("", name))
-    }
-
-    /// Every pool, by name.
-    pub fn pools(&self) -> impl Iterator<Item = &LoadBalancerPool> {
-        self.pools.values()
     }
 }

@@ -64,6 +64,25 @@ pub fn announced_on<'a>(
     on
 }
 
+/// The interfaces `node` was asked to announce on (by name, in its pools' `l2.interfaces`) or
+/// found missing `before`, that do not exist now (`exists` asks the node), sorted: reported in
+/// its NodeProxyState so the operator chooses another node, and never announced on. Names
+/// found missing stay watched until they appear, whether or not any address still asks for
+/// them, so a node is left out before the next address of the pool is placed.
+pub fn missing_interfaces<'a>(
+    node: &str,
+    announcements: impl IntoIterator<Item = &'a L2Announcement>,
+    before: &[String],
+    exists: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let listed = announcements
+        .into_iter()
+        .filter(|a| a.node.as_deref() == Some(node))
+        .flat_map(|a| a.interfaces.iter().map(String::as_str));
+    let names: BTreeSet<&str> = listed.chain(before.iter().map(String::as_str)).collect();
+    names.into_iter().filter(|n| !exists(n)).map(str::to_string).collect()
+}
+
 /// An ARP request seen on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArpRequest {
@@ -243,6 +262,24 @@ mod tests {
         let ips = |a: &[&str]| a.iter().map(|i| i.parse::<IpAddr>().unwrap()).collect::<BTreeSet<_>>();
         assert_eq!(announced_by("n1", &all), ips(&["172.18.255.200", "fd00::200"]));
         assert!(announced_by("n3", &all).is_empty());
+    }
+
+    #[test]
+    fn listed_interfaces_a_node_lacks_are_found_and_kept_until_they_appear() {
+        let ann = |node: &str, interfaces: &[&str]| L2Announcement {
+            service: ServiceName::new("default", "web"),
+            ips: vec!["192.0.2.1".parse().unwrap()],
+            node: Some(node.into()),
+            eligible: vec![],
+            interfaces: interfaces.iter().map(|i| i.to_string()).collect(),
+        };
+        let all = [ann("n1", &["eth0", "vlan100"]), ann("n2", &["vlan200"]), ann("n1", &[])];
+        let present = |n: &str| n == "eth0";
+        assert_eq!(missing_interfaces("n1", &all, &[], present), ["vlan100"]);
+        // Once the address has moved away, the name is still watched...
+        assert_eq!(missing_interfaces("n1", &[], &["vlan100".into()], present), ["vlan100"]);
+        // ...until it appears.
+        assert_eq!(missing_interfaces("n1", &[], &["vlan100".into()], |_| true), Vec::<String>::new());
     }
 
     #[test]

@@ -33,10 +33,15 @@ const SKIP_SEED: u32 = 0x736b_6970;
 /// three-backend sets), with at least 10 buckets per backend up to 409 backends. Each bucket is
 /// one kernel map element per frontend (about 64 bytes): see docs/benchmarks.md.
 pub const DEFAULT_TABLE_SIZE: u32 = 4093;
-/// Smallest table size accepted (a prime).
-pub const MIN_TABLE_SIZE: u32 = 7;
-/// Largest table size accepted (a prime; IPVS's `mh` goes up to this order too).
-pub const MAX_TABLE_SIZE: u32 = 65_521;
+/// The table sizes a ProxyConfig may set: the largest prime below each power of two from 2^3
+/// to 2^16 (from 251 up, the sizes Cilium's `bpf-lb-maglev-table-size` takes). A list, not
+/// "any prime in range", so the CRD schema can refuse a size at admission with an `enum`.
+pub const TABLE_SIZES: [u32; 14] =
+    [7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16_381, 32_749, 65_521];
+/// Smallest table size accepted.
+pub const MIN_TABLE_SIZE: u32 = TABLE_SIZES[0];
+/// Largest table size accepted (IPVS's `mh` goes up to this order too).
+pub const MAX_TABLE_SIZE: u32 = TABLE_SIZES[TABLE_SIZES.len() - 1];
 /// The table grows when a backend would get fewer buckets than this.
 pub const MIN_BUCKETS_PER_BACKEND: u32 = 10;
 

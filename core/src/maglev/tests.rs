@@ -120,6 +120,14 @@ fn table_size_is_fixed_until_the_endpoints_outgrow_it() {
 }
 
 #[test]
+fn the_settable_sizes_are_the_largest_primes_below_powers_of_two() {
+    let expected: Vec<u32> =
+        (3..=16).map(|k| (1..1u32 << k).rev().find(|n| is_prime(*n)).expect("a prime")).collect();
+    assert_eq!(TABLE_SIZES.to_vec(), expected);
+    assert!(TABLE_SIZES.contains(&DEFAULT_TABLE_SIZE));
+}
+
+#[test]
 fn flow_keys_are_laid_out_like_nft_registers() {
     let src: IpAddr = "10.0.0.1".parse().unwrap();
     assert_eq!(flow_key(&src, 0x1234, false), [10, 0, 0, 1, 0x12, 0x34, 0, 0]);

@@ -12,6 +12,21 @@ pub struct LoadBalancerPool {
     pub l2: L2Settings,
     /// `metadata.generation` (0 when the source has none).
     pub generation: i64,
+    /// The object it was read from.
+    pub origin: PoolOrigin,
+}
+
+/// The object a pool was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PoolOrigin {
+    /// A `LoadBalancerPool` (its status is the operator's to write).
+    #[default]
+    Tideway,
+    /// MetalLB's `IPAddressPool` in `namespace` (whose status is MetalLB's: left alone).
+    MetalLb {
+        /// Its namespace.
+        namespace: String,
+    },
 }
 
 /// `spec.l2`.

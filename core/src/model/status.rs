@@ -44,30 +44,30 @@ pub struct NodeProxyState {
     pub programmed_truncated: bool,
     /// LoadBalancer IPs this node answers ARP / neighbour solicitations for.
     pub announcing: Vec<IpAddr>,
+    /// Objects the agent refused as invalid, each with the field and why (`ProxyConfig default:
+    /// spec.syncPeriod: ...`): it runs their last valid version, or without them.
+    pub invalid_objects: Vec<String>,
+    /// Interfaces a pool's `l2.interfaces` lists that do not exist on this node: the operator
+    /// chooses it to announce none of that pool's addresses while it lacks them all.
+    pub missing_interfaces: Vec<String>,
 }
 
 impl NodeProxyState {
-    /// True when `other` reports the same content, timestamps and durations aside (a sync that
-    /// changed nothing does not need a write).
-    pub fn same_content(&self, other: &NodeProxyState) -> bool {
-        let strip =
-            |s: &NodeProxyState| NodeProxyState { last_sync: None, last_sync_duration: None, ..s.clone() };
+    /// True when `other` says the same to whoever reads the report: mode, config and generation
+    /// programmed, readiness, the error, drift repairs, what is programmed and what is announced,
+    /// the objects refused, the interfaces missing.
+    /// Counts and sync times move with every endpoint change anywhere in the cluster; they are
+    /// carried by the next write, not a reason for one.
+    pub fn same_for_readers(&self, other: &NodeProxyState) -> bool {
+        let strip = |s: &NodeProxyState| NodeProxyState {
+            last_sync: None,
+            last_sync_duration: None,
+            service_ports: 0,
+            endpoints: 0,
+            rules: 0,
+            ..s.clone()
+        };
         strip(self) == strip(other)
-    }
-}
-
-/// When an agent writes its report: at once after a content change (but at most once per
-/// `min_interval`), and every `refresh` otherwise so the sync time stays current.
-pub fn report_due(
-    last: Option<(&NodeProxyState, Duration)>,
-    current: &NodeProxyState,
-    min_interval: Duration,
-    refresh: Duration,
-) -> bool {
-    match last {
-        None => true,
-        Some((prev, age)) if !prev.same_content(current) => age >= min_interval,
-        Some((_, age)) => age >= refresh,
     }
 }
 
@@ -85,23 +85,4 @@ pub struct L2Announcement {
     pub eligible: Vec<String>,
     /// Interfaces to announce on (empty: the node-network interface).
     pub interfaces: Vec<String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_are_written_on_change_rate_limited_and_refreshed() {
-        let s = Duration::from_secs;
-        let a = NodeProxyState { node: "n".into(), service_ports: 1, ..Default::default() };
-        let later = NodeProxyState { last_sync: Some(SystemTime::UNIX_EPOCH + s(9)), ..a.clone() };
-        let changed = NodeProxyState { service_ports: 2, ..a.clone() };
-        let (min, refresh) = (s(5), s(60));
-        assert!(report_due(None, &a, min, refresh), "first report");
-        assert!(!report_due(Some((&a, s(10))), &later, min, refresh), "only the time moved");
-        assert!(report_due(Some((&a, s(61))), &later, min, refresh), "refresh");
-        assert!(!report_due(Some((&a, s(1))), &changed, min, refresh), "rate limit");
-        assert!(report_due(Some((&a, s(5))), &changed, min, refresh), "change after the interval");
-    }
 }

@@ -34,6 +34,8 @@ pub fn observed_ips(svc: &Service) -> Vec<IpAddr> {
 pub(crate) struct Nodes {
     infos: Vec<NodeInfo>,
     index: BTreeMap<String, usize>,
+    /// Per node (as `infos`), the listed L2 interfaces its agent reports missing.
+    missing: Vec<Vec<String>>,
 }
 
 impl Nodes {
@@ -43,7 +45,19 @@ impl Nodes {
             .map(|n| NodeInfo::of(n, state.agent_liveness(&n.name), LocalEndpoints::Absent))
             .collect();
         let index = infos.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
-        Nodes { infos, index }
+        let missing = infos
+            .iter()
+            .map(|n| state.node_state(&n.name).map(|s| s.missing_interfaces.clone()).unwrap_or_default())
+            .collect();
+        Nodes { infos, index, missing }
+    }
+
+    /// Marks the nodes that lack every one of `interfaces` (a pool's `l2.interfaces`; none
+    /// listed: no node lacks them).
+    fn mark_lacking(&mut self, interfaces: &[String]) {
+        for (n, missing) in self.infos.iter_mut().zip(&self.missing) {
+            n.lacks_interfaces = !interfaces.is_empty() && interfaces.iter().all(|i| missing.contains(i));
+        }
     }
 
     /// Fills in `svc`'s endpoints per node; returns whether any endpoint serves.
@@ -213,6 +227,7 @@ pub(crate) fn announcement(
     let group = if group.is_empty() { vec![svc] } else { group };
     let selectors = a.pool.map(|p| p.l2.node_selectors.clone()).unwrap_or_default();
     let interfaces = a.pool.map(|p| p.l2.interfaces.clone()).unwrap_or_default();
+    nodes.mark_lacking(&interfaces);
     let decision = announce_group(state, nodes, first, &group, &selectors, a.current, a.load);
     if let Some(change) = &decision.change {
         let object = ObjectRef::service(&svc.name);

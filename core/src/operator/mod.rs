@@ -9,6 +9,7 @@
 //!     |   addresses    -> lb::announcement: eligible nodes + sticky announcer, new or moving
 //!     |                   ones to the least loaded node (announce, Load: global counts)
 //!     |   nodes/states -> rollout: ProxyConfig status
+//!     |   Services x node configs -> balancing: a Service's algorithm a mode cannot program
 //!     v
 //!  Vec<Action>: SetIngress, Announce/Withdraw (L2Announcement), ProxyConfigStatus, PoolStatus,
 //!               Event — each only when it differs from what the cluster shows or was written
@@ -17,6 +18,7 @@
 //! those sharing its address); node changes re-decide every announcement; pool or namespace
 //! changes re-decide every address. The operator crate performs the writes.
 
+pub mod balancing;
 mod lb;
 pub mod lease;
 pub mod rollout;
@@ -30,12 +32,12 @@ use rollout::{Condition, ConfigStatus};
 use crate::announce::Load;
 use crate::cluster::{Changes, ClusterState};
 use crate::ipam::{Allocator, PoolStats};
-use crate::model::{L2Announcement, ServiceName};
+use crate::model::{L2Announcement, PoolConflict, PoolOrigin, ServiceName};
 
 /// An object an Event is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ObjectRef {
-    /// `Service`, `ProxyConfig`, `LoadBalancerPool`.
+    /// `Service`, `ProxyConfig`, `LoadBalancerPool`, `IPAddressPool`.
     pub kind: &'static str,
     /// Namespace, for namespaced kinds.
     pub namespace: Option<String>,
@@ -50,6 +52,10 @@ impl ObjectRef {
 
     pub(crate) fn cluster_scoped(kind: &'static str, name: &str) -> Self {
         ObjectRef { kind, namespace: None, name: name.to_string() }
+    }
+
+    fn metallb_pool(namespace: &str, name: &str) -> Self {
+        ObjectRef { kind: "IPAddressPool", namespace: Some(namespace.to_string()), name: name.to_string() }
     }
 }
 
@@ -142,6 +148,12 @@ pub struct Reconciler {
     load: Load,
     configs: BTreeMap<String, ConfigStatus>,
     pools: BTreeMap<String, PoolReport>,
+    /// Pool name clashes already told.
+    conflicts: BTreeSet<PoolConflict>,
+    /// Per Service, the load-balancing fallbacks already told in an Event.
+    fallbacks: BTreeMap<ServiceName, BTreeSet<String>>,
+    /// Per node, the listed L2 interfaces its agent last reported missing.
+    missing_interfaces: BTreeMap<String, Vec<String>>,
 }
 
 impl Reconciler {
@@ -156,6 +168,25 @@ impl Reconciler {
         self.resync = true;
         self.configs.clear();
         self.pools.clear();
+    }
+
+    /// Records the missing L2 interfaces the reports of `nodes` give; true when any differs
+    /// from before (every announcement is then decided again).
+    fn note_missing_interfaces(&mut self, state: &ClusterState, nodes: &BTreeSet<String>) -> bool {
+        let mut moved = false;
+        for node in nodes {
+            let now = state.node_state(node).map(|s| s.missing_interfaces.clone()).unwrap_or_default();
+            let before = self.missing_interfaces.get(node).cloned().unwrap_or_default();
+            if now != before {
+                moved = true;
+                if now.is_empty() {
+                    self.missing_interfaces.remove(node);
+                } else {
+                    self.missing_interfaces.insert(node.clone(), now);
+                }
+            }
+        }
+        moved
     }
 
     /// The allocator (read-only), for status APIs.
@@ -188,7 +219,8 @@ impl Reconciler {
         for name in &services {
             self.assign(state, name, &mut out);
         }
-        let announce: BTreeSet<ServiceName> = if everything || !changes.nodes.is_empty() {
+        let interfaces_moved = self.note_missing_interfaces(state, &changes.node_states);
+        let announce: BTreeSet<ServiceName> = if everything || !changes.nodes.is_empty() || interfaces_moved {
             self.alloc.services().cloned().chain(self.decided.keys().cloned()).collect()
         } else {
             services.iter().flat_map(|s| self.group_of(s)).collect()
@@ -197,6 +229,13 @@ impl Reconciler {
         let nodes_moved = !changes.nodes.is_empty() || !changes.node_states.is_empty();
         if everything || nodes_moved || changes.proxy_configs || !invalid_configs.is_empty() {
             self.rollout(state, invalid_configs, &mut out);
+        }
+        if everything || nodes_moved || changes.proxy_configs {
+            let all: BTreeSet<ServiceName> =
+                state.services().map(|s| s.name.clone()).chain(self.fallbacks.keys().cloned()).collect();
+            self.balancing(state, &all, &mut out);
+        } else if !services.is_empty() {
+            self.balancing(state, &services, &mut out);
         }
         if everything || !services.is_empty() {
             self.pool_reports(state, &mut out);
@@ -329,6 +368,33 @@ impl Reconciler {
         self.configs = now;
     }
 
+    /// An Event (`LoadBalancingUnavailable`, once per fallback) for each Service whose
+    /// `tideway.io/load-balancing` some nodes' mode cannot program (they keep their default).
+    fn balancing(&mut self, state: &ClusterState, services: &BTreeSet<ServiceName>, out: &mut Vec<Action>) {
+        let groups = balancing::node_groups(state);
+        for name in services {
+            let Some(svc) = state.service(name) else {
+                self.fallbacks.remove(name);
+                continue;
+            };
+            let now = balancing::fallbacks(svc, &groups);
+            let told = self.fallbacks.get(name);
+            for (message, nodes) in now.iter().filter(|(m, _)| told.is_none_or(|t| !t.contains(m))) {
+                let message = format!("{message} (on {})", balancing::node_list(nodes));
+                out.push(Action::Event(Event::warning(
+                    ObjectRef::service(name),
+                    "LoadBalancingUnavailable",
+                    message,
+                )));
+            }
+            if now.is_empty() {
+                self.fallbacks.remove(name);
+            } else {
+                self.fallbacks.insert(name.clone(), balancing::messages(&now));
+            }
+        }
+    }
+
     fn pool_reports(&mut self, state: &ClusterState, out: &mut Vec<Action>) {
         let mut now = BTreeMap::new();
         for p in self.alloc.pool_status() {
@@ -336,22 +402,46 @@ impl Reconciler {
                 None => Condition::new("Valid", true, "Valid", "every address range is valid and its own"),
                 Some(e) => Condition::new("Valid", false, "InvalidAddresses", e.to_string()),
             };
-            let generation = state.pool(&p.name).map_or(0, |x| x.generation);
+            let pool = state.pool(&p.name);
+            let generation = pool.map_or(0, |x| x.generation);
             let report = PoolReport { observed_generation: generation, stats: p.stats, valid };
             if self.pools.get(&p.name) != Some(&report) {
+                let object = match pool.map(|x| &x.origin) {
+                    Some(PoolOrigin::MetalLb { namespace }) => ObjectRef::metallb_pool(namespace, &p.name),
+                    _ => ObjectRef::cluster_scoped("LoadBalancerPool", &p.name),
+                };
                 if !report.valid.status && self.pools.get(&p.name).is_none_or(|b| b.valid != report.valid) {
-                    let object = ObjectRef::cluster_scoped("LoadBalancerPool", &p.name);
                     out.push(Action::Event(Event::warning(
-                        object,
+                        object.clone(),
                         "InvalidPool",
                         report.valid.message.clone(),
                     )));
                 }
-                out.push(Action::PoolStatus { name: p.name.clone(), status: report.clone() });
+                // An IPAddressPool's status is MetalLB's: only a LoadBalancerPool gets one.
+                if object.kind == "LoadBalancerPool" {
+                    out.push(Action::PoolStatus { name: p.name.clone(), status: report.clone() });
+                }
             }
             now.insert(p.name, report);
         }
         self.pools = now;
+        self.pool_conflicts(state, out);
+    }
+
+    /// A Warning on both objects for each new clash of an `IPAddressPool` with another pool
+    /// of its name (the one left unused is named, and the one used).
+    fn pool_conflicts(&mut self, state: &ClusterState, out: &mut Vec<Action>) {
+        let now: BTreeSet<PoolConflict> = state.pool_conflicts().iter().cloned().collect();
+        for c in now.difference(&self.conflicts) {
+            let used = match &c.used {
+                None => ObjectRef::cluster_scoped("LoadBalancerPool", &c.name),
+                Some(ns) => ObjectRef::metallb_pool(ns, &c.name),
+            };
+            for object in [ObjectRef::metallb_pool(&c.ignored, &c.name), used] {
+                out.push(Action::Event(Event::warning(object, "PoolConflict", c.message())));
+            }
+        }
+        self.conflicts = now;
     }
 }
 

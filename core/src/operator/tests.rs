@@ -77,7 +77,12 @@ impl Cluster {
 }
 
 fn pool(name: &str, addresses: &[&str]) -> LoadBalancerPool {
-    LoadBalancerPool { pool: Pool::new(name, addresses), l2: L2Settings::default(), generation: 1 }
+    LoadBalancerPool {
+        pool: Pool::new(name, addresses),
+        l2: L2Settings::default(),
+        generation: 1,
+        origin: Default::default(),
+    }
 }
 
 fn lb(name: &str, cluster_ip: &str) -> Service {
@@ -352,6 +357,48 @@ fn a_dead_agent_moves_the_address_off_its_ready_node() {
 }
 
 #[test]
+fn a_node_lacking_the_pools_interfaces_is_left_out_until_it_has_one() {
+    use crate::model::NodeProxyState;
+    let mut c = Cluster::new(None);
+    let mut vlan = pool("default", &["172.18.255.200-172.18.255.250"]);
+    vlan.l2.interfaces = vec!["vlan100".into(), "vlan200".into()];
+    c.state.apply_pool(vlan);
+    let lacking = |node: &str, missing: &[&str]| NodeProxyState {
+        node: node.into(),
+        missing_interfaces: missing.iter().map(|m| m.to_string()).collect(),
+        ..Default::default()
+    };
+    // node-c lacks both interfaces; node-b lacks one, which leaves it eligible.
+    c.state.apply_node_state(lacking("node-c", &["vlan100", "vlan200"]));
+    c.state.apply_node_state(lacking("node-b", &["vlan200"]));
+    for (i, name) in ["a", "b", "d", "e"].iter().enumerate() {
+        c.state.apply_service(lb(name, &format!("10.96.0.{}", i + 1)));
+        c.state.apply_endpoint_slice(endpoints(name, &[("10.244.1.5", "node-a")]));
+    }
+    c.step();
+    let announcers: Vec<Option<String>> = ["a", "b", "d", "e"].iter().map(|n| c.announcer(n)).collect();
+    assert!(announcers.iter().all(|a| matches!(a.as_deref(), Some("node-a" | "node-b"))), "{announcers:?}");
+    c.reasons();
+    // The announcer of `a` loses its last listed interface: `a` moves, and the Event says why.
+    let first = c.announcer("a").expect("announced");
+    c.state.apply_node_state(lacking(&first, &["vlan100", "vlan200"]));
+    c.step();
+    let second = c.announcer("a").expect("the other node");
+    assert_ne!(second, first);
+    assert_ne!(second, "node-c");
+    let events = std::mem::take(&mut c.events);
+    assert!(events.iter().any(|e| e.message.contains("L2 interfaces")), "{events:?}");
+    // node-c gains one: it may announce again (nothing moves only for that).
+    c.state.apply_node_state(lacking("node-c", &["vlan200"]));
+    c.state.apply_service(lb("f", "10.96.0.9"));
+    c.state.apply_endpoint_slice(endpoints("f", &[("10.244.1.5", "node-a")]));
+    c.step();
+    let ann = c.state.announcement(&ServiceName::new("ns", "f")).expect("announced");
+    assert!(ann.eligible.contains(&"node-c".to_string()), "{ann:?}");
+    assert!(!ann.eligible.contains(&first), "{ann:?}");
+}
+
+#[test]
 fn the_node_rules_move_an_address_and_say_why() {
     let mut c = Cluster::new(None);
     c.state.apply_service(lb("web", "10.96.0.1"));
@@ -424,4 +471,65 @@ fn announcers_are_spread_and_never_moved_only_to_rebalance() {
     again.state.apply_endpoint_slice(endpoints("later", &[("10.244.1.5", "node-a")]));
     again.step();
     assert_eq!(again.announcer("later").as_deref(), Some("node-b"));
+}
+
+#[test]
+fn a_load_balancing_no_node_can_program_is_told_once_per_fallback() {
+    use crate::config::{ProxyConfig, ProxyMode, ProxySettings};
+    let mut c = Cluster::new(None);
+    let settings = ProxySettings { mode: ProxyMode::Iptables, ..Default::default() };
+    let config = ProxyConfig {
+        name: "default".into(),
+        generation: 1,
+        node_selector: Default::default(),
+        priority: 0,
+        settings,
+    };
+    c.state.apply_proxy_config(config);
+    let mut svc = mk_service("ns", "web").cluster_ip("10.96.0.10").port("http", Protocol::Tcp, 80).build();
+    svc.load_balancing = Some("maglev".into());
+    c.state.apply_service(svc.clone());
+    c.state.apply_service(
+        mk_service("ns", "plain").cluster_ip("10.96.0.11").port("http", Protocol::Tcp, 80).build(),
+    );
+    c.step();
+    let events = std::mem::take(&mut c.events);
+    let told: Vec<_> = events.iter().filter(|e| e.reason == "LoadBalancingUnavailable").collect();
+    assert_eq!(told.len(), 1, "{events:?}");
+    assert_eq!(told[0].object, ObjectRef::service(&ServiceName::new("ns", "web")));
+    assert!(told[0].warning);
+    assert_eq!(
+        told[0].message,
+        "load-balancing maglev is not available in iptables mode; using random (on node-a, node-b, node-c)"
+    );
+    // The same fallback is not told again: not by a resync, an endpoint change or a report.
+    c.rec.resync();
+    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a")]));
+    c.state.apply_node_state(crate::model::NodeProxyState {
+        node: "node-a".into(),
+        mode: Some(ProxyMode::Iptables),
+        ..Default::default()
+    });
+    c.step();
+    assert!(!c.reasons().contains(&"LoadBalancingUnavailable"));
+    // Another one is.
+    svc.load_balancing = Some("lc".into());
+    c.state.apply_service(svc.clone());
+    c.step();
+    assert_eq!(c.reasons(), ["LoadBalancingUnavailable"]);
+    // A mode that can program it: nothing to tell; a fallback that comes back is told again.
+    let mut nft = c.state.proxy_configs().next().cloned().expect("config");
+    nft.settings.mode = ProxyMode::Nftables;
+    nft.generation = 2;
+    c.state.apply_proxy_config(nft.clone());
+    c.state.delete_node_state("node-a");
+    svc.load_balancing = Some("maglev".into());
+    c.state.apply_service(svc.clone());
+    c.step();
+    assert!(c.reasons().is_empty());
+    nft.settings.mode = ProxyMode::Iptables;
+    nft.generation = 3;
+    c.state.apply_proxy_config(nft);
+    c.step();
+    assert_eq!(c.reasons(), ["LoadBalancingUnavailable"]);
 }

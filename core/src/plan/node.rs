@@ -68,9 +68,11 @@ impl NodeContext {
 
     /// Where NodePorts of `family` are served.
     pub fn node_port_destinations(&self, family: IpFamily) -> NodePortDestinations {
-        match &self.settings.node_port_addresses {
+        let s = &self.settings;
+        match s.node_port_addresses.for_mode(s.mode) {
             NodePortAddresses::All => NodePortDestinations::AllLocal,
-            NodePortAddresses::Primary => {
+            // `for_mode` never answers Unset.
+            NodePortAddresses::Primary | NodePortAddresses::Unset => {
                 NodePortDestinations::Ips(self.primary_ip(family).into_iter().collect())
             }
             NodePortAddresses::Cidrs(cidrs) => {
@@ -92,9 +94,9 @@ impl NodeContext {
     /// nftables and IPVS modes never do it, nor does IPv6 (`::1` cannot be routed).
     pub fn localhost_node_ports(&self, family: IpFamily) -> bool {
         let s = &self.settings;
-        let takes_loopback = match &s.node_port_addresses {
+        let takes_loopback = match s.node_port_addresses.for_mode(s.mode) {
             NodePortAddresses::All => true,
-            NodePortAddresses::Primary => false,
+            NodePortAddresses::Primary | NodePortAddresses::Unset => false,
             NodePortAddresses::Cidrs(cidrs) => cidrs.iter().any(|c| c.contains(&LOCALHOST)),
         };
         s.localhost_node_ports && s.mode == ProxyMode::Iptables && family == IpFamily::V4 && takes_loopback
@@ -144,5 +146,21 @@ mod tests {
         };
         assert_eq!(ips(Iptables), ["192.168.0.10", "127.0.0.1"]);
         assert_eq!(ips(Nftables), ["192.168.0.10"]);
+    }
+
+    /// Unset, `nodePortAddresses` is kube-proxy's default for the mode: every local address
+    /// in iptables mode (127.0.0.1 included) and IPVS mode, the primary IPs in nftables mode.
+    #[test]
+    fn unset_node_port_addresses_are_kube_proxys_default_per_mode() {
+        use NodePortAddresses::Unset;
+        use ProxyMode::{Iptables, Ipvs, Nftables};
+        let served = |mode| context(mode, Unset, true).node_port_destinations(IpFamily::V4);
+        assert_eq!(served(Iptables), NodePortDestinations::AllLocal);
+        assert_eq!(served(Ipvs), NodePortDestinations::AllLocal);
+        assert_eq!(served(Nftables), NodePortDestinations::Ips(vec!["192.168.0.10".parse().unwrap()]));
+        assert!(context(Iptables, Unset, true).localhost_node_ports(IpFamily::V4));
+        assert!(!context(Ipvs, Unset, true).localhost_node_ports(IpFamily::V4));
+        assert!(!context(Nftables, Unset, true).localhost_node_ports(IpFamily::V4));
+        assert_eq!(ProxySettings::default().node_port_addresses, Unset);
     }
 }

@@ -38,6 +38,10 @@ pub struct ChangeSet {
     pub add_elements: Vec<(SetRef, Element)>,
     /// Elements to remove from existing sets.
     pub delete_elements: Vec<(SetRef, Element)>,
+    /// Definitions (without elements) of the existing sets a service port owns whose elements
+    /// change in place (a Maglev table behind ClientIP affinity): the kernel encoding of an
+    /// element needs its set's key and data types, which only the base's sets have otherwise.
+    pub element_sets: Vec<Set>,
     /// Rules to add to base chains.
     pub add_rules: Vec<(ChainRef, Rule)>,
     /// Rules to remove from base chains.
@@ -342,21 +346,27 @@ impl ProgramState {
         out.delete_rules.extend(old.rules.iter().filter(|r| !new_rules.contains(r)).cloned());
         out.add_rules.extend(new.rules.iter().filter(|r| !old_rules.contains(r)).cloned());
 
-        // Elements contributed to base sets.
+        // Elements contributed to base sets (and to sets of this fragment's own).
         let old_elems: HashSet<&(SetRef, Element)> = old.elements.iter().collect();
         let new_elems: HashSet<&(SetRef, Element)> = new.elements.iter().collect();
+        let mut touched: BTreeSet<&SetRef> = BTreeSet::new();
         for (s, e) in old.elements.iter().filter(|x| !new_elems.contains(x)) {
             let gone = self.shared(s).is_none_or(|i| self.dec(RefKey::Elem(i, elem_key(e))));
             if gone {
                 out.delete_elements.push((s.clone(), e.clone()));
+                touched.insert(s);
             }
         }
         for (s, e) in new.elements.iter().filter(|x| !old_elems.contains(x)) {
             let fresh = self.shared(s).is_none_or(|i| self.inc(RefKey::Elem(i, elem_key(e))));
             if fresh {
                 out.add_elements.push((s.clone(), e.clone()));
+                touched.insert(s);
             }
         }
+        let kept = |s: &&Set| touched.contains(&s.id()) && old_sets.get(&s.id()) == Some(s);
+        out.element_sets
+            .extend(new.sets.iter().filter(kept).map(|s| Set { elements: Vec::new(), ..s.clone() }));
 
         // IPVS virtual servers, keyed by address, protocol and port.
         let key = |v: &VirtualServer| -> VsKey { (v.ip, v.protocol, v.port) };

@@ -281,7 +281,8 @@ impl RecordIndex {
         b.ix.ips.reserve(state.service_count());
         let mut reverse = Claims::with_capacity(addresses + state.service_count());
 
-        rows::for_each_service(state, &Rows::new(state, suffix_len), |svc, rows| {
+        let rows_of = Rows::new(state, suffix_len, settings.endpoint_pod_names);
+        rows::for_each_service(state, &rows_of, |svc, rows| {
             if !b.service(svc, rows, &mut reverse) {
                 tracing::debug!(service = %svc.name, "names do not form DNS names; not published");
                 return;

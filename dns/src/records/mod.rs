@@ -82,6 +82,9 @@ pub struct IndexSettings {
     /// Give a pod a Service's ClusterIP only once its node's agent reports the Service
     /// programmed (`--require-programmed`).
     pub require_programmed: bool,
+    /// Name an endpoint without a hostname after the pod it targets, not its dashed address
+    /// (`--endpoint-pod-names`, CoreDNS's `endpoint_pod_names`).
+    pub endpoint_pod_names: bool,
 }
 
 impl IndexSettings {
@@ -95,6 +98,7 @@ impl IndexSettings {
             fallback_ns_addrs: Vec::new(),
             external: None,
             require_programmed: false,
+            endpoint_pod_names: false,
         })
     }
 }

@@ -59,16 +59,18 @@ pub(super) struct Rows<'s> {
     pods: HashMap<(&'s str, &'s str), &'s Pod>,
     /// Wire length of `svc.<zone>.`, to leave out names longer than 255 bytes.
     suffix_len: usize,
+    /// Name endpoints without a hostname after their pod (`endpoint_pod_names`).
+    pod_names: bool,
 }
 
 impl<'s> Rows<'s> {
-    pub(super) fn new(state: &'s ClusterState, suffix_len: usize) -> Self {
+    pub(super) fn new(state: &'s ClusterState, suffix_len: usize, pod_names: bool) -> Self {
         let pods = state
             .pods()
             .filter(|p| p.hostname.is_some() && p.subdomain.is_some())
             .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
             .collect();
-        Rows { pods, suffix_len }
+        Rows { pods, suffix_len, pod_names }
     }
 
     /// Appends the rows of `svc`: its ready endpoints' addresses (all of them with
@@ -110,19 +112,21 @@ impl<'s> Rows<'s> {
     }
 
     /// The endpoint's host label: its `hostname`, else the hostname of the pod it points to
-    /// when that pod's `subdomain` is this Service (how StatefulSet pods get stable names).
+    /// when that pod's `subdomain` is this Service (how StatefulSet pods get stable names),
+    /// else, with `endpoint_pod_names`, the name of the pod it targets (CoreDNS's order; a pod
+    /// name that is no single label, one with a dot, keeps the dashed address).
     fn endpoint_host(&self, ep: &'s Endpoint, ns: &str, svc: &str) -> Option<&'s str> {
         if let Some(h) = ep.hostname().filter(|h| is_host_label(h)) {
             return Some(h);
         }
-        if self.pods.is_empty() {
-            return None;
-        }
-        let pod = self.pods.get(&(ns, ep.pod_name.as_deref()?))?;
-        if pod.subdomain.as_deref() != Some(svc) {
-            return None;
-        }
-        pod.hostname.as_deref().filter(|h| is_host_label(h))
+        let pod_name = ep.pod_name.as_deref()?;
+        let from_pod = self
+            .pods
+            .get(&(ns, pod_name))
+            .filter(|pod| pod.subdomain.as_deref() == Some(svc))
+            .and_then(|pod| pod.hostname.as_deref())
+            .filter(|h| is_host_label(h));
+        from_pod.or_else(|| (self.pod_names && is_host_label(pod_name)).then_some(pod_name))
     }
 }
 
@@ -220,7 +224,7 @@ mod tests {
                 .ready("fd00::2", "n")
                 .build(),
         );
-        let rows_of = Rows::new(&state, 20);
+        let rows_of = Rows::new(&state, 20, false);
         let (svc, slices) = state.services_with_slices().next().unwrap();
         let mut rows = Vec::new();
         rows_of.service(svc, slices, &mut rows);

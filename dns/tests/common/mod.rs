@@ -204,11 +204,16 @@ fn respond(zone: &HashMap<LowerName, Vec<Record>>, bytes: &[u8], udp: bool) -> O
 }
 
 impl Upstream {
-    /// Starts on 127.0.0.1 (a free port).
+    /// Starts on 127.0.0.1, on a port free for both UDP and TCP (a UDP port the kernel hands
+    /// out may be taken for TCP by another process: a few tries find one free for both).
     pub fn start(rt: &Runtime) -> Upstream {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tcp = std::net::TcpListener::bind(udp.local_addr().unwrap()).unwrap();
-        Self::start_with(rt, udp, tcp)
+        for _ in 0..50 {
+            let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            if let Ok(tcp) = std::net::TcpListener::bind(udp.local_addr().unwrap()) {
+                return Self::start_with(rt, udp, tcp);
+            }
+        }
+        panic!("no port on 127.0.0.1 free for both UDP and TCP in 50 tries");
     }
 
     /// Starts on pre-bound sockets.

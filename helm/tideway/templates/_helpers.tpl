@@ -49,3 +49,43 @@ podAntiAffinity:
           {{- include "tideway.selector" (list $root (index . 1)) | nindent 10 }}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret HTTPS is served with: tls.secretName, else the generated `<fullname>-tls` when
+     tls.enabled, else empty (plain HTTP). */}}
+{{- define "tideway.tlsSecret" -}}
+{{- if .Values.tls.secretName -}}
+{{- .Values.tls.secretName -}}
+{{- else if .Values.tls.enabled -}}
+{{- printf "%s-tls" (include "tideway.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The server name each component's certificate carries (README.md, "HTTPS"): include with
+     (list . "operator"), "agent" or "dns". */}}
+{{- define "tideway.serverName" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- if eq $component "operator" -}}
+{{- printf "%s-operator.%s.svc" (include "tideway.fullname" $root) $root.Release.Namespace -}}
+{{- else if eq $component "agent" -}}
+{{- printf "%s-agent-metrics.%s.svc" (include "tideway.fullname" $root) $root.Release.Namespace -}}
+{{- else -}}
+{{- printf "%s.%s.svc" $root.Values.dns.service.name $root.Values.dns.namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* HTTPS: the flags, the mount and the volume of a container serving it (include them inside
+     `if include "tideway.tlsSecret" .`). */}}
+{{- define "tideway.tlsArgs" -}}
+- --tls-cert=/etc/tideway/tls/tls.crt
+- --tls-key=/etc/tideway/tls/tls.key
+{{- end -}}
+
+{{- define "tideway.tlsMount" -}}
+- {name: tls, mountPath: /etc/tideway/tls, readOnly: true}
+{{- end -}}
+
+{{- define "tideway.tlsVolume" -}}
+- name: tls
+  secret: {secretName: {{ include "tideway.tlsSecret" . }}}
+{{- end -}}

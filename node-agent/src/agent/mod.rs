@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
-use tideway_core::l2::{announced_by, announced_on};
+use tideway_core::l2::{announced_by, announced_on, missing_interfaces};
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::NodeContext;
@@ -115,6 +115,8 @@ pub struct Agent {
     /// (`tideway_core::liveness::fencing`): it then answers for no address.
     fence: Arc<std::sync::atomic::AtomicBool>,
     fenced: bool,
+    /// Listed L2 interfaces this node lacks ([`missing_interfaces`]).
+    missing_interfaces: Vec<String>,
 }
 
 /// A cluster this large gets progress lines on its first sync.
@@ -181,6 +183,7 @@ impl Agent {
             unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
             fence: Arc::default(),
             fenced: false,
+            missing_interfaces: Vec::new(),
         }
     }
 
@@ -377,6 +380,17 @@ impl Agent {
         self.metrics.fenced.set(i64::from(fenced));
         let announcements: Vec<_> =
             if fenced { Vec::new() } else { self.cluster.lock().announcements().cloned().collect() };
+        let missing = missing_interfaces(
+            &self.opts.node,
+            &announcements,
+            &self.missing_interfaces,
+            crate::announcer::interface_exists,
+        );
+        if missing != self.missing_interfaces {
+            tracing::warn!(interfaces = ?missing, "listed L2 interfaces missing on this node: not announcing on them");
+            self.set_status(|s| s.missing_interfaces = missing.clone());
+            self.missing_interfaces = missing;
+        }
         if self.announcers.is_empty() && announced_by(&self.opts.node, &announcements).is_empty() {
             return;
         }
@@ -388,7 +402,8 @@ impl Agent {
             Ok(home) => home,
             Err(e) => return self.announcer_failed(e.to_string()),
         };
-        let wanted = announced_on(&self.opts.node, &announcements, &home);
+        let mut wanted = announced_on(&self.opts.node, &announcements, &home);
+        wanted.retain(|interface, _| !self.missing_interfaces.contains(interface));
         let mut errors = Vec::new();
         for interface in
             wanted.keys().filter(|i| !self.announcers.contains_key(*i)).cloned().collect::<Vec<_>>()

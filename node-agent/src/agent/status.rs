@@ -67,6 +67,9 @@ pub struct AgentStatus {
     pub announcing: Vec<std::net::IpAddr>,
     /// Why the layer-2 announcer cannot run, if it cannot.
     pub announcer_error: Option<String>,
+    /// Interfaces a pool's `l2.interfaces` lists that this node lacks (never announced on;
+    /// the operator leaves the node out of that pool's announcers while it lacks them all).
+    pub missing_interfaces: Vec<String>,
     /// True while this agent reaches neither a strict majority of the nodes nor the API
     /// server: it answers for none of its addresses until it is back.
     pub fenced: bool,

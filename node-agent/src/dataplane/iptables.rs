@@ -1,19 +1,23 @@
 //! iptables: kube-proxy's chains written with `iptables-restore --noflush` (one commit per
 //! table), jumps from the built-in chains ensured with `-C`/`-I`, stale chains deleted.
+//! Drift is found by rule count and by content ([`super::iptables_content`]): after a full
+//! sync the chains are read back once and digested, and the periodic check compares with those
+//! digests (chains an incremental sync wrote are learnt at the next check).
 //!
 //! The host's iptables backend (nft or legacy) is detected the way kube-proxy's image does it:
 //! the one already holding Kubernetes rules wins, then the one holding more rules, then nft.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
-use tideway_core::program::Program;
+use tideway_core::program::{ChangeSet, Program};
 use tideway_core::render::iptables::stale_chains;
 use tideway_core::render::iptables::text;
 use tideway_core::render::names::is_own_chain;
 
+use super::iptables_content::{Learnt, Saved, written};
 use super::observe::Counts;
 use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
@@ -87,6 +91,8 @@ fn choose_backend(legacy: (usize, usize), nft: (usize, usize)) -> IptablesBacken
 #[derive(Debug, Clone)]
 pub struct Iptables {
     backend: IptablesBackend,
+    /// Rule digests of our chains as read back right after they were written.
+    learnt: Learnt,
 }
 
 /// Splits rule arguments like a shell would (double quotes group words).
@@ -113,9 +119,6 @@ pub(super) fn split_args(s: &str) -> Vec<String> {
     }
     out
 }
-
-/// iptables-save output: rule argument lines per (table, chain), in order.
-pub(super) type Saved = BTreeMap<(String, String), Vec<String>>;
 
 /// The filter and nat tables of `iptables-save` output.
 fn parse_saved(out: &str) -> Saved {
@@ -148,7 +151,7 @@ fn has_jump(saved: &Saved, table: &str, chain: &str, target: &str) -> bool {
 impl Iptables {
     /// Uses the given backend.
     pub fn new(backend: IptablesBackend) -> Self {
-        Iptables { backend }
+        Iptables { backend, learnt: Learnt::default() }
     }
 
     /// The backend named by `TIDEWAY_IPTABLES_BACKEND` (`nft` or `legacy`), else the host's,
@@ -157,7 +160,7 @@ impl Iptables {
         static DETECTED: OnceLock<IptablesBackend> = OnceLock::new();
         let backend = backend_override(std::env::var(BACKEND_ENV).ok().as_deref())
             .unwrap_or_else(|| *DETECTED.get_or_init(detect_backend));
-        Iptables { backend }
+        Iptables::new(backend)
     }
 
     /// The detected backend.
@@ -211,7 +214,7 @@ impl Iptables {
 
     /// Full sync of one family: jumps, then every chain flushed and refilled in one restore,
     /// stale per-Service chains deleted.
-    pub(super) fn full(&self, p: &Program) -> Result<(), DataplaneError> {
+    pub(super) fn full(&mut self, p: &Program) -> Result<(), DataplaneError> {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if self.backend == IptablesBackend::Nft
             && p.rule_count() > NFT_BACKEND_SLOW_RULES
@@ -225,16 +228,47 @@ impl Iptables {
         let saved = self.save(p.family)?;
         self.ensure_jumps(p, &saved)?;
         let stale = stale_chains(p, saved.keys().map(|(t, c)| (t.as_str(), c.as_str())));
-        self.restore(p.family, &text::program(p, &stale))
+        self.restore(p.family, &text::program(p, &stale))?;
+        self.learn_all(p);
+        Ok(())
     }
 
-    pub(super) fn verify_rules(&self, p: &Program, label: &str) -> Result<Vec<Drift>, DataplaneError> {
+    /// Learns the digests of every chain of `p` from one read-back; if that read fails, the
+    /// next check adopts what it finds.
+    fn learn_all(&mut self, p: &Program) {
+        match self.save(p.family) {
+            Ok(saved) => self.learnt.learn_all(p.family, &Counts::of(p), &saved),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read back the rules just applied");
+                self.learnt.learn_all(p.family, &Counts::default(), &Saved::new());
+            }
+        }
+    }
+
+    /// Applies one family's change set. The chains it wrote are learnt at the next check, not
+    /// read back now: an `iptables-save` costs about as much as a check (1.6 s at 10,000
+    /// Services), which an incremental sync must not pay. An edit made between the two is
+    /// adopted, and undone by the next full resync.
+    fn apply_changes(&mut self, p: &Program, cs: &ChangeSet) -> Result<(), DataplaneError> {
+        self.restore(p.family, &text::changes(p, cs))?;
+        let (filled, deleted) = written(cs);
+        self.learnt.forget(p.family, &filled);
+        self.learnt.forget(p.family, &deleted);
+        Ok(())
+    }
+
+    /// Our chains by rule count and by content, and the jumps into them, as the kernel holds
+    /// them now.
+    pub(super) fn verify_rules(&mut self, p: &Program, label: &str) -> Result<Vec<Drift>, DataplaneError> {
         let saved = self.save(p.family)?;
         let mut observed = Counts::default();
         for ((t, c), rules) in &saved {
             observed.chains.insert((t.clone(), c.clone()), rules.len());
         }
-        let mut drift = Counts::of(p).compare(&observed, false, label);
+        let expected = Counts::of(p);
+        let mut drift = expected.compare(&observed, false, label);
+        let edited = self.learnt.compare(p.family, &expected, &saved, &drift, label);
+        drift.extend(edited);
         for (table, chain, args) in text::builtin_jumps(p) {
             let target = args.rsplit(' ').next().unwrap_or_default();
             if !has_jump(&saved, table, &chain, target) {
@@ -249,7 +283,8 @@ impl Iptables {
     }
 
     /// Removes our jumps and chains from both families, except those in `keep`.
-    pub(super) fn remove(&self, keep: &Keep) -> Result<(), DataplaneError> {
+    pub(super) fn remove(&mut self, keep: &Keep) -> Result<(), DataplaneError> {
+        self.learnt.clear();
         for family in IpFamily::ALL {
             let saved = match self.save(family) {
                 Ok(s) => s,
@@ -315,11 +350,9 @@ impl Dataplane for Iptables {
 
     fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
         match update {
-            Update::Changes(cs) if cs.iter().all(|c| !c.full) => desired
-                .skeletons()
-                .iter()
-                .zip(cs)
-                .try_for_each(|(p, c)| self.restore(p.family, &text::changes(p, c))),
+            Update::Changes(cs) if cs.iter().all(|c| !c.full) => {
+                desired.skeletons().iter().zip(cs).try_for_each(|(p, c)| self.apply_changes(p, c))
+            }
             _ => desired.programs().iter().try_for_each(|p| self.full(p)),
         }
     }

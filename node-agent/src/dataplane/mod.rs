@@ -7,6 +7,7 @@
 
 mod desired;
 mod iptables;
+mod iptables_content;
 mod ipvs;
 mod ipvs_netlink;
 pub mod memory;

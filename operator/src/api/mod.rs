@@ -40,7 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 mod service;
 
 use service::service;
-pub use service::{EndpointView, PortSummary, ServiceSummary, ServiceView};
+pub use service::{BalancingView, EndpointView, PortSummary, ServiceSummary, ServiceView};
 
 /// One ProxyConfig and how its rollout stands, spelled as the custom resource is.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -1,6 +1,8 @@
 //! `GET /api/v1/services/{namespace}/{name}`: one Service as the cluster sees it, spelled as
 //! the Kubernetes object is: addresses, ports and policies, its endpoints, who may receive its
-//! external traffic and who announces it, the nodes that programmed it, its DNS names.
+//! external traffic and who announces it, the nodes that programmed it, its DNS names, and the
+//! load-balancing algorithm each node's mode programs for it (and why, where that is not the
+//! one it asks for).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -32,6 +34,35 @@ pub struct ServiceView {
     pub endpoints: Vec<EndpointView>,
     /// Nodes whose agent reports this Service's current generation programmed.
     pub programmed_on: Vec<String>,
+    /// `tideway.io/load-balancing`, as written (absent: the nodes' default).
+    pub load_balancing_asked: Option<String>,
+    /// What the nodes program, per algorithm.
+    pub load_balancing: Vec<BalancingView>,
+}
+
+/// What some nodes program for a Service.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BalancingView {
+    /// `random`, `maglev (4093 buckets)`, `IPVS lc`.
+    pub algorithm: String,
+    /// Why it is not the one asked for (absent when it is).
+    pub fallback: Option<String>,
+    /// The nodes.
+    pub nodes: Vec<String>,
+}
+
+fn balancing_views(
+    state: &tideway_core::cluster::ClusterState,
+    svc: &tideway_core::model::Service,
+) -> Vec<BalancingView> {
+    use tideway_core::operator::balancing;
+    let backends = state.endpoint_slices_for(&svc.name).map(|s| s.endpoints.len()).sum();
+    let groups = balancing::node_groups(state);
+    balancing::service_balancing(svc, backends, &groups)
+        .into_iter()
+        .map(|nb| BalancingView { algorithm: nb.algorithm, fallback: nb.fallback, nodes: nb.nodes })
+        .collect()
 }
 
 /// A Service's addresses, ports and policies, spelled as the Kubernetes object is.
@@ -195,6 +226,8 @@ pub(super) async fn service(
         dns_names,
         endpoints: endpoint_views(&state, &key),
         programmed_on: programmed_on(&state, &key, svc.generation),
+        load_balancing_asked: svc.load_balancing.clone(),
+        load_balancing: balancing_views(&state, svc),
     };
     Ok(axum::Json(view).into_response())
 }

@@ -28,13 +28,26 @@ pub enum ClientError {
 
 /// Builds a client from `kubeconfig` when given, else by inference.
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
-    let config = match kubeconfig {
+    Client::try_from(config(kubeconfig).await?).map_err(ClientError::Client)
+}
+
+/// As [`client`], but a 429, 503 or 504 answer comes back at once instead of being retried by
+/// kube's default layer (up to 15 times over minutes, unseen by the caller): the node agent's
+/// self-fencing must learn of an API outage within seconds. Its watches back off on their own
+/// and its report loop retries its writes.
+pub async fn failing_fast_client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+    let mut config = config(kubeconfig).await?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(ClientError::Client)
+}
+
+async fn config(kubeconfig: Option<&Path>) -> Result<Config, ClientError> {
+    match kubeconfig {
         Some(path) => {
             let err = |source| ClientError::Kubeconfig { path: path.display().to_string(), source };
             let file = Kubeconfig::read_from(path).map_err(err)?;
-            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.map_err(err)?
+            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.map_err(err)
         }
-        None => Config::infer().await.map_err(ClientError::Infer)?,
-    };
-    Client::try_from(config).map_err(ClientError::Client)
+        None => Config::infer().await.map_err(ClientError::Infer),
+    }
 }

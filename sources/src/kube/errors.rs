@@ -29,6 +29,20 @@ impl ErrorCause {
     }
 }
 
+impl ErrorCause {
+    /// True when the API server was not reached or could not serve: no answer (refused, reset,
+    /// timed out) or a 5xx. Any other answer (403, 404, 410...) came from a working server.
+    /// This is what self-fencing counts as the API server being unreachable.
+    pub fn unreachable(&self) -> bool {
+        self.reason == "connection" || self.code.is_some_and(|c| c >= 500)
+    }
+}
+
+/// Classifies a request's error (a list, a get, a write).
+pub fn classify_request(e: &kube::Error) -> ErrorCause {
+    from_client(e)
+}
+
 fn from_client(e: &kube::Error) -> ErrorCause {
     match e {
         kube::Error::Api(status) => from_status(status.code),
@@ -93,5 +107,16 @@ mod tests {
         assert_eq!(log.recovered(), Some(from_status(410)));
         assert_eq!(log.recovered(), None);
         assert_eq!(forbidden, ErrorCause { reason: "forbidden", code: Some(403) });
+    }
+
+    #[test]
+    fn only_no_answer_or_a_server_error_means_unreachable() {
+        let connection = ErrorCause { reason: "connection", code: None };
+        let cases = [(connection, true), (from_status(503), true), (from_status(500), true)];
+        let answered = [from_status(410), from_status(403), from_status(404), from_status(429)];
+        for (cause, unreachable) in cases.into_iter().chain(answered.map(|c| (c, false))) {
+            assert_eq!(cause.unreachable(), unreachable, "{cause:?}");
+        }
+        assert!(!ErrorCause { reason: "decode", code: None }.unreachable(), "an answer we could not read");
     }
 }

@@ -270,6 +270,44 @@ impl Kind for crd::LoadBalancerPool {
     }
 }
 
+impl Kind for crd::IPAddressPool {
+    type Model = model::MetalLbPool;
+    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+        crd::ip_address_pool(self).map(Some)
+    }
+    fn apply(state: &mut ClusterState, m: Self::Model) {
+        state.apply_metallb_pool(m);
+    }
+    fn delete(state: &mut ClusterState, key: &ObjectKey) {
+        state.delete_metallb_pool(ns(key), &key.name);
+    }
+    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+        state.replace_metallb_pools(all);
+    }
+    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+        state.metallb_pool(ns(key), &key.name).cloned()
+    }
+}
+
+impl Kind for crd::L2Advertisement {
+    type Model = model::L2Advertisement;
+    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+        crd::l2_advertisement(self).map(Some)
+    }
+    fn apply(state: &mut ClusterState, m: Self::Model) {
+        state.apply_l2_advertisement(m);
+    }
+    fn delete(state: &mut ClusterState, key: &ObjectKey) {
+        state.delete_l2_advertisement(ns(key), &key.name);
+    }
+    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+        state.replace_l2_advertisements(all);
+    }
+    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+        state.l2_advertisement(ns(key), &key.name).cloned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tideway_core::net::Protocol::Tcp;

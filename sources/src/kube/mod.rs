@@ -4,6 +4,7 @@
 //!  watcher(Api<K>, selectors).default_backoff()  (one task per kind)
 //!     --Event<K>--> KindAdapter<K> --convert--> SharedCluster (ClusterState)
 //!     errors --> ErrorLog (logged once per cause) + tideway_source_watch_errors_total
+//!     panics --> supervise: started again with backoff, counted, a fault until relisted
 //!  SyncBarrier: the state is marked synced after the first complete list of every kind
 //! ```
 //! No reflector store is kept: objects are converted as they arrive and only the model stays;
@@ -16,13 +17,15 @@
 //!   node's ProxyConfig names a proxy, the watches restart with `!…/headless` and the planner
 //!   keeps the Services labelled for it);
 //! * DNS: Services, EndpointSlices, Namespaces, and Pods with `--pods verified`;
-//! * operator: Services, EndpointSlices, Nodes, Namespaces and every `tideway.io` kind.
+//! * operator: Services, EndpointSlices, Nodes, Namespaces, every `tideway.io` kind and, with
+//!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s.
 
 mod adapter;
 mod client;
 mod errors;
 mod kinds;
 mod lease;
+mod reach;
 mod review;
 mod status;
 mod writer;
@@ -43,8 +46,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use adapter::{KindAdapter, Outcome};
-pub use client::{ClientError, client};
-pub use errors::{ErrorCause, ErrorLog, classify};
+pub use client::{ClientError, client, failing_fast_client};
+pub use errors::{ErrorCause, ErrorLog, classify, classify_request};
 pub use kinds::{Kind, Reader};
 pub use lease::{KubeLease, record as lease_record};
 pub use review::{CachedReview, KubeReview, REVIEW_TTL};
@@ -53,6 +56,7 @@ pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 
 use crate::metrics::{SourceMetrics, WatchErrorLabels};
 use crate::shared::SharedCluster;
+use crate::supervise::{Restart, supervise};
 
 /// Objects per list page. A page is decoded whole before its objects are converted, so a
 /// smaller page keeps fewer raw objects alive at once (less transient memory, and less
@@ -98,6 +102,8 @@ pub struct KubeSource {
     client: Client,
     role: Role,
     metrics: SourceMetrics,
+    /// The operator reads MetalLB's `IPAddressPool`s and `L2Advertisement`s of this namespace.
+    metallb: Option<String>,
 }
 
 /// Marks the state synced once every kind delivered its first complete list.
@@ -138,6 +144,7 @@ impl SyncBarrier {
 }
 
 /// Options of one kind's watch.
+#[derive(Clone)]
 struct WatchSpec {
     config: watcher::Config,
     /// Bumped after every change, for watches that depend on this kind.
@@ -159,15 +166,30 @@ impl WatchSpec {
 impl KubeSource {
     /// A source for `role` over `client`; errors and events are counted in `metrics`.
     pub fn new(client: Client, role: Role, metrics: SourceMetrics) -> Self {
-        KubeSource { client, role, metrics }
+        KubeSource { client, role, metrics, metallb: None }
     }
 
-    /// Watches until dropped.
+    /// The operator also reads MetalLB's `IPAddressPool`s and `L2Advertisement`s in
+    /// `namespace` (where MetalLB's controller reads them), as pools beside the
+    /// `LoadBalancerPool`s. Their CRDs must be installed: until both kinds are listed, the
+    /// state is not synced and the operator decides nothing.
+    pub fn with_metallb(self, namespace: Option<String>) -> Self {
+        KubeSource { metallb: namespace, ..self }
+    }
+
+    /// Watches until dropped (and tells `cluster` whether the API server answers).
     pub async fn run(self, cluster: SharedCluster) {
-        match self.role.clone() {
-            Role::Agent { node } => self.run_agent(cluster, node).await,
-            Role::Dns { pods, node_states } => self.run_dns(cluster, pods, node_states).await,
-            Role::Operator => self.run_operator(cluster).await,
+        let probe = reach::probe_while_unreachable(self.client.clone(), cluster.clone());
+        let watches = async move {
+            match self.role.clone() {
+                Role::Agent { node } => self.run_agent(cluster, node).await,
+                Role::Dns { pods, node_states } => self.run_dns(cluster, pods, node_states).await,
+                Role::Operator => self.run_operator(cluster).await,
+            }
+        };
+        tokio::select! {
+            () = watches => {}
+            () = probe => {}
         }
     }
 
@@ -186,7 +208,46 @@ impl KubeSource {
             spec.config = spec.config.any_semantic();
         }
         let api: Api<K> = Api::all(self.client.clone());
-        tasks.spawn(watch_kind(api, spec, cluster.clone(), barrier.clone(), self.metrics.clone()));
+        self.supervised(tasks, api, spec, cluster, barrier);
+    }
+
+    /// [`Self::spawn`] for one namespace's objects of a namespaced kind.
+    fn spawn_in<K: Kind<Scope = kube::core::NamespaceResourceScope>>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        namespace: &str,
+        cluster: &SharedCluster,
+        barrier: &SyncBarrier,
+    ) {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        self.supervised(tasks, api, WatchSpec::all(), cluster, barrier);
+    }
+
+    /// Runs [`watch_kind`] in `tasks`, started again after a panic: the restart is logged,
+    /// counted (`tideway_source_task_restarts_total{task="watch KIND"}`) and shown as a fault
+    /// of the source (readiness) until the new watch has listed the kind again. The new watch
+    /// lists from scratch and replaces the kind: nothing lost, nothing twice.
+    fn supervised<K: Kind>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        api: Api<K>,
+        spec: WatchSpec,
+        cluster: &SharedCluster,
+        barrier: &SyncBarrier,
+    ) {
+        let kind = K::kind(&()).to_string();
+        let task = format!("watch {kind}");
+        let (cluster, barrier, metrics) = (cluster.clone(), barrier.clone(), self.metrics.clone());
+        let report = {
+            let (cluster, metrics, task) = (cluster.clone(), metrics.clone(), task.clone());
+            move |panic: &str| {
+                metrics.restarted(&task);
+                cluster.set_fault(&kind, format!("the {kind} watch panicked ({panic}) and lists again"));
+            }
+        };
+        let make =
+            move || watch_kind(api.clone(), spec.clone(), cluster.clone(), barrier.clone(), metrics.clone());
+        tasks.spawn(async move { supervise(&task, Restart::default(), make, report).await });
     }
 
     async fn run_dns(self, cluster: SharedCluster, pods: bool, node_states: bool) {
@@ -213,7 +274,7 @@ impl KubeSource {
     }
 
     async fn run_operator(self, cluster: SharedCluster) {
-        let kinds = [
+        let mut kinds = vec![
             "Service",
             "EndpointSlice",
             "Node",
@@ -223,6 +284,9 @@ impl KubeSource {
             "L2Announcement",
             "LoadBalancerPool",
         ];
+        if self.metallb.is_some() {
+            kinds.extend(["IPAddressPool", "L2Advertisement"]);
+        }
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
         self.spawn::<Service>(&mut tasks, &cluster, &barrier, WatchSpec::all());
@@ -233,6 +297,10 @@ impl KubeSource {
         self.spawn::<crd::NodeProxyState>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         self.spawn::<crd::LoadBalancerPool>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        if let Some(ns) = &self.metallb {
+            self.spawn_in::<crd::IPAddressPool>(&mut tasks, ns, &cluster, &barrier);
+            self.spawn_in::<crd::L2Advertisement>(&mut tasks, ns, &cluster, &barrier);
+        }
         while tasks.join_next().await.is_some() {}
     }
 
@@ -300,7 +368,7 @@ async fn watch_kind<K: Kind>(
 ) {
     let kind = K::kind(&()).to_string();
     let label = SourceMetrics::kind(&kind);
-    let mut adapter = KindAdapter::<K>::for_reader(cluster, spec.reader);
+    let mut adapter = KindAdapter::<K>::for_reader(cluster.clone(), spec.reader);
     let mut errors = ErrorLog::default();
     // A list from the watch cache comes whole (the server ignores a limit; kube sends none).
     let config = match spec.config.list_semantic {
@@ -311,11 +379,22 @@ async fn watch_kind<K: Kind>(
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
+                cluster.set_api_reachable(true);
                 if let Some(cause) = errors.recovered() {
                     tracing::info!(%kind, reason = cause.reason, "watch recovered");
                 }
-                match adapter.handle(event) {
+                let outcome = if matches!(event, watcher::Event::InitDone) {
+                    // A complete list replaces the whole kind, comparing every object under
+                    // the state's lock: that runs on a blocking thread, not the runtime's.
+                    let (back, outcome) = complete_list(adapter).await;
+                    adapter = back;
+                    outcome
+                } else {
+                    adapter.handle(event)
+                };
+                match outcome {
                     Outcome::Listed { first } => {
+                        cluster.clear_fault(&kind);
                         if first {
                             barrier.done(&kind);
                         } else {
@@ -336,6 +415,7 @@ async fn watch_kind<K: Kind>(
             }
             Err(e) => {
                 let cause = classify(&e);
+                cluster.set_api_reachable(!cause.unreachable());
                 let code = cause.code.map_or(0, u16::from);
                 metrics
                     .watch_errors
@@ -351,5 +431,19 @@ async fn watch_kind<K: Kind>(
                 }
             }
         }
+    }
+}
+
+/// Hands a complete list to `adapter` on a blocking thread; a panic there is the watch's own.
+async fn complete_list<K: Kind>(mut adapter: KindAdapter<K>) -> (KindAdapter<K>, Outcome) {
+    let done = tokio::task::spawn_blocking(move || {
+        let outcome = adapter.handle(watcher::Event::InitDone);
+        (adapter, outcome)
+    })
+    .await;
+    match done {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("the complete list was not handled: {e}"),
     }
 }

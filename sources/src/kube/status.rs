@@ -12,6 +12,7 @@ use tideway_api::crd::{self, NodeProxyState};
 use tideway_core::model::NodeProxyState as CoreState;
 use tokio::sync::Mutex;
 
+use crate::shared::SharedCluster;
 use crate::status::{NodeStateSink, WriteError};
 
 /// Field manager of every agent write.
@@ -22,6 +23,8 @@ pub struct KubeNodeStateSink {
     reports: Api<NodeProxyState>,
     nodes: Api<Node>,
     created: Mutex<bool>,
+    /// Told whether each write reached the API server (see [`KubeNodeStateSink::reporting_to`]).
+    reach: Option<SharedCluster>,
 }
 
 impl KubeNodeStateSink {
@@ -31,6 +34,21 @@ impl KubeNodeStateSink {
             reports: Api::all(client.clone()),
             nodes: Api::all(client),
             created: Mutex::new(false),
+            reach: None,
+        }
+    }
+
+    /// Also records in `cluster` whether each write reached the API server (a refused, timed
+    /// out or 5xx write: unreachable; any other answer: reachable), beside what its source's
+    /// watches say: self-fencing reads it.
+    pub fn reporting_to(self, cluster: SharedCluster) -> Self {
+        KubeNodeStateSink { reach: Some(cluster), ..self }
+    }
+
+    fn reached<T>(&self, result: &Result<T, kube::Error>) {
+        if let Some(cluster) = &self.reach {
+            let unreachable = result.as_ref().err().is_some_and(|e| super::classify_request(e).unreachable());
+            cluster.set_api_reachable(!unreachable);
         }
     }
 
@@ -40,7 +58,9 @@ impl KubeNodeStateSink {
 
     async fn create(&self, state: &CoreState) -> Result<(), WriteError> {
         // The Node's UID makes it the owner; without it (not readable) the report still goes.
-        let uid = match self.nodes.get(&state.node).await {
+        let node = self.nodes.get(&state.node).await;
+        self.reached(&node);
+        let uid = match node {
             Ok(node) => node.uid(),
             Err(e) => {
                 tracing::warn!(node = %state.node, error = %e, "cannot read the Node; report without owner");
@@ -49,10 +69,9 @@ impl KubeNodeStateSink {
         };
         let mut obj = crd::node_proxy_state(state, uid.as_deref());
         obj.status = None;
-        self.reports
-            .patch(&state.node, &Self::params(), &Patch::Apply(&obj))
-            .await
-            .map_err(WriteError::from)?;
+        let result = self.reports.patch(&state.node, &Self::params(), &Patch::Apply(&obj)).await;
+        self.reached(&result);
+        result.map_err(WriteError::from)?;
         Ok(())
     }
 }
@@ -71,7 +90,9 @@ impl NodeStateSink for KubeNodeStateSink {
             "metadata": { "name": state.node },
             "status": crd::node_proxy_state_status(state),
         });
-        match self.reports.patch_status(&state.node, &Self::params(), &Patch::Apply(&body)).await {
+        let result = self.reports.patch_status(&state.node, &Self::params(), &Patch::Apply(&body)).await;
+        self.reached(&result);
+        match result {
             Ok(_) => Ok(()),
             Err(e) => {
                 // Deleted behind our back (or never there): create it again next time.

@@ -147,6 +147,7 @@ impl KubeWriter {
     async fn event(&self, e: &Event) -> Result<(), WriteError> {
         let api_version = match e.object.kind {
             "Service" => "v1",
+            "IPAddressPool" => "metallb.io/v1beta1",
             _ => "tideway.io/v1alpha1",
         };
         let reference = ObjectReference {

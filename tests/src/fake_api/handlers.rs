@@ -3,15 +3,15 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
+use super::rbac::{Attributes, forbidden_message};
 use super::writes::Write;
-use super::{Inner, Recorded, gone};
+use super::{Inner, Recorded};
 
 pub(super) fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -71,7 +71,7 @@ fn fields_match(selector: &str, obj: &Value) -> bool {
     })
 }
 
-fn selected(q: &BTreeMap<String, String>, obj: &Value) -> bool {
+pub(super) fn selected(q: &BTreeMap<String, String>, obj: &Value) -> bool {
     q.get("labelSelector").is_none_or(|s| labels_match(s, &obj["metadata"]["labels"]))
         && q.get("fieldSelector").is_none_or(|s| fields_match(s, obj))
 }
@@ -91,26 +91,80 @@ pub(super) async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    let hung = {
+    let (hung, account) = {
         let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
         let hung = user.as_ref().and_then(|u| guard.hanging.get(u)).map(|h| h.subscribe());
+        let account = user.as_ref().and_then(|u| guard.accounts.get(u)).copied();
         guard.requests.push(Recorded {
             at: std::time::Instant::now(),
             user,
+            account,
             method: method.to_string(),
             path: uri.path().to_string(),
             query: query.clone(),
             content_type: content_type.clone(),
             body: parsed.clone(),
         });
-        hung
+        (hung, account)
     };
     if let Some(mut released) = hung {
         let _ = released.wait_for(|hanging| !*hanging).await;
         return status(503, "ServiceUnavailable", "the request was lost while the server hung");
     }
+    let Some(account) = account else {
+        return status(401, "Unauthorized", "Unauthorized");
+    };
     let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(attrs) = attributes(&method, uri.path(), &query) {
+        let res = route(uri.path()).and_then(|r| guard.resources.get(&r.0));
+        let exists =
+            res.is_some_and(|r| r.objects.contains_key(&(attrs.namespace.clone(), attrs.name.clone())));
+        let withdrawn = res.is_some_and(|r| r.forbidden);
+        let mut asked = vec![attrs.clone()];
+        // An apply that would create the object needs `create` too, as the API server checks
+        // (through a subresource it creates nothing: a 404).
+        if content_type.as_deref() == Some("application/apply-patch+yaml")
+            && !exists
+            && attrs.subresource.is_empty()
+        {
+            asked.push(Attributes { verb: "create".into(), ..attrs });
+        }
+        for a in &asked {
+            if withdrawn || !guard.rbac.allows(account, a) {
+                return status(403, "Forbidden", &forbidden_message(&guard.rbac.user(account), a));
+            }
+        }
+        for a in &asked {
+            guard.usage.record(account, a);
+        }
+    }
     respond(&mut guard, method, &uri, query, content_type, parsed)
+}
+
+/// What a request asks for, as the API server's authorizer sees it (`None`: not a resource).
+fn attributes(method: &Method, path: &str, q: &BTreeMap<String, String>) -> Option<Attributes> {
+    let (collection, namespace, name, sub) = route(path)?;
+    let segs: Vec<&str> = collection.trim_matches('/').split('/').collect();
+    let group = if segs[0] == "api" { "" } else { segs.get(1).copied().unwrap_or_default() };
+    let verb = match (method.as_str(), &name) {
+        ("GET" | "HEAD", None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        ("GET" | "HEAD", None) => "list",
+        ("GET" | "HEAD", Some(_)) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", None) => "deletecollection",
+        ("DELETE", Some(_)) => "delete",
+        _ => return None,
+    };
+    Some(Attributes {
+        verb: verb.to_string(),
+        group: group.to_string(),
+        resource: segs.last().copied().unwrap_or_default().to_string(),
+        subresource: sub.unwrap_or_default(),
+        namespace: namespace.unwrap_or_default(),
+        name: name.unwrap_or_default(),
+    })
 }
 
 /// Answers a request that is not hung.
@@ -122,6 +176,9 @@ fn respond(
     content_type: Option<String>,
     parsed: Value,
 ) -> Response {
+    if let Some(code) = guard.outage {
+        return status(code, "ServiceUnavailable", "the API server is unavailable");
+    }
     if let Some(i) = guard.failures.iter().position(|(m, p, _)| *m == method.as_str() && *p == uri.path()) {
         let (_, _, code) = guard.failures.remove(i);
         let reason = if code == 409 { "Conflict" } else { "InternalError" };
@@ -142,14 +199,9 @@ fn respond(
             &format!("the server could not find the requested resource {collection}"),
         );
     };
-    if res.forbidden {
-        let msg =
-            format!("{} is forbidden: User \"system:serviceaccount:test\" cannot list resource", res.kind);
-        return status(403, "Forbidden", &msg);
-    }
     match (method, name) {
         (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            watch(guard, &collection, namespace, &query)
+            super::watch::watch(guard, &collection, namespace, &query)
         }
         (Method::GET, None) => list(guard, &collection, namespace, &query),
         (Method::GET, Some(name)) => {
@@ -217,56 +269,6 @@ fn list(
     }
     out.push_str("]}");
     ([("content-type", "application/json")], out).into_response()
-}
-
-fn watch(
-    inner: &mut Inner,
-    collection: &str,
-    namespace: Option<String>,
-    q: &BTreeMap<String, String>,
-) -> Response {
-    let res = inner.resources.get_mut(collection).expect("resource");
-    if std::mem::take(&mut res.gone_next_watch) {
-        return ([("content-type", "application/json")], format!("{}\n", gone())).into_response();
-    }
-    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let q = q.clone();
-    let keep = move |event: &Value| {
-        event["type"] == "ERROR"
-            || (namespace
-                .as_ref()
-                .is_none_or(|n| event["object"]["metadata"]["namespace"].as_str() == Some(n))
-                && selected(&q, &event["object"]))
-    };
-    let backlog: Vec<Value> =
-        res.log.iter().filter(|(rv, _)| *rv > from).map(|(_, e)| e.clone()).filter(&keep).collect();
-    let rx = res.events.subscribe();
-    let stream =
-        futures::stream::unfold((backlog.into_iter(), rx, false), move |(mut backlog, mut rx, done)| {
-            let keep = keep.clone();
-            async move {
-                if done {
-                    return None;
-                }
-                if let Some(e) = backlog.next() {
-                    return Some((
-                        Ok::<_, std::io::Error>(Bytes::from(format!("{e}\n"))),
-                        (backlog, rx, false),
-                    ));
-                }
-                loop {
-                    match rx.recv().await {
-                        Ok((rv, e)) if rv > from && keep(&e) => {
-                            let end = e["type"] == "ERROR";
-                            return Some((Ok(Bytes::from(format!("{e}\n"))), (backlog, rx, end)));
-                        }
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            }
-        });
-    ([("content-type", "application/json")], Body::from_stream(stream)).into_response()
 }
 
 #[cfg(test)]

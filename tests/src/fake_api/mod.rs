@@ -1,9 +1,13 @@
 //! A stand-in for the Kubernetes API server, for tests and benchmarks of the Kubernetes edge
 //! (no API server can run on these machines). It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
-//! (with `410 Gone` on demand), GET, server-side-apply and merge PATCH of objects and their
-//! status, TokenReviews and SubjectAccessReviews of tokens and grants the test sets, and
-//! `403 Forbidden` per resource. It records every request for assertions.
+//! ([`watch`]: a bounded history with `410 Gone` past it, timeouts with bookmarks, connections
+//! cut on demand), GET, server-side-apply and merge PATCH of objects and their
+//! status, TokenReviews and SubjectAccessReviews of tokens and grants the test sets. Every
+//! request is authenticated (a kubeconfig names an [`Account`]; any other token is a 401) and
+//! authorized by the chart's own RBAC ([`rbac`]): what the chart does not grant a component's
+//! ServiceAccount is a `403 Forbidden`, as in a cluster. It records every request for
+//! assertions.
 //!
 //! Objects are plain JSON; the test adds, changes and deletes them, and open watches see it.
 
@@ -18,11 +22,14 @@ use tokio::sync::broadcast;
 mod apply;
 mod background;
 mod handlers;
+pub mod rbac;
 mod reviews;
+mod watch;
 mod writes;
 
 pub use background::BackgroundApi;
 use handlers::handle;
+pub use rbac::Account;
 
 /// A request the server received.
 #[derive(Debug, Clone)]
@@ -31,6 +38,8 @@ pub struct Recorded {
     pub at: std::time::Instant,
     /// Who sent it: the bearer token (see [`FakeApi::kubeconfig_as`]).
     pub user: Option<String>,
+    /// The account the token authenticated as.
+    pub account: Option<Account>,
     /// HTTP method.
     pub method: String,
     /// Path.
@@ -49,8 +58,12 @@ struct Resource {
     api_version: String,
     /// (namespace or "", name) -> object
     objects: BTreeMap<(String, String), Value>,
-    /// Every event with its resource version, for watches resuming from one.
+    /// The latest events with their resource versions, for watches resuming from one.
     log: Vec<(u64, Value)>,
+    /// The newest version dropped from `log`: a watch from an older one is 410 Gone.
+    compacted: u64,
+    /// How many events `log` keeps.
+    history: usize,
     events: broadcast::Sender<(u64, Value)>,
     /// Field ownership per object.
     owners: BTreeMap<(String, String), apply::Owners>,
@@ -67,6 +80,15 @@ struct Inner {
     reviews: reviews::Reviews,
     /// Users whose requests hang until released (then they are dropped, never applied).
     hanging: BTreeMap<String, tokio::sync::watch::Sender<bool>>,
+    /// While set, every request is answered with this status (an outage).
+    outage: Option<u16>,
+    /// The longest a watch lasts, whatever its `timeoutSeconds`.
+    watch_cap: Option<std::time::Duration>,
+    /// Bearer token -> the account it authenticates.
+    accounts: BTreeMap<String, Account>,
+    /// The chart's RBAC (one value set's) that decides what each account may do.
+    rbac: &'static rbac::Rbac,
+    usage: rbac::Usage,
 }
 
 /// The fake API server; stops when dropped (with the runtime that serves it).
@@ -88,9 +110,15 @@ pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/apis/tideway.io/v1alpha1/nodeproxystates", "NodeProxyState", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/loadbalancerpools", "LoadBalancerPool", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/l2announcements", "L2Announcement", "tideway.io/v1alpha1"),
+    ("/apis/metallb.io/v1beta1/ipaddresspools", "IPAddressPool", "metallb.io/v1beta1"),
+    ("/apis/metallb.io/v1beta1/l2advertisements", "L2Advertisement", "metallb.io/v1beta1"),
     ("/apis/coordination.k8s.io/v1/leases", "Lease", "coordination.k8s.io/v1"),
     ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1"),
 ];
+
+/// Events kept per resource for watches that resume (the API server's watch cache keeps 100 by
+/// default; older versions are compacted away).
+pub const HISTORY: usize = 100;
 
 /// Field manager of the changes a test makes with [`FakeApi::upsert`] and [`FakeApi::preload`].
 pub const TEST_MANAGER: &str = "test";
@@ -117,6 +145,8 @@ impl FakeApi {
                         api_version: api_version.to_string(),
                         objects: BTreeMap::new(),
                         log: Vec::new(),
+                        compacted: 0,
+                        history: HISTORY,
                         events: broadcast::channel(1 << 16).0,
                         owners: BTreeMap::new(),
                         forbidden: false,
@@ -132,6 +162,15 @@ impl FakeApi {
             failures: Vec::new(),
             reviews: Default::default(),
             hanging: BTreeMap::new(),
+            outage: None,
+            watch_cap: None,
+            accounts: Account::COMPONENTS
+                .into_iter()
+                .chain([Account::ClusterAdmin])
+                .map(|a| (a.token().to_string(), a))
+                .collect(),
+            rbac: rbac::Rbac::chart(rbac::DEFAULT_VALUES),
+            usage: Default::default(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake API");
         let addr = listener.local_addr().expect("addr");
@@ -144,20 +183,28 @@ impl FakeApi {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes a kubeconfig pointing at this server into `dir`; returns its path.
-    pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        self.kubeconfig_as(dir, "fake-token")
+    /// This server's handle with kubeconfigs pointing at `addr` instead (where nothing need
+    /// listen: clients then get connection refused).
+    pub fn pointing_at(&self, addr: SocketAddr) -> FakeApi {
+        FakeApi { inner: self.inner.clone(), addr }
     }
 
-    /// Writes a kubeconfig whose bearer token is `user` into `dir` (requests are recorded, and
-    /// can be made to hang, per user); returns its path.
-    pub fn kubeconfig_as(&self, dir: &Path, user: &str) -> PathBuf {
-        let path = dir.join(format!("kubeconfig-{user}"));
+    /// Writes a kubeconfig pointing at this server into `dir` that authenticates as
+    /// `account`; returns its path.
+    pub fn kubeconfig(&self, dir: &Path, account: Account) -> PathBuf {
+        self.kubeconfig_as(dir, account, account.token())
+    }
+
+    /// As [`FakeApi::kubeconfig`] with a bearer token of its own (one replica of a component:
+    /// requests are recorded, and can be made to hang, per token).
+    pub fn kubeconfig_as(&self, dir: &Path, account: Account, token: &str) -> PathBuf {
+        self.lock().accounts.insert(token.to_string(), account);
+        let path = dir.join(format!("kubeconfig-{token}"));
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
              users:\n- name: fake\n  user:\n    token: {}\ncontexts:\n- name: fake\n  context:\n    \
              cluster: fake\n    user: fake\ncurrent-context: fake\n",
-            self.addr, user
+            self.addr, token
         );
         std::fs::write(&path, text).expect("write kubeconfig");
         path
@@ -224,7 +271,14 @@ impl FakeApi {
             .cloned()
     }
 
-    /// Makes every request for `kind` answer 403 (RBAC denied), or stop doing so.
+    /// Authorizes by the chart rendered with the value set `set` (a file of
+    /// `helm/tideway/ci`, as the snapshots name it) instead of the default values.
+    pub fn chart_values(&self, set: &str) {
+        self.lock().rbac = rbac::Rbac::chart(set);
+    }
+
+    /// Makes every request for `kind` answer 403, whatever the chart grants (a grant withdrawn
+    /// or not yet in force), or stop doing so.
     pub fn forbid(&self, kind: &str, forbidden: bool) {
         self.lock().resources.get_mut(path_of(kind)).expect("resource").forbidden = forbidden;
     }
@@ -238,6 +292,52 @@ impl FakeApi {
         let res = inner.resources.get_mut(path_of(kind)).expect("resource");
         res.gone_next_watch = true;
         let _ = res.events.send((rv, gone()));
+    }
+
+    /// Keeps the latest `events` events per resource for resuming watches (default
+    /// [`HISTORY`]); what is older is compacted away at the next change.
+    pub fn keep_history(&self, events: usize) {
+        for res in self.lock().resources.values_mut() {
+            res.history = events.max(1);
+        }
+    }
+
+    /// Compacts the history of `kind` now (as etcd's compaction): a watch from any version
+    /// before the current one gets 410 Gone. Open watches carry on.
+    pub fn compact(&self, kind: &str) {
+        let mut inner = self.lock();
+        let rv = inner.rv;
+        let res = inner.resources.get_mut(path_of(kind)).expect("resource");
+        res.log.clear();
+        res.compacted = rv;
+    }
+
+    /// Ends every watch after `cap` at most, whatever its `timeoutSeconds` (the API server's
+    /// request timeout, shortened so that tests see many watches end); `None`: as asked.
+    pub fn cap_watches(&self, cap: Option<std::time::Duration>) {
+        self.lock().watch_cap = cap;
+    }
+
+    /// Cuts the open watch connections of `kind` mid-stream (no clean end, as when a load
+    /// balancer or the network drops them).
+    pub fn drop_watches(&self, kind: &str) {
+        let inner = self.lock();
+        let _ = inner.resources[path_of(kind)].events.send((inner.rv, json!({"type": DROP})));
+    }
+
+    /// An outage (`Some(code)`, e.g. 503 while the API server restarts) or its end (`None`):
+    /// while it lasts every request is answered `code`; as it starts, every open watch ends
+    /// without an event, as when the server closes its connections.
+    pub fn outage(&self, code: Option<u16>) {
+        let mut inner = self.lock();
+        inner.outage = code;
+        if code.is_some() {
+            inner.rv += 1;
+            let rv = inner.rv;
+            for res in inner.resources.values() {
+                let _ = res.events.send((rv, json!({"type": CLOSE})));
+            }
+        }
     }
 
     /// Answers the next `method` request to exactly `path` with `code` (once).
@@ -333,9 +433,20 @@ impl Resource {
 
     fn emit(&mut self, rv: u64, event: Value) {
         self.log.push((rv, event.clone()));
+        if self.log.len() > self.history {
+            let gone = self.log.len() - self.history;
+            self.compacted = self.log[gone - 1].0;
+            self.log.drain(..gone);
+        }
         let _ = self.events.send((rv, event));
     }
 }
+
+/// The type of the internal event that ends a watch without a word (never sent to a client).
+const CLOSE: &str = "CLOSE";
+
+/// The type of the internal event that cuts a watch's connection (never sent to a client).
+const DROP: &str = "DROP";
 
 fn gone() -> Value {
     json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",

@@ -8,6 +8,8 @@
 //! <set>-lb-N:  dnat to key . numgen random mod N map @<set>-endpoints
 //! <set>-maglev-M: dnat to key . jhash ip saddr . th sport mod M seed S map @<set>-endpoints
 //!               (a Maglev Service's M table buckets share the slot map; see crate::maglev)
+//! ClientIP affinity: a chain per Service (the client's endpoint while its affinity lasts, else
+//!               random, or with Maglev `jhash ip saddr mod M vmap @service-maglev-<svc>`)
 //! filter hooks: firewall-check (source ranges, pre-DNAT), service-endpoints-check and
 //!               nodeport-endpoints-check (reject/drop via @no-endpoint-* maps)
 //! nat-postrouting -> masquerading: hairpin (ct dnat, saddr.daddr @hairpin), mark 0x4000
@@ -535,7 +537,29 @@ fn affinity_chains(
             ));
             targets.push(Verdict::Goto(chain));
         }
-        rules.push(Rule::new(vec![], Action::RandomVerdict(targets)));
+        match plan.maglev_table(eps) {
+            // A client without an affinity entry goes where the Maglev table puts its address
+            // (its address only: every connection of a client, through any node, to one
+            // endpoint, as the affinity then keeps it).
+            Some(table) => {
+                let map: Name = names::nft_name(&format!("{prefix}-maglev"), &base).into();
+                frag.sets.push(set(&map, vec![KeyType::Slot], Some(DataType::Verdict)));
+                for (bucket, ep) in table.entries().iter().enumerate() {
+                    let e = Element {
+                        key: smallvec![Value::Int(bucket as u32)],
+                        data: Some(ElemData::Verdict(targets[*ep as usize].clone())),
+                    };
+                    frag.elements.push((set_ref(&map), e));
+                }
+                let hash = Field::Jhash {
+                    modulus: table.size(),
+                    seed: crate::maglev::FLOW_SEED,
+                    address_only: true,
+                };
+                rules.push(Rule::new(vec![], Action::VerdictMap { map, key: vec![hash] }));
+            }
+            None => rules.push(Rule::new(vec![], Action::RandomVerdict(targets))),
+        }
         frag.chains.push(Chain::new(TABLE, name.clone(), rules));
         Some(name)
     };

@@ -265,8 +265,12 @@ fn set_header(f: IpFamily, s: &Set) -> String {
             })
             .collect();
         let _ = write!(spec, "typeof {}", exprs.join(" . "));
-        if let Some(DataType::AddrPort(fam)) = s.data {
-            let _ = write!(spec, " : {} daddr . th dport", family_kw(fam));
+        match s.data {
+            Some(DataType::AddrPort(fam)) => {
+                let _ = write!(spec, " : {} daddr . th dport", family_kw(fam));
+            }
+            Some(DataType::Verdict) => spec.push_str(" : verdict"),
+            None => {}
         }
     } else {
         let types: Vec<&str> = s

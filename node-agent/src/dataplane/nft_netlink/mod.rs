@@ -379,6 +379,9 @@ fn incremental(b: &mut Batch, state: &ProgramState, cs: &ChangeSet) {
     let defs = set_defs(p);
     let mut next_id = 1;
     let mut index = SetIndex { sets: defs.iter().map(|(n, s)| (*n, (*s, None))).collect() };
+    for s in &cs.element_sets {
+        index.sets.insert(&s.name, (s, None));
+    }
     for s in &cs.add_sets {
         sets::declare(b, fam, TABLE, s, next_id, s.elements.len());
         index.sets.insert(&s.name, (s, Some(next_id)));

@@ -1,0 +1,130 @@
+//! An ARP prober on the node network: from an outside host, a broadcast "who has ADDRESS"
+//! every [`EVERY`] on a raw socket, and who answered each one. Two nodes answering one probe is
+//! the split brain the failover figures bound.
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// How often the prober asks.
+pub(crate) const EVERY: Duration = Duration::from_millis(20);
+/// The most a prober runs (it is stopped sooner; this bounds a forgotten one).
+const AT_MOST: Duration = Duration::from_secs(40);
+const ETH_P_ARP: u16 = 0x0806;
+
+/// The MACs that answered each probe, in order, with when it was sent.
+pub(crate) type Rounds = Vec<(Instant, Vec<[u8; 6]>)>;
+
+/// A prober running in a thread of its own, in namespace `netns`, on its `eth0`.
+pub(crate) struct Prober {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Rounds>,
+}
+
+impl Prober {
+    /// Starts asking for `target` from `netns`, whose address is `own`.
+    pub(crate) fn start(netns: &str, own: Ipv4Addr, target: Ipv4Addr) -> Prober {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let path = format!("/run/netns/{netns}");
+        let thread = std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).expect("the prober's namespace");
+            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            probe(&open(), own, target, &flag)
+        });
+        Prober { stop, thread }
+    }
+
+    /// Stops it; the rounds it saw.
+    pub(crate) fn stop(self) -> Rounds {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the prober")
+    }
+}
+
+/// A raw ARP socket bound to `eth0`, and its MAC.
+fn open() -> (Socket, [u8; 6]) {
+    let link = nix::ifaddrs::getifaddrs()
+        .expect("interfaces")
+        .filter(|a| a.interface_name == "eth0")
+        .find_map(|a| a.address.as_ref().and_then(|s| s.as_link_addr()).copied())
+        .expect("eth0");
+    let sock = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(i32::from(ETH_P_ARP.to_be()))))
+        .expect("a raw socket (root)");
+    nix::sys::socket::bind(sock.as_raw_fd(), &link).expect("bind to eth0");
+    (sock, link.addr().expect("a MAC"))
+}
+
+fn request(mac: [u8; 6], own: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend(mac);
+    f.extend(ETH_P_ARP.to_be_bytes());
+    f.extend([0, 1, 8, 0, 6, 4, 0, 1]); // Ethernet, IPv4, request
+    f.extend(mac);
+    f.extend(own.octets());
+    f.extend([0; 6]);
+    f.extend(target.octets());
+    f
+}
+
+/// The answering MAC when `frame` is an ARP reply for `target`.
+fn reply_from(frame: &[u8], target: Ipv4Addr) -> Option<[u8; 6]> {
+    let is_reply = frame.len() >= 42 && frame[12..14] == ETH_P_ARP.to_be_bytes() && frame[20..22] == [0, 2];
+    (is_reply && frame[28..32] == target.octets()).then(|| frame[22..28].try_into().expect("6 bytes"))
+}
+
+fn probe((sock, mac): &(Socket, [u8; 6]), own: Ipv4Addr, target: Ipv4Addr, stop: &AtomicBool) -> Rounds {
+    let frame = request(*mac, own, target);
+    let started = Instant::now();
+    let mut rounds: Rounds = Vec::new();
+    let mut buf = [0u8; 1600];
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < AT_MOST {
+        let sent = Instant::now();
+        sock.send(&frame).expect("send a probe");
+        let mut answers = Vec::new();
+        while let Some(left) = EVERY.checked_sub(sent.elapsed()).filter(|l| !l.is_zero()) {
+            sock.set_read_timeout(Some(left)).expect("timeout");
+            let Ok(n) = std::io::Read::read(&mut &*sock, &mut buf) else { continue };
+            if let Some(from) = reply_from(&buf[..n], target)
+                && !answers.contains(&from)
+            {
+                answers.push(from);
+            }
+        }
+        rounds.push((sent, answers));
+    }
+    rounds
+}
+
+/// The longest run of consecutive probes that two or more nodes answered, as a time (the
+/// probes' spacing included: one such probe counts as [`EVERY`]).
+pub(crate) fn longest_dual_answer(rounds: &Rounds) -> Duration {
+    let (mut best, mut run_start): (Duration, Option<Instant>) = (Duration::ZERO, None);
+    for (i, (sent, answers)) in rounds.iter().enumerate() {
+        if answers.len() >= 2 {
+            let start = *run_start.get_or_insert(*sent);
+            let end = rounds.get(i + 1).map_or(*sent + EVERY, |(next, _)| *next);
+            best = best.max(end - start);
+        } else {
+            run_start = None;
+        }
+    }
+    best
+}
+
+/// The MACs that answered any probe.
+pub(crate) fn answered(rounds: &Rounds) -> Vec<[u8; 6]> {
+    let mut all: Vec<[u8; 6]> = rounds.iter().flat_map(|(_, a)| a.iter().copied()).collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
+/// `aa:bb:...`, as `/sys/class/net/*/address` writes it.
+pub(crate) fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}

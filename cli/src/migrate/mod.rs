@@ -1,0 +1,287 @@
+//! `tideway migrate`: reads what kube-proxy, CoreDNS and MetalLB run on (a
+//! `KubeProxyConfiguration` or its ConfigMap, a Corefile, MetalLB's `IPAddressPool`s and
+//! `L2Advertisement`s) from files, and prints the Tideway objects and chart values that do the
+//! same, with a table of every setting it could not carry and why.
+//!
+//! files -> [`kube_proxy`] / [`corefile`] / MetalLB objects ([`tideway_api::crd::load_balancer_pools`])
+//! -> objects + [`Values`] + [`Left`] rows -> `objects.yaml`, `values.yaml` and the table.
+
+pub(crate) mod corefile;
+pub(crate) mod kube_proxy;
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value, json};
+use tideway_api::crd::{IPAddressPool, L2Advertisement, load_balancer_pools};
+
+/// `tideway migrate`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct MigrateArgs {
+    /// kube-proxy's configuration: a `KubeProxyConfiguration` file, or its ConfigMap
+    /// (`kubectl -n kube-system get configmap kube-proxy -o yaml`).
+    #[arg(long)]
+    kube_proxy_config: Option<PathBuf>,
+    /// CoreDNS's Corefile (`kubectl -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}'`).
+    #[arg(long)]
+    corefile: Option<PathBuf>,
+    /// MetalLB's objects (`kubectl get ipaddresspools,l2advertisements -A -o yaml`; other
+    /// MetalLB kinds are named in the table).
+    #[arg(long)]
+    metallb: Option<PathBuf>,
+    /// Write `objects.yaml` (for `kubectl apply -f`) and `values.yaml` (for `helm --values`)
+    /// here instead of printing them.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Why an input could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MigrateError {
+    /// A file could not be read.
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    /// An input is not what it should be.
+    #[error("{0}: {1}")]
+    Input(String, String),
+}
+
+/// One setting not carried over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Left {
+    /// kube-proxy, CoreDNS or MetalLB.
+    pub(crate) source: &'static str,
+    /// The field, plugin or object.
+    pub(crate) setting: String,
+    /// Its value.
+    pub(crate) value: String,
+    /// Why it is not carried, and what to do instead.
+    pub(crate) why: String,
+}
+
+impl Left {
+    /// A row for `setting` = `value`.
+    pub(crate) fn new(source: &'static str, setting: &str, value: &Value, why: &str) -> Left {
+        let value = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        Left { source, setting: setting.to_string(), value, why: why.to_string() }
+    }
+}
+
+/// Chart values the inputs call for.
+#[derive(Debug, Default)]
+pub(crate) struct Values {
+    /// `proxyConfig.create`.
+    pub(crate) proxy_config_create: Option<bool>,
+    /// `agent.extraArgs`.
+    pub(crate) agent_args: Vec<String>,
+    /// `dns.*` scalar values.
+    pub(crate) dns: Map<String, Value>,
+    /// `dns.extraArgs`.
+    pub(crate) dns_args: Vec<String>,
+}
+
+impl Values {
+    /// As a values file.
+    pub(crate) fn to_value(&self) -> Value {
+        let mut out = Map::new();
+        if let Some(create) = self.proxy_config_create {
+            out.insert("proxyConfig".into(), json!({"create": create}));
+        }
+        if !self.agent_args.is_empty() {
+            out.insert("agent".into(), json!({"extraArgs": self.agent_args}));
+        }
+        let mut dns = self.dns.clone();
+        if !self.dns_args.is_empty() {
+            dns.insert("extraArgs".into(), json!(self.dns_args));
+        }
+        if !dns.is_empty() {
+            out.insert("dns".into(), Value::Object(dns));
+        }
+        Value::Object(out)
+    }
+}
+
+/// Parses one YAML (or JSON) document.
+pub(crate) fn parse_yaml(what: &str, text: &str) -> Result<Value, MigrateError> {
+    serde_saphyr::from_str(text).map_err(|e| MigrateError::Input(what.into(), format!("invalid YAML: {e}")))
+}
+
+/// True for a value that means "unset" in a Go-written configuration.
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty() || s == "0" || s == "0s",
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// Every set leaf of `v` with its path (`iptables.masqueradeBit`, `nodePortAddresses[0]`).
+pub(crate) fn leaves(v: &Value) -> Vec<(String, Value)> {
+    fn walk(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
+        match v {
+            Value::Object(o) => {
+                for (k, v) in o {
+                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    walk(v, p, out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, v) in a.iter().enumerate() {
+                    walk(v, format!("{path}[{i}]"), out);
+                }
+            }
+            leaf if !is_zero(leaf) => out.push((path, leaf.clone())),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, String::new(), &mut out);
+    out
+}
+
+/// MetalLB's objects: `LoadBalancerPool`s for its pools, rows for the rest.
+fn metallb(text: &str) -> Result<(Vec<Value>, Vec<Left>), MigrateError> {
+    let mut objects = Vec::new();
+    for doc in text.split("\n---").filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.starts_with('#')))
+    {
+        let v = parse_yaml("MetalLB objects", doc)?;
+        match v["items"].as_array() {
+            Some(items) if v["kind"] == "List" => objects.extend(items.iter().cloned()),
+            _ => objects.push(v),
+        }
+    }
+    let (mut pools, mut ads, mut left) = (Vec::new(), Vec::new(), Vec::new());
+    let bad = |e: serde_json::Error| MigrateError::Input("MetalLB objects".into(), e.to_string());
+    for o in objects {
+        let name = format!(
+            "{} {}/{}",
+            o["kind"].as_str().unwrap_or("?"),
+            o["metadata"]["namespace"].as_str().unwrap_or("default"),
+            o["metadata"]["name"].as_str().unwrap_or("?")
+        );
+        match o["kind"].as_str() {
+            Some("IPAddressPool") => pools.push(serde_json::from_value::<IPAddressPool>(o).map_err(bad)?),
+            Some("L2Advertisement") => ads.push(serde_json::from_value::<L2Advertisement>(o).map_err(bad)?),
+            Some("BGPAdvertisement" | "BGPPeer" | "BFDProfile" | "Community") => left.push(Left::new(
+                "MetalLB",
+                &name,
+                &Value::Null,
+                "Tideway announces over layer 2 only (no BGP)",
+            )),
+            _ => left.push(Left::new("MetalLB", &name, &Value::Null, "not a MetalLB kind Tideway reads")),
+        }
+    }
+    let (written, conflicts) = load_balancer_pools(&pools, &ads)
+        .map_err(|e| MigrateError::Input("MetalLB objects".into(), e.to_string()))?;
+    for c in conflicts {
+        left.push(Left::new(
+            "MetalLB",
+            &format!("IPAddressPool {}/{}", c.ignored, c.name),
+            &Value::Null,
+            &format!("{}: rename one (pool names are cluster-wide in Tideway)", c.message()),
+        ));
+    }
+    let objects = written.iter().map(|p| serde_json::to_value(p).map_err(bad)).collect::<Result<_, _>>()?;
+    Ok((objects, left))
+}
+
+/// Everything the inputs become.
+#[derive(Debug, Default)]
+pub(crate) struct Migration {
+    /// Tideway objects.
+    pub(crate) objects: Vec<Value>,
+    /// Chart values.
+    pub(crate) values: Values,
+    /// Settings not carried.
+    pub(crate) left: Vec<Left>,
+}
+
+fn read(path: &PathBuf) -> Result<String, MigrateError> {
+    std::fs::read_to_string(path).map_err(|e| MigrateError::Read(path.clone(), e))
+}
+
+/// Reads and converts every input given.
+pub(crate) fn migrate(args: &MigrateArgs) -> Result<Migration, MigrateError> {
+    let mut m = Migration::default();
+    if let Some(path) = &args.kube_proxy_config {
+        let c = kube_proxy::convert(&read(path)?)?;
+        m.objects.push(
+            serde_json::to_value(&c.config)
+                .map_err(|e| MigrateError::Input("ProxyConfig".into(), e.to_string()))?,
+        );
+        m.values = c.values;
+        m.left.extend(c.left);
+    }
+    if let Some(path) = &args.corefile {
+        let c = corefile::convert(&read(path)?)?;
+        m.values.dns = c.values.dns;
+        m.values.dns_args = c.values.dns_args;
+        m.left.extend(c.left);
+    }
+    if let Some(path) = &args.metallb {
+        let (objects, left) = metallb(&read(path)?)?;
+        m.objects.extend(objects);
+        m.left.extend(left);
+    }
+    Ok(m)
+}
+
+/// The table of settings not carried.
+pub(crate) fn table(left: &[Left]) -> String {
+    let mut out = String::from("| from | setting | value | not carried because |\n|---|---|---|---|\n");
+    for l in left {
+        let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            l.source,
+            cell(&l.setting),
+            cell(&l.value),
+            cell(&l.why)
+        ));
+    }
+    if left.is_empty() {
+        out.push_str("| | (everything was carried) | | |\n");
+    }
+    out
+}
+
+fn yaml_stream(objects: &[Value]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for o in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(o)?);
+    }
+    Ok(out)
+}
+
+/// Runs `tideway migrate`.
+pub(crate) fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
+    if args.kube_proxy_config.is_none() && args.corefile.is_none() && args.metallb.is_none() {
+        anyhow::bail!("nothing to migrate: give --kube-proxy-config, --corefile and/or --metallb");
+    }
+    let m = migrate(args)?;
+    let objects = yaml_stream(&m.objects)?;
+    let values = serde_saphyr::to_string(&m.values.to_value())?;
+    match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            std::fs::write(dir.join("objects.yaml"), &objects)?;
+            std::fs::write(dir.join("values.yaml"), &values)?;
+            println!(
+                "wrote {} (kubectl apply -f, after the chart is installed) and {} (helm --values)\n",
+                dir.join("objects.yaml").display(),
+                dir.join("values.yaml").display()
+            );
+        }
+        None => println!(
+            "# Tideway objects (kubectl apply -f)\n{objects}\n# Chart values (helm --values)\n{values}"
+        ),
+    }
+    print!("{}", table(&m.left));
+    Ok(0)
+}

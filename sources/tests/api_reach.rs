@@ -1,0 +1,88 @@
+//! Whether the Kubernetes source reaches the API server, as self-fencing reads it
+//! (`SharedCluster::api_reachable`): through the real `kube::Client` against a stand-in API
+//! server that goes through an outage (every request answered 503, watches closed), refuses
+//! connections, or answers with a client error.
+
+use serde_json::json;
+use tideway_core::model::NodeProxyState;
+use tideway_sources::SharedCluster;
+use tideway_sources::kube::{KubeNodeStateSink, KubeSource, Role, failing_fast_client};
+use tideway_sources::metrics::SourceMetrics;
+use tideway_sources::status::NodeStateSink;
+use tideway_tests::eventually;
+use tideway_tests::fake_api::{Account, FakeApi};
+
+/// A client of `api` as the node agent makes it (its kubeconfig is read at once, then removed).
+async fn kube_client(api: &FakeApi, tag: &str) -> kube::Client {
+    let dir = std::env::temp_dir().join(format!("tideway-api-reach-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let c = failing_fast_client(Some(&api.kubeconfig(&dir, Account::Agent)))
+        .await
+        .expect("client from kubeconfig");
+    let _ = std::fs::remove_dir_all(&dir);
+    c
+}
+
+fn report() -> NodeProxyState {
+    NodeProxyState { node: "node-a".into(), ready: true, ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds() {
+    let api = FakeApi::start().await;
+    api.preload([json!({"kind": "Node", "metadata": {"name": "node-a"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})]);
+    let cluster = SharedCluster::new();
+    let role = Role::Agent { node: "node-a".into() };
+    let source = KubeSource::new(kube_client(&api, "watch").await, role, SourceMetrics::default());
+    let task = tokio::spawn(source.run(cluster.clone()));
+    eventually("synced", || cluster.is_synced().then_some(())).await;
+    assert!(cluster.api_reachable());
+
+    // The API server restarts: its watches close and every relist is answered 503.
+    api.outage(Some(503));
+    eventually("unreachable during the outage", || (!cluster.api_reachable()).then_some(())).await;
+    assert!(cluster.lock().node("node-a").is_some(), "the last good state keeps serving");
+    api.outage(None);
+    eventually("reachable after the next successful list", || cluster.api_reachable().then_some(())).await;
+
+    // A watch that ends with 410 Gone was answered by a working server.
+    api.expire_watches("Node");
+    api.preload([json!({"kind": "Node", "metadata": {"name": "node-a", "labels": {"relisted": "yes"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})]);
+    eventually("relisted", || {
+        cluster.lock().node("node-a").is_some_and(|n| n.labels.contains_key("relisted")).then_some(())
+    })
+    .await;
+    assert!(cluster.api_reachable());
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_fail_make_the_api_unreachable_and_any_answer_makes_it_reachable() {
+    let api = FakeApi::start().await;
+    let reach = SharedCluster::new();
+    let sink = KubeNodeStateSink::new(kube_client(&api, "write").await).reporting_to(reach.clone());
+    sink.publish(&report()).await.expect("first report");
+    assert!(reach.api_reachable());
+
+    api.outage(Some(503));
+    sink.publish(&report()).await.expect_err("the server is unavailable");
+    assert!(!reach.api_reachable(), "a 5xx write: unreachable");
+    api.outage(None);
+    sink.publish(&report()).await.expect("the server is back");
+    assert!(reach.api_reachable(), "the next success: reachable");
+
+    // Nobody listening: connections refused, unreachable.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let nobody = api.pointing_at(closed.local_addr().expect("addr"));
+    drop(closed);
+    let refused = KubeNodeStateSink::new(kube_client(&nobody, "refused").await).reporting_to(reach.clone());
+    refused.publish(&report()).await.expect_err("connection refused");
+    assert!(!reach.api_reachable(), "connection refused: unreachable");
+
+    // An RBAC denial comes from a working server.
+    api.forbid("NodeProxyState", true);
+    sink.publish(&report()).await.expect_err("denied");
+    assert!(reach.api_reachable(), "a 403 is an answer");
+}

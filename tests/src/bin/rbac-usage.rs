@@ -1,0 +1,111 @@
+//! Least privilege, checked: every rule the chart grants a Tideway component is used by some
+//! request that component made in the tests (recorded by the test API server into the
+//! directory given as the argument, see `TIDEWAY_RBAC_USAGE`), or is listed in
+//! `helm/tideway/tests/rbac-outside-tests.txt` with the reason it is needed outside the tests.
+//! Prints each component's grants, used or not; fails on an unused grant nobody explained.
+//!
+//! Usage: `rbac-usage DIR` (after the tests ran with `TIDEWAY_RBAC_USAGE=DIR`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::process::ExitCode;
+
+use tideway_tests::fake_api::rbac::{Account, Attributes, Rbac};
+
+/// One grant at the grain RBAC checks it: a verb on a resource of a group, in a role.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Triple {
+    account: &'static str,
+    verb: String,
+    group: String,
+    resource: String,
+}
+
+impl std::fmt::Display for Triple {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() { "core" } else { &self.group };
+        write!(f, "{} {} {} {}", self.account, self.verb, group, self.resource)
+    }
+}
+
+/// The grants listed as needed outside the tests: `account verb group resource  # why`.
+fn explained(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn main() -> ExitCode {
+    let Some(dir) = std::env::args().nth(1) else {
+        eprintln!("usage: rbac-usage DIR (the TIDEWAY_RBAC_USAGE directory of a test run)");
+        return ExitCode::from(2);
+    };
+    let mut used: Vec<(String, Attributes)> = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("usage file");
+        used.extend(text.lines().filter_map(Attributes::parse_line));
+    }
+    let outside = tideway_tests::root().join("../helm/tideway/tests/rbac-outside-tests.txt");
+    let explained = explained(&std::fs::read_to_string(&outside).unwrap_or_default());
+    // Each grant of each value set's chart, at the grain RBAC checks: used or not.
+    let mut grants: BTreeMap<(Triple, String), bool> = BTreeMap::new();
+    for rbac in Rbac::value_sets().values() {
+        for account in Account::COMPONENTS {
+            for grant in rbac.grants_of(&rbac.user(account)) {
+                let r = &grant.rule;
+                for ((group, resource), verb) in r
+                    .groups
+                    .iter()
+                    .flat_map(|g| r.resources.iter().map(move |res| (g, res)))
+                    .flat_map(|gr| r.verbs.iter().map(move |v| (gr, v)))
+                {
+                    let t = Triple {
+                        account: account.token(),
+                        verb: verb.clone(),
+                        group: group.clone(),
+                        resource: resource.clone(),
+                    };
+                    let hit = used.iter().any(|(who, a)| {
+                        who == account.token()
+                            && a.verb == *verb
+                            && a.group == *group
+                            && a.resource_path() == *resource
+                            && grant.allows(a)
+                    });
+                    *grants.entry((t, grant.role.clone())).or_default() |= hit;
+                }
+            }
+        }
+    }
+    let (mut out, mut unexplained, mut listed) = (std::io::stdout().lock(), 0, BTreeSet::new());
+    for ((t, role), hit) in &grants {
+        let why = if *hit {
+            "used"
+        } else if explained.contains(&t.to_string()) {
+            listed.insert(t.to_string());
+            "needed outside the tests"
+        } else {
+            unexplained += 1;
+            "UNUSED"
+        };
+        let _ = writeln!(out, "{:<62} {:<42} {why}", t.to_string(), role);
+    }
+    for stale in explained.difference(&listed) {
+        let _ = writeln!(out, "{stale}: listed in {} but used by a test or not granted", outside.display());
+    }
+    let _ = writeln!(out, "{} records from {dir}", used.len());
+    if used.is_empty() {
+        eprintln!("no requests recorded: run the tests with TIDEWAY_RBAC_USAGE={dir} first");
+        return ExitCode::FAILURE;
+    }
+    if unexplained > 0 {
+        eprintln!(
+            "{unexplained} grants no test used: remove them from the chart, add a test that needs \
+             them, or say in {} why they are needed",
+            outside.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
