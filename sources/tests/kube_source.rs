@@ -122,7 +122,11 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
     assert_eq!(changed, BTreeSet::from([ServiceName::new("ns1", "db"), ServiceName::new("ns1", "web")]));
     let web_ip = cluster.lock().service(&ServiceName::new("ns1", "web")).unwrap().cluster_ips[0];
     assert_eq!(web_ip.to_string(), "10.96.0.20");
-    assert!(counter(&registry, "tideway_source_relists_total{kind=\"Service\"}") >= 1.0);
+    // The relist is counted right after its state is stored, on the source's own task.
+    until("the relist counted", || {
+        counter(&registry, "tideway_source_relists_total{kind=\"Service\"}") >= 1.0
+    })
+    .await;
     assert!(counter(&registry, "reason=\"gone\"") >= 1.0, "the 410 is counted");
     task.abort();
 }
