@@ -701,6 +701,9 @@ fn fenced(lab: &TestLab, node: &str) -> Result<bool, String> {
 
 const ON_LB0: &str = "---\napiVersion: tideway.io/v1alpha1\nkind: LoadBalancerPool\nmetadata: {name: my-ippool}\nspec:\n  addresses: [172.18.255.200-172.18.255.250]\n  l2: {interfaces: [lb0]}\n";
 
+/// A ClusterIP Service: a change every agent syncs on.
+const NUDGE: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: nudge}\nspec: {selector: {app: webpod}, ports: [{port: 81}]}\n";
+
 const THREE: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web1}\nspec: {type: LoadBalancer, selector: {app: webpod}, ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web2}\nspec: {type: LoadBalancer, selector: {app: webpod}, ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web3}\nspec: {type: LoadBalancer, selector: {app: webpod}, ports: [{port: 80}]}\n";
 
 /// A pool announced on an interface only one node has (MetalLB's L2Advertisement
@@ -713,14 +716,30 @@ fn only_a_node_with_the_pools_interface_announces_its_addresses() {
     for svc in services {
         lab.lb_ip(svc);
     }
-    // lb0: a macvlan of myk8s-worker2's eth0, so on the node network too, with an address of
-    // its own as a VLAN interface has (reverse-path filtering drops what arrives on an
-    // interface without one).
+    // lb0: a macvlan of myk8s-worker2's eth0, so on the node network too; no address yet.
     let add = ["ip", "link", "add", "lb0", "link", "eth0", "type", "macvlan", "mode", "bridge"];
     ok(lab.exec("myk8s-worker2", &add), "a macvlan on myk8s-worker2");
-    ok(lab.exec("myk8s-worker2", &["ip", "addr", "add", "172.18.0.55/32", "dev", "lb0"]), "lb0's address");
     ok(lab.exec("myk8s-worker2", &["ip", "link", "set", "lb0", "up"]), "lb0 up");
+    let loose = ["sh", "-c", "echo 2 > /proc/sys/net/ipv4/conf/lb0/rp_filter"];
+    ok(lab.exec("myk8s-worker2", &loose), "loose reverse-path filtering on lb0");
     lab.apply(ON_LB0);
+    // Reverse-path filtering drops what arrives on an interface without an IPv4 address: the
+    // agent says so, and no longer once lb0 has an address of its own, as a VLAN interface has.
+    let warnings = |want: bool| {
+        eventually(patience(15.0), || {
+            let status = agent_status(&lab, "myk8s-worker2")?;
+            let w = &status["interface_warnings"];
+            let has = w
+                .as_array()
+                .is_some_and(|a| a.iter().any(|m| m.as_str().unwrap_or("").starts_with("lb0 has no IPv4")));
+            if has == want { Ok(()) } else { Err(format!("interface_warnings {w}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()))
+    };
+    warnings(true);
+    ok(lab.exec("myk8s-worker2", &["ip", "addr", "add", "172.18.0.55/32", "dev", "lb0"]), "lb0's address");
+    lab.apply(NUDGE);
+    warnings(false);
     eventually(patience(15.0), || {
         let who: Vec<Option<String>> = services.iter().map(|s| lab.announcer(s)).collect();
         if who.iter().all(|w| w.as_deref() == Some("myk8s-worker2")) {

@@ -58,6 +58,26 @@ pub fn interface_exists(name: &str) -> bool {
     nix::net::if_::if_nametoindex(name).is_ok()
 }
 
+/// True when interface `name` holds an IPv4 address (or the node cannot be read: nothing is
+/// reported then).
+pub fn has_ipv4_address(name: &str) -> bool {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return true };
+    addrs
+        .into_iter()
+        .any(|a| a.interface_name == name && a.address.is_some_and(|s| s.as_sockaddr_in().is_some()))
+}
+
+/// The `rp_filter` mode the kernel applies on interface `name` (0 when unreadable).
+pub fn rp_filter(name: &str) -> u8 {
+    let read = |conf: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{conf}/rp_filter"))
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    tideway_core::l2::rp_filter::effective_rp_filter(read("all"), read(name))
+}
+
 /// The link address (index, MAC) of interface `name`.
 fn link_of(name: &str) -> Result<LinkAddr, AnnounceError> {
     let missing = || AnnounceError::NoSuchInterface(name.to_string());

@@ -5,6 +5,7 @@
 //! ```text
 //!  L2Announcements naming this node --announced_on--> addresses to answer for, per interface
 //!        (the pool's `l2.interfaces`; none listed: the node-network interface)
+//!        --rp_filter::dropping_interfaces--> those whose kernel drops what follows (reported)
 //!  IPv4: frame in --parse_arp--> request for one of them? --arp_reply--> frame out
 //!        takeover / periodic --GarpSchedule--> gratuitous_arp (request and reply, broadcast)
 //!  IPv6: frame in --ndp::parse_solicitation--> --ndp::advertisement(solicited)--> frame out
@@ -21,6 +22,7 @@ use std::time::Duration;
 use crate::model::L2Announcement;
 
 pub mod ndp;
+pub mod rp_filter;
 
 /// A MAC address.
 pub type Mac = [u8; 6];

@@ -16,7 +16,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
-use tideway_core::l2::{announced_by, announced_on, missing_interfaces};
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::NodeContext;
@@ -25,6 +24,7 @@ use tideway_sources::SharedCluster;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+mod announce;
 mod plan;
 pub mod query;
 mod record;
@@ -115,8 +115,10 @@ pub struct Agent {
     /// (`tideway_core::liveness::fencing`): it then answers for no address.
     fence: Arc<std::sync::atomic::AtomicBool>,
     fenced: bool,
-    /// Listed L2 interfaces this node lacks ([`missing_interfaces`]).
+    /// Listed L2 interfaces this node lacks ([`tideway_core::l2::missing_interfaces`]).
     missing_interfaces: Vec<String>,
+    /// The addresses answered for, per interface, at the last announcement.
+    announced_on: BTreeMap<String, BTreeSet<std::net::IpAddr>>,
 }
 
 /// A cluster this large gets progress lines on its first sync.
@@ -184,6 +186,7 @@ impl Agent {
             fence: Arc::default(),
             fenced: false,
             missing_interfaces: Vec::new(),
+            announced_on: BTreeMap::new(),
         }
     }
 
@@ -366,89 +369,6 @@ impl Agent {
         self.record_success(&planned, synced);
         self.planned = Some(planned);
         Ok(())
-    }
-
-    /// Answers ARP for the LoadBalancer IPs the operator chose this node to announce (the
-    /// announcer starts with the first one, on the interface holding the node's address).
-    /// Answers ARP / neighbour solicitations for the addresses this node announces, on the
-    /// interfaces their pools list (else the node-network interface): one announcer per
-    /// interface, started when first needed.
-    fn announce(&mut self, node: &NodeContext) {
-        self.fenced = self.fence.load(std::sync::atomic::Ordering::Relaxed);
-        let fenced = self.fenced;
-        self.set_status(|s| s.fenced = fenced);
-        self.metrics.fenced.set(i64::from(fenced));
-        let announcements: Vec<_> =
-            if fenced { Vec::new() } else { self.cluster.lock().announcements().cloned().collect() };
-        let missing = missing_interfaces(
-            &self.opts.node,
-            &announcements,
-            &self.missing_interfaces,
-            crate::announcer::interface_exists,
-        );
-        if missing != self.missing_interfaces {
-            tracing::warn!(interfaces = ?missing, "listed L2 interfaces missing on this node: not announcing on them");
-            self.set_status(|s| s.missing_interfaces = missing.clone());
-            self.missing_interfaces = missing;
-        }
-        if self.announcers.is_empty() && announced_by(&self.opts.node, &announcements).is_empty() {
-            return;
-        }
-        let Some(ip) = node.ips.iter().copied().find(|ip| ip.is_ipv4()).or_else(|| node.ips.first().copied())
-        else {
-            return;
-        };
-        let home = match crate::announcer::node_interface(ip) {
-            Ok(home) => home,
-            Err(e) => return self.announcer_failed(e.to_string()),
-        };
-        let mut wanted = announced_on(&self.opts.node, &announcements, &home);
-        wanted.retain(|interface, _| !self.missing_interfaces.contains(interface));
-        let mut errors = Vec::new();
-        for interface in
-            wanted.keys().filter(|i| !self.announcers.contains_key(*i)).cloned().collect::<Vec<_>>()
-        {
-            match Announcer::start_on(&interface) {
-                Ok(a) => {
-                    self.announcers.insert(interface, a);
-                }
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        let mut announcing = BTreeSet::new();
-        for (interface, a) in &self.announcers {
-            let ips = wanted.get(interface).cloned().unwrap_or_default();
-            announcing.extend(ips.iter().copied());
-            a.set(ips);
-        }
-        if !errors.is_empty() {
-            self.announcer_failed(errors.join("; "));
-        }
-        self.set_status(|s| {
-            s.announcing = announcing.into_iter().collect();
-            if errors.is_empty() {
-                s.announcer_error = None;
-            }
-        });
-    }
-
-    /// Answers for no address while `fence` is set (see [`crate::fencing`]).
-    pub fn fenced_by(mut self, fence: Arc<std::sync::atomic::AtomicBool>) -> Agent {
-        self.fence = fence;
-        self
-    }
-
-    /// True when the fence changed since the announcers last followed it.
-    pub(crate) fn fence_changed(&self) -> bool {
-        self.fence.load(std::sync::atomic::Ordering::Relaxed) != self.fenced
-    }
-
-    /// Says (once per distinct message) why some addresses cannot be announced.
-    fn announcer_failed(&mut self, msg: String) {
-        if self.status.read().unwrap_or_else(|e| e.into_inner()).announcer_error.as_deref() != Some(&msg) {
-            tracing::error!(error = %msg, "cannot announce LoadBalancer IPs");
-        }
-        self.set_status(|s| s.announcer_error = Some(msg));
     }
 
     /// Queues for removal the rules a previous run left in another mode (kept objects are

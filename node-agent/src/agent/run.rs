@@ -119,6 +119,7 @@ impl Agent {
             if Instant::now() >= next_verify {
                 next_verify = Instant::now() + sync_period;
                 self.retire();
+                self.check_interfaces();
                 if let Err(e) = self.check_drift(true).await {
                     tracing::warn!(error = %e, "drift check failed");
                     force_full = true;

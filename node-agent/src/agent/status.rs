@@ -70,6 +70,9 @@ pub struct AgentStatus {
     /// Interfaces a pool's `l2.interfaces` lists that this node lacks (never announced on;
     /// the operator leaves the node out of that pool's announcers while it lacks them all).
     pub missing_interfaces: Vec<String>,
+    /// Interfaces answering for IPv4 addresses whose kernel drops the traffic that follows
+    /// (no IPv4 address of their own while reverse-path filtering is on), and what to do.
+    pub interface_warnings: Vec<String>,
     /// True while this agent reaches neither a strict majority of the nodes nor the API
     /// server: it answers for none of its addresses until it is back.
     pub fenced: bool,
