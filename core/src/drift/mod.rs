@@ -8,8 +8,12 @@
 //! turns the differences into the objects to rewrite: a chain edited in place is refilled, a
 //! set whose elements were replaced is refilled, a deleted chain or set is recreated, a
 //! foreign one is removed; only a missing table rewrites everything.
+//!
+//! Backends that read rules back as text (iptables) keep their digests in [`rules`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub mod rules;
 
 use crate::program::BaseHook;
 

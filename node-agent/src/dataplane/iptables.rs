@@ -1,6 +1,6 @@
 //! iptables: kube-proxy's chains written with `iptables-restore --noflush` (one commit per
 //! table), jumps from the built-in chains ensured with `-C`/`-I`, stale chains deleted.
-//! Drift is found by rule count and by content ([`super::iptables_content`]): after a full
+//! Drift is found by rule count and by content ([`tideway_core::drift::rules`]): after a full
 //! sync the chains are read back once and digested, and the periodic check compares with those
 //! digests (chains an incremental sync wrote are learnt at the next check).
 //!
@@ -11,13 +11,13 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 use tideway_core::config::ProxyMode;
+use tideway_core::drift::rules::{ChainId, LearntRules, SavedRules, written};
 use tideway_core::net::IpFamily;
 use tideway_core::program::{ChangeSet, Program};
 use tideway_core::render::iptables::stale_chains;
 use tideway_core::render::iptables::text;
 use tideway_core::render::names::is_own_chain;
 
-use super::iptables_content::{Learnt, Saved, written};
 use super::observe::Counts;
 use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
@@ -92,7 +92,7 @@ fn choose_backend(legacy: (usize, usize), nft: (usize, usize)) -> IptablesBacken
 pub struct Iptables {
     backend: IptablesBackend,
     /// Rule digests of our chains as read back right after they were written.
-    learnt: Learnt,
+    learnt: LearntRules,
 }
 
 /// Splits rule arguments like a shell would (double quotes group words).
@@ -121,8 +121,8 @@ pub(super) fn split_args(s: &str) -> Vec<String> {
 }
 
 /// The filter and nat tables of `iptables-save` output.
-fn parse_saved(out: &str) -> Saved {
-    let mut saved = Saved::new();
+fn parse_saved(out: &str) -> SavedRules {
+    let mut saved = SavedRules::new();
     let mut table = "";
     for line in out.lines() {
         if let Some(t) = line.strip_prefix('*') {
@@ -141,7 +141,7 @@ fn parse_saved(out: &str) -> Saved {
 }
 
 /// Whether `chain` holds a rule jumping to `target`.
-fn has_jump(saved: &Saved, table: &str, chain: &str, target: &str) -> bool {
+fn has_jump(saved: &SavedRules, table: &str, chain: &str, target: &str) -> bool {
     let jump = format!("-j {target}");
     saved
         .get(&(table.to_string(), chain.to_string()))
@@ -151,7 +151,7 @@ fn has_jump(saved: &Saved, table: &str, chain: &str, target: &str) -> bool {
 impl Iptables {
     /// Uses the given backend.
     pub fn new(backend: IptablesBackend) -> Self {
-        Iptables { backend, learnt: Learnt::default() }
+        Iptables { backend, learnt: LearntRules::default() }
     }
 
     /// The backend named by `TIDEWAY_IPTABLES_BACKEND` (`nft` or `legacy`), else the host's,
@@ -186,13 +186,13 @@ impl Iptables {
     }
 
     /// Reads the filter and nat tables (one `iptables-save`).
-    pub(super) fn save(&self, family: IpFamily) -> Result<Saved, DataplaneError> {
+    pub(super) fn save(&self, family: IpFamily) -> Result<SavedRules, DataplaneError> {
         Ok(parse_saved(&exec::run(&self.bin(family, "save"), &[], None)?))
     }
 
     /// Makes sure every jump from a built-in chain exists (kube-proxy's EnsureChain and
     /// EnsureRule(Prepend)), reading what is there from `saved` instead of one `-C` per jump.
-    pub(super) fn ensure_jumps(&self, p: &Program, saved: &Saved) -> Result<(), DataplaneError> {
+    pub(super) fn ensure_jumps(&self, p: &Program, saved: &SavedRules) -> Result<(), DataplaneError> {
         let bin = self.bin(p.family, "");
         let mut created = BTreeSet::new();
         for (table, chain, args) in text::builtin_jumps(p).into_iter().rev() {
@@ -237,10 +237,10 @@ impl Iptables {
     /// next check adopts what it finds.
     fn learn_all(&mut self, p: &Program) {
         match self.save(p.family) {
-            Ok(saved) => self.learnt.learn_all(p.family, &Counts::of(p), &saved),
+            Ok(saved) => self.learnt.learn_all(p.family, Counts::of(p).chains.into_keys(), &saved),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read back the rules just applied");
-                self.learnt.learn_all(p.family, &Counts::default(), &Saved::new());
+                self.learnt.learn_all(p.family, [], &SavedRules::new());
             }
         }
     }
@@ -267,8 +267,14 @@ impl Iptables {
         }
         let expected = Counts::of(p);
         let mut drift = expected.compare(&observed, false, label);
-        let edited = self.learnt.compare(p.family, &expected, &saved, &drift, label);
-        drift.extend(edited);
+        let object = |(table, chain): &ChainId| format!("{label} chain {table}/{chain}");
+        let by_count = |id: &ChainId| drift.iter().any(|d| d.object == object(id));
+        let edited = self.learnt.differing(p.family, expected.chains.keys(), &saved, by_count);
+        drift.extend(edited.iter().map(|id| Drift {
+            kind: DriftKind::ChainRules,
+            object: object(id),
+            detail: "rules differ from the applied ones".into(),
+        }));
         for (table, chain, args) in text::builtin_jumps(p) {
             let target = args.rsplit(' ').next().unwrap_or_default();
             if !has_jump(&saved, table, &chain, target) {

@@ -7,7 +7,6 @@
 
 mod desired;
 mod iptables;
-mod iptables_content;
 mod ipvs;
 mod ipvs_netlink;
 pub mod memory;
