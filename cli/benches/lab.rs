@@ -5,12 +5,14 @@
 //! * layer-2 failover under the faults a cluster has (agent killed, node down, partition and
 //!   heal, API down), `TRIALS` times each (default 20): the fault to the first curl through the
 //!   new announcer, and the longest time two nodes answered ARP for the address (`failover`);
+//! * the fault-free run: the demo left alone for `STEADY_SECONDS` (default 600) with every CPU
+//!   kept busy (`LOAD` threads), counting false failovers (`steady`);
 //! * network programming latency: a Service added with `lab apply` to its ClusterIP accepting
 //!   connections on every node (p50 and p99 over `SERVICES` Services, default 100, applied one
 //!   at a time, 250 ms apart so the agents' `minSyncPeriod` does not throttle them).
 //!
 //! `cargo bench -p tideway --bench lab` (`MODE=nftables|iptables`, default nftables; a name
-//! after `--` runs one part: `up`, `failover`, `programming`).
+//! after `--` runs one part: `up`, `steady`, `failover`, `programming`).
 
 #![allow(clippy::print_stdout)]
 
@@ -18,6 +20,8 @@
 mod arp_probe;
 #[path = "lab/failover.rs"]
 mod failover;
+#[path = "lab/steady.rs"]
+mod steady;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -166,10 +170,16 @@ fn main() {
             ups.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
         );
     }
-    if !run("failover") && !run("programming") {
+    if !run("steady") && !run("failover") && !run("programming") {
         return;
     }
     up_to_first_curl(&mode);
+    if run("steady") {
+        let seconds = std::env::var("STEADY_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = std::env::var("LOAD").ok().and_then(|s| s.parse().ok()).unwrap_or(cpus);
+        steady::run(seconds, threads);
+    }
     if run("failover") {
         failover::run(trials);
     }
