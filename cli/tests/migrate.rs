@@ -113,3 +113,64 @@ fn bad_input_is_named_and_nothing_is_written() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to migrate"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tideway migrate` with `args` and `--out dir`: the objects, the values and the table (the
+/// output after the line naming the files).
+fn migrate_to(dir: &Path, args: &[&std::ffi::OsStr]) -> (String, String, String, String) {
+    let out = Command::new(BIN).arg("migrate").args(args).arg("--out").arg(dir).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("written");
+    let table = stdout.split_once("\n\n").map_or(stdout.clone(), |(_, t)| t.to_string());
+    (read("objects.yaml"), read("values.yaml"), table, stderr)
+}
+
+/// `--kubeconfig` reads the same inputs from a running cluster (kubeadm's ConfigMaps in
+/// kube-system, MetalLB's objects in metallb-system, served as the API server serves them) and
+/// writes exactly what the files give; a cluster without them is told so.
+#[test]
+fn a_running_cluster_migrates_as_its_files_do() {
+    let server = tideway_tests::fake_api::BackgroundApi::start(None);
+    let corefile = std::fs::read_to_string(fixture("tests/fixtures/Corefile")).expect("Corefile");
+    let coredns = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "coredns", "namespace": "kube-system"}, "data": {"Corefile": corefile}});
+    let kube_proxy =
+        std::fs::read_to_string(fixture("tests/fixtures/kube-proxy-configmap.yaml")).expect("fixture");
+    server.preload_yaml(&kube_proxy);
+    server.preload_yaml(&metallb_documents());
+    server.api.preload([coredns]);
+    let dir = out_dir("cluster");
+    std::fs::create_dir_all(&dir).expect("test directory");
+    let admin = tideway_tests::fake_api::Account::ClusterAdmin;
+    let kubeconfig = server.api.kubeconfig(&dir, admin);
+    let from_cluster = migrate_to(&dir.join("cluster"), &["--kubeconfig".as_ref(), kubeconfig.as_os_str()]);
+
+    let files = [
+        ("--kube-proxy-config", fixture("tests/fixtures/kube-proxy-configmap.yaml")),
+        ("--corefile", fixture("tests/fixtures/Corefile")),
+        ("--metallb", fixture("../operator/tests/fixtures/metallb-objects.json")),
+    ];
+    let args: Vec<&std::ffi::OsStr> = files.iter().flat_map(|(f, p)| [f.as_ref(), p.as_os_str()]).collect();
+    let from_files = migrate_to(&dir.join("files"), &args);
+    assert!(from_cluster.0.contains("kind: LoadBalancerPool"), "{}", from_cluster.0);
+    assert_eq!(from_cluster.0, from_files.0, "objects.yaml");
+    assert_eq!(from_cluster.1, from_files.1, "values.yaml");
+    assert_eq!(from_cluster.2, from_files.2, "the table");
+    assert_eq!(from_cluster.3, "", "everything was found");
+    let asked: Vec<String> = server.api.requests().iter().map(|r| r.path.clone()).collect();
+    assert!(asked.iter().any(|p| p == "/api/v1/namespaces/kube-system/configmaps/kube-proxy"), "{asked:?}");
+
+    // A cluster without kube-proxy, CoreDNS or MetalLB: each is named, nothing is made up.
+    let empty = tideway_tests::fake_api::BackgroundApi::start(None);
+    let kubeconfig = empty.api.kubeconfig(&dir, admin);
+    let (objects, values, _, stderr) = migrate_to(
+        &dir.join("empty"),
+        &["--from-cluster".as_ref(), "--kubeconfig".as_ref(), kubeconfig.as_os_str()],
+    );
+    assert_eq!((objects.as_str(), values.trim()), ("", "{}"));
+    for absent in ["kube-system/kube-proxy", "kube-system/coredns", "IPAddressPools"] {
+        assert!(stderr.contains(absent), "{absent} not named: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,11 +1,13 @@
 //! `tideway migrate`: reads what kube-proxy, CoreDNS and MetalLB run on (a
 //! `KubeProxyConfiguration` or its ConfigMap, a Corefile, MetalLB's `IPAddressPool`s and
-//! `L2Advertisement`s) from files, and prints the Tideway objects and chart values that do the
+//! `L2Advertisement`s) from files or from a running cluster, and prints the Tideway objects and chart values that do the
 //! same, with a table of every setting it could not carry and why.
 //!
-//! files -> [`kube_proxy`] / [`corefile`] / MetalLB objects ([`tideway_api::crd::load_balancer_pools`])
-//! -> objects + [`Values`] + [`Left`] rows -> `objects.yaml`, `values.yaml` and the table.
+//! files, or the cluster ([`cluster`]) -> [`kube_proxy`] / [`corefile`] / MetalLB objects
+//! ([`tideway_api::crd::load_balancer_pools`]) -> objects + [`Values`] + [`Left`] rows ->
+//! `objects.yaml`, `values.yaml` and the table.
 
+pub(crate) mod cluster;
 pub(crate) mod corefile;
 pub(crate) mod kube_proxy;
 
@@ -28,10 +30,25 @@ pub(crate) struct MigrateArgs {
     /// MetalLB kinds are named in the table).
     #[arg(long)]
     metallb: Option<PathBuf>,
+    /// Read every input from the cluster of the current kubeconfig context (kube-system's
+    /// `kube-proxy` and `coredns` ConfigMaps, MetalLB's objects in any namespace); a file
+    /// option given beside it replaces that input.
+    #[arg(long)]
+    from_cluster: bool,
+    /// The kubeconfig for `--from-cluster`, which it implies (default: `KUBECONFIG`,
+    /// `~/.kube/config`, then the in-cluster ServiceAccount).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
     /// Write `objects.yaml` (for `kubectl apply -f`) and `values.yaml` (for `helm --values`)
     /// here instead of printing them.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+impl MigrateArgs {
+    fn reads_the_cluster(&self) -> bool {
+        self.from_cluster || self.kubeconfig.is_some()
+    }
 }
 
 /// Why an input could not be read.
@@ -43,6 +60,9 @@ pub(crate) enum MigrateError {
     /// An input is not what it should be.
     #[error("{0}: {1}")]
     Input(String, String),
+    /// No client for the cluster could be made.
+    #[error("{0}")]
+    Client(#[from] tideway_sources::kube::ClientError),
 }
 
 /// One setting not carried over.
@@ -186,7 +206,11 @@ fn metallb(text: &str) -> Result<(Vec<Value>, Vec<Left>), MigrateError> {
             &format!("{}: rename one (pool names are cluster-wide in Tideway)", c.message()),
         ));
     }
-    let objects = written.iter().map(|p| serde_json::to_value(p).map_err(bad)).collect::<Result<_, _>>()?;
+    // By name: the same objects whichever order the inputs came in (files keep theirs, the
+    // API server lists by namespace and name).
+    let mut objects: Vec<Value> =
+        written.iter().map(|p| serde_json::to_value(p).map_err(bad)).collect::<Result<_, _>>()?;
+    objects.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
     Ok((objects, left))
 }
 
@@ -205,11 +229,33 @@ fn read(path: &PathBuf) -> Result<String, MigrateError> {
     std::fs::read_to_string(path).map_err(|e| MigrateError::Read(path.clone(), e))
 }
 
-/// Reads and converts every input given.
-pub(crate) fn migrate(args: &MigrateArgs) -> Result<Migration, MigrateError> {
+/// The inputs' texts: from the files given, the rest from the cluster when asked (what it
+/// lacks is in `absent`).
+pub(crate) fn inputs(args: &MigrateArgs) -> Result<cluster::Found, MigrateError> {
+    let mut found = if args.reads_the_cluster() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| MigrateError::Input("the cluster".into(), e.to_string()))?;
+        runtime.block_on(async {
+            let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+            cluster::read(client).await
+        })?
+    } else {
+        cluster::Found::default()
+    };
+    let file = |path: &Option<PathBuf>| path.as_ref().map(read).transpose();
+    found.kube_proxy = file(&args.kube_proxy_config)?.or(found.kube_proxy);
+    found.corefile = file(&args.corefile)?.or(found.corefile);
+    found.metallb = file(&args.metallb)?.or(found.metallb);
+    Ok(found)
+}
+
+/// Converts every input found.
+pub(crate) fn migrate(found: &cluster::Found) -> Result<Migration, MigrateError> {
     let mut m = Migration::default();
-    if let Some(path) = &args.kube_proxy_config {
-        let c = kube_proxy::convert(&read(path)?)?;
+    if let Some(text) = &found.kube_proxy {
+        let c = kube_proxy::convert(text)?;
         m.objects.push(
             serde_json::to_value(&c.config)
                 .map_err(|e| MigrateError::Input("ProxyConfig".into(), e.to_string()))?,
@@ -217,14 +263,14 @@ pub(crate) fn migrate(args: &MigrateArgs) -> Result<Migration, MigrateError> {
         m.values = c.values;
         m.left.extend(c.left);
     }
-    if let Some(path) = &args.corefile {
-        let c = corefile::convert(&read(path)?)?;
+    if let Some(text) = &found.corefile {
+        let c = corefile::convert(text)?;
         m.values.dns = c.values.dns;
         m.values.dns_args = c.values.dns_args;
         m.left.extend(c.left);
     }
-    if let Some(path) = &args.metallb {
-        let (objects, left) = metallb(&read(path)?)?;
+    if let Some(text) = &found.metallb {
+        let (objects, left) = metallb(text)?;
         m.objects.extend(objects);
         m.left.extend(left);
     }
@@ -261,10 +307,20 @@ fn yaml_stream(objects: &[Value]) -> anyhow::Result<String> {
 
 /// Runs `tideway migrate`.
 pub(crate) fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
-    if args.kube_proxy_config.is_none() && args.corefile.is_none() && args.metallb.is_none() {
-        anyhow::bail!("nothing to migrate: give --kube-proxy-config, --corefile and/or --metallb");
+    if !args.reads_the_cluster()
+        && args.kube_proxy_config.is_none()
+        && args.corefile.is_none()
+        && args.metallb.is_none()
+    {
+        anyhow::bail!(
+            "nothing to migrate: give --from-cluster (or --kubeconfig FILE), --kube-proxy-config, --corefile and/or --metallb"
+        );
     }
-    let m = migrate(args)?;
+    let found = inputs(args)?;
+    for absent in &found.absent {
+        eprintln!("not in the cluster: {absent}");
+    }
+    let m = migrate(&found)?;
     let objects = yaml_stream(&m.objects)?;
     let values = serde_saphyr::to_string(&m.values.to_value())?;
     match &args.out {

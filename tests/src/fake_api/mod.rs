@@ -99,12 +99,14 @@ pub struct FakeApi {
     pub addr: SocketAddr,
 }
 
-/// The resources a Tideway component may ask for: (path, kind, apiVersion).
+/// The resources a Tideway component (or `tideway migrate`) may ask for: (path, kind,
+/// apiVersion).
 pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/api/v1/services", "Service", "v1"),
     ("/api/v1/nodes", "Node", "v1"),
     ("/api/v1/pods", "Pod", "v1"),
     ("/api/v1/namespaces", "Namespace", "v1"),
+    ("/api/v1/configmaps", "ConfigMap", "v1"),
     ("/apis/discovery.k8s.io/v1/endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
     ("/apis/tideway.io/v1alpha1/proxyconfigs", "ProxyConfig", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/nodeproxystates", "NodeProxyState", "tideway.io/v1alpha1"),
