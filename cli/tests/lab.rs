@@ -858,7 +858,7 @@ fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
             let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
             if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
         })
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
         eventually(patience(15.0), || lab.curl("mypc", &lb))
             .unwrap_or_else(|e| panic!("after the switch to {mode}: {e}"));
     }
