@@ -21,7 +21,11 @@ pub struct FileSource {
     reach: Option<crate::lab::Reach>,
 }
 
-type Fingerprint = (SystemTime, u64);
+/// What tells a new version of the file without reading it: its inode (a file replaced by a
+/// rename, as the lab and kubelet's ConfigMap volumes do, is a new one), modification time and
+/// length. The time alone is not enough: it moves in clock ticks of several milliseconds, and
+/// two versions of one length written within one tick would look the same.
+type Fingerprint = (u64, SystemTime, u64);
 
 impl FileSource {
     /// Watches `path`, checking for changes every `interval`.
@@ -54,8 +58,9 @@ impl FileSource {
     }
 
     fn fingerprint(&self) -> Option<Fingerprint> {
+        use std::os::unix::fs::MetadataExt;
         let md = std::fs::metadata(&self.path).ok()?;
-        Some((md.modified().ok()?, md.len()))
+        Some((md.ino(), md.modified().ok()?, md.len()))
     }
 
     /// Loads the file, marks the state synced, then reloads on change until cancelled. Each
@@ -223,6 +228,38 @@ mod tests {
         tokio::task::spawn_blocking(move || std::fs::write(writer, SVC)).await.unwrap().unwrap();
         tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
         assert_eq!(cluster.lock().service_count(), 1);
+        source.abort();
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A version replacing the file by a rename, of the same length and stamped with the same
+    /// modification time (two writes within one clock tick), is still seen as new.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renamed_version_of_the_same_length_and_time_is_read() {
+        let dir = std::env::temp_dir().join(format!("tideway-src-rename-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.yaml");
+        std::fs::write(&path, SVC).unwrap();
+        let cluster = SharedCluster::new();
+        let source = tokio::spawn(FileSource::new(&path, Duration::from_millis(10)).run(cluster.clone()));
+        tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
+        let stamp = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let next = SVC.replace("10.96.0.10", "10.96.0.11");
+        assert_eq!(next.len(), SVC.len());
+        let tmp = dir.join(".c.yaml.tmp");
+        std::fs::write(&tmp, &next).unwrap();
+        std::fs::File::options().write(true).open(&tmp).unwrap().set_modified(stamp).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        let want: std::net::IpAddr = "10.96.0.11".parse().unwrap();
+        let mut seen = false;
+        for _ in 0..500 {
+            seen = cluster.lock().services().next().is_some_and(|s| s.cluster_ips == vec![want]);
+            if seen {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(seen, "the new version was not read");
         source.abort();
         std::fs::remove_dir_all(&dir).ok();
     }
