@@ -16,6 +16,11 @@ pub struct BackgroundApi {
 impl BackgroundApi {
     /// Starts the server; `netns` names a namespace under /run/netns.
     pub fn start(netns: Option<&str>) -> BackgroundApi {
+        BackgroundApi::start_at(netns, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Starts the server on `bind` (see [`FakeApi::start_at`]), inside `netns` when given.
+    pub fn start_at(netns: Option<&str>, bind: std::net::SocketAddr) -> BackgroundApi {
         let path = netns.map(|n| format!("/run/netns/{n}"));
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -26,7 +31,7 @@ impl BackgroundApi {
             }
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             rt.block_on(async move {
-                tx.send(FakeApi::start().await).expect("hand over");
+                tx.send(FakeApi::start_at(bind).await).expect("hand over");
                 let _ = stopped.await;
             });
         });

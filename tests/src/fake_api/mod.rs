@@ -137,6 +137,13 @@ pub fn path_of(kind: &str) -> &'static str {
 impl FakeApi {
     /// Starts serving on 127.0.0.1 (of the current network namespace) in the current runtime.
     pub async fn start() -> FakeApi {
+        FakeApi::start_at(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Starts serving on `bind` (port 0: any free one) in the current runtime: an address
+    /// other than loopback lets processes in other network namespaces reach it, as the nodes
+    /// of a cluster reach its API server.
+    pub async fn start_at(bind: SocketAddr) -> FakeApi {
         let resources = RESOURCES
             .iter()
             .map(|(path, kind, api_version)| {
@@ -174,7 +181,7 @@ impl FakeApi {
             rbac: rbac::Rbac::chart(rbac::DEFAULT_VALUES),
             usage: Default::default(),
         }));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake API");
+        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind fake API");
         let addr = listener.local_addr().expect("addr");
         let app = axum::Router::new().fallback(handle).with_state(inner.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });

@@ -1,0 +1,184 @@
+//! Failover with whole components: `tideway operator` and two `tideway agent`s (dataplane,
+//! announcer, gossip), each a process in its own network namespace, against a stand-in API
+//! server whose Nodes stay Ready and never change, as kubelet keeps them when only an agent
+//! dies. Killing the announcing agent must move the address: the other node's agent answers
+//! ARP for it and a client on the segment is served through that node. Needs root.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::Child;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use support::*;
+use tideway_tests::fake_api::{Account, BackgroundApi, FakeApi};
+use tideway_tests::netns::{Cluster, Netns, eventually, tcp};
+
+/// The client's address on the segment: the API server and the operator run there, as a
+/// control-plane host beside the nodes.
+const CONTROL: &str = "192.168.0.100";
+/// The pool, on the nodes' segment and clear of the addresses the battery routes.
+const POOL: &str = "192.168.0.220-192.168.0.229";
+
+/// The battery's objects, Nodes Ready, a pool and LoadBalancer Service `lb` with a pod on
+/// each node.
+fn objects() -> String {
+    let mut y = manifest("nftables", "");
+    y += &format!(
+        "---\napiVersion: tideway.io/v1alpha1\nkind: LoadBalancerPool\nmetadata: {{name: default}}\nspec: {{addresses: [{POOL}]}}\n"
+    );
+    y += "---\napiVersion: v1\nkind: Service\nmetadata: {name: lb, namespace: demo}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.30, ports: [{name: p, port: 80, nodePort: 30090}]}\n";
+    y += "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: lb-1, namespace: demo, labels: {kubernetes.io/service-name: lb}}\naddressType: IPv4\nports: [{name: p, port: 8080, protocol: TCP}]\nendpoints:\n- {addresses: [10.244.1.11], nodeName: node-a, conditions: {ready: true}}\n- {addresses: [10.244.2.11], nodeName: node-b, conditions: {ready: true}}\n";
+    y
+}
+
+/// Both Nodes with a Ready condition that stays true.
+fn ready_nodes(api: &FakeApi) {
+    for (name, ip, pods, zone) in [
+        ("node-a", "192.168.0.10", "10.244.1.0/24", "zone-a"),
+        ("node-b", "192.168.0.11", "10.244.2.0/24", "zone-b"),
+    ] {
+        api.upsert(json!({"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+            "spec": {"podCIDRs": [pods]},
+            "status": {"addresses": [{"type": "InternalIP", "address": ip}],
+                       "conditions": [{"type": "Ready", "status": "True"}]}}));
+    }
+}
+
+/// The node named by `lb`'s L2Announcement.
+fn announcer(api: &FakeApi) -> Option<String> {
+    api.get("L2Announcement", Some("demo"), "lb")?["spec"]["node"].as_str().map(str::to_string)
+}
+
+/// The Service's LoadBalancer address, once assigned.
+fn lb_address(api: &FakeApi) -> Option<IpAddr> {
+    api.get("Service", Some("demo"), "lb")?["status"]["loadBalancer"]["ingress"][0]["ip"]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+fn mac_of(ns: &Netns) -> String {
+    ns.sh("cat /sys/class/net/eth0/address").trim().to_string()
+}
+
+/// The client's neighbour entry for `ip` (its MAC, if it has one).
+fn neighbour(client: &Netns, ip: IpAddr) -> Option<String> {
+    let line = client.sh(&format!("ip neigh show {ip}"));
+    line.split_whitespace().skip_while(|w| *w != "lladdr").nth(1).map(str::to_string)
+}
+
+/// Served through the node whose eth0 has `mac`: the connection succeeds while the client's
+/// neighbour entry points at that MAC, before and after.
+fn served_through(client: &Netns, lb: SocketAddr, mac: &str) -> Result<String, String> {
+    let before = neighbour(client, lb.ip());
+    let answer = tcp(client, lb)?;
+    let after = neighbour(client, lb.ip());
+    match (before, after) {
+        (Some(b), Some(a)) if b == mac && a == mac => Ok(answer.name),
+        other => Err(format!("neighbour entry {other:?}, want {mac}")),
+    }
+}
+
+fn spawn(ns: &Netns, c: &Cluster, args: &[&str], log: &str) -> Child {
+    let scale = patience(1.0).as_secs_f64().to_string();
+    ns.spawn(&c.bin, args, &c.dir.join(log), &[("TIDEWAY_GOSSIP_TIME_SCALE", scale.as_str())])
+}
+
+/// Killed on drop, so a failing test leaves no process behind.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn killing_the_announcing_agent_moves_the_address_while_its_node_stays_ready() {
+    tideway_tests::netns::require_root("the agents");
+    let c = cluster("kube-failover");
+    let server = BackgroundApi::start_at(Some(&c.client.name), format!("{CONTROL}:0").parse().unwrap());
+    server.preload_yaml(&objects());
+    ready_nodes(&server.api);
+    let nodes_before: Vec<Value> =
+        ["node-a", "node-b"].map(|n| server.api.get("Node", None, n).unwrap()).to_vec();
+
+    let operator_kc = server.api.kubeconfig(&c.dir, Account::Operator).display().to_string();
+    let operator = spawn(
+        &c.client,
+        &c,
+        &[
+            "operator",
+            "--source",
+            "kubernetes",
+            "--kubeconfig",
+            &operator_kc,
+            "--gossip-advertise-address",
+            CONTROL,
+        ],
+        "operator.log",
+    );
+    let mut procs = Procs(vec![operator]);
+    let agent_kc = server.api.kubeconfig(&c.dir, Account::Agent).display().to_string();
+    for node in &c.nodes {
+        let args = ["agent", "--node", &node.name, "--source", "kubernetes", "--kubeconfig", &agent_kc];
+        let mut args = args.to_vec();
+        args.extend(["--min-sync-period", "100ms", "--sync-period", "2s"]);
+        procs.0.push(spawn(&node.ns, &c, &args, &format!("agent-{}.log", node.name)));
+    }
+    let logs = || {
+        ["operator.log", "agent-node-a.log", "agent-node-b.log"]
+            .map(|l| format!("--- {l}\n{}", tail(&c.log(l), 40)))
+            .join("\n")
+    };
+
+    let ip = eventually(patience(20.0), || lb_address(&server.api).ok_or("no address yet".to_string()))
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    let lb = SocketAddr::new(ip, 80);
+    let first = eventually(patience(20.0), || announcer(&server.api).ok_or("no announcer yet".to_string()))
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    let index = |name: &str| c.nodes.iter().position(|n| n.name == name).expect("a node of the test");
+    let (old, new) = (index(&first), 1 - index(&first));
+    let (old_mac, new_mac) = (mac_of(&c.nodes[old].ns), mac_of(&c.nodes[new].ns));
+    // The client reaches the address through the announcer (ARP answered by its agent).
+    eventually(patience(20.0), || {
+        let _ = tcp(&c.client, lb);
+        served_through(&c.client, lb, &old_mac)
+    })
+    .unwrap_or_else(|e| panic!("not served through {first}: {e}\n{}", logs()));
+    // Both agents alive: nothing moves.
+    std::thread::sleep(patience(2.0));
+    assert_eq!(announcer(&server.api).as_deref(), Some(first.as_str()), "moved while both agents live");
+
+    // The announcing agent dies (SIGKILL: no goodbye); its Node stays Ready, its rules stay.
+    let killed = Instant::now();
+    let agent = &mut procs.0[1 + old];
+    agent.kill().expect("kill the agent");
+    agent.wait().expect("reap the agent");
+    let second = eventually(patience(10.0), || {
+        announcer(&server.api).filter(|n| *n != first).ok_or("still on the dead agent's node".to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    assert_eq!(second, c.nodes[new].name);
+    // The client, which only keeps trying, is served through the new node: its agent's
+    // gratuitous ARP updated the client's neighbour entry.
+    let served = eventually(patience(10.0), || served_through(&c.client, lb, &new_mac))
+        .unwrap_or_else(|e| panic!("not served through {second}: {e}\n{}", logs()));
+    let took = killed.elapsed();
+    println!("agent killed to served through {second}: {took:?} (answered by {served})");
+    let nodes_after: Vec<Value> =
+        ["node-a", "node-b"].map(|n| server.api.get("Node", None, n).unwrap()).to_vec();
+    assert_eq!(nodes_before, nodes_after, "the Nodes never changed");
+    drop(procs);
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
