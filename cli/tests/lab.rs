@@ -137,16 +137,40 @@ impl TestLab {
             let ct = self.exec(name, &["conntrack", "-L"]);
             out += &format!("conntrack on {name}:\n{}\n", String::from_utf8_lossy(&ct.stdout));
         }
-        // What the components warned of (an address that moved, a member thought dead).
-        let logs = std::path::Path::new(self.status()["dir"].as_str().unwrap_or_default()).join("logs");
-        for entry in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            let notable: Vec<&str> = text
-                .lines()
+        // Each agent's own status (the lab shows their last NodeProxyState), asked with a
+        // time limit: an agent whose sync loop is stuck does not answer.
+        let status = self.status();
+        let token = format!("authorization: Bearer {}", status["apiToken"].as_str().unwrap_or_default());
+        for label in status["apis"].as_object().into_iter().flat_map(|a| a.keys()) {
+            if label.starts_with("agent/") && !label.ends_with("/healthz") {
+                let url = api_url(&status, label, "/api/v1/status");
+                let got = curl_api(&status).args(["-s", "--max-time", "5", "-H", &token, &url]).output();
+                let text = got.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+                out += &format!("{label} says: {}\n", if text.is_empty() { "(no answer)" } else { &text });
+            }
+        }
+        // What every process is doing (a child that hangs, a thread waiting in the kernel).
+        let ps = Command::new("ps").args(["-eLo", "pid,tid,stat,wchan:32,etime,args"]).output();
+        let ps = ps.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let busy = ps.lines().filter(|l| ["tideway", "iptables", "nft", "ip "].iter().any(|w| l.contains(w)));
+        out += &format!("processes:\n{}\n", busy.collect::<Vec<_>>().join("\n"));
+        // What the components warned of (an address that moved, a member thought dead), and
+        // the last lines of each log whatever they say.
+        let dir = std::path::Path::new(status["dir"].as_str().unwrap_or_default()).to_path_buf();
+        let logs = std::fs::read_dir(dir.join("logs")).into_iter().flatten().flatten().map(|e| e.path());
+        for path in logs.chain([dir.join("lab.log")]) {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let notable: Vec<&str> = lines
+                .iter()
+                .copied()
                 .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("announc"))
                 .collect();
-            let tail = &notable[notable.len().saturating_sub(20)..];
-            out += &format!("{}:\n{}\n", entry.file_name().to_string_lossy(), tail.join("\n"));
+            let last = &notable[notable.len().saturating_sub(20)..];
+            let tail = &lines[lines.len().saturating_sub(15)..];
+            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            out +=
+                &format!("{name}, notable:\n{}\n{name}, last lines:\n{}\n", last.join("\n"), tail.join("\n"));
         }
         out
     }
