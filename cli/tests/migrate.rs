@@ -172,5 +172,33 @@ fn a_running_cluster_migrates_as_its_files_do() {
     for absent in ["kube-system/kube-proxy", "kube-system/coredns", "IPAddressPools"] {
         assert!(stderr.contains(absent), "{absent} not named: {stderr}");
     }
+
+    // MetalLB's CRDs not installed (the API server answers 404 for its kinds): named as
+    // absent, not an error; the rest converts.
+    empty.preload_yaml(&kube_proxy);
+    for kind in ["IPAddressPool", "L2Advertisement"] {
+        empty.api.unserve(kind);
+    }
+    let (objects, _, _, stderr) = migrate_to(
+        &dir.join("no-metallb"),
+        &["--from-cluster".as_ref(), "--kubeconfig".as_ref(), kubeconfig.as_os_str()],
+    );
+    assert!(objects.contains("kind: ProxyConfig"), "{objects}");
+    assert!(stderr.contains("MetalLB not installed"), "{stderr}");
+
+    // A user the API server does not let read kube-system's ConfigMaps: refused, saying which
+    // object and why, and nothing is written.
+    let denied = empty.api.kubeconfig(&dir, tideway_tests::fake_api::Account::Dns);
+    let out = Command::new(BIN)
+        .args(["migrate", "--from-cluster", "--kubeconfig"])
+        .arg(&denied)
+        .arg("--out")
+        .arg(dir.join("denied"))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a forbidden read passed: {stderr}");
+    assert!(stderr.contains("ConfigMap kube-system/kube-proxy") && stderr.contains("forbidden"), "{stderr}");
+    assert!(!dir.join("denied").join("objects.yaml").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

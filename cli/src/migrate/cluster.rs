@@ -37,6 +37,10 @@ fn cluster_error(what: &str, e: kube::Error) -> MigrateError {
     MigrateError::Input(what.to_string(), format!("reading it from the cluster: {e}"))
 }
 
+fn unreadable(what: &str, e: &serde_json::Error) -> MigrateError {
+    MigrateError::Input(what.to_string(), format!("as read from the cluster, it does not serialise: {e}"))
+}
+
 /// A ConfigMap of kube-system, None when it does not exist.
 async fn config_map(client: &kube::Client, name: &str) -> Result<Option<ConfigMap>, MigrateError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), KUBE_SYSTEM);
@@ -54,19 +58,22 @@ async fn metallb_objects(client: &kube::Client, kind: &str) -> Result<Vec<Value>
     };
     // List items come without their kind; the conversion reads it.
     let with_kind = |o: DynamicObject| {
-        let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+        let mut v = serde_json::to_value(o).map_err(|e| unreadable(&format!("a MetalLB {kind}"), &e))?;
         v["apiVersion"] = json!(resource.api_version);
         v["kind"] = json!(kind);
-        v
+        Ok(v)
     };
-    Ok(list.items.into_iter().map(with_kind).collect())
+    list.items.into_iter().map(with_kind).collect()
 }
 
 /// Reads every input from the cluster `client` talks to.
 pub(crate) async fn read(client: kube::Client) -> Result<Found, MigrateError> {
     let mut found = Found::default();
     match config_map(&client, "kube-proxy").await? {
-        Some(cm) => found.kube_proxy = serde_json::to_string(&cm).ok(),
+        Some(cm) => {
+            let what = format!("ConfigMap {KUBE_SYSTEM}/kube-proxy");
+            found.kube_proxy = Some(serde_json::to_string(&cm).map_err(|e| unreadable(&what, &e))?);
+        }
         None => found.absent.push(format!("ConfigMap {KUBE_SYSTEM}/kube-proxy (no kube-proxy)")),
     }
     match config_map(&client, "coredns").await? {

@@ -286,6 +286,12 @@ impl FakeApi {
         self.lock().rbac = rbac::Rbac::chart(set);
     }
 
+    /// Stops serving `kind` at all, as an API server where its CRD is not installed: every
+    /// request for it is a `404 NotFound` ("could not find the requested resource").
+    pub fn unserve(&self, kind: &str) {
+        self.lock().resources.remove(path_of(kind));
+    }
+
     /// Makes every request for `kind` answer 403, whatever the chart grants (a grant withdrawn
     /// or not yet in force), or stop doing so.
     pub fn forbid(&self, kind: &str, forbidden: bool) {
