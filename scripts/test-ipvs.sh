@@ -31,7 +31,7 @@ echo "booting $kernel for: $(echo $bins) ($filter)"
 # QEMU reopens its standard output by path and would truncate a log file the caller
 # redirected it to, so the output goes through a pipe.
 vng --run "$kernel" --user root --disable-kvm --memory 2G --cpus 2 --rwdir "$PWD/target/vm" --overlay-rwdir /etc \
-  --cwd "$PWD/cli" --exec "rc=0; $run echo \$rc > $status" 2>&1 | cat
+  --cwd "$PWD/cli" --exec "$PWD/scripts/vm-netfilter-modules.sh; rc=0; $run echo \$rc > $status" 2>&1 | cat
 rc=$(cat "$status" 2>/dev/null || echo 1)
 rm -f "$status"
 exit "$rc"

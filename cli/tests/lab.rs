@@ -867,7 +867,10 @@ fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
     for (pod, n) in &seen {
         assert!((8..=32).contains(n), "{pod} served {n} of 40: {seen:?}");
     }
-    let by_name = lab.curl("webpod1", "http://svc2").expect("svc2 by name from a pod");
+    // A name lookup and a connection through IPVS, each of which can take most of curl's 2 s
+    // in an emulated VM: tried within the test's patience.
+    let by_name =
+        eventually(patience(5.0), || lab.curl("webpod1", "http://svc2")).expect("svc2 by name from a pod");
     assert!(by_name.starts_with("webpod"), "{by_name}");
     // Only the announcer answers ARP (strictARP keeps the other nodes, which hold the address
     // on kube-ipvs0, silent).
@@ -876,7 +879,9 @@ fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
     assert!(neigh.contains(&lab.mac_of(&announcer)), "{neigh} is not {announcer}'s MAC");
     for mode in ["nftables", "ipvs"] {
         lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
-        eventually(patience(20.0), || {
+        // Every agent's first transactions in a mode load the kernel modules they use; in an
+        // emulated VM that alone can take minutes (the VM script loads them before the tests).
+        eventually(patience(40.0), || {
             let s = lab.status();
             let nodes = s["nodes"].as_array().unwrap();
             let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
