@@ -116,6 +116,11 @@ pub(crate) fn longest_dual_answer(rounds: &Rounds) -> Duration {
     best
 }
 
+/// When the first probe went out that a MAC other than `old` answered.
+pub(crate) fn first_answer_not_from(rounds: &Rounds, old: &str) -> Option<Instant> {
+    rounds.iter().find(|(_, answers)| answers.iter().any(|m| fmt_mac(m) != old)).map(|(sent, _)| *sent)
+}
+
 /// The MACs that answered any probe.
 pub(crate) fn answered(rounds: &Rounds) -> Vec<[u8; 6]> {
     let mut all: Vec<[u8; 6]> = rounds.iter().flat_map(|(_, a)| a.iter().copied()).collect();

@@ -102,11 +102,15 @@ fn neighbour() -> Option<String> {
 /// Waits, from `mypc`, for the first curl of the address that succeeds while the neighbour
 /// entry points at a MAC other than `old` (any, without `old`), before and after; how long
 /// after `since` it came.
-fn first_curl(old: Option<String>, since: Instant) -> std::thread::JoinHandle<Option<Duration>> {
+/// Also counts the curls that went through the new node and failed on the way (a connection
+/// sent to an endpoint on the node that is gone: its Node stays Ready, so its pods stay
+/// endpoints, as with kube-proxy).
+fn first_curl(old: Option<String>, since: Instant) -> std::thread::JoinHandle<(Option<Duration>, usize)> {
     let path = format!("/run/netns/tw-{NAME}-h-mypc");
     std::thread::spawn(move || {
         let fd = std::fs::File::open(&path).expect("mypc's namespace");
         nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        let mut failed = 0;
         while since.elapsed() < PATIENCE {
             let before = neighbour();
             if before.is_some() && before != old {
@@ -114,12 +118,13 @@ fn first_curl(old: Option<String>, since: Instant) -> std::thread::JoinHandle<Op
                 let out = Command::new("curl").args(["-s", "--max-time", "1", &LB.to_string()]).output();
                 let served = out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Hostname:"));
                 if served && neighbour() == before {
-                    return Some(since.elapsed());
+                    return (Some(since.elapsed()), failed);
                 }
+                failed += usize::from(!served);
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        None
+        (None, failed)
     })
 }
 
@@ -141,6 +146,10 @@ fn settled() {
 struct Trial {
     /// Fault to the first curl served (through another node when the address must move).
     served: Option<Duration>,
+    /// Curls through the new node that failed before that one.
+    failed_curls: usize,
+    /// Fault to the first ARP probe another node answered (the address moved).
+    answered_elsewhere: Option<Duration>,
     /// The longest run of probes two nodes answered: while the fault lasted, and from the
     /// repair on.
     dual: (Duration, Duration),
@@ -154,7 +163,11 @@ fn trial(scenario: Scenario, macs: &BTreeMap<String, String>) -> Trial {
     let probe = Prober::start(&format!("tw-{NAME}-h-{}", PROBE_HOST.0), PROBE_HOST.1, LB);
     let started = Instant::now();
     lab(&scenario.fault(&old));
-    let served = first_curl(scenario.moves().then(|| old_mac.clone()), started).join().expect("curl thread");
+    let (served, failed_curls) =
+        first_curl(scenario.moves().then(|| old_mac.clone()), started).join().expect("curl thread");
+    if served.is_none() {
+        explain_unserved(scenario, &old);
+    }
     std::thread::sleep(scenario.hold());
     let repaired = Instant::now();
     lab(&scenario.repair(&old));
@@ -163,10 +176,34 @@ fn trial(scenario: Scenario, macs: &BTreeMap<String, String>) -> Trial {
     std::thread::sleep(Duration::from_millis(1000));
     let rounds = probe.stop();
     let moved = arp_probe::answered(&rounds).iter().any(|m| arp_probe::fmt_mac(m) != old_mac);
+    let answered_elsewhere =
+        arp_probe::first_answer_not_from(&rounds, &old_mac).map(|t| t.saturating_duration_since(started));
     let (during, after): (arp_probe::Rounds, arp_probe::Rounds) =
         rounds.into_iter().partition(|(sent, _)| *sent < repaired);
     let dual = (arp_probe::longest_dual_answer(&during), arp_probe::longest_dual_answer(&after));
-    Trial { served, dual, moved }
+    Trial { served, failed_curls, answered_elsewhere, dual, moved }
+}
+
+/// What the lab looked like when a trial was never served: each node's agent, network,
+/// fence and announcements, and svc1's announcer.
+fn explain_unserved(scenario: Scenario, old: &str) {
+    let s = status();
+    println!(
+        "  not served ({}; fault on {old}); svc1 announced by {:?}",
+        scenario.describe(),
+        announcer("svc1")
+    );
+    for n in s["nodes"].as_array().into_iter().flatten() {
+        let name = n["name"].as_str().unwrap_or_default();
+        println!(
+            "    {name}: agent {}, network {}, synced {}, announcing {}, fenced {:?}",
+            n["agent"],
+            n["network"],
+            n["synced"],
+            n["announcing"],
+            super::steady::fenced(&s, name)
+        );
+    }
 }
 
 fn report(scenario: Scenario, trials: &[Trial], took: Duration) {
@@ -194,6 +231,23 @@ fn report(scenario: Scenario, trials: &[Trial], took: Duration) {
     }
     let runs: Vec<String> = trials.iter().map(|t| t.served.map_or("-".into(), ms)).collect();
     println!("  runs: {}", runs.join(", "));
+    if scenario.moves() {
+        let arp: Vec<Duration> = trials.iter().filter_map(|t| t.answered_elsewhere).collect();
+        if !arp.is_empty() {
+            println!(
+                "  fault to another node answering ARP for the address: median {}, max {} ({} of {} trials)",
+                ms(pct(arp.clone(), 0.5)),
+                ms(pct(arp.clone(), 1.0)),
+                arp.len(),
+                trials.len()
+            );
+        }
+        let arp_runs: Vec<String> =
+            trials.iter().map(|t| t.answered_elsewhere.map_or("-".into(), ms)).collect();
+        println!("  runs: {}", arp_runs.join(", "));
+        let failed: Vec<String> = trials.iter().map(|t| t.failed_curls.to_string()).collect();
+        println!("  curls through the new node that failed first (1 s limit each): {}", failed.join(", "));
+    }
     println!(
         "  two nodes answering ARP for the address: longest {} during the fault (in {with_during} of {n} trials), {} after the repair (in {with_after})",
         ms(during),

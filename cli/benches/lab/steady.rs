@@ -37,7 +37,7 @@ fn load(n: usize) -> Arc<AtomicBool> {
 }
 
 /// Whether `node`'s agent says it is fenced (None: no answer).
-fn fenced(s: &serde_json::Value, node: &str) -> Option<bool> {
+pub(crate) fn fenced(s: &serde_json::Value, node: &str) -> Option<bool> {
     let label = format!("agent/{node}");
     let url = tideway_lab::certs::url(&label, s["apis"][&label].as_str()?, "/api/v1/status");
     let token = format!("authorization: Bearer {}", s["apiToken"].as_str().unwrap_or_default());
