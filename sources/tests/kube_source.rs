@@ -107,10 +107,11 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
     // relist replaces the kind with only those differences and the rest never disappears.
     let lists_before =
         api.requests_to("/api/v1/services").iter().filter(|r| !r.query.contains_key("watch")).count();
-    api.expire_watches("Service");
-    // Changed and deleted while no watch was open: no event, only the relist can tell.
+    // Changed and deleted with no watch event (as while no watch was open): only the relist
+    // can tell. Both happen before the 410, so every relist sees them.
     api.preload([service("ns1", "web", "10.96.0.20", json!({}))]);
     api.remove_silently("Service", Some("ns1"), "db");
+    api.expire_watches("Service");
     until("the relist after 410 Gone", || {
         api.requests_to("/api/v1/services").iter().filter(|r| !r.query.contains_key("watch")).count()
             > lists_before
