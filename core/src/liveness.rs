@@ -27,14 +27,14 @@ pub struct GossipTimings {
 }
 
 /// Tuned for an address that moves within 2 s of its agent's death: a probe in every period
-/// reaches a random member, so some member probes the dead one within about one period; the
-/// probe fails after one more; suspicion then runs its course and the news spreads with the
-/// next gossip. A member that stalls for less than the suspicion (a loaded 2-core machine:
-/// well under 100 ms) refutes it and nothing moves.
+/// reaches a member of a shuffled round, so some member probes the dead one within a period or
+/// two; the probe (direct, then indirect through others) takes one period; suspicion then runs
+/// its course and the news spreads with the next gossip. A member that stalls for less than the
+/// suspicion (a loaded 2-core machine: well under 100 ms) refutes it and nothing moves.
 pub const TIMINGS: GossipTimings = GossipTimings {
-    probe_period: Duration::from_millis(200),
-    probe_rtt: Duration::from_millis(100),
-    suspicion: Duration::from_millis(800),
+    probe_period: Duration::from_millis(150),
+    probe_rtt: Duration::from_millis(75),
+    suspicion: Duration::from_millis(600),
     gossip_interval: Duration::from_millis(100),
 };
 
