@@ -162,7 +162,13 @@ async fn records(
             records_answer(&name, kind, Some(rcode(a.rcode)), why, &a)
         }
         Outcome::Forward => {
-            let why = "not a name the server is authoritative for: forwarded to the upstreams".to_string();
+            let lower = name.to_lowercase();
+            let why = if index.cluster_zone_labels(&lower).is_some() {
+                "not in the cluster zone, which falls through (--fallthrough): forwarded to the upstreams"
+            } else {
+                "not a name the server is authoritative for: forwarded to the upstreams"
+            };
+            let why = why.to_string();
             records_answer(&name, kind, None, why, &Answer::default())
         }
     };

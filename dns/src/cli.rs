@@ -10,7 +10,10 @@ use tideway_sources::kube::{KubeSource, Role};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::{FileSource, SharedCluster, SourceSpec};
 
-use crate::config::{Settings, SettingsSource, check_ttl, external_zone, parse_service_name, parse_upstream};
+use crate::config::{
+    Settings, SettingsSource, check_ttl, external_zone, extra_zones, fallthrough, parse_service_name,
+    parse_upstream,
+};
 use crate::records::PodsMode;
 use crate::server::{Server, ServerConfig, UdpEngine};
 
@@ -31,9 +34,14 @@ pub struct DnsArgs {
     /// UDP and TCP listen address.
     #[arg(long, default_value = "0.0.0.0:53")]
     pub listen: SocketAddr,
-    /// Cluster domain.
-    #[arg(long, default_value = "cluster.local")]
-    pub zone: String,
+    /// Cluster domain; repeat it to serve the same records under further zones (CoreDNS's
+    /// `kubernetes cluster.local example.local`): the first one names PTR targets.
+    #[arg(long = "zone", default_value = "cluster.local")]
+    pub zones: Vec<String>,
+    /// Ask upstream for a name a cluster zone does not have instead of answering NXDOMAIN
+    /// (CoreDNS's `fallthrough`): in every cluster zone, or `--fallthrough=ZONE,...` in those.
+    #[arg(long, num_args = 0.., value_delimiter = ',', require_equals = true, value_name = "ZONE")]
+    pub fallthrough: Option<Vec<String>>,
     /// resolv.conf listing the upstream servers for other names.
     #[arg(long, default_value = "/etc/resolv.conf")]
     pub upstream_resolv_conf: PathBuf,
@@ -113,14 +121,17 @@ fn duration(flag: &str, value: &str) -> anyhow::Result<Duration> {
 
 /// The settings source described by `args`.
 fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
-    let mut base = Settings::new(&args.zone)?;
+    let (first, more) = args.zones.split_first().context("--zone: at least one cluster zone")?;
+    let mut base = Settings::new(first)?;
+    base.index.extra_zones = extra_zones(more, &base.index.zone)?;
+    base.index.fallthrough = fallthrough(args.fallthrough.as_deref())?;
     base.index.ttl = check_ttl(args.ttl)?;
     base.index.pods = args.pods.parse::<PodsMode>()?;
     base.index.dns_service = Some(parse_service_name(&args.dns_service)?);
     base.index.require_programmed = args.require_programmed;
     base.index.endpoint_pod_names = args.endpoint_pod_names;
     if let Some(zone) = &args.external_zone {
-        base.index.external = Some(external_zone(zone, args.external_ttl, &base.index.zone)?);
+        base.index.external = Some(external_zone(zone, args.external_ttl, &base.index)?);
     }
     if !args.listen.ip().is_unspecified() {
         base.index.fallback_ns_addrs = vec![args.listen.ip()];
@@ -241,5 +252,45 @@ async fn serve_until_stopped(
                 tracing::error!(error = %e, "reload failed; keeping the previous settings");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::records::{Fallthrough, parse_zone};
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        dns: DnsArgs,
+    }
+
+    fn index(args: &[&str]) -> anyhow::Result<crate::records::IndexSettings> {
+        let cmd = Cmd::try_parse_from(std::iter::once("dns").chain(args.iter().copied()))?;
+        Ok(settings_source(&cmd.dns)?.base.index)
+    }
+
+    #[test]
+    fn zones_and_fallthrough_from_the_command_line() {
+        let zone = |z: &str| parse_zone(z).unwrap();
+        let ix = index(&[]).unwrap();
+        assert_eq!(
+            (ix.zone.clone(), ix.extra_zones.len(), &ix.fallthrough),
+            (zone("cluster.local"), 0, &Fallthrough::Never)
+        );
+        let ix = index(&["--zone", "k8s.example", "--zone=Example.Local.", "--fallthrough"]).unwrap();
+        assert_eq!(ix.zone, zone("k8s.example"));
+        assert_eq!(ix.extra_zones, [zone("example.local")]);
+        assert_eq!(ix.fallthrough, Fallthrough::Everywhere);
+        let ix = index(&["--fallthrough=example.local,in-addr.arpa"]).unwrap();
+        assert_eq!(ix.fallthrough, Fallthrough::In(vec![zone("example.local"), zone("in-addr.arpa")]));
+        let twice = index(&["--zone", "a.local", "--zone", "A.LOCAL"]).unwrap_err().to_string();
+        assert!(twice.contains("given twice"), "{twice}");
+        let overlap = index(&["--zone", "a.local", "--zone", "ext.b.local", "--external-zone", "b.local"]);
+        assert!(overlap.unwrap_err().to_string().contains("overlaps the cluster zone ext.b.local."));
+        assert!(index(&["--fallthrough=.."]).is_err(), "not a zone");
     }
 }

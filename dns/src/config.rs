@@ -31,7 +31,7 @@ use tideway_core::model::ServiceName;
 use crate::forward::cache::CacheSettings;
 use crate::forward::{ForwardSettings, parse_resolv_conf};
 use crate::handler::Options;
-use crate::records::{ExternalZone, IndexSettings, PodsMode, ZoneError};
+use crate::records::{ExternalZone, Fallthrough, IndexSettings, PodsMode, ZoneError, parse_zone};
 
 /// Everything about serving that can change without restarting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,11 +150,11 @@ pub fn parse_service_name(s: &str) -> Result<ServiceName, ConfigError> {
     }
 }
 
-/// The external zone `zone` with `ttl`; it may neither be, hold nor sit inside the cluster
-/// zone `cluster`.
-pub fn external_zone(zone: &str, ttl: u32, cluster: &Name) -> Result<ExternalZone, ConfigError> {
+/// The external zone `zone` with `ttl`; it may neither be, hold nor sit inside a cluster zone
+/// of `index`.
+pub fn external_zone(zone: &str, ttl: u32, index: &IndexSettings) -> Result<ExternalZone, ConfigError> {
     let mut ext = ExternalZone::new(zone)?;
-    if ext.zone.zone_of(cluster) || cluster.zone_of(&ext.zone) {
+    if let Some(cluster) = index.cluster_zones().find(|c| ext.zone.zone_of(c) || c.zone_of(&ext.zone)) {
         return Err(ConfigError::Invalid(format!(
             "external zone {} overlaps the cluster zone {cluster}",
             ext.zone
@@ -162,6 +162,28 @@ pub fn external_zone(zone: &str, ttl: u32, cluster: &Name) -> Result<ExternalZon
     }
     ext.ttl = check_ttl(ttl)?;
     Ok(ext)
+}
+
+/// The cluster zones after `first`: each a zone name, none repeated.
+pub fn extra_zones(zones: &[String], first: &Name) -> Result<Vec<Name>, ConfigError> {
+    let mut out: Vec<Name> = Vec::new();
+    for z in zones {
+        let zone = parse_zone(z)?;
+        if &zone == first || out.contains(&zone) {
+            return Err(ConfigError::Invalid(format!("cluster zone {zone} is given twice")));
+        }
+        out.push(zone);
+    }
+    Ok(out)
+}
+
+/// `--fallthrough`: absent (never), without zones (every cluster zone) or with them.
+pub fn fallthrough(zones: Option<&[String]>) -> Result<Fallthrough, ConfigError> {
+    match zones {
+        None => Ok(Fallthrough::Never),
+        Some([]) => Ok(Fallthrough::Everywhere),
+        Some(zones) => Ok(Fallthrough::In(zones.iter().map(|z| parse_zone(z)).collect::<Result<_, _>>()?)),
+    }
 }
 
 /// Checks the TTL range CoreDNS allows.
@@ -214,7 +236,7 @@ fn apply(
             (None, None) => return Err(ConfigError::Invalid("externalTtl without externalZone".into())),
         };
         let ttl = f.external_ttl.or(s.index.external.as_ref().map(|e| e.ttl)).unwrap_or(5);
-        s.index.external = Some(external_zone(&zone, ttl, &s.index.zone)?);
+        s.index.external = Some(external_zone(&zone, ttl, &s.index)?);
     }
     if let Some(r) = f.resolv_conf {
         s.resolv_conf = Some(r);

@@ -279,6 +279,45 @@ fn load_balancer_ips_resolve_in_the_external_zone() {
     rt.block_on(server.shutdown());
 }
 
+/// Several cluster zones (`--zone` twice) and `--fallthrough=example.local`: the second zone
+/// answers as the first, spelled as asked; a name it does not have is asked upstream, while the
+/// first zone still denies.
+#[test]
+fn a_second_cluster_zone_answers_alike_and_falls_through() {
+    use tideway_dns::records::{Fallthrough, parse_zone};
+    require_dig();
+    let rt = runtime();
+    let upstream = Upstream::start(&rt);
+    let mut settings = settings(&[upstream.addr]);
+    settings.index.extra_zones = vec![parse_zone("example.local").unwrap()];
+    settings.index.fallthrough = Fallthrough::In(vec![parse_zone("example.local").unwrap()]);
+    let server = start(&rt, cluster(), settings);
+    let at = server.dns_addr;
+    assert_eq!(lines(&dig(at, &["+short", "web.ns1.svc.example.local"])), ["10.96.0.10"]);
+    let out = dig(at, &["+noall", "+answer", "+additional", "_http._tcp.web.ns1.svc.Example.Local", "SRV"]);
+    assert!(out.contains("IN SRV 0 100 80 web.ns1.svc.Example.Local."), "{out}");
+    assert!(out.contains("web.ns1.svc.Example.Local. 5 IN A 10.96.0.10"), "{out}");
+    assert_eq!(lines(&dig(at, &["+short", "-x", "10.96.0.10"])), ["web.ns1.svc.cluster.local."]);
+    // Not in the cluster: upstream answers for the zone that falls through...
+    let before = upstream.count();
+    assert_eq!(lines(&dig(at, &["+short", "db.example.local"])), ["192.0.2.21"]);
+    assert_eq!(upstream.count(), before + 1);
+    let out = dig(at, &["+noall", "+comments", "+authority", "nope.ns1.svc.example.local"]);
+    assert!(out.contains("status: NXDOMAIN") && out.contains("test. 30 IN SOA"), "upstream's denial: {out}");
+    // ... and the first zone, which does not fall through, denies what upstream has.
+    let out = dig(at, &["+noall", "+comments", "+authority", "legacy.ns1.svc.cluster.local"]);
+    assert!(out.contains("status: NXDOMAIN") && out.contains("SOA ns.dns.cluster.local."), "{out}");
+    rt.block_on(server.shutdown());
+
+    // `--fallthrough` alone: every cluster zone.
+    let mut settings = common::settings(&[upstream.addr]);
+    settings.index.fallthrough = Fallthrough::Everywhere;
+    let server = start(&rt, cluster(), settings);
+    assert_eq!(lines(&dig(server.dns_addr, &["+short", "legacy.ns1.svc.cluster.local"])), ["192.0.2.20"]);
+    assert_eq!(lines(&dig(server.dns_addr, &["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"]);
+    rt.block_on(server.shutdown());
+}
+
 #[test]
 fn hickory_udp_engine_answers_the_same() {
     require_dig();

@@ -214,12 +214,7 @@ fn kubernetes(c: &mut Converted, p: &Directive) {
         [zone, more @ ..] => {
             c.values.dns.insert("clusterDomain".into(), zone.trim_end_matches('.').into());
             for z in more {
-                c.left.push(Left::new(
-                    SOURCE,
-                    &at,
-                    &Value::String((*z).clone()),
-                    "Tideway serves one cluster zone (the first one is carried)",
-                ));
+                c.values.dns_args.push(format!("--zone={}", z.trim_end_matches('.')));
             }
         }
     }
@@ -228,14 +223,21 @@ fn kubernetes(c: &mut Converted, p: &Directive) {
             ("pods", [mode]) if ["disabled", "insecure", "verified"].contains(&mode.as_str()) => {
                 c.values.dns.insert("pods".into(), mode.as_str().into());
             }
-            ("fallthrough", zones) if !zones.is_empty() && zones.iter().all(|z| is_reverse(z)) => {}
+            // The reverse names that are not the cluster's always go upstream.
+            ("fallthrough", []) => c.values.dns_args.push("--fallthrough".into()),
+            ("fallthrough", zones) => {
+                let ours: Vec<&str> =
+                    zones.iter().filter(|z| !is_reverse(z)).map(|z| z.trim_end_matches('.')).collect();
+                if !ours.is_empty() {
+                    c.values.dns_args.push(format!("--fallthrough={}", ours.join(",")));
+                }
+            }
             ("endpoint_pod_names", []) => {
                 c.values.dns.insert("endpointPodNames".into(), true.into());
             }
             ("ttl", [n]) if n.parse::<u32>().is_ok_and(|n| n <= 3600) => {
                 c.values.dns.insert("ttl".into(), n.parse::<u32>().unwrap_or(30).into());
             }
-            ("fallthrough", _) => leave(c, &at, o, "Tideway falls through for the reverse zones only"),
             _ => leave(c, &at, o, "no equivalent in Tideway"),
         }
     }
@@ -340,6 +342,15 @@ mod tests {
     }
 
     #[test]
+    fn fallthrough_keeps_its_cluster_zones() {
+        let text = ".:53 {\n  kubernetes cluster.local example.local in-addr.arpa ip6.arpa {\n    \
+                    fallthrough example.local. in-addr.arpa ip6.arpa\n  }\n  forward . /etc/resolv.conf\n}\n";
+        let c = convert(text).expect("converts");
+        assert_eq!(c.values.dns_args, ["--zone=example.local", "--fallthrough=example.local"]);
+        assert!(rows(&c).is_empty(), "{:#?}", c.left);
+    }
+
+    #[test]
     fn what_has_no_equivalent_is_named() {
         let text = ".:53 {\n  kubernetes k8s.example cluster.local in-addr.arpa {\n    endpoint_pod_names\n    fallthrough\n    pods verified\n  }\n  \
                     k8s_external ext.example {\n    ttl 60\n  }\n  forward . 10.0.0.2 dns://10.0.0.3:5353 tls://9.9.9.9\n  hosts /etc/hosts\n  \
@@ -351,14 +362,21 @@ mod tests {
         assert_eq!(c.values.dns.get("externalTTL"), Some(&Value::from(60)));
         assert_eq!(c.values.dns.get("ttl"), Some(&Value::from(5)), "the plugin's default TTL");
         assert_eq!(c.values.dns.get("endpointPodNames"), Some(&Value::from(true)));
-        assert_eq!(c.values.dns_args, ["--upstream=10.0.0.2", "--upstream=10.0.0.3:5353", "--lameduck=10s"]);
+        assert_eq!(
+            c.values.dns_args,
+            [
+                "--zone=cluster.local",
+                "--fallthrough",
+                "--upstream=10.0.0.2",
+                "--upstream=10.0.0.3:5353",
+                "--lameduck=10s"
+            ]
+        );
         assert_eq!(
             rows(&c),
             [
                 ("forward (line 10)", "tls://9.9.9.9"),
                 ("hosts (line 11)", "hosts /etc/hosts"),
-                ("kubernetes (line 2)", "cluster.local"),
-                ("kubernetes (line 2)", "fallthrough"),
                 ("server block consul.local:53", "1 plugins"),
             ]
         );

@@ -24,7 +24,15 @@ pub(super) fn answer(
     lower: &Name,
     qtype: RecordType,
 ) -> Outcome {
-    let cx = Cx { ix, qname, qtype, ttl: ext.ttl, soa: &ext.soa, zone_labels: ext.zone_labels };
+    let cx = Cx {
+        ix,
+        qname,
+        qtype,
+        ttl: ext.ttl,
+        soa: &ext.soa,
+        zone_labels: ext.zone_labels,
+        own_labels: ext.zone_labels,
+    };
     let rel_len = lower.num_labels() as usize - ext.zone_labels;
     if rel_len > 4 {
         return cx.nxdomain();

@@ -82,7 +82,17 @@ pub enum Outcome {
 
 /// Answers `query` from `index`.
 pub fn answer(index: &RecordIndex, query: &LowerQuery) -> Outcome {
-    resolve(index, query.original().name(), query.name(), query.query_type(), 0)
+    let outcome = resolve(index, query.original().name(), query.name(), query.query_type(), 0);
+    match outcome {
+        // `fallthrough`: a name a cluster zone does not have is asked upstream.
+        Outcome::Answer(Answer { rcode: ResponseCode::NXDomain, .. })
+            if index.fallthrough.covers(query.name())
+                && index.cluster_zone_labels(query.name()).is_some() =>
+        {
+            Outcome::Forward
+        }
+        outcome => outcome,
+    }
 }
 
 fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, depth: usize) -> Outcome {
@@ -91,13 +101,12 @@ fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, dept
     {
         return external::answer(ix, ext, qname, lower, qtype);
     }
-    let cx = Cx::cluster(ix, qname, qtype);
-    let total = lower.num_labels() as usize;
-    if total < ix.zone_labels || !ix.zone.zone_of(lower) {
-        return reverse(&cx, lower);
-    }
+    let Some(zone_labels) = ix.cluster_zone_labels(lower) else {
+        return reverse(&Cx::cluster(ix, qname, qtype, ix.zone_labels), lower);
+    };
+    let cx = Cx::cluster(ix, qname, qtype, zone_labels);
     // Labels below the zone, leaf first; deeper than `_port._proto.svc.ns.svc` never exists.
-    let rel_len = total - ix.zone_labels;
+    let rel_len = lower.num_labels() as usize - zone_labels;
     if rel_len > 5 {
         return cx.nxdomain();
     }
@@ -169,15 +178,20 @@ struct Cx<'a> {
     ix: &'a RecordIndex,
     qname: &'a Name,
     qtype: RecordType,
-    /// The zone's record TTL, its SOA and its depth in labels.
+    /// The zone's record TTL and its SOA.
     ttl: u32,
     soa: &'a Record,
+    /// The depth in labels of the zone the query is in.
     zone_labels: usize,
+    /// The depth of the zone the index's own names (SOA, Service names) are under: the first
+    /// cluster zone, or the external zone.
+    own_labels: usize,
 }
 
 impl<'a> Cx<'a> {
-    fn cluster(ix: &'a RecordIndex, qname: &'a Name, qtype: RecordType) -> Self {
-        Cx { ix, qname, qtype, ttl: ix.ttl, soa: &ix.soa, zone_labels: ix.zone_labels }
+    /// A query in the cluster zone `zone_labels` deep.
+    fn cluster(ix: &'a RecordIndex, qname: &'a Name, qtype: RecordType, zone_labels: usize) -> Self {
+        Cx { ix, qname, qtype, ttl: ix.ttl, soa: &ix.soa, zone_labels, own_labels: ix.zone_labels }
     }
 
     fn record(&self, owner: &Name, data: RData) -> Record {
@@ -218,9 +232,9 @@ impl<'a> Cx<'a> {
         soa
     }
 
-    /// `name` (a name in the zone) with its zone part replaced by `zone`.
+    /// `name` (one of the index's own names) with its zone part replaced by `zone`.
     fn under_zone(&self, name: &Name, zone: &Name) -> Name {
-        let own = usize::from(name.num_labels()).saturating_sub(self.zone_labels);
+        let own = usize::from(name.num_labels()).saturating_sub(self.own_labels);
         Name::from_labels(name.iter().take(own))
             .and_then(|prefix| prefix.append_domain(zone))
             .unwrap_or_else(|_| name.clone())
@@ -430,7 +444,7 @@ impl<'a> Cx<'a> {
             return self.answer(vec![cname], Vec::new());
         }
         let lower = target.to_lowercase();
-        if !self.ix.zone.zone_of(&lower) {
+        if self.ix.cluster_zone_labels(&lower).is_none() {
             return Outcome::Chase {
                 answer: Answer { answers: vec![cname], ..Answer::default() },
                 target: target.clone(),

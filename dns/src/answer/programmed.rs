@@ -28,12 +28,11 @@ pub fn gate(ix: &RecordIndex, query: &LowerQuery, client: IpAddr) -> Gate {
         return Gate::Answer;
     }
     let name = query.name();
-    let total = name.num_labels() as usize;
-    if total < ix.zone_labels || !ix.zone.zone_of(name) {
+    let Some(zone_labels) = ix.cluster_zone_labels(name) else {
         return Gate::Answer;
-    }
+    };
     // `<svc>.<ns>.svc` or `_<port>._<proto>.<svc>.<ns>.svc`, leaf first.
-    let rel: Vec<&[u8]> = name.iter().take(total - ix.zone_labels).collect();
+    let rel: Vec<&[u8]> = name.iter().take(name.num_labels() as usize - zone_labels).collect();
     let (svc, ns) = match rel.as_slice() {
         [svc, ns, b"svc"] | [_, _, svc, ns, b"svc"] => (*svc, *ns),
         _ => return Gate::Answer,

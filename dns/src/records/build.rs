@@ -224,6 +224,8 @@ impl RecordIndex {
             soa: soa_record(&zone, &ns_name, settings.ttl, serial),
             zone_labels: zone.num_labels() as usize,
             zone,
+            extra_zones: settings.extra_zones.clone(),
+            fallthrough: settings.fallthrough.clone(),
             ttl: settings.ttl,
             pods: settings.pods,
             synced: true,

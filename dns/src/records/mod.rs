@@ -85,6 +85,36 @@ pub struct IndexSettings {
     /// Name an endpoint without a hostname after the pod it targets, not its dashed address
     /// (`--endpoint-pod-names`, CoreDNS's `endpoint_pod_names`).
     pub endpoint_pod_names: bool,
+    /// Further cluster zones, answered as `zone` is (CoreDNS's `kubernetes cluster.local
+    /// example.local`): names under them spell the zone as asked; PTR targets name `zone`.
+    pub extra_zones: Vec<Name>,
+    /// Which cluster zones send an NXDOMAIN upstream instead (CoreDNS's `fallthrough`).
+    pub fallthrough: Fallthrough,
+}
+
+/// Where a name the cluster zones do not have is asked upstream instead of denied
+/// (CoreDNS's `fallthrough [ZONES...]`). Names in the reverse trees that are not the cluster's
+/// always go upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Fallthrough {
+    /// Denied with NXDOMAIN (the default).
+    #[default]
+    Never,
+    /// In every cluster zone (`fallthrough` without zones).
+    Everywhere,
+    /// In these zones (`fallthrough example.local`), lower-case, fully qualified.
+    In(Vec<Name>),
+}
+
+impl Fallthrough {
+    /// Whether an NXDOMAIN for `lower` (a lower-case name in a cluster zone) goes upstream.
+    pub fn covers(&self, lower: &Name) -> bool {
+        match self {
+            Fallthrough::Never => false,
+            Fallthrough::Everywhere => true,
+            Fallthrough::In(zones) => zones.iter().any(|z| z.zone_of(lower)),
+        }
+    }
 }
 
 impl IndexSettings {
@@ -99,7 +129,14 @@ impl IndexSettings {
             external: None,
             require_programmed: false,
             endpoint_pod_names: false,
+            extra_zones: Vec::new(),
+            fallthrough: Fallthrough::Never,
         })
+    }
+
+    /// Every cluster zone, the first one first.
+    pub fn cluster_zones(&self) -> impl Iterator<Item = &Name> {
+        std::iter::once(&self.zone).chain(&self.extra_zones)
     }
 }
 
@@ -365,6 +402,9 @@ impl<'a> Svc<'a> {
 pub struct RecordIndex {
     pub(crate) zone: Name,
     pub(crate) zone_labels: usize,
+    /// Further cluster zones, answered alike.
+    pub(crate) extra_zones: Vec<Name>,
+    pub(crate) fallthrough: Fallthrough,
     pub(crate) ttl: u32,
     pub(crate) pods: PodsMode,
     pub(crate) synced: bool,
@@ -413,6 +453,26 @@ impl RecordIndex {
     /// The cluster zone (lower-case, fully qualified).
     pub fn zone(&self) -> &Name {
         &self.zone
+    }
+
+    /// The cluster zones after the first.
+    pub fn extra_zones(&self) -> &[Name] {
+        &self.extra_zones
+    }
+
+    /// Where NXDOMAIN goes upstream instead.
+    pub fn fallthrough(&self) -> &Fallthrough {
+        &self.fallthrough
+    }
+
+    /// The depth in labels of the cluster zone `lower` (a lower-case name) is in, the deepest
+    /// when zones nest (CoreDNS matches the longest zone), or `None` outside them all.
+    pub(crate) fn cluster_zone_labels(&self, lower: &Name) -> Option<usize> {
+        std::iter::once(&self.zone)
+            .chain(&self.extra_zones)
+            .filter(|z| z.zone_of(lower))
+            .map(|z| usize::from(z.num_labels()))
+            .max()
     }
 
     /// The record TTL.

@@ -164,6 +164,9 @@ fn zone() -> HashMap<LowerName, Vec<Record>> {
     };
     add("ext.upstream.test.", [192, 0, 2, 10]);
     add("www.example.test.", [192, 0, 2, 80]);
+    // Names inside cluster zones that only the upstream has (`fallthrough`).
+    add("legacy.ns1.svc.cluster.local.", [192, 0, 2, 20]);
+    add("db.example.local.", [192, 0, 2, 21]);
     for i in 0..100 {
         add("many.example.test.", [192, 0, 2, i]);
     }

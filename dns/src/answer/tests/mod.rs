@@ -198,3 +198,4 @@ mod external;
 mod names;
 mod programmed;
 mod records;
+mod zones;

@@ -67,6 +67,7 @@ fn index(require: bool) -> RecordIndex {
     };
     let mut settings = IndexSettings::new("cluster.local").unwrap();
     settings.require_programmed = require;
+    settings.extra_zones = vec![crate::records::parse_zone("example.local").unwrap()];
     RecordIndex::build(&ClusterState::from_snapshot(snapshot), &settings, SERIAL)
 }
 
@@ -93,6 +94,9 @@ fn a_cluster_ip_waits_for_the_asking_pods_node() {
             ("10.1.0.5", "fresh.testns.svc.cluster.local.", SRV, NotProgrammed),
             ("10.1.0.5", "_http._tcp.fresh.testns.svc.cluster.local.", SRV, NotProgrammed),
             ("::ffff:10.1.0.5", "fresh.testns.svc.cluster.local.", A, NotProgrammed),
+            // Under every cluster zone alike.
+            ("10.1.0.5", "fresh.testns.svc.example.local.", A, NotProgrammed),
+            ("10.1.0.5", "svc1.testns.svc.example.local.", A, Answer),
             // node-b programmed an older generation of svc1, and fresh.
             ("10.2.0.5", "svc1.testns.svc.cluster.local.", A, NotProgrammed),
             ("10.2.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
