@@ -136,8 +136,13 @@ impl IndexSettings {
 
     /// Every cluster zone, the first one first.
     pub fn cluster_zones(&self) -> impl Iterator<Item = &Name> {
-        std::iter::once(&self.zone).chain(&self.extra_zones)
+        cluster_zones(&self.zone, &self.extra_zones)
     }
+}
+
+/// `first`, then `extra`: the cluster zones as settings and the index both hold them.
+fn cluster_zones<'a>(first: &'a Name, extra: &'a [Name]) -> impl Iterator<Item = &'a Name> {
+    std::iter::once(first).chain(extra)
 }
 
 /// A zone name that cannot be served.
@@ -468,8 +473,7 @@ impl RecordIndex {
     /// The depth in labels of the cluster zone `lower` (a lower-case name) is in, the deepest
     /// when zones nest (CoreDNS matches the longest zone), or `None` outside them all.
     pub(crate) fn cluster_zone_labels(&self, lower: &Name) -> Option<usize> {
-        std::iter::once(&self.zone)
-            .chain(&self.extra_zones)
+        cluster_zones(&self.zone, &self.extra_zones)
             .filter(|z| z.zone_of(lower))
             .map(|z| usize::from(z.num_labels()))
             .max()
