@@ -199,6 +199,9 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
         ("v1", "Node") => s.nodes.push(converted(convert::node(&decode(&kind, value)?))?),
         ("v1", "Pod") => s.pods.push(converted(convert::pod(&decode(&kind, value)?))?),
         ("v1", "Namespace") => s.namespaces.push(converted(convert::namespace(&decode(&kind, value)?))?),
+        ("networking.k8s.io/v1", "ServiceCIDR") => {
+            s.service_cidrs.push(converted(convert::service_cidr(&decode(&kind, value)?))?)
+        }
         ("tideway.io/v1alpha1", "ProxyConfig") => {
             let pc: crd::ProxyConfig = decode(&kind, value)?;
             s.proxy_configs.push(converted(crd::proxy_config(&pc))?);

@@ -152,6 +152,23 @@ fn duration_rule(field: &str, positive: bool) -> serde_json::Value {
     )
 }
 
+/// A Linux interface name.
+fn interface_name() -> serde_json::Value {
+    json!({"pattern": INTERFACE_PATTERN, "maxLength": INTERFACE_MAX_LENGTH})
+}
+
+/// `detectLocalMode: mode` comes with `detectLocal.field`.
+fn needs_interface(mode: &str, field: &str) -> serde_json::Value {
+    rule(
+        format!(
+            "!has(self.detectLocalMode) || self.detectLocalMode != '{mode}' || \
+                 (has(self.detectLocal) && has(self.detectLocal.{field}) && size(self.detectLocal.{field}) > 0)"
+        ),
+        &format!("detectLocalMode {mode} needs detectLocal.{field}"),
+        ".detectLocalMode",
+    )
+}
+
 /// The ProxyConfig schema's constraints.
 pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
     let defaults = ProxySettings::default();
@@ -177,6 +194,8 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
             path: "spec.nodePortAddresses[]",
             keywords: json!({"pattern": node_port_address, "maxLength": ADDRESS_MAX_LENGTH}),
         },
+        Constraint { path: "spec.detectLocal.bridgeInterface", keywords: interface_name() },
+        Constraint { path: "spec.detectLocal.interfaceNamePrefix", keywords: interface_name() },
         Constraint {
             path: "spec.serviceProxyName",
             keywords: json!({"pattern": LABEL_VALUE_PATTERN, "maxLength": LABEL_VALUE_MAX_LENGTH}),
@@ -199,6 +218,8 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
                     "clusterCIDRs takes at most one CIDR per family (IPv4, IPv6)",
                     ".clusterCIDRs",
                 ),
+                needs_interface("BridgeInterface", "bridgeInterface"),
+                needs_interface("InterfaceNamePrefix", "interfaceNamePrefix"),
                 rule(
                     "!has(self.nodePortAddresses) || self.nodePortAddresses.size() < 2 || \
                      !self.nodePortAddresses.exists(a, a == 'primary' || a == 'all')"
@@ -234,10 +255,7 @@ pub(crate) fn load_balancer_pool_constraints() -> Vec<Constraint> {
             keywords: json!({"pattern": &*POOL_ADDRESS_PATTERN, "maxLength": ADDRESS_MAX_LENGTH}),
         },
         Constraint { path: "spec.l2.interfaces", keywords: json!({"maxItems": MAX_INTERFACES}) },
-        Constraint {
-            path: "spec.l2.interfaces[]",
-            keywords: json!({"pattern": INTERFACE_PATTERN, "maxLength": INTERFACE_MAX_LENGTH}),
-        },
+        Constraint { path: "spec.l2.interfaces[]", keywords: interface_name() },
         Constraint { path: "spec.l2.nodeSelectors", keywords: json!({"maxItems": MAX_ALLOCATION_ENTRIES}) },
         Constraint {
             path: "spec.serviceAllocation.namespaces",

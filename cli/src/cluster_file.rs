@@ -36,7 +36,7 @@ pub(crate) fn load(file: &Path, node: &str, mode: Option<ProxyMode>) -> Result<L
     if let Some(mode) = mode {
         settings.mode = mode;
     }
-    let node = NodeContext::from_node(n, settings);
+    let node = NodeContext::from_node(n, settings).with_service_cidrs(cluster.service_cidrs());
     Ok(Loaded { cluster, node, skipped: m.errors.len() })
 }
 

@@ -48,8 +48,13 @@ impl Battery {
 
     /// Agents checking for drift every `sync` only.
     fn start_with(test: &str, mode: &str, env: &[(&str, &str)], sync: &str) -> Battery {
+        Battery::start_from(test, mode, env, sync, &manifest(mode, ""))
+    }
+
+    /// Agents reading the cluster file `text`.
+    fn start_from(test: &str, mode: &str, env: &[(&str, &str)], sync: &str, text: &str) -> Battery {
         let mut c = cluster(test);
-        std::fs::write(c.path("cluster.yaml"), manifest(mode, "")).expect("manifest");
+        std::fs::write(c.path("cluster.yaml"), text).expect("manifest");
         let mut agents = Vec::new();
         for i in 0..2 {
             agents.push(start_agent_with(&mut c, i, "cluster.yaml", env, sync));
@@ -206,6 +211,13 @@ fn behaviour(mode: &str) {
     // No endpoints: rejected at once, from a pod and from outside.
     assert_rejected(a1, "10.96.0.16:80");
     assert_rejected(client, "10.96.0.16:80");
+    if mode == "nftables" {
+        // kube-proxy's nftables checks (KEP-1880): a port no Service of a ClusterIP defines is
+        // rejected, an address of the ServiceCIDR that no Service holds is dropped.
+        assert_rejected(a1, "10.96.0.10:81");
+        assert_rejected(client, "10.96.0.10:81");
+        assert_dropped(a1, None, "10.96.0.99:80");
+    }
 
     // ClientIP session affinity: one client, one endpoint.
     assert_eq!(names(&b.spread(client, "10.96.0.17:80", 10)).len(), 1);
@@ -567,6 +579,36 @@ fn leftovers(ns: &Netns, mode: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Pods told apart by the interface their packets arrive on (`InterfaceNamePrefix`: the
+/// battery's pods hang off `p<host>` veths), with no cluster CIDR at all: a pod's connection
+/// to a ClusterIP keeps its source, an outside client's is masqueraded, as with the source
+/// detector.
+fn interface_detector(mode: &str) {
+    require(mode);
+    let text = manifest(mode, "").replace(
+        "clusterCIDRs: [10.244.0.0/16]",
+        "detectLocalMode: InterfaceNamePrefix, detectLocal: {interfaceNamePrefix: p}",
+    );
+    let b = Battery::start_from(&format!("iif-{mode}"), mode, &[], "2s", &text);
+    let (client, a1) = (&b.c.client, b.pod(0, 0));
+    for a in b.spread(a1, WEB, 12).iter().filter(|a| a.name != "a1") {
+        assert_eq!(a.peer.ip(), ip("10.244.1.11"), "pod traffic keeps its source: {a:?}\n{}", b.logs());
+    }
+    for a in b.spread(client, WEB, 8) {
+        assert_ne!(a.peer.ip(), ip("192.168.0.100"), "outside traffic is masqueraded: {a:?}\n{}", b.logs());
+    }
+}
+
+#[test]
+fn interface_detector_in_nftables_mode() {
+    interface_detector("nftables");
+}
+
+#[test]
+fn interface_detector_in_iptables_mode() {
+    interface_detector("iptables");
 }
 
 macro_rules! modes {

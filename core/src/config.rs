@@ -225,13 +225,31 @@ impl NodePortAddresses {
 }
 
 /// How to tell pod-originated traffic from off-cluster traffic (`detectLocalMode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum DetectLocal {
     /// Sources inside the cluster CIDRs are local.
     #[default]
     ClusterCidr,
     /// Sources inside this node's pod CIDRs are local.
     NodeCidr,
+    /// Packets that arrive through this bridge are local (`BridgeInterface`,
+    /// `detectLocal.bridgeInterface`).
+    BridgeInterface(String),
+    /// Packets that arrive through an interface whose name starts with this are local
+    /// (`InterfaceNamePrefix`, `detectLocal.interfaceNamePrefix`).
+    InterfaceNamePrefix(String),
+}
+
+impl DetectLocal {
+    /// kube-proxy's spelling of the mode (`detectLocalMode`).
+    pub fn mode(&self) -> &'static str {
+        match self {
+            DetectLocal::ClusterCidr => "ClusterCIDR",
+            DetectLocal::NodeCidr => "NodeCIDR",
+            DetectLocal::BridgeInterface(_) => "BridgeInterface",
+            DetectLocal::InterfaceNamePrefix(_) => "InterfaceNamePrefix",
+        }
+    }
 }
 
 /// Every setting that shapes the rules a node programs.

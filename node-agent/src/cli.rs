@@ -82,8 +82,13 @@ pub struct AgentArgs {
     /// Do not join the liveness gossip (addresses then move on Node Ready alone).
     #[arg(long)]
     pub no_gossip: bool,
+    /// Do not watch `networking.k8s.io/v1` ServiceCIDRs, for clusters before Kubernetes 1.33,
+    /// which serve none (the watch would never list, and the agent never sync). nftables mode
+    /// then drops no traffic to unallocated Service addresses.
+    #[arg(long)]
+    pub no_service_cidrs: bool,
     /// Every failure-detector timing this many times longer (1-100), for slow environments
-    /// where an agent can stall past the 800 ms suspicion while alive; detection slows alike.
+    /// where an agent can stall past the 600 ms suspicion while alive; detection slows alike.
     /// The same on every member.
     #[arg(long, env = "TIDEWAY_GOSSIP_TIME_SCALE", default_value = "1", value_parser = tideway_sources::gossip::parse_time_scale)]
     pub gossip_time_scale: f64,
@@ -176,7 +181,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                     KubeReview::new(client.clone())
                         .with_audiences(args.api_audience.iter().cloned().collect()),
                 )) as Arc<dyn Authorizer>);
-                let role = Role::Agent { node: args.node.clone() };
+                let role = Role::Agent { node: args.node.clone(), service_cidrs: !args.no_service_cidrs };
                 tokio::spawn(KubeSource::new(client.clone(), role, source_metrics.clone()).run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client).reporting_to(cluster.clone()));
                 Some((sink, ReportSettings::default()))

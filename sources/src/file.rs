@@ -133,6 +133,9 @@ fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot)
         .extend(state.proxy_configs().filter(|c| has("ProxyConfig", None, &c.name)).cloned());
     snapshot.namespaces.extend(state.namespaces().filter(|n| has("Namespace", None, &n.name)).cloned());
     snapshot
+        .service_cidrs
+        .extend(state.service_cidr_objects().filter(|c| has("ServiceCIDR", None, &c.name)).cloned());
+    snapshot
         .node_states
         .extend(state.node_states().filter(|n| has("NodeProxyState", None, &n.node)).cloned());
     let own = |p: &&LoadBalancerPool| p.origin == PoolOrigin::Tideway;

@@ -33,7 +33,7 @@ async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds
     api.preload([json!({"kind": "Node", "metadata": {"name": "node-a"},
         "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})]);
     let cluster = SharedCluster::new();
-    let role = Role::Agent { node: "node-a".into() };
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
     let source = KubeSource::new(kube_client(&api, "watch").await, role, SourceMetrics::default());
     let task = tokio::spawn(source.run(cluster.clone()));
     eventually("synced", || cluster.is_synced().then_some(())).await;

@@ -148,12 +148,13 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
         ),
         service("ns1", "headless-labelled", "10.96.0.12", json!({"service.kubernetes.io/headless": ""})),
         slice("ns1", "web-1", "web", "10.244.1.5"),
+        json!({"kind": "ServiceCIDR", "metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/16"]}}),
     ]);
     api.forbid("EndpointSlice", true);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SourceMetrics::new(&mut registry);
     let cluster = SharedCluster::new();
-    let role = Role::Agent { node: "node-a".into() };
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
     let task = tokio::spawn(
         KubeSource::new(kube_client(&api, &dir, Account::Agent).await, role, metrics).run(cluster.clone()),
     );
@@ -182,6 +183,14 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
     for r in api.requests_to("/apis/tideway.io/v1alpha1/l2announcements") {
         assert_eq!(r.query.get("labelSelector").map(String::as_str), Some("tideway.io/node=node-a"));
     }
+    // The cluster's Service CIDRs, kept current by their watch.
+    let cidrs = || cluster.lock().service_cidrs().iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(cidrs(), ["10.96.0.0/16"]);
+    api.upsert(
+        json!({"kind": "ServiceCIDR", "metadata": {"name": "extra"}, "spec": {"cidrs": ["fd00:96::/112"]}}),
+    );
+    until("the second ServiceCIDR", || cidrs().len() == 2).await;
+    assert_eq!(cidrs(), ["10.96.0.0/16", "fd00:96::/112"]);
     // What is stored is the model, converted at once: no annotations, no managed fields.
     let web = cluster.lock().service(&ServiceName::new("ns1", "web")).cloned().unwrap();
     assert_eq!(format!("{web:?}").matches("kubectl").count(), 0);
@@ -208,6 +217,24 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
         lists.iter().all(|r| r.query.get("resourceVersion").map(String::as_str) == Some("0")),
         "{lists:?}"
     );
+}
+
+/// An API server before Kubernetes 1.33 serves no ServiceCIDRs: an agent told not to watch
+/// them syncs without asking (one that watches them would wait for their list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_told_not_to_watch_service_cidrs_syncs_without_them() {
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("agent-no-cidrs");
+    api.preload([node("node-a", "192.168.0.10"), service("ns1", "web", "10.96.0.10", json!({}))]);
+    api.forbid("ServiceCIDR", true);
+    let cluster = SharedCluster::new();
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: false };
+    let client = kube_client(&api, &dir, Account::Agent).await;
+    let task = tokio::spawn(KubeSource::new(client, role, SourceMetrics::default()).run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(15), cluster.wait_synced()).await.expect("synced");
+    assert_eq!(names(&cluster), BTreeSet::from(["ns1/web".to_string()]));
+    assert!(api.requests_to("/apis/networking.k8s.io").is_empty(), "no ServiceCIDR request");
+    task.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

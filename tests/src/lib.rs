@@ -56,7 +56,7 @@ pub fn load(path: &Path) -> Fixture {
     let settings = resolve_proxy_config(cluster.proxy_configs(), &node.labels)
         .map(|c| c.settings.clone())
         .unwrap_or_else(ProxySettings::default);
-    let node = NodeContext::from_node(node, settings);
+    let node = NodeContext::from_node(node, settings).with_service_cidrs(cluster.service_cidrs());
     Fixture { cluster, node, errors }
 }
 

@@ -6,4 +6,4 @@ mod service;
 
 pub use endpoint_slice::{ANNOTATION_TRIGGER_TIME, endpoint_slice};
 pub use node::{namespace, node, pod};
-pub use service::service;
+pub use service::{service, service_cidr};

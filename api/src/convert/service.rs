@@ -6,12 +6,36 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tideway_core::model::{
     ANNOTATION_LOAD_BALANCING, DEFAULT_AFFINITY_TIMEOUT, IpMode, LOAD_BALANCER_ANNOTATIONS,
-    LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName, ServicePort, ServiceType,
+    LoadBalancerIngress, LoadBalancerRequest, Service, ServiceCidr, ServiceName, ServicePort, ServiceType,
     SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
 };
 use tideway_core::net::IpFamily;
 
 use crate::error::{ConvertError, Ctx};
+
+/// Converts a ServiceCIDR: at most one range per family, as the API server allows.
+pub fn service_cidr(c: &k8s_openapi::api::networking::v1::ServiceCIDR) -> Result<ServiceCidr, ConvertError> {
+    let name = c.metadata.name.clone().unwrap_or_default();
+    let cx = Ctx::new("ServiceCIDR", None, &name);
+    if name.is_empty() {
+        return Err(cx.err("metadata.name", "is required"));
+    }
+    let listed = c.spec.as_ref().and_then(|s| s.cidrs.clone()).unwrap_or_default();
+    let cidrs = listed
+        .iter()
+        .enumerate()
+        .map(|(i, text)| cx.cidr(format!("spec.cidrs[{i}]"), text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let one_per_family = match cidrs.as_slice() {
+        [] | [_] => true,
+        [a, b] => IpFamily::of_net(a) != IpFamily::of_net(b),
+        _ => false,
+    };
+    if !one_per_family {
+        return Err(cx.err("spec.cidrs", "takes at most one CIDR per family (IPv4, IPv6)"));
+    }
+    Ok(ServiceCidr { name, cidrs })
+}
 
 /// Converts a Service, validating every field the planner and DNS rely on.
 pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {

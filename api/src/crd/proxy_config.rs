@@ -54,10 +54,17 @@ pub struct ProxyConfigSpec {
     /// Pod network CIDRs (local-traffic detection and masquerade decisions).
     #[serde(default, rename = "clusterCIDRs", skip_serializing_if = "Vec::is_empty")]
     pub cluster_cidrs: Vec<String>,
-    /// `ClusterCIDR` (default) or `NodeCIDR`.
+    /// How pod traffic is told from the rest: `ClusterCIDR` (default: sources in
+    /// `clusterCIDRs`), `NodeCIDR` (sources in the node's `spec.podCIDRs`), `BridgeInterface`
+    /// (arriving through `detectLocal.bridgeInterface`) or `InterfaceNamePrefix` (arriving
+    /// through an interface whose name starts with `detectLocal.interfaceNamePrefix`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::detect_local_mode")]
     pub detect_local_mode: Option<String>,
+    /// The interface of the `BridgeInterface` and `InterfaceNamePrefix` modes, as kube-proxy's
+    /// `detectLocal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detect_local: Option<DetectLocalSpec>,
     /// Masquerade every connection to a ClusterIP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masquerade_all: Option<bool>,
@@ -97,6 +104,18 @@ pub struct ProxyConfigSpec {
     /// than 10 buckets each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maglev_table_size: Option<i32>,
+}
+
+/// The interfaces of the local-traffic detector (kube-proxy's `detectLocal`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DetectLocalSpec {
+    /// The bridge pods' packets arrive through (`detectLocalMode: BridgeInterface`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge_interface: Option<String>,
+    /// The start of the names of pods' interfaces (`detectLocalMode: InterfaceNamePrefix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_name_prefix: Option<String>,
 }
 
 /// IPVS settings.
@@ -204,16 +223,7 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     {
         return Err(cx.err("spec.clusterCIDRs", "at most one CIDR per family (IPv4, IPv6)"));
     }
-    s.detect_local = match spec.detect_local_mode.as_deref() {
-        None | Some("ClusterCIDR") => DetectLocal::ClusterCidr,
-        Some("NodeCIDR") => DetectLocal::NodeCidr,
-        Some(other) => {
-            return Err(cx.err(
-                "spec.detectLocalMode",
-                format!("unknown mode {other:?} (expected ClusterCIDR or NodeCIDR)"),
-            ));
-        }
-    };
+    s.detect_local = detect_local(cx, spec)?;
     s.masquerade_all = spec.masquerade_all.unwrap_or(false);
     if let Some(bit) = spec.masquerade_bit {
         s.masquerade_bit = u8::try_from(bit)
@@ -300,6 +310,43 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     Ok(s)
 }
 
+/// `detectLocalMode` with the interface its mode needs.
+fn detect_local(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<DetectLocal, ConvertError> {
+    let interfaces = spec.detect_local.clone().unwrap_or_default();
+    for (field, name) in [
+        ("bridgeInterface", &interfaces.bridge_interface),
+        ("interfaceNamePrefix", &interfaces.interface_name_prefix),
+    ] {
+        if let Some(name) = name {
+            validation::interface(cx, &format!("spec.detectLocal.{field}"), name)?;
+        }
+    }
+    let interface = |field: &str, value: Option<String>, mode: &str| {
+        value.ok_or_else(|| cx.err("spec.detectLocalMode", format!("{mode} needs detectLocal.{field}")))
+    };
+    Ok(match spec.detect_local_mode.as_deref() {
+        None | Some("ClusterCIDR") => DetectLocal::ClusterCidr,
+        Some("NodeCIDR") => DetectLocal::NodeCidr,
+        Some(m @ "BridgeInterface") => {
+            DetectLocal::BridgeInterface(interface("bridgeInterface", interfaces.bridge_interface, m)?)
+        }
+        Some(m @ "InterfaceNamePrefix") => DetectLocal::InterfaceNamePrefix(interface(
+            "interfaceNamePrefix",
+            interfaces.interface_name_prefix,
+            m,
+        )?),
+        Some(other) => {
+            return Err(cx.err(
+                "spec.detectLocalMode",
+                format!(
+                    "unknown mode {other:?} (expected ClusterCIDR, NodeCIDR, BridgeInterface or \
+                     InterfaceNamePrefix)"
+                ),
+            ));
+        }
+    })
+}
+
 /// The spec that converts to `c` (what the nodes run, spelled as a user writes it): the
 /// inverse of [`proxy_config`] for the REST API.
 pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
@@ -317,13 +364,17 @@ pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
         node_selector,
         priority: Some(c.priority),
         cluster_cidrs: s.cluster_cidrs.iter().map(ToString::to_string).collect(),
-        detect_local_mode: Some(
-            match s.detect_local {
-                DetectLocal::ClusterCidr => "ClusterCIDR",
-                DetectLocal::NodeCidr => "NodeCIDR",
+        detect_local_mode: Some(s.detect_local.mode().into()),
+        detect_local: match &s.detect_local {
+            DetectLocal::BridgeInterface(name) => {
+                Some(DetectLocalSpec { bridge_interface: Some(name.clone()), ..DetectLocalSpec::default() })
             }
-            .into(),
-        ),
+            DetectLocal::InterfaceNamePrefix(name) => Some(DetectLocalSpec {
+                interface_name_prefix: Some(name.clone()),
+                ..DetectLocalSpec::default()
+            }),
+            DetectLocal::ClusterCidr | DetectLocal::NodeCidr => None,
+        },
         masquerade_all: Some(s.masquerade_all),
         masquerade_bit: Some(i32::from(s.masquerade_bit)),
         node_port_addresses,

@@ -13,7 +13,7 @@ pub(crate) fn proxy_mode(_: &mut SchemaGenerator) -> Schema {
 }
 
 pub(crate) fn detect_local_mode(_: &mut SchemaGenerator) -> Schema {
-    string_enum(&["ClusterCIDR", "NodeCIDR"])
+    string_enum(&["ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"])
 }
 
 pub(crate) fn ipvs_scheduler(_: &mut SchemaGenerator) -> Schema {

@@ -77,11 +77,26 @@ pub(crate) fn convert(text: &str) -> Result<Converted, MigrateError> {
                     s().unwrap_or_default().split(',').map(|c| c.trim().to_string()).collect();
             }
             "detectLocalMode" => match value.as_str() {
-                Some(m @ ("ClusterCIDR" | "NodeCIDR")) => spec.detect_local_mode = Some(m.into()),
-                _ => leave(&path, value, "Tideway tells local traffic by ClusterCIDR or NodeCIDR only"),
+                Some(m @ ("ClusterCIDR" | "NodeCIDR" | "BridgeInterface" | "InterfaceNamePrefix")) => {
+                    spec.detect_local_mode = Some(m.into())
+                }
+                // kube-proxy's empty mode is ClusterCIDR, Tideway's default too.
+                Some("") => {}
+                _ => leave(
+                    &path,
+                    value,
+                    "Tideway tells local traffic by ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix",
+                ),
             },
-            "detectLocal.bridgeInterface" | "detectLocal.interfaceNamePrefix" => {
-                leave(&path, value, "Tideway tells local traffic by ClusterCIDR or NodeCIDR only")
+            "detectLocal.bridgeInterface" => {
+                if let Some(name) = s().filter(|i| !i.is_empty()) {
+                    spec.detect_local.get_or_insert_default().bridge_interface = Some(name);
+                }
+            }
+            "detectLocal.interfaceNamePrefix" => {
+                if let Some(prefix) = s().filter(|i| !i.is_empty()) {
+                    spec.detect_local.get_or_insert_default().interface_name_prefix = Some(prefix);
+                }
             }
             p if p.starts_with("nodePortAddresses") => {
                 spec.node_port_addresses.push(s().unwrap_or_default());
@@ -199,7 +214,12 @@ mod tests {
         assert_eq!((s.masquerade_all, s.masquerade_bit), (Some(true), Some(12)), "IPVS mode reads iptables'");
         assert_eq!((s.sync_period.as_deref(), s.min_sync_period.as_deref()), (Some("15s"), Some("2s")));
         assert_eq!(s.node_port_addresses, ["primary"]);
-        assert_eq!(s.detect_local_mode, None);
+        assert_eq!(s.detect_local_mode.as_deref(), Some("BridgeInterface"));
+        let detect = s.detect_local.as_ref().expect("detectLocal");
+        assert_eq!(
+            (detect.bridge_interface.as_deref(), detect.interface_name_prefix.as_deref()),
+            (Some("cbr0"), None)
+        );
         let ipvs = s.ipvs.as_ref().expect("ipvs");
         assert_eq!((ipvs.scheduler.as_deref(), ipvs.strict_arp), (Some("lc"), Some(true)));
         assert_eq!(c.values.agent_args, ["--metrics-bind-address=0.0.0.0:10249"]);
@@ -208,15 +228,13 @@ mod tests {
             names,
             [
                 "conntrack.tcpBeLiberal",
-                "detectLocal.bridgeInterface",
-                "detectLocalMode",
                 "featureGates.SomeGate",
                 "iptables.syncPeriod",
                 "ipvs.excludeCIDRs[0]",
                 "nftables.masqueradeBit"
             ]
         );
-        assert!(c.left[4].why.contains("applies to iptables mode"), "{:?}", c.left[4]);
+        assert!(c.left[2].why.contains("applies to iptables mode"), "{:?}", c.left[2]);
     }
 
     #[test]

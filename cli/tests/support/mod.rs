@@ -43,6 +43,11 @@ apiVersion: tideway.io/v1alpha1
 kind: ProxyConfig
 metadata: {{name: default}}
 spec: {{mode: {mode}, clusterCIDRs: [10.244.0.0/16]}}
+---
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata: {{name: kubernetes}}
+spec: {{cidrs: [10.96.0.0/16]}}
 "#
     );
     let svc = |name: &str, spec: &str, status: &str| {

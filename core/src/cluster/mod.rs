@@ -12,6 +12,7 @@
 mod liveness;
 mod names;
 mod pools;
+mod service_cidrs;
 mod slices;
 mod store;
 mod written;
@@ -26,7 +27,7 @@ use store::{Store, service_names};
 use crate::config::ProxyConfig;
 use crate::model::{
     AgentLiveness, EndpointSlice, L2Advertisement, L2Announcement, LoadBalancerPool, MetalLbPool, Namespace,
-    Node, NodeProxyState, Pod, PoolConflict, Service, ServiceName,
+    Node, NodeProxyState, Pod, PoolConflict, Service, ServiceCidr, ServiceName,
 };
 
 /// What changed since the last [`ClusterState::take_changes`].
@@ -52,6 +53,8 @@ pub struct Changes {
     pub announcements: BTreeSet<ServiceName>,
     /// True when any `LoadBalancerPool` changed.
     pub pools: bool,
+    /// True when any `ServiceCIDR` changed.
+    pub service_cidrs: bool,
     /// The trigger times of the EndpointSlice versions applied (network programming latency).
     pub trigger_times: Vec<std::time::SystemTime>,
 }
@@ -63,12 +66,13 @@ impl Changes {
     }
 
     /// True when these changes can alter the rules or announcements of node `node`: Services
-    /// or their slices, the node itself, ProxyConfigs, announcements. (Other nodes, their
-    /// reports, pools, pods and namespaces cannot.)
+    /// or their slices, the node itself, ProxyConfigs, ServiceCIDRs, announcements. (Other
+    /// nodes, their reports, pools, pods and namespaces cannot.)
     pub fn affect_proxy(&self, node: &str) -> bool {
         !self.services.is_empty()
             || self.nodes.contains(node)
             || self.proxy_configs
+            || self.service_cidrs
             || !self.announcements.is_empty()
     }
 
@@ -84,6 +88,7 @@ impl Changes {
         self.node_states.extend(other.node_states);
         self.announcements.extend(other.announcements);
         self.pools |= other.pools;
+        self.service_cidrs |= other.service_cidrs;
         self.trigger_times.extend(other.trigger_times);
     }
 }
@@ -113,6 +118,8 @@ pub struct Snapshot {
     pub metallb_pools: Vec<MetalLbPool>,
     /// MetalLB's L2Advertisements.
     pub l2_advertisements: Vec<L2Advertisement>,
+    /// ServiceCIDRs.
+    pub service_cidrs: Vec<ServiceCidr>,
 }
 
 type ObjectKey = (String, String);
@@ -131,6 +138,7 @@ pub struct ClusterState {
     own_pools: Store<LoadBalancerPool>,
     metallb_pools: Store<MetalLbPool>,
     l2_advertisements: Store<L2Advertisement>,
+    service_cidrs: Store<ServiceCidr>,
     /// Every pool: `own_pools`, then the `IPAddressPool`s whose names are free.
     pools: Store<LoadBalancerPool>,
     pool_conflicts: Vec<PoolConflict>,
@@ -405,6 +413,7 @@ impl ClusterState {
         self.replace_pools(snapshot.pools);
         self.replace_metallb_pools(snapshot.metallb_pools);
         self.replace_l2_advertisements(snapshot.l2_advertisements);
+        self.replace_service_cidrs(snapshot.service_cidrs);
     }
 
     /// The changes waiting to be taken.

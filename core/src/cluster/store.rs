@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use crate::config::ProxyConfig;
 use crate::model::{
-    L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod, Service, ServiceName,
+    L2Announcement, LoadBalancerPool, Namespace, Node, NodeProxyState, Pod, Service, ServiceCidr, ServiceName,
 };
 
 /// A place in an order of two names compared in turn: an object's (namespace, name), with
@@ -161,7 +161,7 @@ macro_rules! cluster_wide {
     )*};
 }
 
-cluster_wide!(Node => name, Namespace => name, ProxyConfig => name, NodeProxyState => node);
+cluster_wide!(Node => name, Namespace => name, ProxyConfig => name, NodeProxyState => node, ServiceCidr => name);
 
 impl Key for ServiceName {
     fn key(&self) -> (&str, &str) {

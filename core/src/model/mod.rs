@@ -19,8 +19,8 @@ pub use report::{ReportPolicy, report_due, report_jitter};
 pub use service::{
     ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,
     ANNOTATION_LOAD_BALANCING, DEFAULT_AFFINITY_TIMEOUT, IpMode, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME,
-    LOAD_BALANCER_ANNOTATIONS, LoadBalancerIngress, LoadBalancerRequest, Service, ServiceName, ServicePort,
-    ServicePortName, ServiceType, SessionAffinity, TargetPort, TrafficDistribution, TrafficPolicy,
-    service_watch_selector,
+    LOAD_BALANCER_ANNOTATIONS, LoadBalancerIngress, LoadBalancerRequest, Service, ServiceCidr, ServiceName,
+    ServicePort, ServicePortName, ServiceType, SessionAffinity, TargetPort, TrafficDistribution,
+    TrafficPolicy, service_watch_selector,
 };
 pub use status::{L2Announcement, NodeProxyState};

@@ -354,3 +354,13 @@ mod tests {
         assert!(!h.is_proxied_by(None));
     }
 }
+
+/// A `networking.k8s.io/v1` ServiceCIDR: ranges the API server allocates ClusterIPs from
+/// (KEP-1880). An address in one that no Service holds is dropped in nftables mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceCidr {
+    /// Object name (the API server's own is `kubernetes`).
+    pub name: String,
+    /// `spec.cidrs`: one per family at most.
+    pub cidrs: Vec<IpNet>,
+}

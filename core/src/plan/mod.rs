@@ -18,7 +18,7 @@ mod tally;
 pub use balancing::{Balancing, BalancingChoice, choose as choose_balancing};
 pub use categorize::{Categorized, categorize_endpoints};
 pub use compile::{compile, plan_service};
-pub use node::{NodeContext, NodePortDestinations};
+pub use node::{LocalTraffic, NodeContext, NodePortDestinations};
 pub use ruleset::{
     Backend, Changed, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Ruleset, ServicePortPlan, Target,
 };

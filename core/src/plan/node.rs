@@ -24,6 +24,45 @@ pub struct NodeContext {
     pub pod_cidrs: Vec<IpNet>,
     /// Proxy settings resolved for this node.
     pub settings: ProxySettings,
+    /// The cluster's Service CIDRs (every `ServiceCIDR` object's), sorted.
+    #[serde(default)]
+    pub service_cidrs: Vec<IpNet>,
+}
+
+/// How a node tells pod traffic from the rest, for one family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalTraffic {
+    /// It cannot (no cluster CIDR, or no pod CIDR, of the family): only external frontends
+    /// masquerade.
+    Undetected,
+    /// Sources inside these networks (`ClusterCIDR`, `NodeCIDR`).
+    Sources(Vec<IpNet>),
+    /// Packets that came in through the interface `name`, or (`prefix`) through any interface
+    /// whose name starts with it (`BridgeInterface`, `InterfaceNamePrefix`). A node's own
+    /// packets come in through none, so they are not local, as with the source networks.
+    Interface {
+        /// The bridge, or the prefix of the pods' interfaces.
+        name: String,
+        /// `name` is a prefix.
+        prefix: bool,
+    },
+}
+
+impl LocalTraffic {
+    /// True when pod traffic can be told apart.
+    pub fn is_detected(&self) -> bool {
+        !matches!(self, LocalTraffic::Undetected)
+    }
+
+    /// The interface pod traffic arrives on, when the detector is by interface (for the packet
+    /// tracer: the bridge, or the prefix's first interface).
+    pub fn pod_interface(&self) -> Option<String> {
+        match self {
+            LocalTraffic::Interface { name, prefix: false } => Some(name.clone()),
+            LocalTraffic::Interface { name, prefix: true } => Some(format!("{name}0")),
+            _ => None,
+        }
+    }
 }
 
 /// Where NodePorts are captured for one family.
@@ -44,7 +83,18 @@ impl NodeContext {
             ips: node.ips.clone(),
             pod_cidrs: node.pod_cidrs.clone(),
             settings,
+            service_cidrs: Vec::new(),
         }
+    }
+
+    /// The context with the cluster's Service CIDRs.
+    pub fn with_service_cidrs(self, service_cidrs: Vec<IpNet>) -> Self {
+        NodeContext { service_cidrs, ..self }
+    }
+
+    /// The Service CIDRs of `family`.
+    pub fn service_cidrs_of(&self, family: IpFamily) -> Vec<IpNet> {
+        self.service_cidrs.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect()
     }
 
     /// The node's primary address of `family`.
@@ -57,13 +107,20 @@ impl NodeContext {
         self.ips.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect()
     }
 
-    /// The networks whose sources count as "local" (pod) traffic; empty when undetectable.
-    pub fn local_cidrs(&self, family: IpFamily) -> Vec<IpNet> {
-        let nets = match self.settings.detect_local {
+    /// How pod traffic of `family` is told from the rest (kube-proxy's local-traffic detector).
+    pub fn local_traffic(&self, family: IpFamily) -> LocalTraffic {
+        let nets = match &self.settings.detect_local {
             DetectLocal::ClusterCidr => &self.settings.cluster_cidrs,
             DetectLocal::NodeCidr => &self.pod_cidrs,
+            DetectLocal::BridgeInterface(name) => {
+                return LocalTraffic::Interface { name: name.clone(), prefix: false };
+            }
+            DetectLocal::InterfaceNamePrefix(name) => {
+                return LocalTraffic::Interface { name: name.clone(), prefix: true };
+            }
         };
-        nets.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect()
+        let nets: Vec<IpNet> = nets.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect();
+        if nets.is_empty() { LocalTraffic::Undetected } else { LocalTraffic::Sources(nets) }
     }
 
     /// Where NodePorts of `family` are served.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::balancing::{Balancing, BalancingChoice};
 use super::compile::plan_service;
-use super::node::{NodeContext, NodePortDestinations};
+use super::node::{LocalTraffic, NodeContext, NodePortDestinations};
 use super::tally::Tally;
 use crate::cluster::ClusterState;
 use crate::model::{ServiceName, ServicePortName};
@@ -255,8 +255,10 @@ pub struct NodePlan {
     pub family: IpFamily,
     /// Node addresses of this family.
     pub node_ips: Vec<IpAddr>,
-    /// Sources that count as pod traffic (empty: no local-traffic detection).
-    pub local_cidrs: Vec<IpNet>,
+    /// How pod traffic is told from the rest.
+    pub local: LocalTraffic,
+    /// The cluster's Service CIDRs of this family (`ServiceCIDR` objects).
+    pub service_cidrs: Vec<IpNet>,
     /// Where NodePorts are captured.
     pub node_ports: NodePortDestinations,
     /// NodePorts are served on 127.0.0.1 too ([`NodeContext::localhost_node_ports`]).
@@ -333,7 +335,8 @@ impl Ruleset {
                 let plan = NodePlan {
                     family,
                     node_ips: node.ips_of(family),
-                    local_cidrs: node.local_cidrs(family),
+                    local: node.local_traffic(family),
+                    service_cidrs: node.service_cidrs_of(family),
                     node_ports: node.node_port_destinations(family),
                     localhost_node_ports: node.localhost_node_ports(family),
                     masquerade_all: node.settings.masquerade_all,

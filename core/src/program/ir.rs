@@ -202,6 +202,16 @@ pub enum Match {
     Dst(IpNet, bool),
     /// Destination port.
     DstPort(u16),
+    /// Arrived (or, negated, did not arrive) through the interface `name`, or through any
+    /// interface whose name starts with it (`prefix`). Packets a node sends arrive through none.
+    InInterface {
+        /// Interface name, or its prefix.
+        name: Name,
+        /// `name` is a prefix (iptables `-i name+`, nftables `iifname "name*"`).
+        prefix: bool,
+        /// Negated.
+        neg: bool,
+    },
     /// Source is (or is not) a local address.
     SrcLocal(bool),
     /// Destination is (or is not) a local address.

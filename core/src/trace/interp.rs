@@ -49,6 +49,8 @@ enum Flow {
 struct Interp<'a> {
     program: &'a Program,
     env: TraceEnv,
+    /// The interface the packet arrived on (empty: sent by the node).
+    input_interface: String,
     chains: HashMap<(&'a str, &'a str), &'a AssembledChain<'a>>,
     sets: HashMap<&'a str, &'a AssembledSet<'a>>,
     asm: &'a Assembled<'a>,
@@ -64,7 +66,8 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
     }
     let chains = asm.chains.iter().map(|c| ((c.def.table, &*c.def.name), c)).collect();
     let sets = asm.sets.iter().map(|s| (&*s.def.name, s)).collect();
-    let interp = Interp { program, env, chains, sets, asm: &asm };
+    let input_interface = env.input_interface(packet.origin).to_string();
+    let interp = Interp { program, env, input_interface, chains, sets, asm: &asm };
     let start = State {
         src: packet.src,
         dst: packet.dst,
@@ -453,6 +456,11 @@ impl<'a> Interp<'a> {
             Match::Src(net, neg) => net.contains(&st.src) != *neg,
             Match::Dst(net, neg) => net.contains(&st.dst) != *neg,
             Match::DstPort(p) => st.dport == *p,
+            Match::InInterface { name, prefix, neg } => {
+                let iif = self.input_interface.as_str();
+                let arrived = if *prefix { iif.starts_with(&**name) } else { iif == &**name };
+                arrived != *neg
+            }
             Match::SrcLocal(yes) => self.env.is_local(&st.src) == *yes,
             Match::DstLocal(yes) => self.env.is_local(&st.dst) == *yes,
             Match::Mark(m, neg) => (st.mark & m == *m) != *neg,

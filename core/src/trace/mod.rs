@@ -69,18 +69,50 @@ pub struct Packet {
 }
 
 /// Facts about the node the program runs on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEnv {
     /// Addresses that are local to the node (node IPs, loopback).
     pub local: Vec<IpNet>,
+    /// The interface a pod's packets arrive on.
+    pub pod_interface: String,
+    /// The interface packets from outside the node arrive on.
+    pub node_interface: String,
+}
+
+/// The interface pods' packets arrive on when the detector does not name one (a bridge, as
+/// kube-proxy's own tests and kubenet call it).
+const POD_INTERFACE: &str = "cbr0";
+
+/// The node's network interface in traces.
+const NODE_INTERFACE: &str = "eth0";
+
+impl Default for TraceEnv {
+    fn default() -> Self {
+        TraceEnv {
+            local: Vec::new(),
+            pod_interface: POD_INTERFACE.into(),
+            node_interface: NODE_INTERFACE.into(),
+        }
+    }
 }
 
 impl TraceEnv {
-    /// The node's addresses of the plan's family plus loopback.
+    /// The node's addresses of the plan's family plus loopback; pods' packets arrive on the
+    /// interface the node's detector names.
     pub fn for_node(np: &NodePlan) -> TraceEnv {
         let mut local: Vec<IpNet> = np.node_ips.iter().map(|ip| IpNet::from(*ip)).collect();
         local.push(np.family.loopback_net());
-        TraceEnv { local }
+        let pod_interface = np.local.pod_interface().unwrap_or_else(|| POD_INTERFACE.into());
+        TraceEnv { local, pod_interface, ..TraceEnv::default() }
+    }
+
+    /// The interface a packet from `origin` arrives on (none for the node's own).
+    fn input_interface(&self, origin: Origin) -> &str {
+        match origin {
+            Origin::Pod => &self.pod_interface,
+            Origin::External => &self.node_interface,
+            Origin::Node => "",
+        }
     }
 
     fn is_local(&self, ip: &IpAddr) -> bool {

@@ -232,6 +232,9 @@ pub fn build(
             .or_insert_with(|| Namespace { metadata: meta(&ns, None), ..Default::default() });
     }
     world.objects.extend(namespaces.values().map(|n| to_value("Namespace", "v1", n)));
+    // The API server's own ServiceCIDR, which it creates from its service range.
+    world.objects.push(json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes"}, "spec": {"cidrs": [format!("{}/{}", plan.service_net.0, plan.service_net.1)]}}));
     for pc in &spec.proxy_configs {
         world.objects.push(proxy_config(pc, plan, alloc));
     }

@@ -258,6 +258,7 @@ impl Agent {
             let mut state = self.cluster.lock();
             let changes = state.take_changes();
             let node = state.node(&self.opts.node).cloned();
+            let service_cidrs = state.service_cidrs();
             drop(state);
             let Some(node) = node else {
                 let e = SyncError::NodeNotFound(self.opts.node.clone());
@@ -269,7 +270,12 @@ impl Agent {
             // autoscaler tainted for removal, fails /healthz so load balancers drain it first.
             let eligible = !node.deleting && !node.to_be_deleted();
             let (settings, config) = self.settings_for(&node.labels);
-            (NodeContext::from_node(&node, settings), changes, eligible, config)
+            (
+                NodeContext::from_node(&node, settings).with_service_cidrs(service_cidrs),
+                changes,
+                eligible,
+                config,
+            )
         };
         self.announce(&node);
         self.health.set_node_eligible(eligible);

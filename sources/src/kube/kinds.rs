@@ -4,6 +4,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use tideway_api::{ConvertError, convert, crd};
@@ -191,6 +192,25 @@ impl Kind for Namespace {
     }
     fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
         state.namespace(&key.name).cloned()
+    }
+}
+
+impl Kind for ServiceCIDR {
+    type Model = model::ServiceCidr;
+    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+        convert::service_cidr(self).map(Some)
+    }
+    fn apply(state: &mut ClusterState, m: Self::Model) {
+        state.apply_service_cidr(m);
+    }
+    fn delete(state: &mut ClusterState, key: &ObjectKey) {
+        state.delete_service_cidr(&key.name);
+    }
+    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+        state.replace_service_cidrs(all);
+    }
+    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+        state.service_cidr(&key.name).cloned()
     }
 }
 

@@ -15,7 +15,8 @@
 //!   `tideway.io/node`), Services and EndpointSlices with kube-proxy's label selector
 //!   (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`; when the
 //!   node's ProxyConfig names a proxy, the watches restart with `!…/headless` and the planner
-//!   keeps the Services labelled for it);
+//!   keeps the Services labelled for it), and ServiceCIDRs unless told not to (before
+//!   Kubernetes 1.33);
 //! * DNS: Services, EndpointSlices, Namespaces, and Pods with `--pods verified`;
 //! * operator: Services, EndpointSlices, Nodes, Namespaces, every `tideway.io` kind and, with
 //!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s.
@@ -36,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
@@ -82,6 +84,8 @@ pub enum Role {
     Agent {
         /// This node's name.
         node: String,
+        /// Watch ServiceCIDRs (served from Kubernetes 1.33).
+        service_cidrs: bool,
     },
     /// The DNS server; `pods` when pod records are verified against Pod objects or answers
     /// depend on the asking pod's node, `node_states` when they depend on what that node's
@@ -182,7 +186,7 @@ impl KubeSource {
         let probe = reach::probe_while_unreachable(self.client.clone(), cluster.clone());
         let watches = async move {
             match self.role.clone() {
-                Role::Agent { node } => self.run_agent(cluster, node).await,
+                Role::Agent { node, service_cidrs } => self.run_agent(cluster, node, service_cidrs).await,
                 Role::Dns { pods, node_states } => self.run_dns(cluster, pods, node_states).await,
                 Role::Operator => self.run_operator(cluster).await,
             }
@@ -304,8 +308,11 @@ impl KubeSource {
         while tasks.join_next().await.is_some() {}
     }
 
-    async fn run_agent(self, cluster: SharedCluster, node: String) {
-        let kinds = ["Node", "ProxyConfig", "L2Announcement", "Service", "EndpointSlice"];
+    async fn run_agent(self, cluster: SharedCluster, node: String, service_cidrs: bool) {
+        let mut kinds = vec!["Node", "ProxyConfig", "L2Announcement", "Service", "EndpointSlice"];
+        if service_cidrs {
+            kinds.push("ServiceCIDR");
+        }
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let (config_changed, mut config_rx) = watch::channel(0u64);
         let mut tasks = JoinSet::new();
@@ -324,6 +331,9 @@ impl KubeSource {
         );
         let announcements = watcher::Config::default().labels(&format!("{}={node}", crd::LABEL_NODE));
         self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::with(announcements));
+        if service_cidrs {
+            self.spawn::<ServiceCIDR>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
         barrier.wait_listed(&["Node", "ProxyConfig"]).await;
         loop {
             let name = proxy_name(&cluster, &node);

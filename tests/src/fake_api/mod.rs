@@ -108,6 +108,7 @@ pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/api/v1/namespaces", "Namespace", "v1"),
     ("/api/v1/configmaps", "ConfigMap", "v1"),
     ("/apis/discovery.k8s.io/v1/endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
+    ("/apis/networking.k8s.io/v1/servicecidrs", "ServiceCIDR", "networking.k8s.io/v1"),
     ("/apis/tideway.io/v1alpha1/proxyconfigs", "ProxyConfig", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/nodeproxystates", "NodeProxyState", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/loadbalancerpools", "LoadBalancerPool", "tideway.io/v1alpha1"),

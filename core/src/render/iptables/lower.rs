@@ -10,7 +10,7 @@ use crate::program::{
     Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Dialect, Fragment, Hook, Match, Name, Program,
     Rule, Verdict, name,
 };
-use crate::render::names;
+use crate::render::{detector, names};
 
 /// The filter table.
 pub const FILTER: &str = "filter";
@@ -349,9 +349,9 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
         let i = chain_rules(internal_chain, &mut per_chain);
         if np.masquerade_all {
             per_chain[i].1.push(Rule::new(base, jump(KUBE_MARK_MASQ)));
-        } else if let Some(cidr) = np.local_cidrs.first() {
+        } else if let Some(not_local) = detector(np, false) {
             let mut m = base;
-            m.push(Match::Src(*cidr, true));
+            m.push(not_local);
             per_chain[i].1.push(Rule::new(m, jump(KUBE_MARK_MASQ)));
         }
     }
@@ -365,12 +365,9 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, compact: bool) -> Fragm
                 jump(KUBE_MARK_MASQ),
             ));
         } else {
-            if let Some(cidr) = np.local_cidrs.first() {
+            if let Some(local) = detector(np, true) {
                 rules.push(Rule::new(
-                    vec![
-                        comment(format!("pod traffic for {spn} external destinations")),
-                        Match::Src(*cidr, false),
-                    ],
+                    vec![comment(format!("pod traffic for {spn} external destinations")), local],
                     jump(&svc_chain),
                 ));
             }

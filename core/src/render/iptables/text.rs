@@ -96,6 +96,14 @@ pub fn write_rule_args(out: &mut String, r: &Rule) {
                 out.push_str("--dport ");
                 fmt::push_u32(out, (*p).into());
             }
+            Match::InInterface { name, prefix, neg: ng } => {
+                out.push_str(neg(*ng));
+                out.push_str("-i ");
+                out.push_str(name);
+                if *prefix {
+                    out.push('+');
+                }
+            }
             Match::SrcLocal(yes) => {
                 let _ = write!(out, "-m addrtype {}--src-type LOCAL", neg(!yes));
             }

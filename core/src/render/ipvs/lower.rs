@@ -16,6 +16,7 @@ use crate::program::{
     Action, BaseHook, Chain, ChainKind, CtState, Dialect, Element, Field, Fragment, Hook, KeyType, Match,
     Name, Program, RealServer, Rule, Set, SetFlags, SetRef, Value, Verdict, VirtualServer,
 };
+use crate::render::detector;
 use crate::render::iptables::{FILTER, NAT};
 
 /// The dummy interface holding every service address.
@@ -220,7 +221,6 @@ pub fn base(np: &NodePlan) -> Fragment {
         ),
     ];
     // nat KUBE-SERVICES: masquerade decisions; IPVS itself does the DNAT.
-    let local = np.local_cidrs.first().copied();
     let mut services =
         vec![Rule::new(vec![Match::Src(np.family.loopback_net(), false)], Action::Verdict(Verdict::Return))];
     services.push(Rule::new(
@@ -235,9 +235,9 @@ pub fn base(np: &NodePlan) -> Fragment {
     };
     if np.masquerade_all {
         services.push(Rule::new(cluster_ip(), jump("KUBE-MARK-MASQ")));
-    } else if let Some(cidr) = local {
+    } else if let Some(not_local) = detector(np, false) {
         let mut m = cluster_ip();
-        m.push(Match::Src(cidr, true));
+        m.push(not_local);
         services.push(Rule::new(m, jump("KUBE-MARK-MASQ")));
     }
     let ext = || {
@@ -382,9 +382,7 @@ pub fn base(np: &NodePlan) -> Fragment {
     // Local policy without local endpoints: drop (internal: all sources; external: sources
     // that are neither pods nor the node, which are served by every endpoint instead).
     let mut external_only: Vec<Match> = Vec::new();
-    if let Some(cidr) = local {
-        external_only.push(Match::Src(cidr, true));
-    }
+    external_only.extend(detector(np, false));
     external_only.push(Match::SrcLocal(false));
     let mut no_local = vec![Rule::new(
         vec![

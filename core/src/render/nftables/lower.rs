@@ -11,7 +11,9 @@
 //! ClientIP affinity: a chain per Service (the client's endpoint while its affinity lasts, else
 //!               random, or with Maglev `jhash ip saddr mod M vmap @service-maglev-<svc>`)
 //! filter hooks: firewall-check (source ranges, pre-DNAT), service-endpoints-check and
-//!               nodeport-endpoints-check (reject/drop via @no-endpoint-* maps)
+//!               nodeport-endpoints-check (reject/drop via @no-endpoint-* maps), after DNAT
+//!               cluster-ips-check (an undefined port of @cluster-ips rejected, an address of
+//!               @service-cidrs no Service holds dropped)
 //! nat-postrouting -> masquerading: hairpin (ct dnat, saddr.daddr @hairpin), mark 0x4000
 //! ```
 //! Only Services with ClientIP affinity get their own chains (per-endpoint affinity sets, as
@@ -22,12 +24,12 @@ use std::net::IpAddr;
 use smallvec::smallvec;
 
 use crate::net::{IpFamily, IpNet};
-use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
+use crate::plan::{Backend, LocalTraffic, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
 use crate::program::{
     Action, BaseHook, Chain, ChainKind, CtState, DataType, Dialect, ElemData, Element, Field, Fragment, Hook,
     Key, KeyType, Match, Name, Program, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
 };
-use crate::render::names;
+use crate::render::{detector, names};
 
 /// The table every object lives in (`table ip tideway` / `table ip6 tideway`).
 pub const TABLE: &str = "tideway";
@@ -95,7 +97,19 @@ pub fn base(np: &NodePlan) -> Fragment {
             ..set("firewall-allow", vec![addr, KeyType::Proto, KeyType::Port, KeyType::Net(f)], None)
         },
         Set { shared: true, ..set("hairpin", vec![addr, addr], None) },
+        // Every ClusterIP, once however many ports it has.
+        Set { shared: true, ..set("cluster-ips", vec![addr], None) },
     ];
+    if !np.service_cidrs.is_empty() {
+        sets.push(Set {
+            flags: SetFlags { interval: true, dynamic_timeout: None },
+            elements: IpNet::aggregate(&np.service_cidrs)
+                .into_iter()
+                .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
+                .collect(),
+            ..set("service-cidrs", vec![KeyType::Net(f)], None)
+        });
+    }
     for pool in ["cluster", "local"] {
         sets.push(set(&format!("{pool}-lb"), fe(), Some(DataType::Verdict)));
         sets.push(set(&format!("nodeport-{pool}-lb"), npk(), Some(DataType::Verdict)));
@@ -108,11 +122,11 @@ pub fn base(np: &NodePlan) -> Fragment {
             Some(DataType::AddrPort(f)),
         ));
     }
-    if !np.local_cidrs.is_empty() {
+    if let LocalTraffic::Sources(nets) = &np.local {
         sets.push(Set {
             flags: SetFlags { interval: true, dynamic_timeout: None },
             // Interval sets refuse overlapping elements: keep the minimal cover.
-            elements: IpNet::aggregate(&np.local_cidrs)
+            elements: IpNet::aggregate(nets)
                 .into_iter()
                 .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
                 .collect(),
@@ -158,7 +172,10 @@ pub fn base(np: &NodePlan) -> Fragment {
             Hook::Forward,
             ChainKind::Filter,
             -110,
-            vec![Rule::new(vec![new()], jump("service-endpoints-check"))],
+            vec![
+                Rule::new(vec![new()], jump("service-endpoints-check")),
+                Rule::new(vec![new()], jump("cluster-ips-check")),
+            ],
         ),
         base_chain(
             "filter-output",
@@ -174,7 +191,10 @@ pub fn base(np: &NodePlan) -> Fragment {
             Hook::Output,
             ChainKind::Filter,
             -90,
-            vec![Rule::new(vec![new()], jump("service-endpoints-check"))],
+            vec![
+                Rule::new(vec![new()], jump("service-endpoints-check")),
+                Rule::new(vec![new()], jump("cluster-ips-check")),
+            ],
         ),
         base_chain(
             "nat-prerouting",
@@ -219,6 +239,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             ],
         ),
         Chain::new(TABLE, "reject-chain", vec![Rule::new(vec![], Action::Verdict(Verdict::Reject))]),
+        cluster_ips_check(np),
         Chain::new(
             TABLE,
             "firewall-check",
@@ -255,10 +276,8 @@ pub fn base(np: &NodePlan) -> Fragment {
     ];
     let masq_internal: Vec<Rule> = if np.masquerade_all {
         vec![Rule::new(vec![], jump("mark-for-masquerade"))]
-    } else if !np.local_cidrs.is_empty() {
-        vec![Rule::new(vec![not_local()], jump("mark-for-masquerade"))]
     } else {
-        vec![]
+        local(np, false).map(|m| Rule::new(vec![m], jump("mark-for-masquerade"))).into_iter().collect()
     };
     let with = |mut head: Vec<Rule>, tail: Rule| {
         head.push(tail);
@@ -288,9 +307,9 @@ pub fn base(np: &NodePlan) -> Fragment {
         ("nodeport-local", "nodeport-cluster-lb", "nodeport-local-lb", &NODEPORT[..]),
     ] {
         let mut rules = Vec::new();
-        if !np.local_cidrs.is_empty() {
+        if let Some(pods) = local(np, true) {
             // Pod traffic to an external destination is short-circuited to every endpoint.
-            rules.push(Rule::new(vec![local()], vmap(cluster, key)));
+            rules.push(Rule::new(vec![pods], vmap(cluster, key)));
         }
         // Node traffic keeps working too, but its source (a node or LB IP) must be rewritten.
         rules.push(Rule::new(vec![Match::SrcLocal(true)], jump("mark-for-masquerade")));
@@ -301,12 +320,34 @@ pub fn base(np: &NodePlan) -> Fragment {
     Fragment { chains, sets, ..Fragment::default() }
 }
 
-fn local() -> Match {
-    Match::InSet { set: "local-cidrs".into(), key: vec![Field::SrcIp], neg: false }
+/// What is left after DNAT of a new connection to a Service address is one the Services do not
+/// define (KEP-1880, as kube-proxy's nftables mode): an undefined port of a ClusterIP is
+/// rejected, an address of a Service CIDR that no Service holds is dropped.
+fn cluster_ips_check(np: &NodePlan) -> Chain {
+    let dst_in = |set: &str| Match::InSet { set: name(set), key: vec![Field::DstIp], neg: false };
+    let mut rules = vec![
+        Rule::new(vec![dst_in("cluster-ips")], Action::Verdict(Verdict::Reject))
+            .with_comment("Reject traffic to invalid ports of ClusterIPs"),
+    ];
+    if !np.service_cidrs.is_empty() {
+        rules.push(
+            Rule::new(vec![dst_in("service-cidrs")], Action::Verdict(Verdict::Drop))
+                .with_comment("Drop traffic to unallocated ClusterIPs"),
+        );
+    }
+    Chain::new(TABLE, "cluster-ips-check", rules)
 }
 
-fn not_local() -> Match {
-    Match::InSet { set: "local-cidrs".into(), key: vec![Field::SrcIp], neg: true }
+/// The local-traffic detector: the packet is pod traffic (`pods`) or it is not. Source
+/// networks are the `local-cidrs` set (every network of the family, where kube-proxy's
+/// iptables detector tests the first).
+fn local(np: &NodePlan, pods: bool) -> Option<Match> {
+    match &np.local {
+        LocalTraffic::Sources(_) => {
+            Some(Match::InSet { set: "local-cidrs".into(), key: vec![Field::SrcIp], neg: !pods })
+        }
+        _ => detector(np, pods),
+    }
 }
 
 struct Out<'a> {
@@ -399,6 +440,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
     };
 
     if let Some(cip) = plan.cluster_ip {
+        out.elem("cluster-ips", smallvec![Value::Ip(cip)], None);
         let key = out.fe(cip);
         match internal {
             Target::Cluster | Target::Local => {

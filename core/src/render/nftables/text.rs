@@ -113,6 +113,10 @@ pub fn write_rule(out: &mut String, f: IpFamily, r: &Rule) {
                 out.push_str("th dport ");
                 fmt::push_u32(out, (*p).into());
             }
+            Match::InInterface { name, prefix, neg } => {
+                let wildcard = if *prefix { "*" } else { "" };
+                let _ = write!(out, "iifname {}\"{name}{wildcard}\"", neq(*neg));
+            }
             Match::SrcLocal(yes) => {
                 let _ = write!(out, "fib saddr type {}local", neq(!yes));
             }

@@ -34,6 +34,9 @@ const BASE_NETWORK: u32 = 1;
 const BASE_TRANSPORT: u32 = 2;
 const META_MARK: u32 = 3;
 const META_L4PROTO: u32 = 16;
+const META_IIFNAME: u32 = 6;
+/// `IFNAMSIZ`: the bytes of an interface name, its NUL included.
+const IFNAMSIZ: usize = 16;
 const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
 const CMP_EQ: u32 = 0;
@@ -299,6 +302,16 @@ fn nat_family(family: IpFamily) -> u32 {
     if family == IpFamily::V4 { 2 } else { 10 }
 }
 
+/// The bytes `meta iifname` is compared with, as nft writes them: a whole name padded with
+/// NULs to `IFNAMSIZ`, or just a prefix's bytes (`iifname "veth*"` compares its first ones).
+fn interface_name(name: &str, prefix: bool) -> Vec<u8> {
+    let mut out = name.as_bytes().to_vec();
+    if !prefix {
+        out.resize(IFNAMSIZ, 0);
+    }
+    out
+}
+
 /// Prefix mask bytes for an address of `len` bytes.
 fn prefix_mask(prefix: u8, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
@@ -328,6 +341,10 @@ fn write_match(b: &mut Batch, family: IpFamily, sets: &SetIndex<'_>, m: &Match) 
         Match::DstPort(p) => {
             payload(b, 1, BASE_TRANSPORT, 2, 2);
             cmp(b, CMP_EQ, &p.to_be_bytes());
+        }
+        Match::InInterface { name, prefix, neg } => {
+            meta_load(b, 1, META_IIFNAME);
+            cmp(b, if *neg { CMP_NEQ } else { CMP_EQ }, &interface_name(name, *prefix));
         }
         Match::SrcLocal(yes) | Match::DstLocal(yes) => {
             let flag = if matches!(m, Match::SrcLocal(_)) { FIB_SADDR } else { FIB_DADDR };
