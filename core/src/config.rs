@@ -389,6 +389,19 @@ pub struct ProxyConfig {
     pub settings: ProxySettings,
 }
 
+impl ProxyConfig {
+    /// A config for every node (no selector, priority 0) at `generation`.
+    pub fn every_node(name: &str, generation: i64, settings: ProxySettings) -> ProxyConfig {
+        ProxyConfig {
+            name: name.into(),
+            generation,
+            node_selector: LabelSelector::default(),
+            priority: 0,
+            settings,
+        }
+    }
+}
+
 /// Picks the config a node must run: among configs whose selector matches the node's labels,
 /// the highest priority, then the most specific selector, then the smallest name.
 pub fn resolve_proxy_config<'a>(

@@ -23,13 +23,7 @@ use tower::ServiceExt;
 fn cluster() -> SharedCluster {
     let cluster = SharedCluster::new();
     let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
-    let config = ProxyConfig {
-        name: "default".into(),
-        generation: 1,
-        node_selector: Default::default(),
-        priority: 0,
-        settings,
-    };
+    let config = ProxyConfig::every_node("default", 1, settings);
     let snapshot = Snapshot {
         nodes: vec![mk_node("node-a", "192.168.0.10", "zone-a")],
         services: vec![mk_service("demo", "web").cluster_ip("10.96.0.1").port("http", Tcp, 80).build()],

@@ -27,13 +27,7 @@ fn config(mode: ProxyMode, min_sync: Duration) -> ProxyConfig {
         sync_period: Duration::from_secs(30),
         ..Default::default()
     };
-    ProxyConfig {
-        name: "default".into(),
-        generation: 1,
-        node_selector: Default::default(),
-        priority: 0,
-        settings,
-    }
+    ProxyConfig::every_node("default", 1, settings)
 }
 
 fn web(n: u16) -> tideway_core::model::Service {

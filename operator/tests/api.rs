@@ -22,13 +22,7 @@ use tower::ServiceExt;
 
 fn cluster() -> SharedCluster {
     let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
-    let config = ProxyConfig {
-        name: "default".into(),
-        generation: 3,
-        node_selector: Default::default(),
-        priority: 0,
-        settings,
-    };
+    let config = ProxyConfig::every_node("default", 3, settings);
     let programmed = NodeProxyState {
         node: "node-a".into(),
         mode: Some(ProxyMode::Nftables),

@@ -138,7 +138,7 @@ mod tests {
             node_selector.match_labels.insert("pool".into(), p.into());
         }
         let settings = ProxySettings { mode, load_balancing: default, ..Default::default() };
-        ProxyConfig { name: name.into(), generation: 1, node_selector, priority: 0, settings }
+        ProxyConfig { node_selector, ..ProxyConfig::every_node(name, 1, settings) }
     }
 
     fn cluster() -> ClusterState {

@@ -195,11 +195,8 @@ mod tests {
     fn cfg(name: &str, generation: i64, pool: Option<&str>, mode: ProxyMode) -> ProxyConfig {
         let match_labels = pool.iter().map(|p| ("pool".to_string(), p.to_string())).collect();
         ProxyConfig {
-            name: name.into(),
-            generation,
             node_selector: LabelSelector { match_labels, match_expressions: vec![] },
-            priority: 0,
-            settings: ProxySettings { mode, ..Default::default() },
+            ..ProxyConfig::every_node(name, generation, ProxySettings { mode, ..Default::default() })
         }
     }
 

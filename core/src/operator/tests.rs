@@ -282,13 +282,11 @@ fn services_sharing_an_address_share_its_announcer() {
 fn proxy_config_status_is_written_when_it_changes() {
     use crate::config::{ProxyConfig, ProxyMode};
     let mut c = Cluster::new(None);
-    c.state.apply_proxy_config(ProxyConfig {
-        name: "default".into(),
-        generation: 2,
-        node_selector: Default::default(),
-        priority: 0,
-        settings: Default::default(),
-    });
+    c.state.apply_proxy_config(ProxyConfig::every_node(
+        "default",
+        2,
+        crate::config::ProxySettings::default(),
+    ));
     let statuses = |w: &[Action]| -> Vec<ConfigStatus> {
         w.iter()
             .filter_map(|a| match a {
@@ -478,13 +476,7 @@ fn a_load_balancing_no_node_can_program_is_told_once_per_fallback() {
     use crate::config::{ProxyConfig, ProxyMode, ProxySettings};
     let mut c = Cluster::new(None);
     let settings = ProxySettings { mode: ProxyMode::Iptables, ..Default::default() };
-    let config = ProxyConfig {
-        name: "default".into(),
-        generation: 1,
-        node_selector: Default::default(),
-        priority: 0,
-        settings,
-    };
+    let config = ProxyConfig::every_node("default", 1, settings);
     c.state.apply_proxy_config(config);
     let mut svc = mk_service("ns", "web").cluster_ip("10.96.0.10").port("http", Protocol::Tcp, 80).build();
     svc.load_balancing = Some("maglev".into());
