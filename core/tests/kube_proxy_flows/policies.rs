@@ -195,6 +195,18 @@ fn terminating_slice(endpoints: &[Ep]) -> EndpointSlice {
     slice.build()
 }
 
+/// Each case's two rows with its endpoints, then kube-proxy's rows once they are deleted.
+fn run_terminating(test: &str, local: bool, cases: [TerminatingCase; 4]) {
+    for (name, endpoints, [(to_cluster_ip, m1), (to_lb, m2)]) in cases {
+        let rows = [
+            flow("pod to clusterIP", "10.0.0.2", "172.30.1.1", 80, to_cluster_ip, m1),
+            flow("external to LB", CLIENT, "1.2.3.4", 80, to_lb, m2),
+        ];
+        let (svc, slice) = (terminating_service(local), terminating_slice(&endpoints));
+        with_and_without_slice(&format!("{test} / {name}"), svc, slice, &rows, &terminating_after());
+    }
+}
+
 fn terminating_after() -> [Flow; 2] {
     [
         flow("pod to clusterIP after endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT", false),
@@ -238,20 +250,7 @@ fn terminating_endpoints_traffic_policy_local() {
             [("REJECT", false), ("REJECT", false)],
         ),
     ];
-    for (name, endpoints, [(to_cluster_ip, m1), (to_lb, m2)]) in cases {
-        let rows = [
-            flow("pod to clusterIP", "10.0.0.2", "172.30.1.1", 80, to_cluster_ip, m1),
-            flow("external to LB", CLIENT, "1.2.3.4", 80, to_lb, m2),
-        ];
-        let test = format!("TestTerminatingEndpointsTrafficPolicyLocal / {name}");
-        with_and_without_slice(
-            &test,
-            terminating_service(true),
-            terminating_slice(&endpoints),
-            &rows,
-            &terminating_after(),
-        );
-    }
+    run_terminating("TestTerminatingEndpointsTrafficPolicyLocal", true, cases);
 }
 
 #[test]
@@ -296,18 +295,5 @@ fn terminating_endpoints_traffic_policy_cluster() {
             [("REJECT", false), ("REJECT", false)],
         ),
     ];
-    for (name, endpoints, [(to_cluster_ip, m1), (to_lb, m2)]) in cases {
-        let rows = [
-            flow("pod to clusterIP", "10.0.0.2", "172.30.1.1", 80, to_cluster_ip, m1),
-            flow("external to LB", CLIENT, "1.2.3.4", 80, to_lb, m2),
-        ];
-        let test = format!("TestTerminatingEndpointsTrafficPolicyCluster / {name}");
-        with_and_without_slice(
-            &test,
-            terminating_service(false),
-            terminating_slice(&endpoints),
-            &rows,
-            &terminating_after(),
-        );
-    }
+    run_terminating("TestTerminatingEndpointsTrafficPolicyCluster", false, cases);
 }
