@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde_json::json;
 use tideway_core::config::ProxySettings;
 use tideway_core::maglev;
+use tideway_core::net::{IpFamily, IpNet};
 
 use crate::crd::schema::Constraint;
 use crate::duration::{format_duration, parse_duration};
@@ -345,6 +346,16 @@ pub(crate) fn label_value(cx: &Ctx, field: &str, value: &str) -> Result<(), Conv
         ));
     }
     Ok(())
+}
+
+/// Checks that `nets` hold at most one network per family (a dual-stack pair at most).
+pub(crate) fn one_per_family(cx: &Ctx, field: &str, nets: &[IpNet]) -> Result<(), ConvertError> {
+    let distinct = match nets {
+        [] | [_] => true,
+        [a, b] => IpFamily::of_net(a) != IpFamily::of_net(b),
+        _ => false,
+    };
+    if distinct { Ok(()) } else { Err(cx.err(field, "at most one CIDR per family (IPv4, IPv6)")) }
 }
 
 /// Checks an interface name.

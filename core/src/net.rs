@@ -35,6 +35,11 @@ impl IpFamily {
         }
     }
 
+    /// The networks of `nets` of this family.
+    pub fn nets_of(self, nets: &[IpNet]) -> Vec<IpNet> {
+        nets.iter().copied().filter(|n| IpFamily::of_net(n) == self).collect()
+    }
+
     /// The loopback network of this family (127.0.0.0/8 or ::1/128).
     pub fn loopback_net(self) -> IpNet {
         match self {

@@ -26,14 +26,7 @@ pub fn service_cidr(c: &k8s_openapi::api::networking::v1::ServiceCIDR) -> Result
         .enumerate()
         .map(|(i, text)| cx.cidr(format!("spec.cidrs[{i}]"), text))
         .collect::<Result<Vec<_>, _>>()?;
-    let one_per_family = match cidrs.as_slice() {
-        [] | [_] => true,
-        [a, b] => IpFamily::of_net(a) != IpFamily::of_net(b),
-        _ => false,
-    };
-    if !one_per_family {
-        return Err(cx.err("spec.cidrs", "takes at most one CIDR per family (IPv4, IPv6)"));
-    }
+    crate::validation::one_per_family(&cx, "spec.cidrs", &cidrs)?;
     Ok(ServiceCidr { name, cidrs })
 }
 

@@ -10,7 +10,6 @@ use tideway_core::config::{
     DetectLocal, IpvsSettings, NodePortAddresses, ProxyConfig as CoreConfig, ProxyMode, ProxySettings,
     UnknownName,
 };
-use tideway_core::net::IpFamily;
 use tideway_core::operator::rollout::ConfigStatus;
 
 use crate::duration::format_duration;
@@ -218,11 +217,7 @@ fn settings_from_spec(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<ProxySettings,
     for (i, c) in spec.cluster_cidrs.iter().enumerate() {
         s.cluster_cidrs.push(cx.cidr(format!("spec.clusterCIDRs[{i}]"), c)?);
     }
-    if let [a, b] = s.cluster_cidrs.as_slice()
-        && IpFamily::of_net(a) == IpFamily::of_net(b)
-    {
-        return Err(cx.err("spec.clusterCIDRs", "at most one CIDR per family (IPv4, IPv6)"));
-    }
+    validation::one_per_family(cx, "spec.clusterCIDRs", &s.cluster_cidrs)?;
     s.detect_local = detect_local(cx, spec)?;
     s.masquerade_all = spec.masquerade_all.unwrap_or(false);
     if let Some(bit) = spec.masquerade_bit {

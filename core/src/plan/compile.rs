@@ -55,8 +55,7 @@ fn plan_port(
     let external_ips: Vec<IpAddr> = dedup(svc.external_ips.iter().copied().filter(of_family));
     let load_balancer_ips: Vec<IpAddr> = dedup(svc.load_balancer_vips().filter(of_family));
     let node_port = port.node_port.filter(|_| svc.external_policy_applies());
-    let source_ranges: Vec<_> =
-        svc.load_balancer_source_ranges.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect();
+    let source_ranges: Vec<_> = family.nets_of(&svc.load_balancer_source_ranges);
     let externally_accessible =
         node_port.is_some() || !external_ips.is_empty() || !load_balancer_ips.is_empty();
     let internal_local = svc.internal_traffic_policy == TrafficPolicy::Local;

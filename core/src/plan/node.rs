@@ -49,11 +49,6 @@ pub enum LocalTraffic {
 }
 
 impl LocalTraffic {
-    /// True when pod traffic can be told apart.
-    pub fn is_detected(&self) -> bool {
-        !matches!(self, LocalTraffic::Undetected)
-    }
-
     /// The interface pod traffic arrives on, when the detector is by interface (for the packet
     /// tracer: the bridge, or the prefix's first interface).
     pub fn pod_interface(&self) -> Option<String> {
@@ -94,7 +89,7 @@ impl NodeContext {
 
     /// The Service CIDRs of `family`.
     pub fn service_cidrs_of(&self, family: IpFamily) -> Vec<IpNet> {
-        self.service_cidrs.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect()
+        family.nets_of(&self.service_cidrs)
     }
 
     /// The node's primary address of `family`.
@@ -119,7 +114,7 @@ impl NodeContext {
                 return LocalTraffic::Interface { name: name.clone(), prefix: true };
             }
         };
-        let nets: Vec<IpNet> = nets.iter().copied().filter(|n| IpFamily::of_net(n) == family).collect();
+        let nets = family.nets_of(nets);
         if nets.is_empty() { LocalTraffic::Undetected } else { LocalTraffic::Sources(nets) }
     }
 

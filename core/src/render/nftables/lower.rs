@@ -76,6 +76,19 @@ fn set(name: &str, key: Vec<KeyType>, data: Option<DataType>) -> Set {
     }
 }
 
+/// An interval set holding `nets` (their minimal cover: interval sets refuse overlapping
+/// elements).
+fn network_set(name: &str, f: IpFamily, nets: &Vec<IpNet>) -> Set {
+    Set {
+        flags: SetFlags { interval: true, dynamic_timeout: None },
+        elements: IpNet::aggregate(nets)
+            .into_iter()
+            .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
+            .collect(),
+        ..set(name, vec![KeyType::Net(f)], None)
+    }
+}
+
 fn base_chain(name: &str, hook: Hook, kind: ChainKind, priority: i32, rules: Vec<Rule>) -> Chain {
     Chain { hook: Some(BaseHook { hook, kind, priority }), ..Chain::new(TABLE, name, rules) }
 }
@@ -101,14 +114,7 @@ pub fn base(np: &NodePlan) -> Fragment {
         Set { shared: true, ..set("cluster-ips", vec![addr], None) },
     ];
     if !np.service_cidrs.is_empty() {
-        sets.push(Set {
-            flags: SetFlags { interval: true, dynamic_timeout: None },
-            elements: IpNet::aggregate(&np.service_cidrs)
-                .into_iter()
-                .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
-                .collect(),
-            ..set("service-cidrs", vec![KeyType::Net(f)], None)
-        });
+        sets.push(network_set("service-cidrs", f, &np.service_cidrs));
     }
     for pool in ["cluster", "local"] {
         sets.push(set(&format!("{pool}-lb"), fe(), Some(DataType::Verdict)));
@@ -123,15 +129,7 @@ pub fn base(np: &NodePlan) -> Fragment {
         ));
     }
     if let LocalTraffic::Sources(nets) = &np.local {
-        sets.push(Set {
-            flags: SetFlags { interval: true, dynamic_timeout: None },
-            // Interval sets refuse overlapping elements: keep the minimal cover.
-            elements: IpNet::aggregate(nets)
-                .into_iter()
-                .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
-                .collect(),
-            ..set("local-cidrs", vec![KeyType::Net(f)], None)
-        });
+        sets.push(network_set("local-cidrs", f, nets));
     }
     let nodeport_dst: Vec<Match> = match &np.node_ports {
         NodePortDestinations::AllLocal => vec![Match::DstLocal(true), Match::Dst(f.loopback_net(), true)],
