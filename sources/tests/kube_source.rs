@@ -220,13 +220,14 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
 }
 
 /// An API server before Kubernetes 1.33 serves no ServiceCIDRs: an agent told not to watch
-/// them syncs without asking (one that watches them would wait for their list).
+/// them, with the RBAC the chart grants it then, syncs without asking (one that watches them
+/// would wait for their list).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_told_not_to_watch_service_cidrs_syncs_without_them() {
     let api = FakeApi::start().await;
     let dir = tempdir::Dir::new("agent-no-cidrs");
     api.preload([node("node-a", "192.168.0.10"), service("ns1", "web", "10.96.0.10", json!({}))]);
-    api.forbid("ServiceCIDR", true);
+    api.chart_values("self-signed-tls");
     let cluster = SharedCluster::new();
     let role = Role::Agent { node: "node-a".into(), service_cidrs: false };
     let client = kube_client(&api, &dir, Account::Agent).await;
