@@ -206,7 +206,7 @@ fn seeds() -> Vec<Value> {
 /// components write them.
 fn written_seeds() -> Vec<Value> {
     use tideway_core::model;
-    let mut state = model::NodeProxyState {
+    let state = model::NodeProxyState {
         node: "node-a".into(),
         ready: true,
         service_ports: 3,
@@ -214,9 +214,9 @@ fn written_seeds() -> Vec<Value> {
         last_sync_duration: Some(Duration::from_millis(12)),
         announcing: vec!["172.18.255.200".parse().expect("ip")],
         missing_interfaces: vec!["vlan100".into()],
+        programmed_version: Some(41),
         ..Default::default()
     };
-    state.programmed.insert(model::ServiceName::new("default", "web"), 2);
     let announcement = model::L2Announcement {
         service: model::ServiceName::new("demo", "web"),
         ips: vec!["172.18.255.200".parse().expect("ip"), "fc00::1".parse().expect("ip")],

@@ -59,7 +59,12 @@ fn agent_programs_from_the_kubernetes_api_and_reports_its_node() {
     .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent.log")));
     assert_eq!(report["status"]["mode"], "nftables");
     assert_eq!(report["status"]["proxyConfig"], "default");
-    assert!(report["status"]["programmedServices"]["demo/web"].is_number(), "{report}");
+    // Programmed up to the Service's own version at least (versions compare as integers).
+    let version = |v: &serde_json::Value| v.as_str().and_then(|v| v.parse::<u64>().ok());
+    let web_version =
+        server.api.get("Service", Some("demo"), "web").map(|s| s["metadata"]["resourceVersion"].clone());
+    let programmed = version(&report["status"]["programmedResourceVersion"]);
+    assert!(programmed >= web_version.as_ref().and_then(version) && programmed.is_some(), "{report}");
     assert!(report["status"]["rules"].as_i64().unwrap() > 0, "{report}");
 
     // An endpoint change arrives over the watch and reaches the kernel.
@@ -234,9 +239,18 @@ fn dns_holds_a_cluster_ip_back_until_the_pods_node_has_programmed_it() {
         json!({"kind": "Pod", "metadata": {"name": "client", "namespace": "demo"},
                "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x"}]},
                "status": {"podIP": "127.0.0.5", "podIPs": [{"ip": "127.0.0.5"}]}}),
-        json!({"kind": "NodeProxyState", "apiVersion": "tideway.io/v1alpha1", "metadata": {"name": "node-a"},
-               "spec": {"nodeName": "node-a"}, "status": {"programmedServices": {"demo/web": 2}}}),
     ]);
+    // node-a's agent has programmed every Service change before the Service was written.
+    let written: u64 =
+        server.api.get("Service", Some("demo"), "web").expect("preloaded")["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("the test API server gives integer versions");
+    let report = |version: u64| {
+        json!({"kind": "NodeProxyState", "apiVersion": "tideway.io/v1alpha1", "metadata": {"name": "node-a"},
+               "spec": {"nodeName": "node-a"}, "status": {"programmedResourceVersion": version.to_string()}})
+    };
+    server.api.upsert(report(written - 1));
     // Holding answers back needs the NodeProxyStates the chart grants with dns.requireProgrammed.
     server.api.chart_values("custom-dns");
     let kubeconfig = server.api.kubeconfig(&dir, Account::Dns);
@@ -264,7 +278,7 @@ fn dns_holds_a_cluster_ip_back_until_the_pods_node_has_programmed_it() {
         if out.contains("10.96.0.10") { Ok(()) } else { Err(out) }
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", log()));
-    // node-a reports generation 2 of a generation-3 Service: its pod is told to retry.
+    // node-a has programmed up to just before the Service: its pod is told to retry.
     let out = dig_from(addr, "127.0.0.5", name);
     assert!(out.contains("status: SERVFAIL"), "{out}\n{}", log());
     assert!(
@@ -273,9 +287,7 @@ fn dns_holds_a_cluster_ip_back_until_the_pods_node_has_programmed_it() {
         metrics_text(metrics)
     );
     // The agent reports it programmed: the pod gets the address.
-    server.api.upsert(json!({"kind": "NodeProxyState", "apiVersion": "tideway.io/v1alpha1",
-        "metadata": {"name": "node-a"}, "spec": {"nodeName": "node-a"},
-        "status": {"programmedServices": {"demo/web": 3}}}));
+    server.api.upsert(report(written));
     eventually(Duration::from_secs(5), || {
         let out = dig_from(addr, "127.0.0.5", name);
         if out.contains("10.96.0.10") { Ok(()) } else { Err(out) }

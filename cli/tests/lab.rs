@@ -314,6 +314,15 @@ fn traffic_policies_and_services_without_endpoints() {
     let status = ok(tideway(&["status", "--lab", "policy"]), "status");
     let programmed = status.lines().filter(|l| l.contains(" nftables ") && l.contains(" yes ")).count();
     assert_eq!(programmed, 4, "every node programmed in nftables mode:\n{status}");
+    // Every node's report says it programmed the Service as it is now: its programmed
+    // resourceVersion reaches the Service's (the lab's objects carry versions as a cluster's do).
+    let on = eventually(patience(15.0), || {
+        let explain = ok(tideway(&["explain", "service", "default/local", "--lab", "policy"]), "explain");
+        let line = explain.lines().find_map(|l| l.trim().strip_prefix("programmed on:")).unwrap_or("-");
+        let nodes: Vec<String> = line.split(',').map(|n| n.trim().to_string()).collect();
+        if nodes.len() == 4 { Ok(nodes) } else { Err(explain) }
+    });
+    on.expect("programmed on every node");
     let dst = format!("{local_ip}:80");
     let args = [
         "trace",

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use tideway_sources::lab::{LabDir, write_atomically};
 
-use crate::control::{self, Allocations, Health, NodeState, Plan, PodState, World, Writes};
+use crate::control::{self, Allocations, Health, NodeState, Plan, PodState, ResourceVersions, World, Writes};
 use crate::faults::{self, Fault, Faults};
 use crate::netns::{self, NetError};
 use crate::procs::{Exit, Procs};
@@ -56,6 +56,8 @@ pub struct Lab {
     writes: Writes,
     seen_writes: BTreeMap<String, (SystemTime, u64)>,
     published: String,
+    /// The objects' `resourceVersion`s.
+    versions: ResourceVersions,
     departure: Option<Departure>,
     faults: Faults,
     /// The components' APIs on the host: label -> address.
@@ -109,6 +111,7 @@ impl Lab {
             writes: Writes::default(),
             seen_writes: BTreeMap::new(),
             published: String::new(),
+            versions: ResourceVersions::default(),
             departure: None,
             faults: Faults::default(),
             apis: BTreeMap::new(),
@@ -456,7 +459,8 @@ impl Lab {
 
     /// Writes the cluster file if its content changed.
     fn publish(&mut self) -> Result<bool, LabError> {
-        let objects = self.writes.publish(self.world.objects.clone());
+        let mut objects = self.writes.publish(self.world.objects.clone());
+        self.versions.stamp(&mut objects);
         let text = render(&objects);
         if text == self.published {
             return Ok(false);

@@ -5,9 +5,11 @@
 //! * steady endpoint churn, `CHURN` EndpointSlice updates a second (default 100), each one
 //!   changing every node's endpoint and rule counts and its last sync;
 //! * every `SERVICE_EVERY` seconds (default 5) one Service's spec changes, so every node
-//!   programs a new generation of it (a change the DNS gate and the rollout read).
+//!   programs a new generation of it and reports a higher programmed `resourceVersion` (a
+//!   change the DNS gate and the operator read).
 //!
-//! Each node has `SERVICES` Services programmed (default 500). After a warm-up of 15 s it counts,
+//! Each node has `SERVICES` Services programmed (default 500): the report's size no longer
+//! depends on it (one version stands for them all), its service-port and rule counts do. After a warm-up of 15 s it counts,
 //! for `SECONDS` (default 60), the status writes per node per 10 s and their bytes: the request
 //! body, and the object the API server stores (what etcd writes each time).
 //!
@@ -19,7 +21,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tideway_core::model::ServiceName;
 use tideway_node_agent::agent::AgentStatus;
 use tideway_node_agent::report::{self, ReportSettings};
 use tideway_sources::kube::{KubeNodeStateSink, client};
@@ -30,19 +31,16 @@ fn env(name: &str, default: u64) -> u64 {
 }
 
 fn status(node: &str, services: u64) -> AgentStatus {
-    let mut s = AgentStatus {
+    AgentStatus {
         node: node.to_string(),
         synced: true,
         proxy_config: Some(("default".into(), 1)),
         service_ports: services as usize,
         endpoints: services as usize * 3,
         rules: services as usize * 5,
+        programmed_version: Some(1_000),
         ..Default::default()
-    };
-    for i in 0..services {
-        s.programmed.insert(ServiceName::new("bench", format!("svc-{i}")), 1);
     }
-    s
 }
 
 fn main() {
@@ -73,7 +71,7 @@ fn main() {
         let warm_up = Duration::from_secs(15);
         let end = warm_up + Duration::from_secs(seconds);
         let mut tick = tokio::time::interval(Duration::from_secs(1) / churn as u32);
-        let (mut updates, mut generation) = (0u64, 1i64);
+        let (mut updates, mut version) = (0u64, 1_000u64);
         let mut next_service = Duration::from_secs(service_every);
         while started.elapsed() < end {
             tick.tick().await;
@@ -82,7 +80,7 @@ fn main() {
             let spec_change = now >= next_service;
             if spec_change {
                 next_service += Duration::from_secs(service_every);
-                generation += 1;
+                version += 1;
             }
             for s in &statuses {
                 let mut s = s.write().unwrap_or_else(|e| e.into_inner());
@@ -90,7 +88,7 @@ fn main() {
                 s.rules = s.service_ports * 5 + (updates % 7) as usize;
                 s.last_sync = Some(now.as_secs_f64());
                 if spec_change {
-                    s.programmed.insert(ServiceName::new("bench", "svc-0"), generation);
+                    s.programmed_version = Some(version);
                 }
             }
         }

@@ -24,8 +24,6 @@ pub struct ReportSettings {
     pub jitter: Duration,
     /// A report with nothing new for its readers is rewritten this often.
     pub refresh: Duration,
-    /// At most this many Services in `programmedServices` (an object has a size limit).
-    pub services_limit: usize,
 }
 
 /// At most this many refused objects in `invalidObjects`, each cut to [`INVALID_TEXT_LIMIT`]
@@ -40,14 +38,12 @@ impl Default for ReportSettings {
             min_interval: Duration::from_secs(10),
             jitter: Duration::from_secs(2),
             refresh: Duration::from_secs(60),
-            services_limit: 5_000,
         }
     }
 }
 
 /// The report for `status`.
-pub fn node_state(status: &AgentStatus, services_limit: usize) -> NodeProxyState {
-    let truncated = status.programmed.len() > services_limit;
+pub fn node_state(status: &AgentStatus) -> NodeProxyState {
     NodeProxyState {
         node: status.node.clone(),
         mode: status.mode,
@@ -61,8 +57,7 @@ pub fn node_state(status: &AgentStatus, services_limit: usize) -> NodeProxyState
         rules: status.rules as u64,
         drift_repairs: status.drift_repairs,
         last_error: status.last_error.clone(),
-        programmed: status.programmed.iter().take(services_limit).map(|(k, v)| (k.clone(), *v)).collect(),
-        programmed_truncated: truncated,
+        programmed_version: status.programmed_version,
         announcing: status.announcing.clone(),
         invalid_objects: status.invalid_objects.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         missing_interfaces: status.missing_interfaces.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
@@ -104,7 +99,7 @@ pub async fn run(
             if !s.synced && s.last_error.is_none() {
                 continue; // nothing to say before the first sync
             }
-            node_state(&s, settings.services_limit)
+            node_state(&s)
         };
         let now = tokio::time::Instant::now();
         if last.as_ref().is_some_and(|(p, _)| !p.same_for_readers(&current)) {
@@ -166,7 +161,6 @@ pub async fn run_supervised(
 
 #[cfg(test)]
 mod tests {
-    use tideway_core::model::ServiceName;
     use tideway_sources::status::{MemorySink, WriteError};
 
     use super::*;
@@ -174,16 +168,17 @@ mod tests {
     fn synced(ports: usize) -> AgentStatus {
         let mut s =
             AgentStatus { node: "node-a".into(), synced: true, service_ports: ports, ..Default::default() };
-        s.programmed.insert(ServiceName::new("ns", "a"), 1);
-        s.programmed.insert(ServiceName::new("ns", "b"), 4);
+        s.programmed_version = Some(100);
         s
     }
 
     #[test]
-    fn the_report_is_cut_to_its_limit_and_says_so() {
-        let r = node_state(&synced(2), 1);
-        assert_eq!(r.programmed.len(), 1);
-        assert!(r.programmed_truncated && r.ready);
+    fn the_report_carries_the_version_programmed_whatever_the_number_of_services() {
+        let r = node_state(&synced(5_000));
+        assert_eq!(r.programmed_version, Some(100));
+        assert!(r.ready);
+        let json = serde_json::to_vec(&tideway_api::crd::node_proxy_state(&r, Some("uid"))).unwrap();
+        assert!(json.len() < 1_024, "{} bytes", json.len());
     }
 
     /// Sleeps `secs` seconds of paused time, changing the counts every 100 ms (endpoint churn).
@@ -199,17 +194,17 @@ mod tests {
         }
     }
 
-    fn program(status: &RwLock<AgentStatus>, generation: i64) {
-        status.write().unwrap().programmed.insert(ServiceName::new("ns", "a"), generation);
+    fn program(status: &RwLock<AgentStatus>, version: u64) {
+        status.write().unwrap().programmed_version = Some(version);
     }
 
     #[test]
     fn refused_objects_are_reported_within_bounds() {
         let mut s = synced(2);
         s.invalid_objects = vec!["ProxyConfig default: spec.syncPeriod: must be more than 0".into()];
-        assert_eq!(node_state(&s, 10).invalid_objects, s.invalid_objects);
+        assert_eq!(node_state(&s).invalid_objects, s.invalid_objects);
         s.invalid_objects = (0..50).map(|i| format!("Service ns/s{i}: {}", "é".repeat(400))).collect();
-        let r = node_state(&s, 10);
+        let r = node_state(&s);
         assert_eq!(r.invalid_objects.len(), INVALID_LIMIT);
         for (i, e) in r.invalid_objects.iter().enumerate() {
             assert!(e.len() <= INVALID_TEXT_LIMIT && e.ends_with('…'), "{}: {e}", e.len());
@@ -245,7 +240,7 @@ mod tests {
         churn(&status, 10).await;
         assert_eq!(sink.published().len(), 2);
 
-        // A Service programmed at a new generation, seen by every node at once: this node waits
+        // A Service change programmed, seen by every node at once: this node waits
         // its jitter, then writes.
         program(&status, 7);
         tokio::time::sleep(jitter - Duration::from_millis(300)).await;
@@ -253,7 +248,7 @@ mod tests {
         // Seen at the next tick (1 s at most), written at the first tick after the jitter.
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         assert_eq!(sink.published().len(), 3);
-        assert_eq!(sink.published()[2].programmed[&ServiceName::new("ns", "a")], 7);
+        assert_eq!(sink.published()[2].programmed_version, Some(7));
 
         // Changes every second for a minute, under churn: coalesced to one write per 10 s.
         let before = sink.published().len();
@@ -265,7 +260,7 @@ mod tests {
         assert!((5..=6).contains(&writes), "{writes} writes in 60 s");
         churn(&status, 12).await;
         let last = sink.published().last().cloned().unwrap();
-        assert_eq!(last.programmed[&ServiceName::new("ns", "a")], 67, "the last change is not lost");
+        assert_eq!(last.programmed_version, Some(67), "the last change is not lost");
         task.abort();
     }
 
@@ -288,7 +283,7 @@ mod tests {
         sink.fail_with(None);
         tokio::time::sleep(Duration::from_millis(1_100)).await;
         assert_eq!(sink.published().len(), 2, "retried on the next tick");
-        assert_eq!(sink.published()[1].programmed[&ServiceName::new("ns", "a")], 9);
+        assert_eq!(sink.published()[1].programmed_version, Some(9));
         task.abort();
     }
 

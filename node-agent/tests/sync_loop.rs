@@ -181,6 +181,35 @@ async fn a_failed_apply_keeps_the_last_rules_reports_and_the_next_success_clears
     rig.assert_kernel_is_desired(Iptables).await;
 }
 
+/// `web(n)` as the API server last wrote it, at `version`.
+fn web_at(n: u16, version: u64) -> tideway_core::model::Service {
+    let mut svc = web(n);
+    svc.resource_version = Some(version);
+    svc
+}
+
+#[tokio::test]
+async fn the_programmed_version_moves_with_successful_syncs_only() {
+    let (mut rig, kernel) = synced(Iptables).await;
+    assert_eq!(rig.status().programmed_version, None, "no Service had a version");
+    rig.cluster.update(|s| s.apply_service(web_at(1, 10)) && s.apply_service(web_at(2, 12)));
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(rig.status().programmed_version, Some(12));
+    // A failed sync programs nothing: the version stays.
+    kernel.lock().fail_apply = Some("injected failure".into());
+    rig.cluster.update(|s| s.apply_service(web_at(3, 15)));
+    rig.agent.sync(false).await.unwrap_err();
+    assert_eq!(rig.status().programmed_version, Some(12));
+    assert_eq!(tideway_node_agent::report::node_state(&rig.status()).programmed_version, Some(12));
+    kernel.lock().fail_apply = None;
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(rig.status().programmed_version, Some(15));
+    // A deletion leaves the version where it was.
+    rig.cluster.update(|s| s.delete_service(&web(2).name));
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(rig.status().programmed_version, Some(15));
+}
+
 #[tokio::test]
 async fn a_mode_switch_programs_and_verifies_the_new_mode_before_removing_the_old() {
     let (mut rig, kernel) = synced(Nftables).await;
@@ -332,7 +361,7 @@ async fn an_invalid_proxy_config_keeps_the_last_valid_one_and_is_reported() {
         let field = bad_name.unwrap_or_default();
         assert!(invalid.len() == 1 && invalid[0].contains(&field), "{field}: {invalid:?}");
         // The node's NodeProxyState says so too, naming the field, beside the config it runs.
-        let report = tideway_node_agent::report::node_state(&rig.status(), 100);
+        let report = tideway_node_agent::report::node_state(&rig.status());
         let status = tideway_api::crd::node_proxy_state_status(&report);
         assert_eq!(status.invalid_objects, invalid, "{field}");
         assert!(status.ready && status.proxy_config.is_some(), "{field}: {status:?}");

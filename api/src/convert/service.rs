@@ -167,6 +167,7 @@ pub fn service(svc: &k8s::Service) -> Result<Service, ConvertError> {
     }
     out.publish_not_ready_addresses = spec.publish_not_ready_addresses.unwrap_or(false);
     out.generation = meta.generation.unwrap_or(0);
+    out.resource_version = meta.resource_version.as_deref().and_then(|v| v.parse().ok());
     if service_type == ServiceType::LoadBalancer {
         out.load_balancer = Some(Box::new(load_balancer_request(svc, &spec)));
     }

@@ -1,7 +1,6 @@
 //! The `NodeProxyState` CRD: what one node's agent has programmed, written by that agent with
 //! server-side apply (field manager `tideway-agent`) and owned by its Node.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -9,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tideway_core::config::ProxyMode;
-use tideway_core::model::{NodeProxyState as CoreState, ServiceName};
+use tideway_core::model::NodeProxyState as CoreState;
 
 use super::schema;
 use crate::error::{ConvertError, Ctx};
@@ -75,13 +74,13 @@ pub struct NodeProxyStateStatus {
     /// The last error, while it lasts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// `namespace/name` -> the Service's `metadata.generation` last applied and verified.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "schema::generation_map")]
-    pub programmed_services: BTreeMap<String, i64>,
-    /// True when `programmedServices` was cut to the report size limit.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub programmed_services_truncated: bool,
+    /// Every Service change up to this `resourceVersion` is programmed: the highest Service
+    /// version the agent had seen when it last programmed all it had seen. A Service is
+    /// programmed here once this reaches the version at which its `metadata.generation` last
+    /// changed (versions compare as integers since Kubernetes 1.35). Absent: the API server's
+    /// versions do not compare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub programmed_resource_version: Option<String>,
     /// LoadBalancer IPs this node answers ARP / neighbour solicitations for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub announcing: Vec<String>,
@@ -134,8 +133,7 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         rules: state.rules as i64,
         drift_repairs: state.drift_repairs as i64,
         last_error: state.last_error.clone(),
-        programmed_services: state.programmed.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        programmed_services_truncated: state.programmed_truncated,
+        programmed_resource_version: state.programmed_version.map(|v| v.to_string()),
         announcing: state.announcing.iter().map(ToString::to_string).collect(),
         invalid_objects: state.invalid_objects.clone(),
         missing_interfaces: state.missing_interfaces.clone(),
@@ -156,13 +154,13 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         .as_deref()
         .map(|m| m.parse::<ProxyMode>().map_err(|e| cx.err("status.mode", e.to_string())))
         .transpose()?;
-    let mut programmed = BTreeMap::new();
-    for (key, generation) in &st.programmed_services {
-        let Some((ns, svc)) = key.split_once('/') else {
-            return Err(cx.err(format!("status.programmedServices[{key}]"), "expected namespace/name"));
-        };
-        programmed.insert(ServiceName::new(ns, svc), *generation);
-    }
+    let programmed_version = st
+        .programmed_resource_version
+        .as_deref()
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| cx.err("status.programmedResourceVersion", "expected an integer"))
+        })
+        .transpose()?;
     let mut announcing = Vec::new();
     for (i, ip) in st.announcing.iter().enumerate() {
         announcing.push(cx.ip(format!("status.announcing[{i}]"), ip)?);
@@ -181,8 +179,7 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         rules: count(st.rules),
         drift_repairs: count(st.drift_repairs),
         last_error: st.last_error,
-        programmed,
-        programmed_truncated: st.programmed_services_truncated,
+        programmed_version,
         announcing,
         invalid_objects: st.invalid_objects,
         missing_interfaces: st.missing_interfaces,
@@ -207,7 +204,7 @@ mod tests {
 
     #[test]
     fn reports_round_trip() {
-        let mut state = CoreState {
+        let state = CoreState {
             node: "node-a".into(),
             mode: Some(ProxyMode::Iptables),
             proxy_config: Some("default".into()),
@@ -220,17 +217,15 @@ mod tests {
             rules: 120,
             drift_repairs: 1,
             last_error: None,
-            programmed: BTreeMap::new(),
-            programmed_truncated: false,
+            programmed_version: Some(1_234),
             announcing: vec!["172.18.255.200".parse().unwrap()],
             invalid_objects: vec!["ProxyConfig default: spec.syncPeriod: must be at most 24h".into()],
             missing_interfaces: vec!["vlan100".into()],
         };
-        state.programmed.insert(ServiceName::new("default", "web"), 2);
         let obj = node_proxy_state(&state, Some("uid-1"));
         let json = serde_json::to_value(&obj).unwrap();
         assert_eq!(json["status"]["lastSyncTime"], "2023-11-14T22:13:20Z");
-        assert_eq!(json["status"]["programmedServices"]["default/web"], 2);
+        assert_eq!(json["status"]["programmedResourceVersion"], "1234");
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(
             json["status"]["invalidObjects"][0],

@@ -35,14 +35,6 @@ pub(crate) fn date_time(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "format": "date-time", "nullable": true })
 }
 
-/// A map of string to int64 (`programmedServices`).
-pub(crate) fn generation_map(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "object",
-        "additionalProperties": { "type": "integer", "format": "int64" }
-    })
-}
-
 /// The constraints of [`crate::validation`] written into a CRD's `openAPIV3Schema`: each entry
 /// names a property by its path (`spec.ipvs.tcpTimeout`; `[]` for a list's items) and the
 /// keywords it gets. `x-kubernetes-validations` lists are appended to.

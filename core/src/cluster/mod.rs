@@ -13,6 +13,7 @@ mod liveness;
 mod names;
 mod pools;
 mod service_cidrs;
+mod services;
 mod slices;
 mod store;
 mod written;
@@ -22,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use names::SharedNames;
 pub use slices::ServiceSlices;
 use slices::SliceIndex;
-use store::{Store, service_names};
+use store::Store;
 
 use crate::config::ProxyConfig;
 use crate::model::{
@@ -146,6 +147,8 @@ pub struct ClusterState {
     liveness: BTreeMap<String, AgentLiveness>,
     /// Node and zone names, one copy each for all endpoints.
     names: SharedNames,
+    /// The highest Service `resourceVersion` applied (see [`ClusterState::services_version`]).
+    services_version: Option<u64>,
     changes: Changes,
 }
 
@@ -172,46 +175,6 @@ impl ClusterState {
         let mut state = Self::new();
         state.reset(snapshot);
         state
-    }
-
-    // === Services ===
-
-    /// Inserts or updates a Service; returns false when nothing changed.
-    pub fn apply_service(&mut self, svc: Service) -> bool {
-        let name = svc.name.clone();
-        let changed = self.services.apply(svc);
-        if changed {
-            self.changes.services.insert(name);
-            self.changes.service_events += 1;
-        }
-        changed
-    }
-
-    /// Removes a Service; returns false when it was absent.
-    pub fn delete_service(&mut self, name: &ServiceName) -> bool {
-        let removed = self.services.delete(name).is_some();
-        if removed {
-            self.changes.services.insert(name.clone());
-            self.changes.service_events += 1;
-        }
-        removed
-    }
-
-    /// Replaces every Service (after a relist), recording only real differences.
-    pub fn replace_services(&mut self, services: Vec<Service>) {
-        let changed = self.services.replace(services);
-        self.changes.service_events += changed.len() as u64;
-        self.changes.services.extend(service_names(changed));
-    }
-
-    /// The Service called `name`.
-    pub fn service(&self, name: &ServiceName) -> Option<&Service> {
-        self.services.get(name)
-    }
-
-    /// Every Service, sorted by name.
-    pub fn services(&self) -> impl Iterator<Item = &Service> {
-        self.services.values()
     }
 
     /// Number of Services.

@@ -59,7 +59,6 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
-    use crate::model::ServiceName;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 
@@ -86,17 +85,14 @@ mod tests {
         assert!(!report_due(Some((&a, S(59))), &churned, S(59), &policy()), "counts and times only");
         assert!(report_due(Some((&a, S(60))), &churned, Duration::ZERO, &policy()), "refreshed");
 
-        let mut programmed = a.clone();
-        programmed.programmed.insert(ServiceName::new("ns", "web"), 2);
         let changes = [
             NodeProxyState { ready: false, ..a.clone() },
             NodeProxyState { last_error: Some("nft: exit 1".into()), ..a.clone() },
             NodeProxyState { proxy_config_generation: Some(3), ..a.clone() },
             NodeProxyState { drift_repairs: 1, ..a.clone() },
             NodeProxyState { announcing: vec!["192.0.2.1".parse().unwrap()], ..a.clone() },
-            NodeProxyState { programmed_truncated: true, ..a.clone() },
+            NodeProxyState { programmed_version: Some(2), ..a.clone() },
             NodeProxyState { missing_interfaces: vec!["vlan100".into()], ..a.clone() },
-            programmed,
         ];
         for c in &changes {
             assert!(!a.same_for_readers(c), "{c:?}");

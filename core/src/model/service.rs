@@ -246,6 +246,16 @@ pub struct Service {
     pub labels: BTreeMap<String, String>,
     /// `metadata.generation` (0 when the source has none): what agents report as programmed.
     pub generation: i64,
+    /// `metadata.resourceVersion`, when it is an integer (Kubernetes 1.35 and later guarantee
+    /// it: KEP-5504); `None` when the source has none or it does not compare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<u64>,
+    /// The version at which `generation` took its value, set by the
+    /// [`ClusterState`](crate::cluster::ClusterState) that holds the Service: a node whose
+    /// [`programmed_version`](super::NodeProxyState::programmed_version) reaches it has
+    /// programmed this spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_version: Option<u64>,
     /// The allocator's view of a LoadBalancer Service.
     pub load_balancer: Option<Box<LoadBalancerRequest>>,
     /// [`ANNOTATION_LOAD_BALANCING`], as written (the planner decides what the node's mode
@@ -275,6 +285,8 @@ impl Service {
             publish_not_ready_addresses: false,
             labels: BTreeMap::new(),
             generation: 0,
+            resource_version: None,
+            spec_version: None,
             load_balancer: None,
             load_balancing: None,
         }

@@ -2,13 +2,12 @@
 //! (`NodeProxyState`) and which node the operator chose to announce a LoadBalancer IP
 //! (`L2Announcement`).
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::ServiceName;
+use super::{Service, ServiceName};
 use crate::config::ProxyMode;
 
 /// What a node's agent has programmed, as it reports it.
@@ -38,10 +37,10 @@ pub struct NodeProxyState {
     pub drift_repairs: u64,
     /// The last error, while it lasts.
     pub last_error: Option<String>,
-    /// Per Service, the `metadata.generation` last applied and verified.
-    pub programmed: BTreeMap<ServiceName, i64>,
-    /// True when `programmed` was cut to the report's size limit.
-    pub programmed_truncated: bool,
+    /// The highest Service `resourceVersion` the agent had seen when it last programmed
+    /// everything it had seen: every Service change up to it is programmed (`None`: the
+    /// agent's API server gives versions that do not compare).
+    pub programmed_version: Option<u64>,
     /// LoadBalancer IPs this node answers ARP / neighbour solicitations for.
     pub announcing: Vec<IpAddr>,
     /// Objects the agent refused as invalid, each with the field and why (`ProxyConfig default:
@@ -69,6 +68,17 @@ impl NodeProxyState {
         };
         strip(self) == strip(other)
     }
+
+    /// Whether this node has programmed `svc` as it is now (see [`programmed`]).
+    pub fn has_programmed(&self, svc: &Service) -> Option<bool> {
+        programmed(svc.spec_version, self.programmed_version)
+    }
+}
+
+/// Whether a Service whose generation last changed at `spec_version` is programmed on a node
+/// that programmed every change up to `programmed_version`: `None` when either is unknown.
+pub fn programmed(spec_version: Option<u64>, programmed_version: Option<u64>) -> Option<bool> {
+    Some(spec_version? <= programmed_version?)
 }
 
 /// The operator's decision for one LoadBalancer Service: who announces its IPs on the node

@@ -1,6 +1,7 @@
 //! `--require-programmed` (beyond CoreDNS): a pod asking for a Service's ClusterIP (its A,
 //! AAAA or SRV records, on the bare name or a `_port._proto` name) gets it only once the agent
-//! on the pod's node has reported that Service programmed at its current generation; until
+//! on the pod's node has reported that Service programmed at its current generation (its
+//! programmed `resourceVersion` reaches the one at which the generation last changed); until
 //! then the answer is SERVFAIL, which resolvers retry. Everything else is answered as usual:
 //! headless and ExternalName Services (no proxy rules behind them), endpoint names, clients
 //! that are not pods, pods on nodes whose agent reports nothing, and names that do not exist.
@@ -41,7 +42,7 @@ pub fn gate(ix: &RecordIndex, query: &LowerQuery, client: IpAddr) -> Gate {
     let Some(svc) = ix.namespace(ns).and_then(|namespace| ix.service(ns, namespace, svc)) else {
         return Gate::Answer;
     };
-    if svc.kind() != Kind::ClusterIp || report.has(svc.id(), svc.generation()) {
+    if svc.kind() != Kind::ClusterIp || report.has(svc.spec_version()) {
         Gate::Answer
     } else {
         Gate::NotProgrammed

@@ -201,7 +201,7 @@ impl Builder {
             ports,
             endpoints: Span { start: eps_start, len: len32(self.ix.endpoints.len()) - eps_start },
             external,
-            generation: svc.generation,
+            spec_version: svc.spec_version.unwrap_or(0),
         };
         self.ix.services.push(record);
         if self.last_namespace.as_deref() != Some(ns) {
@@ -334,11 +334,7 @@ impl RecordIndex {
         ix.reverse = reverse.finish();
 
         if settings.require_programmed {
-            let programmed = ProgrammedIndex::build(state, |name| {
-                let (ns, svc) = (lower(&name.namespace), lower(&name.name));
-                ix.service(&ns, ix.namespace(&ns)?, &svc).map(|s| s.id())
-            });
-            ix.programmed = Some(programmed);
+            ix.programmed = Some(ProgrammedIndex::build(state));
         }
         ix.text.shrink_to_fit();
         ix.ports.shrink_to_fit();

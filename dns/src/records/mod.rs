@@ -294,8 +294,9 @@ pub(crate) struct ServiceRecords {
     endpoints: Span,
     /// External and LoadBalancer addresses (the external zone's records).
     external: Span,
-    /// `metadata.generation`, what agents report programmed.
-    generation: i64,
+    /// The `resourceVersion` at which the Service's generation last changed (0: unknown),
+    /// what agents' programmed versions are compared with.
+    spec_version: u64,
 }
 
 /// One namespace: its Services and, in `verified` mode, its pod addresses.
@@ -311,7 +312,6 @@ pub(crate) struct Namespace {
 pub(crate) struct Svc<'a> {
     ix: &'a RecordIndex,
     rec: &'a ServiceRecords,
-    id: u32,
 }
 
 impl<'a> Svc<'a> {
@@ -319,14 +319,9 @@ impl<'a> Svc<'a> {
         self.rec.kind
     }
 
-    /// Its place in the index (what node reports are keyed by).
-    pub(crate) fn id(&self) -> u32 {
-        self.id
-    }
-
-    /// `metadata.generation`.
-    pub(crate) fn generation(&self) -> i64 {
-        self.rec.generation
+    /// The `resourceVersion` at which its generation last changed, if known.
+    pub(crate) fn spec_version(&self) -> Option<u64> {
+        Some(self.rec.spec_version).filter(|v| *v != 0)
     }
 
     /// `<svc>.<ns>.svc.<zone>.`
@@ -537,7 +532,7 @@ impl RecordIndex {
 
     /// The Service at `id`.
     fn svc(&self, id: u32) -> Option<Svc<'_>> {
-        Some(Svc { ix: self, rec: self.services.get(id as usize)?, id })
+        Some(Svc { ix: self, rec: self.services.get(id as usize)? })
     }
 
     /// The PTR targets of `ip`.

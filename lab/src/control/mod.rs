@@ -8,12 +8,14 @@
 //!     v
 //!  World { nodes, pods, hosts (the topology to build), objects (the API's view) }
 //!     | publish(writes): + status.loadBalancer, L2Announcements, NodeProxyStates, CRD status
+//!     | ResourceVersions::stamp: each object's resourceVersion, the next one when it changed
 //!     v
 //!  cluster file (every component reads it through the file source)
 //! ```
 
 mod alloc;
 mod endpoints;
+mod versions;
 pub mod writes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +25,7 @@ pub use alloc::{Allocations, Plan};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use serde_json::{Value, json};
 use tideway_api::crd::ProxyConfig;
+pub use versions::ResourceVersions;
 pub use writes::Writes;
 
 use crate::spec::{LabHost, LabSpec, namespace};

@@ -254,9 +254,12 @@ impl Agent {
 
     async fn sync_once(&mut self, force_full: bool) -> Result<(), SyncError> {
         let started = Instant::now();
-        let (node, changes, eligible, config) = {
+        let (node, changes, version, eligible, config) = {
             let mut state = self.cluster.lock();
             let changes = state.take_changes();
+            // Every Service change up to this version is in `changes` or was programmed before:
+            // a sync that succeeds has programmed up to it.
+            let version = state.services_version();
             let node = state.node(&self.opts.node).cloned();
             let service_cidrs = state.service_cidrs();
             drop(state);
@@ -273,6 +276,7 @@ impl Agent {
             (
                 NodeContext::from_node(&node, settings).with_service_cidrs(service_cidrs),
                 changes,
+                version,
                 eligible,
                 config,
             )
@@ -293,7 +297,7 @@ impl Agent {
         span.record("changed_services", self.pending.len());
 
         // Plan.
-        let Planning { planned, whole, changes: change_sets, generations } = self.plan(&node, full_wanted);
+        let Planning { planned, whole, changes: change_sets } = self.plan(&node, full_wanted);
         let full = whole.is_some();
 
         // Apply.
@@ -370,8 +374,7 @@ impl Agent {
             tracing::warn!(error = %e, "health check server");
         }
         self.health.updated();
-        let synced =
-            Synced { mode, full, elapsed: started.elapsed(), deleted, hc_errors, config, generations };
+        let synced = Synced { mode, full, elapsed: started.elapsed(), deleted, hc_errors, config, version };
         self.record_success(&planned, synced);
         self.planned = Some(planned);
         Ok(())

@@ -2,10 +2,7 @@
 //! plans on top of them — every Service again (a full sync, rendering whole programs) or only
 //! the changed ones (change sets, the fragments before re-derived from the plans before).
 
-use std::collections::BTreeMap;
-
 use tideway_core::config::ProxyMode;
-use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{NodeContext, Ruleset, compile};
 use tideway_core::program::{ChangeSet, Program, ProgramState};
@@ -41,8 +38,6 @@ pub(super) struct Planning {
     pub(super) whole: Option<[Program; 2]>,
     /// The change sets (IPv4, IPv6) of an incremental sync; empty for a full one.
     pub(super) changes: Vec<ChangeSet>,
-    /// The generation of each Service planned (-1: gone).
-    pub(super) generations: BTreeMap<ServiceName, i64>,
 }
 
 /// Renders both families' whole programs, and what is kept of them between syncs.
@@ -66,8 +61,6 @@ impl Agent {
         let state = self.cluster.lock();
         let plan_span = tracing::info_span!("plan", full = false, services = self.pending.len());
         let changed = plan_span.in_scope(|| planned.ruleset.update(&state, &self.pending));
-        let generations =
-            self.pending.iter().map(|n| (n.clone(), state.service(n).map_or(-1, |s| s.generation))).collect();
         drop(state);
         let _render = tracing::info_span!("render", full = false, fragments = changed.len()).entered();
         let mut changes = Vec::new();
@@ -78,12 +71,11 @@ impl Agent {
                 None => {
                     let (programs, kept) = render_whole(mode, &planned.ruleset);
                     planned.programs = kept;
-                    let generations = self.generations();
-                    return Planning { planned, whole: Some(programs), changes: Vec::new(), generations };
+                    return Planning { planned, whole: Some(programs), changes: Vec::new() };
                 }
             }
         }
-        Planning { planned, whole: None, changes, generations }
+        Planning { planned, whole: None, changes }
     }
 
     /// Plans and renders every Service.
@@ -94,14 +86,8 @@ impl Agent {
         }
         let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, node));
         drop(state);
-        let generations = self.generations();
         let (programs, kept) = render_whole(node.settings.mode, &ruleset);
         let planned = Planned { node: node.clone(), ruleset, programs: kept };
-        Planning { planned, whole: Some(programs), changes: Vec::new(), generations }
-    }
-
-    /// The generation of every Service.
-    fn generations(&self) -> BTreeMap<ServiceName, i64> {
-        self.cluster.lock().services().map(|s| (s.name.clone(), s.generation)).collect()
+        Planning { planned, whole: Some(programs), changes: Vec::new() }
     }
 }

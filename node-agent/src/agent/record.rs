@@ -1,11 +1,9 @@
 //! What a sync leaves behind: metrics, the status the API and the node report read, the
 //! trace span's figures and, for a failed sync, what makes the next one full.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use tideway_core::config::ProxyMode;
-use tideway_core::model::ServiceName;
 
 use super::{Agent, Planned, SyncError, unix_now};
 use crate::metrics::PolicyLabel;
@@ -24,8 +22,9 @@ pub(super) struct Synced {
     pub(super) hc_errors: Vec<String>,
     /// The ProxyConfig and generation in force.
     pub(super) config: Option<(String, i64)>,
-    /// The generations of the Services it planned.
-    pub(super) generations: BTreeMap<ServiceName, i64>,
+    /// The Service version it programmed up to ([`tideway_core::cluster::ClusterState::services_version`]
+    /// when it took the changes).
+    pub(super) version: Option<u64>,
 }
 
 /// Full syncs longer than this are logged at info level (a large first sync is news).
@@ -34,7 +33,7 @@ const LONG_SYNC: Duration = Duration::from_secs(1);
 impl Agent {
     /// Records a sync that programmed `planned`.
     pub(super) fn record_success(&mut self, planned: &Planned, synced: Synced) {
-        let Synced { mode, full, elapsed, deleted, hc_errors, config, generations } = synced;
+        let Synced { mode, full, elapsed, deleted, hc_errors, config, version } = synced;
         for took in self.unprogrammed.programmed(SystemTime::now()) {
             self.metrics.network_programming.observe(took.as_secs_f64());
         }
@@ -81,7 +80,7 @@ impl Agent {
             s.endpoints = tally.cluster_endpoints;
             s.rules = rules;
             s.last_sync_duration = Some(elapsed);
-            record_programmed(&mut s.programmed, generations, full);
+            s.programmed_version = version;
         });
         let span = tracing::Span::current();
         span.record("service_ports", tally.service_ports);
@@ -124,24 +123,5 @@ impl Agent {
             s.last_error = Some(msg);
         });
         e
-    }
-}
-
-/// Folds the generations of what a sync applied into the programmed map: a full sync replaces
-/// it, a partial one updates the Services it planned (-1 marks a Service that is gone).
-fn record_programmed(
-    programmed: &mut BTreeMap<ServiceName, i64>,
-    applied: BTreeMap<ServiceName, i64>,
-    full: bool,
-) {
-    if full {
-        programmed.clear();
-    }
-    for (name, generation) in applied {
-        if generation < 0 {
-            programmed.remove(&name);
-        } else {
-            programmed.insert(name, generation);
-        }
     }
 }

@@ -1,11 +1,9 @@
 //! What the agent reports about itself.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
 use tideway_core::config::ProxyMode;
-use tideway_core::model::ServiceName;
 
 /// What the agent reports about itself (`/api/v1/status`).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -60,9 +58,9 @@ pub struct AgentStatus {
     /// Duration of the last sync.
     #[serde(skip)]
     pub last_sync_duration: Option<Duration>,
-    /// Per Service, the generation last applied (reported in the NodeProxyState, not here).
-    #[serde(skip)]
-    pub programmed: BTreeMap<ServiceName, i64>,
+    /// Every Service change up to this `resourceVersion` is programmed (see
+    /// [`tideway_core::model::NodeProxyState::programmed_version`]).
+    pub programmed_version: Option<u64>,
     /// LoadBalancer IPs this node answers ARP or neighbour solicitations for.
     pub announcing: Vec<std::net::IpAddr>,
     /// Why the layer-2 announcer cannot run, if it cannot.

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use tideway_api::problem::Problem;
-use tideway_core::model::ServiceName;
+use tideway_core::model::{Service, ServiceName};
 
 use super::ApiState;
 
@@ -189,16 +189,9 @@ fn endpoint_views(state: &tideway_core::cluster::ClusterState, key: &ServiceName
         .collect()
 }
 
-fn programmed_on(
-    state: &tideway_core::cluster::ClusterState,
-    key: &ServiceName,
-    generation: i64,
-) -> Vec<String> {
-    state
-        .node_states()
-        .filter(|r| r.programmed.get(key).is_some_and(|g| *g >= generation))
-        .map(|r| r.node.clone())
-        .collect()
+/// The nodes whose reports say `svc` is programmed as it is now.
+fn programmed_on(state: &tideway_core::cluster::ClusterState, svc: &Service) -> Vec<String> {
+    state.node_states().filter(|r| r.has_programmed(svc) == Some(true)).map(|r| r.node.clone()).collect()
 }
 
 pub(super) async fn service(
@@ -225,7 +218,7 @@ pub(super) async fn service(
         announcement: state.announcement(&key).and_then(|a| serde_json::to_value(a).ok()),
         dns_names,
         endpoints: endpoint_views(&state, &key),
-        programmed_on: programmed_on(&state, &key, svc.generation),
+        programmed_on: programmed_on(&state, svc),
         load_balancing_asked: svc.load_balancing.clone(),
         load_balancing: balancing_views(&state, svc),
     };

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use hickory_proto::rr::RecordType;
 use tideway_core::cluster::{ClusterState, Snapshot};
-use tideway_core::model::{NodeProxyState, Pod, ServiceName};
+use tideway_core::model::{NodeProxyState, Pod};
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 
@@ -28,22 +28,25 @@ fn client(ip: &str, node: &str) -> Pod {
     }
 }
 
-fn report(node: &str, programmed: &[(&str, i64)], truncated: bool) -> NodeProxyState {
-    NodeProxyState {
-        node: node.into(),
-        programmed: programmed.iter().map(|(svc, g)| (ServiceName::new("testns", *svc), *g)).collect(),
-        programmed_truncated: truncated,
-        ..Default::default()
-    }
+fn report(node: &str, programmed_version: Option<u64>) -> NodeProxyState {
+    NodeProxyState { node: node.into(), programmed_version, ..Default::default() }
 }
 
 fn index(require: bool) -> RecordIndex {
-    let mut svc1 = mk_service("testns", "svc1").cluster_ip("10.0.0.1").port("http", Tcp, 80).build();
-    svc1.generation = 2;
-    let mut fresh = mk_service("testns", "fresh").cluster_ip("10.0.0.2").port("http", Tcp, 80).build();
-    fresh.generation = 1;
+    let versioned = |name: &str, ip: &str, version: Option<u64>| {
+        let mut svc = mk_service("testns", name).cluster_ip(ip).port("http", Tcp, 80).build();
+        svc.generation = 2;
+        svc.resource_version = version;
+        svc
+    };
     let snapshot = Snapshot {
-        services: vec![svc1, fresh, mk_service("testns", "hdls").headless().port("http", Tcp, 80).build()],
+        services: vec![
+            versioned("svc1", "10.0.0.1", Some(20)),
+            versioned("fresh", "10.0.0.2", Some(30)),
+            // From an API server whose versions do not compare.
+            versioned("opaque", "10.0.0.3", None),
+            mk_service("testns", "hdls").headless().port("http", Tcp, 80).build(),
+        ],
         endpoint_slices: vec![
             mk_slice("testns", "svc1")
                 .port("http", Tcp, 80)
@@ -58,11 +61,7 @@ fn index(require: bool) -> RecordIndex {
             client("10.3.0.5", "node-c"),
             client("10.4.0.5", "node-d"),
         ],
-        node_states: vec![
-            report("node-a", &[("svc1", 2)], false),
-            report("node-b", &[("svc1", 1), ("fresh", 1)], false),
-            report("node-d", &[], true),
-        ],
+        node_states: vec![report("node-a", Some(25)), report("node-b", Some(15)), report("node-d", None)],
         ..Default::default()
     };
     let mut settings = IndexSettings::new("cluster.local").unwrap();
@@ -87,7 +86,7 @@ fn a_cluster_ip_waits_for_the_asking_pods_node() {
     check(
         &index(true),
         &[
-            // node-a has svc1 at its generation, not fresh.
+            // node-a programmed up to version 25: svc1 (its generation since 20), not fresh (30).
             ("10.1.0.5", "svc1.testns.svc.cluster.local.", A, Answer),
             ("10.1.0.5", "fresh.testns.svc.cluster.local.", A, NotProgrammed),
             ("10.1.0.5", "Fresh.TestNS.svc.cluster.local.", AAAA, NotProgrammed),
@@ -97,15 +96,18 @@ fn a_cluster_ip_waits_for_the_asking_pods_node() {
             // Under every cluster zone alike.
             ("10.1.0.5", "fresh.testns.svc.example.local.", A, NotProgrammed),
             ("10.1.0.5", "svc1.testns.svc.example.local.", A, Answer),
-            // node-b programmed an older generation of svc1, and fresh.
+            // node-b programmed up to 15: neither.
             ("10.2.0.5", "svc1.testns.svc.cluster.local.", A, NotProgrammed),
-            ("10.2.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
+            ("10.2.0.5", "fresh.testns.svc.cluster.local.", A, NotProgrammed),
             // Nothing behind these needs proxy rules, or nothing can be told.
             ("10.1.0.5", "fresh.testns.svc.cluster.local.", TXT, Answer),
             ("10.1.0.5", "hdls.testns.svc.cluster.local.", A, Answer),
             ("10.2.0.5", "ep.svc1.testns.svc.cluster.local.", A, Answer),
             ("10.1.0.5", "nope.testns.svc.cluster.local.", A, Answer),
             ("10.1.0.5", "www.example.com.", A, Answer),
+            // A Service without a comparable version; node-c reports nothing, node-d's agent
+            // has no comparable version; a client that is no pod.
+            ("10.1.0.5", "opaque.testns.svc.cluster.local.", A, Answer),
             ("10.3.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
             ("10.4.0.5", "fresh.testns.svc.cluster.local.", A, Answer),
             ("10.9.9.9", "fresh.testns.svc.cluster.local.", A, Answer),
