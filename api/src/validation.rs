@@ -119,7 +119,7 @@ pub static POOL_ADDRESS_PATTERN: LazyLock<String> = LazyLock::new(|| {
 /// [`MAX_DURATION`] as written in messages and CEL rules.
 pub const MAX_DURATION_TEXT: &str = "24h";
 
-fn duration_text() -> serde_json::Value {
+pub(crate) fn duration_text() -> serde_json::Value {
     json!({"pattern": DURATION_PATTERN, "maxLength": DURATION_MAX_LENGTH})
 }
 

@@ -6,7 +6,10 @@ use serde_json::Value;
 use support::{cel_check, schema_of};
 
 mod support;
-use tideway_api::crd::{LoadBalancerPool, ProxyConfig, load_balancer_pool, proxy_config};
+use tideway_api::crd::{
+    BFDProfile, BGPAdvertisement, BGPPeer, Community, LoadBalancerPool, ProxyConfig, Source, bfd_profile,
+    bgp_advertisement, bgp_peer, community_aliases, load_balancer_pool, proxy_config,
+};
 
 /// One refused object: its name, the field it names, what in the schema refuses it, the object.
 struct Refused {
@@ -44,6 +47,22 @@ fn conversion_error(object: &Value) -> Option<(String, String)> {
         Some("LoadBalancerPool") => {
             let pool: LoadBalancerPool = serde_json::from_value(object.clone()).expect("decodes");
             load_balancer_pool(&pool).err()
+        }
+        Some("BGPPeer") => {
+            let o: BGPPeer = serde_json::from_value(object.clone()).expect("decodes");
+            bgp_peer(Source::Tideway, &o.metadata, &o.spec).err()
+        }
+        Some("BGPAdvertisement") => {
+            let o: BGPAdvertisement = serde_json::from_value(object.clone()).expect("decodes");
+            bgp_advertisement(Source::Tideway, &o.metadata, &o.spec, &Default::default()).err()
+        }
+        Some("BFDProfile") => {
+            let o: BFDProfile = serde_json::from_value(object.clone()).expect("decodes");
+            bfd_profile(Source::Tideway, &o.metadata, &o.spec).err()
+        }
+        Some("Community") => {
+            let o: Community = serde_json::from_value(object.clone()).expect("decodes");
+            community_aliases(Source::Tideway, &o.metadata, &o.spec).err()
         }
         other => panic!("unexpected kind {other:?}"),
     };
@@ -89,11 +108,11 @@ fn accepted() -> Vec<Value> {
         include_str!("../../examples/demo.yaml"),
     ] {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("parses");
-        out.extend(
-            docs.into_iter().filter(|d| d["kind"] == "ProxyConfig" || d["kind"] == "LoadBalancerPool"),
-        );
+        let checked =
+            ["ProxyConfig", "LoadBalancerPool", "BGPPeer", "BGPAdvertisement", "BFDProfile", "Community"];
+        out.extend(docs.into_iter().filter(|d| checked.iter().any(|k| d["kind"] == *k)));
     }
-    assert!(out.len() >= 8, "{} objects", out.len());
+    assert!(out.len() >= 12, "{} objects", out.len());
     out
 }
 

@@ -22,8 +22,11 @@ use crate::validation;
 /// MetalLB's kinds are read, never written: no CRD is generated for them, and an object
 /// without a `spec` (MetalLB's own `L2Advertisement` example has none) decodes with an empty one.
 macro_rules! metallb_kind {
-    ($kind:ident, $spec:ident, $plural:literal) => {
-        #[doc = concat!("MetalLB's `", stringify!($kind), "` (`metallb.io/v1beta1`).")]
+    ($kind:ident, $spec:ty, $plural:literal) => {
+        metallb_kind!($kind, stringify!($kind), "v1beta1", $spec, $plural);
+    };
+    ($kind:ident, $name:expr, $version:literal, $spec:ty, $plural:literal) => {
+        #[doc = concat!("MetalLB's `", $name, "` (`metallb.io/", $version, "`).")]
         #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
         pub struct $kind {
             /// Standard object metadata.
@@ -38,7 +41,7 @@ macro_rules! metallb_kind {
             type Scope = NamespaceResourceScope;
 
             fn kind(_: &()) -> Cow<'_, str> {
-                stringify!($kind).into()
+                $name.into()
             }
 
             fn group(_: &()) -> Cow<'_, str> {
@@ -46,7 +49,7 @@ macro_rules! metallb_kind {
             }
 
             fn version(_: &()) -> Cow<'_, str> {
-                "v1beta1".into()
+                $version.into()
             }
 
             fn plural(_: &()) -> Cow<'_, str> {
@@ -66,6 +69,16 @@ macro_rules! metallb_kind {
 
 metallb_kind!(IPAddressPool, IPAddressPoolSpec, "ipaddresspools");
 metallb_kind!(L2Advertisement, L2AdvertisementSpec, "l2advertisements");
+metallb_kind!(MetalLbBgpPeer, "BGPPeer", "v1beta2", super::bgp::BGPPeerSpec, "bgppeers");
+metallb_kind!(
+    MetalLbBgpAdvertisement,
+    "BGPAdvertisement",
+    "v1beta1",
+    super::bgp::BGPAdvertisementSpec,
+    "bgpadvertisements"
+);
+metallb_kind!(MetalLbBfdProfile, "BFDProfile", "v1beta1", super::bgp::BFDProfileSpec, "bfdprofiles");
+metallb_kind!(MetalLbCommunity, "Community", "v1beta1", super::bgp::CommunitySpec, "communities");
 
 /// `IPAddressPool.spec`.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]

@@ -7,7 +7,9 @@
 //! | [`NodeProxyState`] | cluster, one per node, owned by the Node | that node's agent | operator, DNS, users |
 //! | [`LoadBalancerPool`] | cluster | users (spec), operator (status) | operator |
 //! | [`L2Announcement`] | namespaced, one per LoadBalancer Service | operator | agents, users |
+//! | [`BGPPeer`], [`BGPAdvertisement`], [`BFDProfile`], [`Community`] | cluster | users | agents |
 
+mod bgp;
 mod conditions;
 mod l2_announcement;
 mod load_balancer_pool;
@@ -17,6 +19,11 @@ mod patch;
 mod proxy_config;
 pub(crate) mod schema;
 
+pub use bgp::{
+    BFDProfile, BFDProfileSpec, BGPAdvertisement, BGPAdvertisementSpec, BGPPeer, BGPPeerSpec, Community,
+    CommunityAlias, CommunitySpec, SecretReference, Source, bfd_profile, bgp_advertisement, bgp_peer,
+    community_aliases,
+};
 pub use conditions::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 pub use l2_announcement::{
@@ -27,8 +34,9 @@ pub use load_balancer_pool::{
     load_balancer_pool, load_balancer_pool_status,
 };
 pub use metallb::{
-    IPAddressPool, IPAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, ip_address_pool,
-    l2_advertisement, load_balancer_pools,
+    IPAddressPool, IPAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, MetalLbBfdProfile,
+    MetalLbBgpAdvertisement, MetalLbBgpPeer, MetalLbCommunity, ip_address_pool, l2_advertisement,
+    load_balancer_pools,
 };
 pub use node_proxy_state::{
     NodeProxyState, NodeProxyStateSpec, NodeProxyStateStatus, node_proxy_state, node_proxy_state_status,
@@ -51,7 +59,13 @@ pub fn all()
     schema::constrain(&mut proxy_config, &crate::validation::proxy_config_constraints());
     let mut pool = LoadBalancerPool::crd();
     schema::constrain(&mut pool, &crate::validation::load_balancer_pool_constraints());
-    vec![proxy_config, NodeProxyState::crd(), pool, L2Announcement::crd()]
+    let mut bgp = [BGPPeer::crd(), BGPAdvertisement::crd(), BFDProfile::crd(), Community::crd()];
+    for (crd, constraints) in bgp.iter_mut().zip(bgp::constraints()) {
+        schema::constrain(crd, &constraints);
+    }
+    let mut all = vec![proxy_config, NodeProxyState::crd(), pool, L2Announcement::crd()];
+    all.extend(bgp);
+    all
 }
 
 /// The selector object that converts to `sel` (`None` for the empty selector).

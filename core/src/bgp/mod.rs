@@ -70,6 +70,9 @@ pub struct BgpPeer {
     pub ebgp_multihop: bool,
     /// `password`, or the one read from `passwordSecret` (TCP MD5).
     pub password: Option<String>,
+    /// `passwordSecret`: the `kubernetes.io/basic-auth` Secret (in Tideway's namespace) whose
+    /// `password` key the agent reads into `password`.
+    pub password_secret: Option<String>,
     /// `nodeSelectors`: the nodes that open this session (empty: every node).
     pub node_selectors: Vec<LabelSelector>,
 }
@@ -89,6 +92,7 @@ impl BgpPeer {
             bfd_profile: None,
             ebgp_multihop: false,
             password: None,
+            password_secret: None,
             node_selectors: Vec::new(),
         }
     }
