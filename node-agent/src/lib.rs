@@ -10,6 +10,7 @@
 //!      every syncPeriod: dataplane.verify -> drift -> full resync
 //!  status --report::run--> NodeProxyState (server-side apply, when its content changes)
 //!  L2Announcements naming this node --announcer--> ARP replies and gratuitous ARP
+//!  rendered BGP decisions --frr::FrrReload--> the node's FRR (frr-reload.py)
 //! ```
 //! Decisions live in `tideway_core`; this crate only moves them into the kernel and reports.
 
@@ -25,6 +26,7 @@ pub mod conntrack_netlink;
 pub mod dataplane;
 pub mod exec;
 pub mod fencing;
+pub mod frr;
 pub mod health;
 pub mod http;
 pub mod metrics;

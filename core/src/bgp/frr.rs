@@ -144,6 +144,9 @@ fn neighbour(out: &mut String, s: &Session) {
         let _ = writeln!(out, " neighbor {addr} update-source {src}");
     }
     if let Some(profile) = &s.bfd {
+        // As FRR shows it in its running configuration, so that a reload finds nothing to undo
+        // (undoing `bfd` would take the BFD session down, and with it the BGP session).
+        let _ = writeln!(out, " neighbor {addr} bfd");
         let _ = writeln!(out, " neighbor {addr} bfd profile {}", word(&profile.name));
     }
 }

@@ -2,8 +2,9 @@
 //! [`tideway_core::bgp::frr::render`] and loaded into `zebra`, `bfdd` and `bgpd` in the nodes'
 //! network namespaces, peering over one segment with a router namespace running FRR too. The
 //! router's kernel routes are what is checked: a `Cluster` Service's address over both nodes
-//! (ECMP), a `Local` one over the node with its endpoint only, and a node whose link goes down
-//! withdrawn by BFD (100 ms × 3) long before the hold time.
+//! (ECMP), a `Local` one over the node with its endpoint only, a changed decision applied with
+//! [`FrrReload`] (FRR's `frr-reload.py`) without resetting the session, and a node whose link
+//! goes down withdrawn by BFD (100 ms × 3) long before the hold time.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,6 +14,7 @@ use tideway_core::announce::LocalEndpoints;
 use tideway_core::bgp::{self, BfdProfile, BgpAdvertisement, BgpPeer, Objects};
 use tideway_core::model::TrafficPolicy;
 use tideway_core::testing::{ip, mk_node_info, mk_service_address};
+use tideway_node_agent::frr::{FrrReload, Routing};
 use tideway_tests::netns::{Netns, eventually, require_root};
 
 const ROUTER: &str = "172.30.0.1";
@@ -137,7 +139,7 @@ fn next_hops(router: &Netns, vip: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_router_running_frr_spreads_cluster_addresses_over_the_nodes_and_bfd_withdraws_a_dead_one() {
+fn real_frr_spreads_addresses_over_the_nodes_reloads_without_a_reset_and_bfd_withdraws_a_dead_node() {
     require_root("FRR in network namespaces");
     let tag = std::process::id() % 100_000;
     let router = Netns::create(&format!("frr-r-{tag}"));
@@ -154,6 +156,7 @@ fn a_router_running_frr_spreads_cluster_addresses_over_the_nodes_and_bfd_withdra
             "ip addr add {addr}/24 dev {inner} && ip link set {inner} up && ip route add default via {ROUTER}"
         ));
         router.sh(&format!("ip link set {outer} master br0 && ip link set {outer} up"));
+        ns.sh("sysctl -qw net.ipv4.ip_forward=1"); // a node forwards to its pods
         speakers.push(Frr::start(ns, &node_config(name, addr, *local)));
     }
     let router = Frr::start(router, &router_config(&["172.30.0.11", "172.30.0.12"]));
@@ -173,8 +176,7 @@ fn a_router_running_frr_spreads_cluster_addresses_over_the_nodes_and_bfd_withdra
     })
     .unwrap_or_else(|e| panic!("the router's routes: {e}\n{}", logs()));
 
-    // Both BFD sessions up (they start once BGP is established), then node-b's link goes down:
-    // BFD (3 × 100 ms) withdraws it, not the 90 s hold time.
+    // Both BFD sessions up (they start once BGP is established, after any collision).
     eventually(Duration::from_secs(15), || {
         let out = router.ns.sh(&format!("vtysh -N {} -c 'show bfd peers json'", router.ns.name));
         let peers: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
@@ -182,6 +184,33 @@ fn a_router_running_frr_spreads_cluster_addresses_over_the_nodes_and_bfd_withdra
         if up == 2 { Ok(()) } else { Err(out) }
     })
     .unwrap_or_else(|e| panic!("BFD sessions: {e}\n{}", logs()));
+
+    // An endpoint of the Local Service starts on node-b: its agent renders the new decision and
+    // FRR's reload applies the difference; the session stays up.
+    let established = || {
+        let out =
+            router.ns.sh(&format!("vtysh -N {} -c 'show bgp neighbors 172.30.0.12 json'", router.ns.name));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        v["172.30.0.12"]["connectionsEstablished"].as_u64().unwrap_or(0)
+    };
+    let before = established();
+    let forwarding = || speakers[1].ns.sh("sysctl -n net.ipv4.ip_forward net.ipv6.conf.all.forwarding");
+    let forwarding_before = forwarding();
+    let reload =
+        FrrReload { pathspace: Some(speakers[1].ns.name.clone()), ..FrrReload::new(&speakers[1].dir) };
+    reload
+        .apply(&node_config("node-b", "172.30.0.12", LocalEndpoints::Ready))
+        .unwrap_or_else(|e| panic!("frr-reload.py: {e}\n{}", logs()));
+    eventually(Duration::from_secs(10), || {
+        let local = next_hops(&router.ns, LOCAL_VIP);
+        if local == both { Ok(()) } else { Err(format!("{local:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("the Local address after the reload: {e}\n{}", logs()));
+    assert!(before >= 1, "node-b's session was up");
+    assert_eq!(established(), before, "the reload kept node-b's session");
+    assert_eq!(forwarding(), forwarding_before, "the reload left the node's forwarding alone");
+
+    // node-b's link goes down: BFD (3 × 100 ms) withdraws it, not the 90 s hold time.
     let down = Instant::now();
     speakers[1].ns.sh(&format!("ip link set fn1-{tag} down"));
     eventually(Duration::from_secs(5), || {
