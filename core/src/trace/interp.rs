@@ -67,6 +67,7 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
     let chains = asm.chains.iter().map(|c| ((c.def.table, &*c.def.name), c)).collect();
     let sets = asm.sets.iter().map(|s| (&*s.def.name, s)).collect();
     let input_interface = env.input_interface(packet.origin).to_string();
+    let arrives_on = Some(input_interface.clone()).filter(|i| !i.is_empty());
     let interp = Interp { program, env, input_interface, chains, sets, asm: &asm };
     let start = State {
         src: packet.src,
@@ -83,7 +84,7 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
         steps: Vec::new(),
     };
     let paths = interp.run(packet.origin, start);
-    Trace { packet: *packet, paths }
+    Trace { packet: *packet, input_interface: arrives_on, paths }
 }
 
 impl<'a> Interp<'a> {

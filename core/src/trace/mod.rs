@@ -172,6 +172,10 @@ pub struct TracePath {
 pub struct Trace {
     /// The packet.
     pub packet: Packet,
+    /// The interface it arrives on (none for the node's own packets): what an interface-based
+    /// local-traffic detector (`detectLocalMode: BridgeInterface`) reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_interface: Option<String>,
     /// Paths, one per random choice.
     pub paths: Vec<TracePath>,
 }

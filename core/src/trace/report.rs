@@ -18,8 +18,12 @@ pub fn render_trace(t: &Trace) -> String {
         Some(port) => join_host_port(&p.src, port),
         None => p.src.to_string(),
     };
-    let mut out =
-        format!("packet {src} -> {}/{} from {origin}\n", join_host_port(&p.dst, p.dport), p.protocol);
+    let arrives = t.input_interface.as_deref().map(|i| format!(", in on {i}")).unwrap_or_default();
+    let mut out = format!(
+        "packet {src} -> {}/{} from {origin}{arrives}\n",
+        join_host_port(&p.dst, p.dport),
+        p.protocol
+    );
     let common = t
         .paths
         .first()
@@ -85,7 +89,8 @@ mod tests {
             path(Outcome::Dnat { ip: ip("10.244.1.5"), port: 8080, masquerade: false }),
             path(Outcome::Reject),
         ];
-        let text = render_trace(&Trace { packet, paths });
+        let text = render_trace(&Trace { packet, input_interface: Some("cbr0".into()), paths });
+        assert!(text.starts_with("packet 10.0.0.1 -> 10.96.0.10:80/tcp from a pod, in on cbr0\n"), "{text}");
         assert!(text.contains("path 1/2 -> DNAT to 10.244.1.5:8080 (source kept)"), "{text}");
         assert!(text.contains("path 2/2 -> REJECT"), "{text}");
         assert!(
