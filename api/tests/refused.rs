@@ -54,7 +54,7 @@ fn conversion_error(object: &Value) -> Option<(String, String)> {
         }
         Some("BGPAdvertisement") => {
             let o: BGPAdvertisement = serde_json::from_value(object.clone()).expect("decodes");
-            bgp_advertisement(Source::Tideway, &o.metadata, &o.spec, &Default::default()).err()
+            bgp_advertisement(Source::Tideway, &o.metadata, &o.spec).err()
         }
         Some("BFDProfile") => {
             let o: BFDProfile = serde_json::from_value(object.clone()).expect("decodes");

@@ -117,7 +117,12 @@ fn node_config(node: &str, addr: &str, local: LocalEndpoints) -> String {
         ),
         mk_service_address("api", LOCAL_VIP, "public", TrafficPolicy::Local, &info, local),
     ];
-    let objects = Objects { peers: &peers, advertisements: &advertisements, bfd_profiles: &bfd_profiles };
+    let objects = Objects {
+        peers: &peers,
+        advertisements: &advertisements,
+        bfd_profiles: &bfd_profiles,
+        communities: &[],
+    };
     let decided = bgp::decide(&info, Some(ip(addr)), objects, &addresses);
     assert!(decided.conflicts.is_empty(), "{:?}", decided.conflicts);
     bgp::frr::render(&decided)

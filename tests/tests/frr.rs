@@ -80,7 +80,12 @@ fn dual_stack() -> String {
             LocalEndpoints::Absent,
         ),
     ];
-    let objects = Objects { peers: &peers, advertisements: &advertisements, bfd_profiles: &bfd_profiles };
+    let objects = Objects {
+        peers: &peers,
+        advertisements: &advertisements,
+        bfd_profiles: &bfd_profiles,
+        communities: &[],
+    };
     let decided = bgp::decide(&n, Some(ip("172.18.0.3")), objects, &addresses);
     assert!(decided.conflicts.is_empty(), "{:?}", decided.conflicts);
     bgp::frr::render(&decided)
@@ -92,7 +97,7 @@ fn no_sessions() -> String {
     let rack_a = rack("a");
     let peers =
         [BgpPeer { node_selectors: vec![rack_a], ..BgpPeer::new("tor-a", 64512, 64512, ip("172.18.0.1")) }];
-    let objects = Objects { peers: &peers, advertisements: &[], bfd_profiles: &[] };
+    let objects = Objects { peers: &peers, advertisements: &[], bfd_profiles: &[], communities: &[] };
     bgp::frr::render(&bgp::decide(&n, None, objects, &[]))
 }
 

@@ -38,7 +38,10 @@ use crate::announce::{self, NodeInfo, ServiceTraffic};
 use crate::config::LabelSelector;
 use crate::model::ServiceName;
 
+mod community;
 pub mod frr;
+
+pub use community::{BadCommunity, Community, CommunityAlias, CommunityRef};
 
 /// MetalLB's default hold time, in seconds (`BGPPeer.holdTime`).
 pub const DEFAULT_HOLD_TIME: u32 = 90;
@@ -121,8 +124,8 @@ pub struct BgpAdvertisement {
     pub aggregation_length_v6: u8,
     /// `localPref` (iBGP peers only).
     pub local_pref: Option<u32>,
-    /// `communities`, resolved to values: `65535:65282` or `large:1:2:3`.
-    pub communities: Vec<Community>,
+    /// `communities`: values (`65535:65282`, `large:1:2:3`) or names a `Community` defines.
+    pub communities: Vec<CommunityRef>,
     /// `peers` (empty: every peer).
     pub peers: Vec<String>,
     /// `nodeSelectors`: the nodes that advertise (empty: every node).
@@ -163,48 +166,6 @@ impl BgpAdvertisement {
         IpNet::new(ip, len).map_or_else(|_| crate::net::host_net(ip), |n| n.trunc())
     }
 }
-
-/// A BGP community value.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Community {
-    /// A standard community, `ASN:VALUE` (two 16-bit halves).
-    Standard(u16, u16),
-    /// A large community, `large:GLOBAL:LOCAL1:LOCAL2` (RFC 8092).
-    Large(u32, u32, u32),
-}
-
-impl std::fmt::Display for Community {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Community::Standard(a, b) => write!(f, "{a}:{b}"),
-            Community::Large(a, b, c) => write!(f, "{a}:{b}:{c}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Community {
-    type Err = BadCommunity;
-
-    /// `1234:1`, or `large:1:2:3`, as MetalLB writes them.
-    fn from_str(s: &str) -> Result<Community, BadCommunity> {
-        let bad = || BadCommunity(s.to_string());
-        if let Some(large) = s.strip_prefix("large:") {
-            let parts: Vec<u32> =
-                large.split(':').map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
-            return match parts[..] {
-                [a, b, c] => Ok(Community::Large(a, b, c)),
-                _ => Err(bad()),
-            };
-        }
-        let (a, b) = s.split_once(':').ok_or_else(bad)?;
-        Ok(Community::Standard(a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?))
-    }
-}
-
-/// A community that is neither `A:B` with 16-bit halves nor `large:A:B:C` with 32-bit parts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a community: ASN:VALUE (16 bits each) or large:GLOBAL:LOCAL1:LOCAL2 (32 bits each)")]
-pub struct BadCommunity(pub String);
 
 /// BFD timers for the sessions that name the profile (MetalLB's `BFDProfile`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,6 +261,16 @@ pub enum Conflict {
         peer: String,
         /// The profile it names.
         profile: String,
+    },
+    /// An advertisement names a community no `Community` defines: it is sent without it.
+    #[error(
+        "advertisement {advertisement} names community {name}, which no Community defines: sent without it"
+    )]
+    UnknownCommunity {
+        /// The advertisement.
+        advertisement: String,
+        /// The name.
+        name: String,
     },
     /// A peer's password has a character FRR's configuration cannot carry.
     #[error("peer {peer}: the password must be printable ASCII without spaces: the session is left out")]
@@ -401,6 +372,8 @@ pub struct Objects<'a> {
     pub advertisements: &'a [BgpAdvertisement],
     /// `BFDProfile`s.
     pub bfd_profiles: &'a [BfdProfile],
+    /// The names every `Community` object defines.
+    pub communities: &'a [CommunityAlias],
 }
 
 /// What `node` advertises to each of its peers: every address of `addresses` (the Services'
@@ -428,11 +401,15 @@ pub fn decide(
         })
         .collect();
     let advertisements = objects.advertisements;
+    let communities: Vec<Vec<Community>> =
+        advertisements.iter().map(|ad| community::resolve(ad, objects.communities, &mut conflicts)).collect();
     // Per (session, prefix): the advertisement that set its localPref.
     let mut pref_by: BTreeMap<(usize, IpNet), String> = BTreeMap::new();
     for addr in addresses {
         let local = addr.traffic.policy == crate::model::TrafficPolicy::Local;
-        for ad in advertisements.iter().filter(|ad| ad.covers_pool(&addr.pool)) {
+        for (ad, values) in
+            advertisements.iter().zip(&communities).filter(|(ad, _)| ad.covers_pool(&addr.pool))
+        {
             if advertises(addr, ad).is_err() {
                 continue;
             }
@@ -442,7 +419,7 @@ pub fn decide(
                     continue;
                 }
                 let attrs = session.routes.entry(prefix).or_default();
-                attrs.communities.extend(ad.communities.iter().cloned());
+                attrs.communities.extend(values.iter().cloned());
                 let Some(pref) = ad.local_pref.filter(|_| session.peer.internal()) else { continue };
                 match attrs.local_pref {
                     None => {

@@ -24,7 +24,12 @@ fn decide_simple(
     ads: &[BgpAdvertisement],
     addrs: &[ServiceAddress],
 ) -> NodeBgp {
-    decide(n, Some(ip("172.18.0.3")), Objects { peers, advertisements: ads, bfd_profiles: &[] }, addrs)
+    decide(
+        n,
+        Some(ip("172.18.0.3")),
+        Objects { peers, advertisements: ads, bfd_profiles: &[], communities: &[] },
+        addrs,
+    )
 }
 
 /// (policy, local endpoints on the node, what is true of the node, advertised?)
@@ -178,12 +183,12 @@ fn communities_add_up_and_the_higher_local_pref_wins_on_ibgp_only() {
     let ads = [
         BgpAdvertisement {
             local_pref: Some(100),
-            communities: vec![community("65535:65282")],
+            communities: vec![community("65535:65282").into()],
             ..BgpAdvertisement::new("low")
         },
         BgpAdvertisement {
             local_pref: Some(200),
-            communities: vec![community("large:64512:1:2")],
+            communities: vec![community("large:64512:1:2").into()],
             ..BgpAdvertisement::new("high")
         },
     ];
@@ -266,7 +271,7 @@ fn the_frr_text_lets_each_peer_have_exactly_its_prefixes() {
         ),
         mk_service_address("db", "10.20.0.5", "internal", TrafficPolicy::Cluster, &n, LocalEndpoints::Absent),
     ];
-    let objects = Objects { peers: &peers, advertisements: &ads, bfd_profiles: &profiles };
+    let objects = Objects { peers: &peers, advertisements: &ads, bfd_profiles: &profiles, communities: &[] };
     let text = frr::render(&decide(&n, Some(ip("172.18.0.3")), objects, &addrs));
     for line in [
         "router bgp 64512\n bgp router-id 172.18.0.3\n",
@@ -293,4 +298,35 @@ fn the_frr_text_lets_each_peer_have_exactly_its_prefixes() {
         frr::render(&decide(&n, Some(ip("172.18.0.3")), objects, &addrs)),
         "the same every time"
     );
+}
+
+#[test]
+fn community_names_are_looked_up_when_the_node_decides() {
+    let n = node("n1", "a");
+    let ads = [BgpAdvertisement {
+        communities: vec![
+            "vpn-only".parse().unwrap(),
+            "65535:65282".parse().unwrap(),
+            "gone".parse().unwrap(),
+        ],
+        ..BgpAdvertisement::new("named")
+    }];
+    let aliases = [CommunityAlias { name: "vpn-only".into(), value: Community::Standard(1234, 1) }];
+    let peers = [peer("tor", 64513, "172.18.0.1")];
+    let addrs =
+        [mk_service_address("a", "203.0.113.10", "p", TrafficPolicy::Cluster, &n, LocalEndpoints::Absent)];
+    let objects = Objects { peers: &peers, advertisements: &ads, bfd_profiles: &[], communities: &aliases };
+    let bgp = decide(&n, Some(ip("172.18.0.3")), objects, &addrs);
+    let sent = &bgp.sessions[0].routes[&net("203.0.113.10/32")].communities;
+    assert_eq!(*sent, [Community::Standard(1234, 1), Community::Standard(65535, 65282)].into());
+    let said: Vec<String> = bgp.conflicts.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        ["advertisement named names community gone, which no Community defines: sent without it"]
+    );
+    // A value written wrong is no name.
+    assert!("65535-1".parse::<CommunityRef>().is_ok_and(|c| c == CommunityRef::Name("65535-1".into())));
+    for bad in ["65536:1", "large:1:2", ""] {
+        assert!(bad.parse::<CommunityRef>().is_err(), "{bad}");
+    }
 }

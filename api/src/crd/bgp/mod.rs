@@ -9,16 +9,15 @@
 //! than the one asked for would be worse than none. `connectTime`, `disableMP` and
 //! `dualStackAddressFamily` change nothing Tideway does and are ignored.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tideway_core::bgp::Community as CoreCommunity;
-use tideway_core::bgp::{BfdProfile as CoreBfd, BgpAdvertisement as CoreAdvertisement, BgpPeer as CorePeer};
-
 use serde_json::json;
+use tideway_core::bgp::{
+    BadCommunity, BfdProfile as CoreBfd, BgpAdvertisement as CoreAdvertisement, BgpPeer as CorePeer,
+    CommunityAlias as CoreAlias,
+};
 
 use super::load_balancer_pool::selectors;
 use super::schema::Constraint;
@@ -337,32 +336,29 @@ pub fn community_aliases(
     source: Source,
     meta: &ObjectMeta,
     s: &CommunitySpec,
-) -> Result<BTreeMap<String, CoreCommunity>, ConvertError> {
+) -> Result<Vec<CoreAlias>, ConvertError> {
     let (cx, _) = source.cx("Community", meta);
-    let mut out = BTreeMap::new();
+    let mut out: Vec<CoreAlias> = Vec::new();
     for (i, alias) in s.communities.iter().enumerate() {
+        let field = |f: &str| format!("spec.communities[{i}].{f}");
         if alias.name.is_empty() {
-            return Err(cx.err(format!("spec.communities[{i}].name"), "is required"));
+            return Err(cx.err(field("name"), "is required"));
         }
-        let value = alias.value.parse().map_err(|e: tideway_core::bgp::BadCommunity| {
-            cx.err(format!("spec.communities[{i}].value"), e.to_string())
-        })?;
-        if out.insert(alias.name.clone(), value).is_some() {
-            return Err(
-                cx.err(format!("spec.communities[{i}].name"), format!("{:?} is defined twice", alias.name))
-            );
+        let value = alias.value.parse().map_err(|e: BadCommunity| cx.err(field("value"), e.to_string()))?;
+        if out.iter().any(|a| a.name == alias.name) {
+            return Err(cx.err(field("name"), format!("{:?} is defined twice", alias.name)));
         }
+        out.push(CoreAlias { name: alias.name.clone(), value });
     }
     Ok(out)
 }
 
-/// Converts a `BGPAdvertisement`, its community names looked up in `aliases` (every
-/// `Community` object's, see [`community_aliases`]).
+/// Converts a `BGPAdvertisement`. A community that is no value is the name of one a
+/// `Community` defines, looked up when the nodes decide.
 pub fn bgp_advertisement(
     source: Source,
     meta: &ObjectMeta,
     s: &BGPAdvertisementSpec,
-    aliases: &BTreeMap<String, CoreCommunity>,
 ) -> Result<CoreAdvertisement, ConvertError> {
     let (cx, name) = source.cx("BGPAdvertisement", meta);
     unsupported(&cx, "spec.ipAddressPoolSelectors", !s.ip_address_pool_selectors.is_empty())?;
@@ -379,13 +375,10 @@ pub fn bgp_advertisement(
     ad.aggregation_length_v6 = length("spec.aggregationLengthV6", s.aggregation_length_v6, 128)?;
     ad.local_pref = s.local_pref;
     for (i, text) in s.communities.iter().enumerate() {
-        let value = match aliases.get(text) {
-            Some(v) => v.clone(),
-            None => text.parse().map_err(|_| {
-                cx.err(format!("spec.communities[{i}]"), format!("{text:?} is neither a community (ASN:VALUE, large:A:B:C) nor the name of one a Community defines"))
-            })?,
-        };
-        ad.communities.push(value);
+        let c = text.parse().map_err(|e: BadCommunity| {
+            cx.err(format!("spec.communities[{i}]"), format!("{e}, or the name of one a Community defines"))
+        })?;
+        ad.communities.push(c);
     }
     ad.pools = names(&cx, "spec.ipAddressPools", &s.ip_address_pools)?;
     ad.peers = names(&cx, "spec.peers", &s.peers)?;

@@ -1,9 +1,7 @@
 //! The BGP objects' conversions: MetalLB's documented examples, read from `metallb.io` and
 //! `tideway.io` alike, and what is refused.
 
-use std::collections::BTreeMap;
-
-use tideway_core::bgp::{BgpPeer as CorePeer, Community as CoreCommunity};
+use tideway_core::bgp::{BgpPeer as CorePeer, Community as CoreCommunity, CommunityRef};
 
 use super::*;
 use crate::crd::{MetalLbBgpAdvertisement, MetalLbBgpPeer};
@@ -77,29 +75,23 @@ fn refusals_name_the_object_and_the_field() {
 }
 
 #[test]
-fn advertisements_resolve_community_names_and_keep_literals() {
+fn advertisements_keep_values_and_names_and_communities_define_names() {
     let community: Community = yaml(
         "metadata: {name: c}\nspec: {communities: [{name: vpn-only, value: '1234:1'}, {name: big, value: 'large:1:2:3'}]}",
     );
     let aliases = community_aliases(Source::Tideway, &community.metadata, &community.spec).unwrap();
+    assert_eq!(aliases[1], CoreAlias { name: "big".into(), value: CoreCommunity::Large(1, 2, 3) });
     let o: MetalLbBgpAdvertisement = yaml(
         "metadata: {name: local, namespace: metallb-system}
-spec: {aggregationLength: 32, localPref: 100, communities: [vpn-only, big, '65535:65282'], ipAddressPools: [first-pool]}",
+spec: {aggregationLength: 32, localPref: 100, communities: [vpn-only, '65535:65282'], ipAddressPools: [first-pool]}",
     );
-    let ad = bgp_advertisement(Source::MetalLb, &o.metadata, &o.spec, &aliases).unwrap();
+    let ad = bgp_advertisement(Source::MetalLb, &o.metadata, &o.spec).unwrap();
     assert_eq!(
         ad.communities,
-        [
-            CoreCommunity::Standard(1234, 1),
-            CoreCommunity::Large(1, 2, 3),
-            CoreCommunity::Standard(65535, 65282)
-        ]
+        [CommunityRef::Name("vpn-only".into()), CommunityRef::Value(CoreCommunity::Standard(65535, 65282))]
     );
     assert_eq!((ad.aggregation_length, ad.aggregation_length_v6, ad.local_pref), (32, 128, Some(100)));
     assert_eq!(ad.pools, ["first-pool"]);
-    // Without the Community, the name means nothing.
-    let e = bgp_advertisement(Source::MetalLb, &o.metadata, &o.spec, &BTreeMap::new()).unwrap_err();
-    assert_eq!(e.field, "spec.communities[0]", "{e}");
     // A name defined twice is refused.
     let twice: Community =
         yaml("metadata: {name: c}\nspec: {communities: [{name: a, value: '1:1'}, {name: a, value: '1:2'}]}");
