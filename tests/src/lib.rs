@@ -1,5 +1,5 @@
 //! Support for Tideway's cross-crate tests: fixture loading, golden-file comparison, network
-//! namespaces ([`netns`]) and a stand-in for the Kubernetes API server ([`fake_api`]).
+//! namespaces ([`netns`]), FRR in them ([`frr`]) and a stand-in for the Kubernetes API server ([`fake_api`]).
 //!
 //! Fixtures are plain Kubernetes YAML in `tests/fixtures/`; each holds `node-a` (the node every
 //! golden file is planned for), `node-b`, and a `default` ProxyConfig. Golden files live in
@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fake_api;
+pub mod frr;
 pub mod netns;
 
 use std::path::{Path, PathBuf};
