@@ -12,25 +12,15 @@
 use std::time::{Duration, Instant};
 
 use tideway_core::announce::LocalEndpoints;
-use tideway_core::bgp::{self, BfdProfile, BgpAdvertisement, BgpPeer, Objects};
 use tideway_core::model::TrafficPolicy;
-use tideway_core::testing::{ip, mk_node_info, mk_service_address};
-use tideway_tests::frr::{BgpBed, ROUTER, ROUTER_ASN};
+use tideway_tests::frr::{self, BgpBed};
 use tideway_tests::netns::eventually;
 
 const VIP: &str = "203.0.113.10";
 const NODES: [&str; 2] = ["172.30.0.11", "172.30.0.12"];
 
 fn config(node: &str, addr: &str) -> String {
-    let info = mk_node_info(node, "a");
-    let peers =
-        [BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, ROUTER_ASN, ip(ROUTER)) }];
-    let ads = [BgpAdvertisement::new("all")];
-    let bfd = [BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") }];
-    let addrs =
-        [mk_service_address("web", VIP, "public", TrafficPolicy::Cluster, &info, LocalEndpoints::Absent)];
-    let objects = Objects { peers: &peers, advertisements: &ads, bfd_profiles: &bfd, communities: &[] };
-    bgp::frr::render(&bgp::decide(&info, Some(ip(addr)), objects, &addrs))
+    frr::node_config(node, addr, &[("web", VIP, TrafficPolicy::Cluster, LocalEndpoints::Absent)])
 }
 
 fn main() {

@@ -10,11 +10,9 @@
 use std::time::{Duration, Instant};
 
 use tideway_core::announce::LocalEndpoints;
-use tideway_core::bgp::{self, BfdProfile, BgpAdvertisement, BgpPeer, Objects};
 use tideway_core::model::TrafficPolicy;
-use tideway_core::testing::{ip, mk_node_info, mk_service_address};
 use tideway_node_agent::frr::{FrrReload, Routing};
-use tideway_tests::frr::{BgpBed, ROUTER, ROUTER_ASN};
+use tideway_tests::frr::{self, BgpBed};
 use tideway_tests::netns::{eventually, require_root};
 
 const CLUSTER_VIP: &str = "203.0.113.10";
@@ -24,32 +22,11 @@ const NODE_B: &str = "172.30.0.12";
 
 /// What `node` (at `addr`, with `local` endpoints of the Local Service) advertises, rendered.
 fn node_config(node: &str, addr: &str, local: LocalEndpoints) -> String {
-    let info = mk_node_info(node, "a");
-    let peers =
-        [BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, ROUTER_ASN, ip(ROUTER)) }];
-    let advertisements = [BgpAdvertisement::new("all")];
-    let bfd_profiles =
-        [BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") }];
-    let addresses = [
-        mk_service_address(
-            "web",
-            CLUSTER_VIP,
-            "public",
-            TrafficPolicy::Cluster,
-            &info,
-            LocalEndpoints::Absent,
-        ),
-        mk_service_address("api", LOCAL_VIP, "public", TrafficPolicy::Local, &info, local),
+    let services = [
+        ("web", CLUSTER_VIP, TrafficPolicy::Cluster, LocalEndpoints::Absent),
+        ("api", LOCAL_VIP, TrafficPolicy::Local, local),
     ];
-    let objects = Objects {
-        peers: &peers,
-        advertisements: &advertisements,
-        bfd_profiles: &bfd_profiles,
-        communities: &[],
-    };
-    let decided = bgp::decide(&info, Some(ip(addr)), objects, &addresses);
-    assert!(decided.conflicts.is_empty(), "{:?}", decided.conflicts);
-    bgp::frr::render(&decided)
+    frr::node_config(node, addr, &services)
 }
 
 #[test]

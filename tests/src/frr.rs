@@ -7,6 +7,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use tideway_core::announce::LocalEndpoints;
+use tideway_core::bgp::{self, BfdProfile, BgpAdvertisement, BgpPeer, Objects};
+use tideway_core::model::TrafficPolicy;
+use tideway_core::testing::{ip, mk_node_info, mk_service_address};
+
 use crate::netns::{Netns, eventually};
 
 /// The router's address on the nodes' segment.
@@ -173,4 +178,34 @@ fn router_config(nodes: &[&str]) -> String {
     }
     c.push_str(" address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\nexit\n");
     c
+}
+
+/// A node's `frr.conf` for the bed, as Tideway renders it: node `node` at `addr` peers with the
+/// router (BFD profile `fast`, 100 ms × 3), one advertisement covers every pool, and each of
+/// `services` (name, LoadBalancer address, `externalTrafficPolicy`, this node's endpoints) has
+/// its address from pool `public`.
+pub fn node_config(
+    node: &str,
+    addr: &str,
+    services: &[(&str, &str, TrafficPolicy, LocalEndpoints)],
+) -> String {
+    let info = mk_node_info(node, "a");
+    let peers =
+        [BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, ROUTER_ASN, ip(ROUTER)) }];
+    let advertisements = [BgpAdvertisement::new("all")];
+    let bfd_profiles =
+        [BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") }];
+    let addresses: Vec<_> = services
+        .iter()
+        .map(|(svc, vip, policy, local)| mk_service_address(svc, vip, "public", *policy, &info, *local))
+        .collect();
+    let objects = Objects {
+        peers: &peers,
+        advertisements: &advertisements,
+        bfd_profiles: &bfd_profiles,
+        communities: &[],
+    };
+    let decided = bgp::decide(&info, Some(ip(addr)), objects, &addresses);
+    assert!(decided.conflicts.is_empty(), "{:?}", decided.conflicts);
+    bgp::frr::render(&decided)
 }
