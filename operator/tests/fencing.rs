@@ -203,9 +203,18 @@ async fn a_deposed_leader_sends_no_write_after_its_renew_deadline() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // op-a writes as the leader; it hangs right after a renewal, so that it has its whole renew
+    // deadline left to try writing (under load a fixed sleep could land at the end of a term).
+    until("op-a writes", || {
+        api.requests().iter().any(|r| r.user.as_deref() == Some("op-a") && r.path.ends_with("/status"))
+    })
+    .await;
+    let mut renewals = a.lead.clone();
+    renewals.borrow_and_update();
+    tokio::time::timeout(Duration::from_secs(2), renewals.changed()).await.expect("op-a renews").unwrap();
     api.hang("op-a");
     let hung = Instant::now();
+    assert!(leads(&a.lead), "op-a leads as it hangs");
     until("op-b leads", || leads(&b.lead)).await;
     let took_over = hung.elapsed();
     // op-b assigns what was created while op-a hung.
