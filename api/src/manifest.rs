@@ -1,5 +1,5 @@
 //! Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, Pods, Namespaces, the
-//! `tideway.io` kinds and MetalLB's `IPAddressPool` and `L2Advertisement`) into a [`Snapshot`]. Objects that fail to decode or convert are reported
+//! `tideway.io` kinds and MetalLB's `IPAddressPool`, `L2Advertisement` and BGP kinds) into a [`Snapshot`]. Objects that fail to decode or convert are reported
 //! with file, document, object and field, and skipped; everything else is kept.
 
 use std::fmt;
@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tideway_core::cluster::Snapshot;
+use tideway_core::cluster::{BgpObject, Snapshot};
 
 use crate::convert;
 use crate::crd;
@@ -172,6 +172,11 @@ fn converted<T>(r: Result<T, ConvertError>) -> Result<T, ObjectError> {
     Ok(r?)
 }
 
+/// A BGP object of either source.
+fn bgp<T: crd::BgpResource + DeserializeOwned>(kind: &str, value: Value) -> Result<BgpObject, ObjectError> {
+    converted(decode::<T>(kind, value)?.bgp_object())
+}
+
 fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
     let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
@@ -218,6 +223,18 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
         ("metallb.io/v1beta1", "L2Advertisement") => {
             s.l2_advertisements.push(converted(crd::l2_advertisement(&decode(&kind, value)?))?)
         }
+        ("tideway.io/v1alpha1", "BGPPeer") => s.bgp.push(bgp::<crd::BGPPeer>(&kind, value)?),
+        ("tideway.io/v1alpha1", "BGPAdvertisement") => {
+            s.bgp.push(bgp::<crd::BGPAdvertisement>(&kind, value)?)
+        }
+        ("tideway.io/v1alpha1", "BFDProfile") => s.bgp.push(bgp::<crd::BFDProfile>(&kind, value)?),
+        ("tideway.io/v1alpha1", "Community") => s.bgp.push(bgp::<crd::Community>(&kind, value)?),
+        ("metallb.io/v1beta2", "BGPPeer") => s.bgp.push(bgp::<crd::MetalLbBgpPeer>(&kind, value)?),
+        ("metallb.io/v1beta1", "BGPAdvertisement") => {
+            s.bgp.push(bgp::<crd::MetalLbBgpAdvertisement>(&kind, value)?)
+        }
+        ("metallb.io/v1beta1", "BFDProfile") => s.bgp.push(bgp::<crd::MetalLbBfdProfile>(&kind, value)?),
+        ("metallb.io/v1beta1", "Community") => s.bgp.push(bgp::<crd::MetalLbCommunity>(&kind, value)?),
         ("tideway.io/v1alpha1", "L2Announcement") => {
             s.announcements.push(converted(crd::l2_announcement(&decode(&kind, value)?))?)
         }

@@ -1,4 +1,4 @@
-//! A cluster moving from MetalLB keeps its addresses: MetalLB's own example pool (its own
+//! A cluster moving from MetalLB keeps its addresses and BGP objects: MetalLB's own example pool (its own
 //! `IPAddressPool` and `L2Advertisement` as they are, or the pool moved over by changing
 //! `apiVersion` and `kind`) and Services as MetalLB users
 //! annotate them (`metallb.universe.tf/*` and the newer `metallb.io/*`), some already holding the
@@ -261,4 +261,58 @@ spec: {ipAddressPools: [silver]}
     }
     let dark = written.iter().find(|p| p.name() == "dark").expect("dark");
     assert!(!dark.l2.enabled, "no advertisement covers it: not announced, as in MetalLB");
+}
+
+/// MetalLB's BGP objects as its documentation writes them, beside a Tideway `BGPPeer` of one of
+/// their names: the Tideway peer is used and the clash named; a MetalLB object Tideway cannot
+/// honour (`vrf`) is refused with its field and skipped; the rest reach the decision.
+#[test]
+fn metallb_bgp_objects_are_read_as_they_are_and_tideway_objects_win_their_names() {
+    let objects = r#"
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: sample, namespace: metallb-system}
+spec: {myASN: 64500, peerASN: 64501, peerAddress: 10.0.0.1, bfdProfile: full}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: in-vrf, namespace: metallb-system}
+spec: {myASN: 64500, peerASN: 64501, peerAddress: 10.0.0.2, vrf: red}
+---
+apiVersion: metallb.io/v1beta1
+kind: BFDProfile
+metadata: {name: full, namespace: metallb-system}
+spec: {receiveInterval: 380, transmitInterval: 270, detectMultiplier: 37, echoMode: true}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: local, namespace: metallb-system}
+spec: {ipAddressPools: [bgp-pool], aggregationLength: 32, localPref: 100, communities: [vpn-only]}
+---
+apiVersion: metallb.io/v1beta1
+kind: Community
+metadata: {name: communities, namespace: metallb-system}
+spec: {communities: [{name: vpn-only, value: "1234:1"}]}
+---
+apiVersion: tideway.io/v1alpha1
+kind: BGPPeer
+metadata: {name: sample}
+spec: {myASN: 64512, peerASN: 64513, peerAddress: 172.30.0.1}
+"#;
+    let manifest = load_str("bgp.yaml", objects);
+    assert_eq!(manifest.errors.len(), 1, "{:?}", manifest.errors);
+    assert!(manifest.errors[0].message.contains("spec.vrf"), "{}", manifest.errors[0].message);
+    assert!(manifest.ignored.is_empty(), "{:?}", manifest.ignored);
+    let state = ClusterState::from_snapshot(manifest.snapshot);
+    let bgp = state.bgp();
+    let peers: Vec<_> = bgp.peers.iter().map(|p| (p.name.as_str(), p.my_asn)).collect();
+    assert_eq!(peers, [("sample", 64512)], "the Tideway peer is used");
+    assert_eq!(bgp.conflicts.len(), 1);
+    assert_eq!(
+        bgp.conflicts[0].to_string(),
+        "BGPPeer metallb-system/sample (metallb.io) is not used: BGPPeer sample has the name \"sample\""
+    );
+    assert_eq!(bgp.bfd_profiles[0].detect_multiplier, 37);
+    assert_eq!(bgp.advertisements[0].local_pref, Some(100));
+    assert_eq!(bgp.communities[0].name, "vpn-only");
 }

@@ -436,3 +436,50 @@ async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothin
     assert!(watches.iter().all(|r| r.query.get("allowWatchBookmarks").map(String::as_str) == Some("true")));
     task.abort();
 }
+
+/// An agent speaking BGP lists and watches Tideway's BGP kinds and, with MetalLB's namespace,
+/// MetalLB's too (one `BGPPeer` kind in each group, each its own watch): the state holds the
+/// Tideway peer under the shared name, a MetalLB-only name, and follows a deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("agent-bgp");
+    let peer = |api_version: &str, ns: Option<&str>, name: &str, asn: u32| {
+        json!({"apiVersion": api_version, "kind": "BGPPeer", "metadata": {"name": name, "namespace": ns},
+            "spec": {"myASN": asn, "peerASN": 64513, "peerAddress": "172.30.0.1"}})
+    };
+    api.preload([
+        node("node-a", "192.168.0.10"),
+        peer("tideway.io/v1alpha1", None, "router", 64512),
+        peer("metallb.io/v1beta2", Some("metallb-system"), "router", 64600),
+        peer("metallb.io/v1beta2", Some("metallb-system"), "spare", 64512),
+        json!({"apiVersion": "metallb.io/v1beta1", "kind": "Community",
+            "metadata": {"name": "c", "namespace": "metallb-system"},
+            "spec": {"communities": [{"name": "vpn-only", "value": "1234:1"}]}}),
+    ]);
+    let cluster = SharedCluster::new();
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: false };
+    let client = kube_client(&api, &dir, Account::ClusterAdmin).await;
+    let source = KubeSource::new(client, role, SourceMetrics::default())
+        .with_bgp(true)
+        .with_metallb(Some("metallb-system".into()));
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(15), cluster.wait_synced()).await.expect("synced");
+    let peers = |c: &SharedCluster| -> Vec<(String, u32)> {
+        c.lock().bgp().peers.iter().map(|p| (p.name.clone(), p.my_asn)).collect()
+    };
+    assert_eq!(peers(&cluster), [("router".to_string(), 64512), ("spare".to_string(), 64512)]);
+    assert_eq!(cluster.lock().bgp().conflicts.len(), 1);
+    assert_eq!(cluster.lock().bgp().communities.len(), 1);
+    assert!(!api.requests_to("/apis/metallb.io/v1beta2/namespaces/metallb-system/bgppeers").is_empty());
+
+    api.delete("BGPPeer", None, "router");
+    until("MetalLB's router is used once Tideway's is gone", || {
+        peers(&cluster) == [("router".to_string(), 64600), ("spare".to_string(), 64512)]
+    })
+    .await;
+    api.delete("BGPPeer.metallb.io", Some("metallb-system"), "spare");
+    until("spare is gone", || peers(&cluster).len() == 1).await;
+    assert!(cluster.lock().bgp().conflicts.is_empty());
+    task.abort();
+}

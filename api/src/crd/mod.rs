@@ -20,9 +20,9 @@ mod proxy_config;
 pub(crate) mod schema;
 
 pub use bgp::{
-    BFDProfile, BFDProfileSpec, BGPAdvertisement, BGPAdvertisementSpec, BGPPeer, BGPPeerSpec, Community,
-    CommunityAlias, CommunitySpec, SecretReference, Source, bfd_profile, bgp_advertisement, bgp_peer,
-    community_aliases,
+    BFDProfile, BFDProfileSpec, BGPAdvertisement, BGPAdvertisementSpec, BGPPeer, BGPPeerSpec, BgpResource,
+    Community, CommunityAlias, CommunitySpec, SecretReference, Source, bfd_profile, bgp_advertisement,
+    bgp_peer, community_aliases,
 };
 pub use conditions::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

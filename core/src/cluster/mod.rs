@@ -9,6 +9,7 @@
 //! detector rather than the API: a Node stays Ready when only its agent died. A liveness
 //! change marks the node in [`Changes::nodes`]; a relist (`reset`) leaves liveness alone.
 
+mod bgp;
 mod liveness;
 mod names;
 mod pools;
@@ -20,6 +21,8 @@ mod written;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bgp::BgpStores;
+pub use bgp::{BgpConflict, BgpKind, BgpObject, BgpSet, BgpSpec};
 use names::SharedNames;
 pub use slices::ServiceSlices;
 use slices::SliceIndex;
@@ -56,6 +59,8 @@ pub struct Changes {
     pub pools: bool,
     /// True when any `ServiceCIDR` changed.
     pub service_cidrs: bool,
+    /// True when the BGP objects in force changed.
+    pub bgp: bool,
     /// The trigger times of the EndpointSlice versions applied (network programming latency).
     pub trigger_times: Vec<std::time::SystemTime>,
 }
@@ -90,6 +95,7 @@ impl Changes {
         self.announcements.extend(other.announcements);
         self.pools |= other.pools;
         self.service_cidrs |= other.service_cidrs;
+        self.bgp |= other.bgp;
         self.trigger_times.extend(other.trigger_times);
     }
 }
@@ -121,6 +127,8 @@ pub struct Snapshot {
     pub l2_advertisements: Vec<L2Advertisement>,
     /// ServiceCIDRs.
     pub service_cidrs: Vec<ServiceCidr>,
+    /// BGP objects, Tideway's and MetalLB's.
+    pub bgp: Vec<BgpObject>,
 }
 
 type ObjectKey = (String, String);
@@ -143,6 +151,9 @@ pub struct ClusterState {
     /// Every pool: `own_pools`, then the `IPAddressPool`s whose names are free.
     pools: Store<LoadBalancerPool>,
     pool_conflicts: Vec<PoolConflict>,
+    bgp_stores: BgpStores,
+    /// The BGP objects in force, merged from `bgp_stores`.
+    bgp: BgpSet,
     /// Agent liveness of the nodes it is known for (absent: `Unknown`).
     liveness: BTreeMap<String, AgentLiveness>,
     /// Node and zone names, one copy each for all endpoints.
@@ -377,6 +388,7 @@ impl ClusterState {
         self.replace_metallb_pools(snapshot.metallb_pools);
         self.replace_l2_advertisements(snapshot.l2_advertisements);
         self.replace_service_cidrs(snapshot.service_cidrs);
+        self.replace_every_bgp(snapshot.bgp);
     }
 
     /// The changes waiting to be taken.

@@ -105,7 +105,7 @@ impl<K: Kind> KindAdapter<K> {
             self.relist.take().unwrap_or(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
         let objects = compact(relist.objects);
         self.cluster.update(|s: &mut ClusterState| K::replace(s, objects));
-        self.cluster.replace_invalid_kind(K::kind(&()).as_ref(), relist.invalid);
+        self.cluster.replace_invalid_kind(&K::watch_name(), relist.invalid);
         let first = !self.listed;
         self.listed = true;
         Outcome::Listed { first }

@@ -7,8 +7,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Resource;
 use serde::de::DeserializeOwned;
+use tideway_api::crd::BgpResource;
 use tideway_api::{ConvertError, convert, crd};
-use tideway_core::cluster::ClusterState;
+use tideway_core::cluster::{BgpObject, ClusterState};
 use tideway_core::model::{self, ServiceName};
 
 use crate::shared::ObjectKey;
@@ -35,10 +36,16 @@ pub trait Kind:
     /// Drops what `reader` does not read, so that it is not kept (nothing by default).
     fn trim(_model: &mut Self::Model, _reader: Reader) {}
 
+    /// The name of its watch (in sync progress, faults, metrics and invalid objects): the
+    /// kind, unless two groups share it.
+    fn watch_name() -> String {
+        Self::kind(&()).to_string()
+    }
+
     /// The key naming `obj`.
     fn key(obj: &Self) -> ObjectKey {
         let meta = obj.meta();
-        ObjectKey::new(Self::kind(&()), meta.namespace.as_deref(), meta.name.clone().unwrap_or_default())
+        ObjectKey::new(Self::watch_name(), meta.namespace.as_deref(), meta.name.clone().unwrap_or_default())
     }
 }
 
@@ -379,3 +386,52 @@ mod tests {
         );
     }
 }
+
+/// The namespace a BGP object of `source` is stored under: `""` for Tideway's.
+fn bgp_namespace(source: crd::Source, key: &ObjectKey) -> &str {
+    match source {
+        crd::Source::Tideway => "",
+        crd::Source::MetalLb => ns(key),
+    }
+}
+
+/// The BGP kinds, Tideway's and MetalLB's: one object each in the state's BGP set.
+macro_rules! bgp_kinds {
+    ($($t:ty),*) => {$(
+        impl Kind for $t {
+            type Model = BgpObject;
+            fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+                self.bgp_object().map(Some)
+            }
+            fn apply(state: &mut ClusterState, m: Self::Model) {
+                state.apply_bgp(m);
+            }
+            fn delete(state: &mut ClusterState, key: &ObjectKey) {
+                state.delete_bgp(<$t>::KIND, bgp_namespace(<$t>::SOURCE, key), &key.name);
+            }
+            fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+                state.replace_bgp(<$t>::KIND, <$t>::SOURCE == crd::Source::MetalLb, all);
+            }
+            fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+                state.bgp_object(<$t>::KIND, bgp_namespace(<$t>::SOURCE, key), &key.name).cloned()
+            }
+            fn watch_name() -> String {
+                match <$t>::SOURCE {
+                    crd::Source::Tideway => <$t>::KIND.as_str().to_string(),
+                    crd::Source::MetalLb => format!("{}.metallb.io", <$t>::KIND.as_str()),
+                }
+            }
+        }
+    )*};
+}
+
+bgp_kinds!(
+    crd::BGPPeer,
+    crd::BGPAdvertisement,
+    crd::BFDProfile,
+    crd::Community,
+    crd::MetalLbBgpPeer,
+    crd::MetalLbBgpAdvertisement,
+    crd::MetalLbBfdProfile,
+    crd::MetalLbCommunity
+);

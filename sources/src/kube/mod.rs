@@ -106,8 +106,11 @@ pub struct KubeSource {
     client: Client,
     role: Role,
     metrics: SourceMetrics,
-    /// The operator reads MetalLB's `IPAddressPool`s and `L2Advertisement`s of this namespace.
+    /// The operator reads MetalLB's `IPAddressPool`s and `L2Advertisement`s of this namespace
+    /// (and an agent speaking BGP, MetalLB's BGP kinds too).
     metallb: Option<String>,
+    /// The agent speaks BGP: it reads the BGP kinds and the pools.
+    bgp: bool,
 }
 
 /// Marks the state synced once every kind delivered its first complete list.
@@ -170,7 +173,7 @@ impl WatchSpec {
 impl KubeSource {
     /// A source for `role` over `client`; errors and events are counted in `metrics`.
     pub fn new(client: Client, role: Role, metrics: SourceMetrics) -> Self {
-        KubeSource { client, role, metrics, metallb: None }
+        KubeSource { client, role, metrics, metallb: None, bgp: false }
     }
 
     /// The operator also reads MetalLB's `IPAddressPool`s and `L2Advertisement`s in
@@ -179,6 +182,13 @@ impl KubeSource {
     /// state is not synced and the operator decides nothing.
     pub fn with_metallb(self, namespace: Option<String>) -> Self {
         KubeSource { metallb: namespace, ..self }
+    }
+
+    /// The agent also reads the BGP kinds (`BGPPeer`, `BGPAdvertisement`, `BFDProfile`,
+    /// `Community`) and the pools its addresses come from; with [`Self::with_metallb`],
+    /// MetalLB's own of each in that namespace too.
+    pub fn with_bgp(self, bgp: bool) -> Self {
+        KubeSource { bgp, ..self }
     }
 
     /// Watches until dropped (and tells `cluster` whether the API server answers).
@@ -239,7 +249,7 @@ impl KubeSource {
         cluster: &SharedCluster,
         barrier: &SyncBarrier,
     ) {
-        let kind = K::kind(&()).to_string();
+        let kind = K::watch_name();
         let task = format!("watch {kind}");
         let (cluster, barrier, metrics) = (cluster.clone(), barrier.clone(), self.metrics.clone());
         let report = {
@@ -313,6 +323,14 @@ impl KubeSource {
         if service_cidrs {
             kinds.push("ServiceCIDR");
         }
+        let metallb_bgp = self.metallb.as_ref().filter(|_| self.bgp);
+        if self.bgp {
+            kinds.extend(["BGPPeer", "BGPAdvertisement", "BFDProfile", "Community", "LoadBalancerPool"]);
+        }
+        if metallb_bgp.is_some() {
+            kinds.extend(["BGPPeer.metallb.io", "BGPAdvertisement.metallb.io", "BFDProfile.metallb.io"]);
+            kinds.extend(["Community.metallb.io", "IPAddressPool", "L2Advertisement"]);
+        }
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let (config_changed, mut config_rx) = watch::channel(0u64);
         let mut tasks = JoinSet::new();
@@ -333,6 +351,21 @@ impl KubeSource {
         self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::with(announcements));
         if service_cidrs {
             self.spawn::<ServiceCIDR>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
+        if self.bgp {
+            self.spawn::<crd::BGPPeer>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::BGPAdvertisement>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::BFDProfile>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::Community>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::LoadBalancerPool>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
+        if let Some(ns) = metallb_bgp {
+            self.spawn_in::<crd::MetalLbBgpPeer>(&mut tasks, ns, &cluster, &barrier);
+            self.spawn_in::<crd::MetalLbBgpAdvertisement>(&mut tasks, ns, &cluster, &barrier);
+            self.spawn_in::<crd::MetalLbBfdProfile>(&mut tasks, ns, &cluster, &barrier);
+            self.spawn_in::<crd::MetalLbCommunity>(&mut tasks, ns, &cluster, &barrier);
+            self.spawn_in::<crd::IPAddressPool>(&mut tasks, ns, &cluster, &barrier);
+            self.spawn_in::<crd::L2Advertisement>(&mut tasks, ns, &cluster, &barrier);
         }
         barrier.wait_listed(&["Node", "ProxyConfig"]).await;
         loop {
@@ -376,7 +409,7 @@ async fn watch_kind<K: Kind>(
     barrier: SyncBarrier,
     metrics: SourceMetrics,
 ) {
-    let kind = K::kind(&()).to_string();
+    let kind = K::watch_name();
     let label = SourceMetrics::kind(&kind);
     let mut adapter = KindAdapter::<K>::for_reader(cluster.clone(), spec.reader);
     let mut errors = ErrorLog::default();

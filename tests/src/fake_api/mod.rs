@@ -115,6 +115,14 @@ pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/apis/tideway.io/v1alpha1/l2announcements", "L2Announcement", "tideway.io/v1alpha1"),
     ("/apis/metallb.io/v1beta1/ipaddresspools", "IPAddressPool", "metallb.io/v1beta1"),
     ("/apis/metallb.io/v1beta1/l2advertisements", "L2Advertisement", "metallb.io/v1beta1"),
+    ("/apis/tideway.io/v1alpha1/bgppeers", "BGPPeer", "tideway.io/v1alpha1"),
+    ("/apis/tideway.io/v1alpha1/bgpadvertisements", "BGPAdvertisement", "tideway.io/v1alpha1"),
+    ("/apis/tideway.io/v1alpha1/bfdprofiles", "BFDProfile", "tideway.io/v1alpha1"),
+    ("/apis/tideway.io/v1alpha1/communities", "Community", "tideway.io/v1alpha1"),
+    ("/apis/metallb.io/v1beta2/bgppeers", "BGPPeer", "metallb.io/v1beta2"),
+    ("/apis/metallb.io/v1beta1/bgpadvertisements", "BGPAdvertisement", "metallb.io/v1beta1"),
+    ("/apis/metallb.io/v1beta1/bfdprofiles", "BFDProfile", "metallb.io/v1beta1"),
+    ("/apis/metallb.io/v1beta1/communities", "Community", "metallb.io/v1beta1"),
     ("/apis/coordination.k8s.io/v1/leases", "Lease", "coordination.k8s.io/v1"),
     ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1"),
 ];
@@ -126,13 +134,27 @@ pub const HISTORY: usize = 100;
 /// Field manager of the changes a test makes with [`FakeApi::upsert`] and [`FakeApi::preload`].
 pub const TEST_MANAGER: &str = "test";
 
-/// The collection path of `kind`.
+/// The collection path of `kind`, or of `Kind.group` for a kind two groups share (`BGPPeer`
+/// alone is Tideway's, `BGPPeer.metallb.io` MetalLB's).
 pub fn path_of(kind: &str) -> &'static str {
+    let (kind, group) = kind.split_once('.').map_or((kind, None), |(k, g)| (k, Some(g)));
     RESOURCES
         .iter()
-        .find(|(_, k, _)| *k == kind)
+        .find(|(_, k, v)| *k == kind && group.is_none_or(|g| v.split('/').next() == Some(g)))
         .map(|(p, _, _)| *p)
         .unwrap_or_else(|| panic!("unknown kind {kind}"))
+}
+
+/// The collection path of `obj`: by its kind and, when it has one, its `apiVersion`.
+fn path_of_object(obj: &Value) -> &'static str {
+    let kind = obj["kind"].as_str().expect("object has a kind");
+    let group = obj["apiVersion"].as_str().and_then(|v| v.split_once('/')).map(|(g, _)| g);
+    match group {
+        Some(g) if RESOURCES.iter().any(|(_, k, v)| *k == kind && v.starts_with(&format!("{g}/"))) => {
+            path_of(&format!("{kind}.{g}"))
+        }
+        _ => path_of(kind),
+    }
 }
 
 impl FakeApi {
@@ -222,11 +244,11 @@ impl FakeApi {
 
     /// Adds or replaces an object (JSON in Kubernetes form; kind and apiVersion are filled in).
     pub fn upsert(&self, mut obj: Value) {
-        let kind = obj["kind"].as_str().expect("object has a kind").to_string();
+        let path = path_of_object(&obj);
         let mut inner = self.lock();
         inner.rv += 1;
         let rv = inner.rv;
-        let res = inner.resources.get_mut(path_of(&kind)).expect("resource");
+        let res = inner.resources.get_mut(path).expect("resource");
         let key = res.stamp(&mut obj, rv);
         let kind = if res.objects.contains_key(&key) { "MODIFIED" } else { "ADDED" };
         res.track(&key, &mut obj);
@@ -240,8 +262,7 @@ impl FakeApi {
         for mut obj in objects {
             inner.rv += 1;
             let rv = inner.rv;
-            let kind = obj["kind"].as_str().expect("kind").to_string();
-            let res = inner.resources.get_mut(path_of(&kind)).expect("resource");
+            let res = inner.resources.get_mut(path_of_object(&obj)).expect("resource");
             let key = res.stamp(&mut obj, rv);
             res.track(&key, &mut obj);
             res.objects.insert(key, obj);

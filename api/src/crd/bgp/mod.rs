@@ -9,6 +9,10 @@
 //! than the one asked for would be worse than none. `connectTime`, `disableMP` and
 //! `dualStackAddressFamily` change nothing Tideway does and are ignored.
 
+mod object;
+
+pub use object::BgpResource;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::CustomResource;
 use schemars::JsonSchema;
