@@ -1,6 +1,6 @@
-//! A cluster moving from MetalLB keeps its addresses and BGP objects: MetalLB's own example pool (its own
-//! `IPAddressPool` and `L2Advertisement` as they are, or the pool moved over by changing
-//! `apiVersion` and `kind`) and Services as MetalLB users
+//! A cluster moving from MetalLB keeps its addresses and BGP objects: MetalLB's own example
+//! pool (its own `IPAddressPool` and `L2Advertisement` as they are, or the pool moved over by
+//! changing `apiVersion` and `kind`) and Services as MetalLB users
 //! annotate them (`metallb.universe.tf/*` and the newer `metallb.io/*`), some already holding the
 //! address MetalLB gave them, read by the manifest loader and decided by the operator's core.
 

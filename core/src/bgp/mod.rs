@@ -38,9 +38,11 @@ use crate::announce::{self, NodeInfo, ServiceTraffic};
 use crate::config::LabelSelector;
 use crate::model::ServiceName;
 
+mod addresses;
 mod community;
 pub mod frr;
 
+pub use addresses::service_addresses;
 pub use community::{BadCommunity, Community, CommunityAlias, CommunityRef};
 
 /// MetalLB's default hold time, in seconds (`BGPPeer.holdTime`).

@@ -36,6 +36,11 @@ impl Pool {
             allocation: None,
         }
     }
+
+    /// True when `ip` is within one of the entries of `addresses` that parse.
+    pub fn holds(&self, ip: IpAddr) -> bool {
+        self.addresses.iter().filter_map(|a| AddrRange::parse(a).ok()).any(|r| r.contains(ip))
+    }
 }
 
 /// `spec.serviceAllocation`: which Services a pool serves, and its precedence.
