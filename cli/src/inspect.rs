@@ -136,9 +136,20 @@ pub(crate) fn status_tables(nodes: &Value, configs: &Value, now: SystemTime) -> 
     let generation_of =
         |name: &str| arr(configs).iter().find(|c| c["name"] == name).and_then(|c| c["generation"].as_i64());
     let mut rows = vec![
-        ["NODE", "READY", "MODE", "CONFIG", "PROGRAMMED", "LAST-SYNC", "RULES", "DRIFT-REPAIRS", "ERROR"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "NODE",
+            "READY",
+            "MODE",
+            "CONFIG",
+            "PROGRAMMED",
+            "LAST-SYNC",
+            "RULES",
+            "DRIFT-REPAIRS",
+            "BGP",
+            "ERROR",
+        ]
+        .map(String::from)
+        .to_vec(),
     ];
     for n in arr(nodes) {
         let r = &n["nodeProxyState"];
@@ -163,7 +174,12 @@ pub(crate) fn status_tables(nodes: &Value, configs: &Value, now: SystemTime) -> 
             age(&r["lastSyncTime"], now),
             r["rules"].as_i64().map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
             r["driftRepairs"].as_i64().map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-            r["lastError"].as_str().unwrap_or("-").into(),
+            bgp_cell(&r["bgp"]),
+            match (r["lastError"].as_str(), r["bgp"]["lastError"].as_str()) {
+                (Some(e), _) => e.into(),
+                (None, Some(e)) => format!("bgp: {e}"),
+                (None, None) => "-".into(),
+            },
         ]);
     }
     let mut out = table(&rows);
@@ -192,6 +208,16 @@ pub(crate) fn status_tables(nodes: &Value, configs: &Value, now: SystemTime) -> 
     out.push('\n');
     out.push_str(&table(&rows));
     out
+}
+
+/// The BGP cell of a node's row: sessions established of those configured, and prefixes
+/// advertised (`-` when its agent speaks no BGP).
+fn bgp_cell(bgp: &Value) -> String {
+    if bgp.is_null() {
+        return "-".into();
+    }
+    let n = |k: &str| bgp[k].as_i64().unwrap_or(0);
+    format!("{}/{} up, {} prefixes", n("established"), n("sessions"), n("prefixes"))
 }
 
 /// The `explain service` text.
@@ -334,6 +360,9 @@ mod tests {
               "proxyConfigGeneration": 2, "ready": true, "lastSyncTime": "2026-11-23T09:50:00Z", "rules": 40,
               "driftRepairs": 0, "lastError": "iptables-restore: exit 1"}},
             {"name": "n3", "ready": false, "nodeProxyState": null},
+            {"name": "n4", "ready": true, "nodeProxyState": {"mode": "nftables", "proxyConfig": "default",
+              "proxyConfigGeneration": 3, "ready": true, "rules": 42, "driftRepairs": 0,
+              "bgp": {"sessions": 2, "established": 1, "prefixes": 5, "lastError": "frr-reload.py: exit 1"}}},
         ]);
         let configs = json!([{"name": "default", "generation": 3, "spec": {"mode": "nftables"},
             "status": {"nodesSelected": 3, "nodesProgrammed": 1, "nodesFailing": 1,
@@ -343,11 +372,12 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[1],
-            "n1     True    nftables   default@3   yes          5s          42      1               -"
+            "n1     True    nftables   default@3   yes          5s          42      1               -                    -"
         );
         assert!(lines[2].starts_with("n2     True    iptables   default@2   no           10m "), "{text}");
         assert!(lines[2].ends_with("iptables-restore: exit 1"), "{text}");
         assert!(lines[3].starts_with("n3     False   -          -           no report    -"), "{text}");
+        assert!(lines[4].ends_with("1/2 up, 5 prefixes   bgp: frr-reload.py: exit 1"), "{text}");
         assert!(text.contains("default       nftables   3            3          1            1         False (NotAllNodesProgrammed)"), "{text}");
     }
 

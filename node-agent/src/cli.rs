@@ -17,6 +17,7 @@ use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::{FileSource, SharedCluster, Source, SourceSpec};
 
 use crate::agent::{Agent, AgentOptions, AgentStatus};
+use crate::frr::FrrReload;
 use crate::health::ProxyHealth;
 use crate::metrics::Metrics;
 use crate::report::{self, ReportSettings};
@@ -92,6 +93,23 @@ pub struct AgentArgs {
     /// The same on every member.
     #[arg(long, env = "TIDEWAY_GOSSIP_TIME_SCALE", default_value = "1", value_parser = tideway_sources::gossip::parse_time_scale)]
     pub gossip_time_scale: f64,
+    /// Speak BGP: read the BGP objects (`BGPPeer`, `BGPAdvertisement`, `BFDProfile`,
+    /// `Community`) and the pools, and drive this node's FRR with what it advertises.
+    #[arg(long)]
+    pub bgp: bool,
+    /// With `--bgp`, also read MetalLB's BGP objects, pools and advertisements in this
+    /// namespace (`--source kubernetes`).
+    #[arg(long, requires = "bgp")]
+    pub metallb_namespace: Option<String>,
+    /// With `--bgp`: FRR's `frr-reload.py`.
+    #[arg(long, default_value = "/usr/lib/frr/frr-reload.py")]
+    pub frr_reload: PathBuf,
+    /// With `--bgp`: where the rendered FRR configuration is written.
+    #[arg(long, default_value = "/var/run/tideway/frr")]
+    pub frr_dir: PathBuf,
+    /// With `--bgp`: FRR's path space (`-N`), when FRR runs under one.
+    #[arg(long)]
+    pub frr_pathspace: Option<String>,
 }
 
 /// Joins the liveness gossip at this node's address once the source lists this node; a port
@@ -182,7 +200,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                         .with_audiences(args.api_audience.iter().cloned().collect()),
                 )) as Arc<dyn Authorizer>);
                 let role = Role::Agent { node: args.node.clone(), service_cidrs: !args.no_service_cidrs };
-                tokio::spawn(KubeSource::new(client.clone(), role, source_metrics.clone()).run(cluster.clone()));
+                let source = KubeSource::new(client.clone(), role, source_metrics.clone())
+                    .with_bgp(args.bgp)
+                    .with_metallb(args.metallb_namespace.clone());
+                tokio::spawn(source.run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client).reporting_to(cluster.clone()));
                 Some((sink, ReportSettings::default()))
             }
@@ -229,7 +250,11 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 }
             });
         }
-        let agent = Agent::new(opts, cluster, status, metrics, health).answering(answering).fenced_by(fence);
+        let mut agent = Agent::new(opts, cluster, status, metrics, health).answering(answering).fenced_by(fence);
+        if args.bgp {
+            let frr = FrrReload { program: args.frr_reload.clone(), dir: args.frr_dir.clone(), pathspace: args.frr_pathspace.clone() };
+            agent = agent.with_bgp(Arc::new(frr));
+        }
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
         // Calls in flight (a health check, a REST read) are answered before the exit.

@@ -3,14 +3,46 @@
 //! applies its difference from the running one, so a session that stays in the configuration
 //! is not reset when a prefix, a community or another peer changes.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+use serde_json::Value;
 
 use crate::exec::{self, CommandError};
 
-/// Applies a rendered FRR configuration (the side effect behind a trait, faked in tests).
+/// FRR as the agent drives it (the side effect behind a trait, faked in tests).
 pub trait Routing: Send + Sync {
     /// Makes FRR run `config`, keeping what stays the same.
     fn apply(&self, config: &str) -> Result<(), FrrError>;
+    /// Each BGP session's state, by peer address, as FRR says now.
+    fn sessions(&self) -> Result<BTreeMap<IpAddr, PeerState>, FrrError>;
+}
+
+/// One session as FRR says it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerState {
+    /// BGP is established.
+    pub established: bool,
+    /// Its BFD session's state (`up`, `down`, `init`); None without BFD.
+    pub bfd: Option<String>,
+}
+
+/// The sessions `show bgp neighbors json` and `show bfd peers json` describe.
+pub fn peer_states(neighbors: &Value, bfd: &Value) -> BTreeMap<IpAddr, PeerState> {
+    let mut out: BTreeMap<IpAddr, PeerState> = BTreeMap::new();
+    for (peer, n) in neighbors.as_object().into_iter().flatten() {
+        if let Ok(addr) = peer.parse() {
+            out.insert(addr, PeerState { established: n["bgpState"] == "Established", bfd: None });
+        }
+    }
+    for p in bfd.as_array().into_iter().flatten() {
+        let addr = p["peer"].as_str().and_then(|a| a.parse().ok());
+        if let (Some(state), Some(status)) = (addr.and_then(|a| out.get_mut(&a)), p["status"].as_str()) {
+            state.bfd = Some(status.to_string());
+        }
+    }
+    out
 }
 
 /// Why a configuration was not applied.
@@ -24,9 +56,17 @@ pub enum FrrError {
         /// Why.
         source: std::io::Error,
     },
-    /// `frr-reload.py` refused it or could not reach the daemons.
+    /// `frr-reload.py` or vtysh refused, or could not reach the daemons.
     #[error(transparent)]
     Reload(#[from] CommandError),
+    /// vtysh answered something that is not the JSON asked for.
+    #[error("vtysh -c {command:?}: {message}")]
+    Answer {
+        /// The command.
+        command: String,
+        /// What is wrong with the answer.
+        message: String,
+    },
 }
 
 /// FRR reached through `frr-reload.py` (Debian's `frr-pythontools`) and vtysh.
@@ -51,16 +91,21 @@ impl FrrReload {
         self.dir.join("tideway-frr.conf")
     }
 
-    /// zebra's forwarding lines as FRR shows them now (`ip forwarding`, `no ipv6 forwarding`):
-    /// a reload removes every line the new configuration lacks, and removing `ip forwarding`
-    /// would switch the node's forwarding off. They are kept as they are.
-    fn forwarding(&self) -> Result<String, FrrError> {
+    /// `vtysh -c command`, under the path space when there is one.
+    fn vtysh(&self, command: &str) -> Result<String, FrrError> {
         let mut args = Vec::new();
         if let Some(ns) = &self.pathspace {
             args.extend(["-N", ns.as_str()]);
         }
-        args.extend(["-c", "show running-config"]);
-        let running = exec::run("vtysh", &args, None)?;
+        args.extend(["-c", command]);
+        Ok(exec::run("vtysh", &args, None)?)
+    }
+
+    /// zebra's forwarding lines as FRR shows them now (`ip forwarding`, `no ipv6 forwarding`):
+    /// a reload removes every line the new configuration lacks, and removing `ip forwarding`
+    /// would switch the node's forwarding off. They are kept as they are.
+    fn forwarding(&self) -> Result<String, FrrError> {
+        let running = self.vtysh("show running-config")?;
         Ok(running.lines().filter(|l| is_forwarding(l)).map(|l| format!("{}\n", l.trim())).collect())
     }
 }
@@ -90,5 +135,42 @@ impl Routing for FrrReload {
         args.push(&file);
         exec::run(&self.program.display().to_string(), &args, None)?;
         Ok(())
+    }
+
+    fn sessions(&self) -> Result<BTreeMap<IpAddr, PeerState>, FrrError> {
+        let json = |command: &str| -> Result<Value, FrrError> {
+            let text = self.vtysh(command)?;
+            serde_json::from_str(&text)
+                .map_err(|e| FrrError::Answer { command: command.into(), message: e.to_string() })
+        };
+        Ok(peer_states(&json("show bgp neighbors json")?, &json("show bfd peers json")?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// FRR 8.4's answers, cut to the fields read.
+    #[test]
+    fn sessions_are_read_from_frrs_answers() {
+        let neighbors = json!({
+            "172.30.0.1": {"remoteAs": 64513, "bgpState": "Established", "bgpTimerUpMsec": 5061},
+            "172.30.0.2": {"remoteAs": 64513, "bgpState": "Active"},
+            "bgpNoSuchNeighbor": true
+        });
+        let bfd = json!([
+            {"multihop": false, "peer": "172.30.0.1", "local": "172.30.0.11", "status": "up"},
+            {"multihop": false, "peer": "172.30.0.9", "status": "down"}
+        ]);
+        let states = peer_states(&neighbors, &bfd);
+        let up: IpAddr = "172.30.0.1".parse().unwrap();
+        let active: IpAddr = "172.30.0.2".parse().unwrap();
+        assert_eq!(states.len(), 2, "{states:?}");
+        assert_eq!(states[&up], PeerState { established: true, bfd: Some("up".into()) });
+        assert_eq!(states[&active], PeerState { established: false, bfd: None });
+        assert!(peer_states(&Value::Null, &Value::Null).is_empty());
     }
 }

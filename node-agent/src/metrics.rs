@@ -82,6 +82,16 @@ pub struct Metrics {
     pub healthz: Family<CodeLabel, Counter>,
     /// `/livez` answers by code.
     pub livez: Family<CodeLabel, Counter>,
+    /// BGP sessions in the applied FRR configuration.
+    pub bgp_sessions: Gauge,
+    /// Prefixes advertised to some peer in the applied FRR configuration.
+    pub bgp_prefixes: Gauge,
+    /// FRR configurations FRR refused or could not be given.
+    pub bgp_apply_failures: Counter,
+    /// BGP sessions established, as FRR last said.
+    pub bgp_established: Gauge,
+    /// BFD sessions up, as FRR last said.
+    pub bfd_up: Gauge,
 }
 
 impl Metrics {
@@ -109,6 +119,11 @@ impl Metrics {
             mode_switches: Counter::default(),
             healthz: Family::default(),
             livez: Family::default(),
+            bgp_sessions: Gauge::default(),
+            bgp_prefixes: Gauge::default(),
+            bgp_apply_failures: Counter::default(),
+            bgp_established: Gauge::default(),
+            bfd_up: Gauge::default(),
         };
         let r = registry;
         r.register(
@@ -199,6 +214,27 @@ impl Metrics {
             "Pending proxy rules Endpoint changes",
             m.endpoint_changes_pending.clone(),
         );
+        r.register(
+            "tideway_bgp_sessions",
+            "BGP sessions in the applied FRR configuration",
+            m.bgp_sessions.clone(),
+        );
+        r.register(
+            "tideway_bgp_prefixes_advertised",
+            "Prefixes advertised to some peer in the applied FRR configuration",
+            m.bgp_prefixes.clone(),
+        );
+        r.register(
+            "tideway_bgp_apply_failures",
+            "FRR configurations FRR refused or could not be given",
+            m.bgp_apply_failures.clone(),
+        );
+        r.register(
+            "tideway_bgp_sessions_established",
+            "BGP sessions established, as FRR last said",
+            m.bgp_established.clone(),
+        );
+        r.register("tideway_bfd_sessions_up", "BFD sessions up, as FRR last said", m.bfd_up.clone());
         m
     }
 }

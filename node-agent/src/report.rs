@@ -4,16 +4,17 @@
 //! otherwise, which carries the counts and the last sync time (see
 //! [`tideway_core::model::report_due`]).
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
-use tideway_core::model::{NodeProxyState, ReportPolicy, report_due, report_jitter};
+use tideway_core::model::{BgpReport, NodeProxyState, ReportPolicy, report_due, report_jitter};
 use tideway_sources::SharedCluster;
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::NodeStateSink;
 use tideway_sources::supervise::{Restart, supervise};
 
-use crate::agent::AgentStatus;
+use crate::agent::{AgentStatus, BgpStatus};
 
 /// How often and how much the agent reports.
 #[derive(Debug, Clone)]
@@ -61,6 +62,20 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         announcing: status.announcing.clone(),
         invalid_objects: status.invalid_objects.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         missing_interfaces: status.missing_interfaces.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
+        bgp: status.bgp.as_ref().map(bgp_report),
+    }
+}
+
+/// The BGP part of the report: counts, the error, the conflicts (bounded as the invalid objects).
+fn bgp_report(bgp: &BgpStatus) -> BgpReport {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let prefixes: BTreeSet<&String> = bgp.sessions.iter().flat_map(|s| &s.prefixes).collect();
+    BgpReport {
+        sessions: count(bgp.sessions.len()),
+        established: count(bgp.sessions.iter().filter(|s| s.established).count()),
+        prefixes: count(prefixes.len()),
+        last_error: bgp.last_error.as_deref().map(cut),
+        conflicts: bgp.conflicts.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
     }
 }
 

@@ -39,8 +39,8 @@ pub use metallb::{
     load_balancer_pools,
 };
 pub use node_proxy_state::{
-    NodeProxyState, NodeProxyStateSpec, NodeProxyStateStatus, node_proxy_state, node_proxy_state_status,
-    node_state_from,
+    NodeBgpStatus, NodeProxyState, NodeProxyStateSpec, NodeProxyStateStatus, node_proxy_state,
+    node_proxy_state_status, node_state_from,
 };
 pub use patch::{SpecChange, patch_proxy_config};
 pub use proxy_config::{

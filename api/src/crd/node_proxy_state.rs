@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tideway_core::config::ProxyMode;
-use tideway_core::model::NodeProxyState as CoreState;
+use tideway_core::model::{BgpReport, NodeProxyState as CoreState};
 
 use super::schema;
 use crate::error::{ConvertError, Ctx};
@@ -93,6 +93,30 @@ pub struct NodeProxyStateStatus {
     /// that pool's addresses while it lacks them all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_interfaces: Vec<String>,
+    /// What the node says over BGP (absent: its agent speaks no BGP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<NodeBgpStatus>,
+}
+
+/// `status.bgp`: the node's BGP sessions and advertisements.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeBgpStatus {
+    /// Sessions configured.
+    #[serde(default)]
+    pub sessions: i64,
+    /// Of which established.
+    #[serde(default)]
+    pub established: i64,
+    /// Prefixes advertised to some peer.
+    #[serde(default)]
+    pub prefixes: i64,
+    /// Why FRR does not run the node's decision, while it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// What in the BGP objects cannot be done as written, for this node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
 }
 
 fn time(t: std::time::SystemTime) -> Option<Time> {
@@ -137,6 +161,13 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         announcing: state.announcing.iter().map(ToString::to_string).collect(),
         invalid_objects: state.invalid_objects.clone(),
         missing_interfaces: state.missing_interfaces.clone(),
+        bgp: state.bgp.as_ref().map(|b| NodeBgpStatus {
+            sessions: i64::from(b.sessions),
+            established: i64::from(b.established),
+            prefixes: i64::from(b.prefixes),
+            last_error: b.last_error.clone(),
+            conflicts: b.conflicts.clone(),
+        }),
     }
 }
 
@@ -183,7 +214,18 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         announcing,
         invalid_objects: st.invalid_objects,
         missing_interfaces: st.missing_interfaces,
+        bgp: st.bgp.map(|b| BgpReport {
+            sessions: count32(b.sessions),
+            established: count32(b.established),
+            prefixes: count32(b.prefixes),
+            last_error: b.last_error,
+            conflicts: b.conflicts,
+        }),
     })
+}
+
+fn count32(v: i64) -> u32 {
+    u32::try_from(v).unwrap_or(if v < 0 { 0 } else { u32::MAX })
 }
 
 trait IfEmpty {
@@ -221,11 +263,19 @@ mod tests {
             announcing: vec!["172.18.255.200".parse().unwrap()],
             invalid_objects: vec!["ProxyConfig default: spec.syncPeriod: must be at most 24h".into()],
             missing_interfaces: vec!["vlan100".into()],
+            bgp: Some(BgpReport {
+                sessions: 2,
+                established: 1,
+                prefixes: 5,
+                last_error: Some("frr-reload.py: exit 1".into()),
+                conflicts: vec!["peer b asks for myASN 65000".into()],
+            }),
         };
         let obj = node_proxy_state(&state, Some("uid-1"));
         let json = serde_json::to_value(&obj).unwrap();
         assert_eq!(json["status"]["lastSyncTime"], "2023-11-14T22:13:20Z");
         assert_eq!(json["status"]["programmedResourceVersion"], "1234");
+        assert_eq!(json["status"]["bgp"]["established"], 1);
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(
             json["status"]["invalidObjects"][0],

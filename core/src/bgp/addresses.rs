@@ -7,7 +7,16 @@ use crate::announce::{LocalEndpoints, NodeInfo, ServiceTraffic};
 use crate::cluster::ClusterState;
 use crate::model::{Service, ServiceType};
 
-use super::ServiceAddress;
+use super::{NodeBgp, ServiceAddress, decide};
+
+/// What node `node` advertises to which peer, decided from the state (its router id: its
+/// first IPv4 address); None when the node is unknown.
+pub fn decide_for(state: &ClusterState, node: &str) -> Option<NodeBgp> {
+    let n = state.node(node)?;
+    let info = NodeInfo::of(n, state.agent_liveness(node), LocalEndpoints::Absent);
+    let router_id = n.ips.iter().copied().find(std::net::IpAddr::is_ipv4);
+    Some(decide(&info, router_id, state.bgp().objects(), &service_addresses(state, node)))
+}
 
 /// Every LoadBalancer address as node `node` sees it; none when the node is unknown.
 pub fn service_addresses(state: &ClusterState, node: &str) -> Vec<ServiceAddress> {
@@ -102,7 +111,7 @@ mod tests {
     /// a Local one only from the node with its endpoint.
     #[test]
     fn the_state_decides_each_nodes_routes() {
-        use crate::bgp::{BgpAdvertisement, BgpPeer, decide};
+        use crate::bgp::{BgpAdvertisement, BgpPeer};
         use crate::cluster::{BgpObject, BgpSpec};
         let peer = BgpPeer::new("router", 64512, 64513, ip("172.18.0.1"));
         let state = ClusterState::from_snapshot(Snapshot {
@@ -123,20 +132,10 @@ mod tests {
             ..Default::default()
         });
         let routes = |node: &str| -> Vec<String> {
-            let bgp = decide(
-                &mk_node_info(&state, node),
-                None,
-                state.bgp().objects(),
-                &service_addresses(&state, node),
-            );
+            let bgp = decide_for(&state, node).expect("the node is known");
             bgp.prefixes().iter().map(ToString::to_string).collect()
         };
         assert_eq!(routes("node-a"), ["172.18.240.1/32", "172.18.240.2/32"]);
         assert_eq!(routes("node-b"), ["172.18.240.1/32"]);
-    }
-
-    fn mk_node_info(state: &ClusterState, node: &str) -> NodeInfo {
-        let n = state.node(node).expect("node");
-        NodeInfo::of(n, state.agent_liveness(node), LocalEndpoints::Absent)
     }
 }

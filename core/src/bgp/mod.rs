@@ -42,7 +42,7 @@ mod addresses;
 mod community;
 pub mod frr;
 
-pub use addresses::service_addresses;
+pub use addresses::{decide_for, service_addresses};
 pub use community::{BadCommunity, Community, CommunityAlias, CommunityRef};
 
 /// MetalLB's default hold time, in seconds (`BGPPeer.holdTime`).
@@ -280,6 +280,17 @@ pub enum Conflict {
         /// The peer left out.
         peer: String,
     },
+    /// A peer's password is in a Secret this agent has not read: the session is left out
+    /// rather than opened without its password.
+    #[error(
+        "peer {peer}: the password in Secret {secret} is not read by this agent: the session is left out"
+    )]
+    PasswordUnread {
+        /// The peer left out.
+        peer: String,
+        /// The Secret named by `passwordSecret`.
+        secret: String,
+    },
     /// Two advertisements give one prefix to one peer with different `localPref`.
     #[error(
         "{prefix} to peer {peer}: localPref {kept} (advertisement {kept_by}) and {dropped} (advertisement {dropped_by}); the higher is sent"
@@ -323,22 +334,19 @@ impl NodeBgp {
 }
 
 /// The peers whose node selectors admit `node` (none listed: every node), sorted by name,
-/// all speaking the ASN of the first; the others, and those with a password FRR cannot carry,
-/// are named as conflicts.
+/// all speaking the ASN of the first; the others, those with a password FRR cannot carry and
+/// those whose password is in a Secret not read, are named as conflicts.
 fn peers_of(node: &NodeInfo, peers: &[BgpPeer]) -> (Vec<BgpPeer>, Vec<Conflict>) {
     let mut conflicts = Vec::new();
     let mut mine: Vec<BgpPeer> = peers
         .iter()
         .filter(|p| p.node_selectors.is_empty() || p.node_selectors.iter().any(|s| s.matches(&node.labels)))
-        .filter(|p| {
-            let ok = p
-                .password
-                .as_deref()
-                .is_none_or(|pw| !pw.is_empty() && pw.bytes().all(|b| b.is_ascii_graphic()));
-            if !ok {
-                conflicts.push(Conflict::BadPassword { peer: p.name.clone() });
+        .filter(|p| match password_fault(p) {
+            Some(c) => {
+                conflicts.push(c);
+                false
             }
-            ok
+            None => true,
         })
         .cloned()
         .collect();
@@ -357,6 +365,20 @@ fn peers_of(node: &NodeInfo, peers: &[BgpPeer]) -> (Vec<BgpPeer>, Vec<Conflict>)
         same
     });
     (mine, conflicts)
+}
+
+/// What keeps `peer`'s password from FRR: a character its configuration cannot carry, or a
+/// Secret not read.
+fn password_fault(peer: &BgpPeer) -> Option<Conflict> {
+    match (&peer.password, &peer.password_secret) {
+        (None, Some(secret)) => {
+            Some(Conflict::PasswordUnread { peer: peer.name.clone(), secret: secret.clone() })
+        }
+        (Some(pw), _) if pw.is_empty() || !pw.bytes().all(|b| b.is_ascii_graphic()) => {
+            Some(Conflict::BadPassword { peer: peer.name.clone() })
+        }
+        _ => None,
+    }
 }
 
 /// Whether the node advertises `addr` under `ad`: the node rules and the advertisement's node

@@ -223,13 +223,15 @@ fn a_node_speaks_one_asn_and_bad_peers_are_named() {
         BgpPeer { my_asn: 65000, ..peer("b", 64513, "172.18.0.2") },
         BgpPeer { password: Some("two words".into()), ..peer("c", 64513, "172.18.0.3") },
         BgpPeer { bfd_profile: Some("missing".into()), ..peer("d", 64513, "172.18.0.4") },
+        BgpPeer { password_secret: Some("bgp-auth".into()), ..peer("e", 64513, "172.18.0.5") },
     ];
     let bgp = decide_simple(&n, &peers, &[], &[]);
     let names: Vec<&str> = bgp.sessions.iter().map(|s| s.peer.name.as_str()).collect();
     assert_eq!(names, ["a", "d"]);
     assert!(bgp.sessions[1].bfd.is_none());
     let said: Vec<String> = bgp.conflicts.iter().map(ToString::to_string).collect();
-    assert_eq!(said.len(), 3, "{said:#?}");
+    assert_eq!(said.len(), 4, "{said:#?}");
+    assert!(said.iter().any(|s| s.contains("peer e: the password in Secret bgp-auth is not read")));
     assert!(said.iter().any(|s| s.contains("peer b asks for myASN 65000, but this node speaks 64512")));
     assert!(said.iter().any(|s| s.contains("peer c: the password")));
     assert!(said.iter().any(|s| s.contains("BFD profile missing")));

@@ -23,4 +23,4 @@ pub use service::{
     ServicePort, ServicePortName, ServiceType, SessionAffinity, TargetPort, TrafficDistribution,
     TrafficPolicy, service_watch_selector,
 };
-pub use status::{L2Announcement, NodeProxyState, programmed};
+pub use status::{BgpReport, L2Announcement, NodeProxyState, programmed};

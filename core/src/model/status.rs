@@ -49,6 +49,23 @@ pub struct NodeProxyState {
     /// Interfaces a pool's `l2.interfaces` lists that do not exist on this node: the operator
     /// chooses it to announce none of that pool's addresses while it lacks them all.
     pub missing_interfaces: Vec<String>,
+    /// What the node says over BGP (None: its agent speaks no BGP).
+    pub bgp: Option<BgpReport>,
+}
+
+/// What a node's agent says over BGP, as it reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BgpReport {
+    /// Sessions configured.
+    pub sessions: u32,
+    /// Of which established.
+    pub established: u32,
+    /// Prefixes advertised to some peer.
+    pub prefixes: u32,
+    /// Why FRR does not run the node's decision, while it lasts.
+    pub last_error: Option<String>,
+    /// What in the BGP objects cannot be done as written, for this node.
+    pub conflicts: Vec<String>,
 }
 
 impl NodeProxyState {
@@ -64,6 +81,7 @@ impl NodeProxyState {
             service_ports: 0,
             endpoints: 0,
             rules: 0,
+            bgp: s.bgp.clone().map(|b| BgpReport { prefixes: 0, ..b }),
             ..s.clone()
         };
         strip(self) == strip(other)

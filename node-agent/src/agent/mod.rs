@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 mod announce;
+mod bgp;
 mod plan;
 pub mod query;
 mod record;
@@ -32,7 +33,8 @@ mod run;
 mod status;
 mod unprogrammed;
 
-pub use status::AgentStatus;
+pub use bgp::{SESSION_POLL, Speaker, record_sessions, watch_sessions};
+pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 
 use self::plan::{Planned, Planning};
 use crate::announcer::Announcer;
@@ -119,6 +121,8 @@ pub struct Agent {
     missing_interfaces: Vec<String>,
     /// The addresses answered for, per interface, at the last announcement.
     announced_on: BTreeMap<String, BTreeSet<std::net::IpAddr>>,
+    /// The BGP speaker (None: the agent speaks no BGP).
+    bgp: Option<Speaker>,
 }
 
 /// A cluster this large gets progress lines on its first sync.
@@ -187,6 +191,7 @@ impl Agent {
             fenced: false,
             missing_interfaces: Vec::new(),
             announced_on: BTreeMap::new(),
+            bgp: None,
         }
     }
 
@@ -282,6 +287,7 @@ impl Agent {
             )
         };
         self.announce(&node);
+        self.speak_bgp();
         self.health.set_node_eligible(eligible);
         self.health.set_sync_period(node.settings.sync_period);
         self.metrics.service_changes.inc_by(changes.service_events);

@@ -11,13 +11,24 @@ use super::{Agent, query};
 /// How long the first lists may take before the agent says what it waits for.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
 
+/// Stops a task when dropped (when the loop returns).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Agent {
-    /// True when what changed can alter this node's rules or announcements (and marks an
-    /// update queued for `/healthz`); other changes (reports of other nodes, pools, pods) are
+    /// True when what changed can alter this node's rules, announcements or BGP advertisements
+    /// (and marks an update queued for `/healthz`); other changes (reports of other nodes, pods) are
     /// dropped so they cost no sync and no `minSyncPeriod` wait.
     fn relevant_changes_pending(&self) -> bool {
         let mut state = self.cluster.lock();
-        if state.changes().affect_proxy(&self.opts.node) || self.fence_changed() {
+        let changes = state.changes();
+        let bgp = self.speaks_bgp() && (changes.bgp || changes.pools);
+        if changes.affect_proxy(&self.opts.node) || bgp || self.fence_changed() {
             drop(state);
             self.set_pending_gauges();
             self.health.queued();
@@ -35,6 +46,15 @@ impl Agent {
     /// checks for drift every `syncPeriod`.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let _sessions = self.bgp.as_ref().map(|s| {
+            let watch = super::bgp::watch_sessions(
+                s.routing.clone(),
+                self.status.clone(),
+                self.metrics.clone(),
+                super::bgp::SESSION_POLL,
+            );
+            AbortOnDrop(tokio::spawn(watch))
+        });
         // What the first complete view waits for is told after a grace period (a healthy API
         // server lists in well under it), then whenever it changes.
         let mut ticks = tokio::time::interval_at(Instant::now() + WAIT_GRACE, Duration::from_secs(1));
@@ -120,6 +140,9 @@ impl Agent {
                 next_verify = Instant::now() + sync_period;
                 self.retire();
                 self.check_interfaces();
+                if self.bgp_failed() {
+                    self.speak_bgp();
+                }
                 if let Err(e) = self.check_drift(true).await {
                     tracing::warn!(error = %e, "drift check failed");
                     force_full = true;

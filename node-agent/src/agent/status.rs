@@ -74,4 +74,36 @@ pub struct AgentStatus {
     /// True while this agent reaches neither a strict majority of the nodes nor the API
     /// server: it answers for none of its addresses until it is back.
     pub fenced: bool,
+    /// What this node says over BGP (None: the agent speaks no BGP).
+    pub bgp: Option<BgpStatus>,
+}
+
+/// What the agent's BGP speaker applied, and what it could not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BgpStatus {
+    /// The ASN the node speaks (None: no peer selects it).
+    pub asn: Option<u32>,
+    /// Each session's peer and the prefixes it is sent, as applied.
+    pub sessions: Vec<BgpSessionStatus>,
+    /// What in the BGP objects cannot be done as written.
+    pub conflicts: Vec<String>,
+    /// Why the last configuration was not applied (kept until one is).
+    pub last_error: Option<String>,
+    /// Configurations applied to FRR.
+    pub applied: u64,
+}
+
+/// One session as applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BgpSessionStatus {
+    /// The `BGPPeer`.
+    pub peer: String,
+    /// Its address.
+    pub address: String,
+    /// The prefixes sent to it.
+    pub prefixes: Vec<String>,
+    /// The session is established, as FRR last said.
+    pub established: bool,
+    /// Its BFD session's state, as FRR last said (None: no BFD, or not known yet).
+    pub bfd: Option<String>,
 }

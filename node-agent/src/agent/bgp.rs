@@ -1,0 +1,187 @@
+//! The agent's BGP half: `tideway_core::bgp` decides what this node advertises to which peer
+//! and renders FRR's configuration for it; this hands the text to FRR ([`Routing`]) when it
+//! differs from the one applied, and reports what was applied (`/api/v1/status`, metrics).
+//!
+//! It runs after each sync, and on the changes that can move it alone (BGP objects, pools). A
+//! configuration FRR refused is tried again at the next sync or drift check. A fenced agent
+//! advertises nothing, as it answers ARP for nothing. While the agent runs, FRR's sessions are
+//! read back every [`SESSION_POLL`] ([`watch_sessions`]): established or not, and their BFD.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tideway_core::bgp::{self, NodeBgp};
+
+use super::status::{AgentStatus, BgpSessionStatus, BgpStatus};
+use super::{Agent, blocking};
+use crate::frr::{PeerState, Routing};
+use crate::metrics::Metrics;
+
+/// How often FRR's sessions are read back.
+pub const SESSION_POLL: Duration = Duration::from_secs(2);
+
+/// The speaker: FRR, and the configuration it runs.
+pub struct Speaker {
+    pub(super) routing: Arc<dyn Routing>,
+    /// The text FRR runs (None before the first, or after a failure).
+    applied: Option<String>,
+}
+
+impl Speaker {
+    /// A speaker driving `routing`.
+    pub fn new(routing: Arc<dyn Routing>) -> Speaker {
+        Speaker { routing, applied: None }
+    }
+}
+
+/// Reads FRR's sessions every `every` into `status` and `metrics`, until dropped. A read that
+/// fails is logged when it starts failing, and the sessions are then shown as not established.
+pub async fn watch_sessions(
+    routing: Arc<dyn Routing>,
+    status: Arc<RwLock<AgentStatus>>,
+    metrics: Arc<Metrics>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let r = routing.clone();
+        let read = tokio::task::spawn_blocking(move || r.sessions()).await;
+        let states = match read {
+            Ok(Ok(states)) => {
+                failing = false;
+                states
+            }
+            Ok(Err(e)) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(error = %e, "cannot read FRR's sessions");
+                }
+                BTreeMap::new()
+            }
+            Err(_) => return,
+        };
+        record_sessions(&status, &metrics, &states);
+    }
+}
+
+/// Marks each session of the status with what FRR says of its peer; counts them in `metrics`.
+pub fn record_sessions(
+    status: &RwLock<AgentStatus>,
+    metrics: &Metrics,
+    states: &BTreeMap<IpAddr, PeerState>,
+) {
+    let mut status = status.write().unwrap_or_else(|e| e.into_inner());
+    let Some(bgp) = status.bgp.as_mut() else { return };
+    for s in &mut bgp.sessions {
+        let state = s.address.parse().ok().and_then(|a: IpAddr| states.get(&a)).cloned().unwrap_or_default();
+        s.established = state.established;
+        s.bfd = state.bfd;
+    }
+    let count = |f: &dyn Fn(&BgpSessionStatus) -> bool| bgp.sessions.iter().filter(|s| f(s)).count() as i64;
+    metrics.bgp_established.set(count(&|s| s.established));
+    metrics.bfd_up.set(count(&|s| s.bfd.as_deref() == Some("up")));
+}
+
+impl Agent {
+    /// The same agent, speaking BGP through `routing`.
+    pub fn with_bgp(mut self, routing: Arc<dyn Routing>) -> Agent {
+        self.bgp = Some(Speaker::new(routing));
+        self.set_status(|s| s.bgp = Some(BgpStatus::default()));
+        self
+    }
+
+    /// True when this agent speaks BGP.
+    pub(super) fn speaks_bgp(&self) -> bool {
+        self.bgp.is_some()
+    }
+
+    /// Decides what this node advertises and applies it when it changed.
+    pub(super) fn speak_bgp(&mut self) {
+        if self.bgp.is_none() {
+            return;
+        }
+        let decided = {
+            let state = self.cluster.lock();
+            bgp::decide_for(&state, &self.opts.node)
+        };
+        let Some(mut decided) = decided else { return };
+        if self.fenced {
+            decided.sessions.iter_mut().for_each(|s| s.routes.clear());
+        }
+        let text = bgp::frr::render(&decided);
+        let speaker = self.bgp.as_mut().expect("checked above");
+        if speaker.applied.as_deref() == Some(text.as_str()) {
+            return self.report_bgp(&decided, Outcome::Unchanged);
+        }
+        let result = blocking(|| speaker.routing.apply(&text));
+        match result {
+            Ok(()) => {
+                tracing::info!(
+                    sessions = decided.sessions.len(),
+                    prefixes = decided.prefixes().len(),
+                    "FRR configuration applied"
+                );
+                speaker.applied = Some(text);
+                self.metrics.bgp_sessions.set(decided.sessions.len() as i64);
+                self.metrics.bgp_prefixes.set(decided.prefixes().len() as i64);
+                self.report_bgp(&decided, Outcome::Applied);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "FRR configuration not applied; tried again at the next sync");
+                speaker.applied = None;
+                self.metrics.bgp_apply_failures.inc();
+                self.report_bgp(&decided, Outcome::Failed(e.to_string()));
+            }
+        }
+    }
+
+    /// True when the last configuration was not applied.
+    pub(super) fn bgp_failed(&self) -> bool {
+        self.bgp.as_ref().is_some_and(|s| s.applied.is_none())
+    }
+
+    fn report_bgp(&self, decided: &NodeBgp, outcome: Outcome) {
+        let conflicts = decided.conflicts.iter().map(ToString::to_string).collect();
+        self.set_status(|s| {
+            let status = s.bgp.get_or_insert_with(BgpStatus::default);
+            status.conflicts = conflicts;
+            match outcome {
+                Outcome::Failed(e) => status.last_error = Some(e),
+                Outcome::Unchanged | Outcome::Applied => {
+                    status.applied += u64::from(outcome == Outcome::Applied);
+                    status.asn = decided.asn;
+                    let known = std::mem::take(&mut status.sessions);
+                    status.sessions = decided.sessions.iter().map(|s| session_status(s, &known)).collect();
+                    status.last_error = None;
+                }
+            }
+        });
+    }
+}
+
+/// What became of a decision.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// FRR already runs it.
+    Unchanged,
+    /// FRR took it.
+    Applied,
+    /// FRR did not take it, and why.
+    Failed(String),
+}
+
+/// A session as applied, with what FRR last said of its peer (from `known`).
+fn session_status(s: &bgp::Session, known: &[BgpSessionStatus]) -> BgpSessionStatus {
+    let address = s.peer.address.to_string();
+    let before = known.iter().find(|k| k.address == address);
+    BgpSessionStatus {
+        peer: s.peer.name.clone(),
+        prefixes: s.routes.keys().map(ToString::to_string).collect(),
+        established: before.is_some_and(|b| b.established),
+        bfd: before.and_then(|b| b.bfd.clone()),
+        address,
+    }
+}

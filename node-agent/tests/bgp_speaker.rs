@@ -1,0 +1,281 @@
+//! The agent's BGP speaker over a stand-in FRR: the configuration it hands FRR follows the
+//! cluster (an ETP Local Service's last local endpoint leaving withdraws its address; a change
+//! to the BGP objects alone is applied), an unchanged decision is not applied again, a refused
+//! one is reported and tried again, and what was applied is in the status and the metrics.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tideway_core::bgp::{BfdProfile, BgpAdvertisement, BgpPeer, Community, CommunityRef};
+use tideway_core::cluster::{BgpObject, BgpSpec, Snapshot};
+use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
+use tideway_core::ipam::Pool;
+use tideway_core::model::{L2Settings, LoadBalancerPool, PoolOrigin};
+use tideway_core::net::Protocol::Tcp;
+use tideway_core::testing::{ip, mk_node, mk_service, mk_slice};
+use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus, watch_sessions};
+use tideway_node_agent::dataplane::memory::SharedKernel;
+use tideway_node_agent::frr::{FrrError, PeerState, Routing};
+use tideway_node_agent::health::ProxyHealth;
+use tideway_node_agent::metrics::Metrics;
+use tideway_node_agent::report::node_state;
+use tideway_sources::SharedCluster;
+
+/// FRR as the agent sees it: records each configuration, refusing them while told to, and
+/// says of its sessions what it is told to.
+#[derive(Clone, Default)]
+struct FakeFrr {
+    applied: Arc<Mutex<Vec<String>>>,
+    refuse: Arc<Mutex<bool>>,
+    peers: Arc<Mutex<BTreeMap<IpAddr, PeerState>>>,
+}
+
+impl Routing for FakeFrr {
+    fn apply(&self, config: &str) -> Result<(), FrrError> {
+        if *self.refuse.lock().unwrap() {
+            return Err(FrrError::Write {
+                path: "frr.conf".into(),
+                source: std::io::Error::other("refused"),
+            });
+        }
+        self.applied.lock().unwrap().push(config.to_string());
+        Ok(())
+    }
+
+    fn sessions(&self) -> Result<BTreeMap<IpAddr, PeerState>, FrrError> {
+        Ok(self.peers.lock().unwrap().clone())
+    }
+}
+
+impl FakeFrr {
+    fn count(&self) -> usize {
+        self.applied.lock().unwrap().len()
+    }
+
+    fn last(&self) -> String {
+        self.applied.lock().unwrap().last().cloned().unwrap_or_default()
+    }
+}
+
+fn pool() -> LoadBalancerPool {
+    LoadBalancerPool {
+        pool: Pool::new("public", &["203.0.113.0/24"]),
+        l2: L2Settings { enabled: false, ..L2Settings::default() },
+        generation: 1,
+        origin: PoolOrigin::Tideway,
+    }
+}
+
+fn cluster() -> SharedCluster {
+    let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
+    let peer =
+        BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, 64513, ip("172.30.0.1")) };
+    let fast = BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") };
+    let snapshot = Snapshot {
+        nodes: vec![mk_node("node-a", "172.30.0.11", "z"), mk_node("node-b", "172.30.0.12", "z")],
+        proxy_configs: vec![ProxyConfig::every_node("default", 1, settings)],
+        pools: vec![pool()],
+        services: vec![
+            mk_service("demo", "web")
+                .cluster_ip("10.96.0.10")
+                .port("http", Tcp, 80)
+                .lb_ip("203.0.113.10")
+                .build(),
+            mk_service("demo", "api")
+                .cluster_ip("10.96.0.20")
+                .port("http", Tcp, 80)
+                .lb_ip("203.0.113.20")
+                .etp_local()
+                .build(),
+        ],
+        endpoint_slices: vec![
+            mk_slice("demo", "web").port("http", Tcp, 8080).ready("10.244.2.5", "node-b").build(),
+            mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.1.5", "node-a").build(),
+        ],
+        bgp: vec![
+            BgpObject::tideway("tor", BgpSpec::Peer(peer)),
+            BgpObject::tideway("fast", BgpSpec::BfdProfile(fast)),
+            BgpObject::tideway("all", BgpSpec::Advertisement(BgpAdvertisement::new("all"))),
+        ],
+        ..Default::default()
+    };
+    let cluster = SharedCluster::new();
+    cluster.update(|s| s.reset(snapshot));
+    cluster.mark_synced();
+    cluster
+}
+
+struct Rig {
+    agent: Agent,
+    frr: FakeFrr,
+    status: Arc<RwLock<AgentStatus>>,
+    registry: Registry,
+    metrics: Arc<Metrics>,
+}
+
+fn rig(cluster: &SharedCluster) -> Rig {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let status = Arc::new(RwLock::new(AgentStatus::default()));
+    let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
+    let kernel = SharedKernel::default();
+    let frr = FakeFrr::default();
+    let agent = Agent::new(
+        AgentOptions::for_node("node-a"),
+        cluster.clone(),
+        status.clone(),
+        metrics.clone(),
+        health,
+    )
+    .with_dataplanes(Box::new(move |s: &ProxySettings| kernel.dataplane(s)))
+    .with_bgp(Arc::new(frr.clone()));
+    Rig { agent, frr, status, registry, metrics }
+}
+
+fn metric(registry: &Registry, name: &str) -> f64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}_total ")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in\n{text}"))
+}
+
+#[tokio::test]
+async fn frr_is_given_the_nodes_decision_when_it_changes_and_only_then() {
+    let cluster = cluster();
+    let mut r = rig(&cluster);
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 1);
+    let conf = r.frr.last();
+    for line in [
+        "router bgp 64512",
+        " bgp router-id 172.30.0.11",
+        " neighbor 172.30.0.1 remote-as 64513",
+        " neighbor 172.30.0.1 bfd profile fast",
+        "  network 203.0.113.10/32",
+        "  network 203.0.113.20/32",
+    ] {
+        assert!(conf.lines().any(|l| l == line), "{line:?} in\n{conf}");
+    }
+    let status = r.status.read().unwrap().bgp.clone().expect("BGP status");
+    assert_eq!((status.asn, status.applied, status.last_error.as_deref()), (Some(64512), 1, None));
+    assert_eq!(status.sessions[0].prefixes, ["203.0.113.10/32", "203.0.113.20/32"]);
+    assert_eq!(metric(&r.registry, "tideway_bgp_prefixes_advertised"), 2.0);
+    assert_eq!(metric(&r.registry, "tideway_bgp_sessions"), 1.0);
+
+    // Nothing of BGP's changed: FRR is not asked again.
+    r.agent.sync(true).await.expect("sync");
+    assert_eq!(r.frr.count(), 1);
+
+    // The Local Service's last endpoint on node-a leaves: its address is withdrawn here.
+    cluster.update(|s| {
+        s.apply_endpoint_slice(
+            mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.2.6", "node-b").build(),
+        )
+    });
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 2);
+    assert!(!r.frr.last().contains("203.0.113.20/32"), "{}", r.frr.last());
+    assert!(r.frr.last().contains("network 203.0.113.10/32"));
+
+    // A change to the BGP objects alone: a community on the advertisement.
+    let with_community = BgpAdvertisement {
+        communities: vec![CommunityRef::Value(Community::Standard(64512, 7))],
+        ..BgpAdvertisement::new("all")
+    };
+    cluster.update(|s| s.apply_bgp(BgpObject::tideway("all", BgpSpec::Advertisement(with_community))));
+    assert!(cluster.lock().changes().bgp);
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 3);
+    assert!(r.frr.last().contains("64512:7"), "{}", r.frr.last());
+}
+
+#[tokio::test]
+async fn a_refused_configuration_is_reported_and_tried_again() {
+    let cluster = cluster();
+    let mut r = rig(&cluster);
+    *r.frr.refuse.lock().unwrap() = true;
+    r.agent.sync(false).await.expect("the proxy sync does not wait for FRR");
+    let status = r.status.read().unwrap().bgp.clone().expect("BGP status");
+    assert!(status.last_error.as_deref().is_some_and(|e| e.contains("refused")), "{status:?}");
+    assert_eq!(status.applied, 0);
+    assert_eq!(metric(&r.registry, "tideway_bgp_apply_failures"), 1.0);
+
+    *r.frr.refuse.lock().unwrap() = false;
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 1, "the same decision, tried again");
+    let status = r.status.read().unwrap().bgp.clone().expect("BGP status");
+    assert_eq!((status.applied, status.last_error), (1, None));
+}
+
+/// A peer whose password is in a Secret the agent has not read is left out, and said so.
+#[tokio::test]
+async fn a_peer_with_an_unread_password_secret_is_left_out_and_named() {
+    let cluster = cluster();
+    let secret = BgpPeer {
+        password_secret: Some("bgp-auth".into()),
+        ..BgpPeer::new("tor", 64512, 64513, ip("172.30.0.1"))
+    };
+    cluster.update(|s| s.apply_bgp(BgpObject::tideway("tor", BgpSpec::Peer(secret))));
+    let mut r = rig(&cluster);
+    r.agent.sync(false).await.expect("sync");
+    assert!(!r.frr.last().contains("neighbor 172.30.0.1"), "{}", r.frr.last());
+    let status = r.status.read().unwrap().bgp.clone().expect("BGP status");
+    assert!(status.conflicts.iter().any(|c| c.contains("Secret bgp-auth")), "{status:?}");
+}
+
+/// FRR's sessions, read back while the agent runs, reach the status, the metrics and the
+/// node's report; a new decision keeps what was read until the next read.
+#[tokio::test(start_paused = true)]
+async fn sessions_read_back_from_frr_reach_the_status_metrics_and_report() {
+    let cluster = cluster();
+    let mut r = rig(&cluster);
+    r.agent.sync(false).await.expect("sync");
+    let router = ip("172.30.0.1");
+    r.frr.peers.lock().unwrap().insert(router, PeerState { established: true, bfd: Some("up".into()) });
+    let watch = tokio::spawn(watch_sessions(
+        Arc::new(r.frr.clone()),
+        r.status.clone(),
+        r.metrics.clone(),
+        Duration::from_millis(100),
+    ));
+    tokio_sleep_until(|| r.status.read().unwrap().bgp.as_ref().is_some_and(|b| b.sessions[0].established))
+        .await;
+    let session = r.status.read().unwrap().bgp.clone().unwrap().sessions[0].clone();
+    assert_eq!(session.bfd.as_deref(), Some("up"));
+    assert_eq!(metric(&r.registry, "tideway_bgp_sessions_established"), 1.0);
+    assert_eq!(metric(&r.registry, "tideway_bfd_sessions_up"), 1.0);
+    let report = node_state(&r.status.read().unwrap()).bgp.expect("a BGP report");
+    assert_eq!((report.sessions, report.established, report.prefixes), (1, 1, 2));
+
+    // A new decision (an endpoint leaves) keeps the session's state as last read.
+    cluster.update(|s| {
+        s.apply_endpoint_slice(
+            mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.2.6", "node-b").build(),
+        )
+    });
+    r.agent.sync(false).await.expect("sync");
+    assert!(r.status.read().unwrap().bgp.as_ref().unwrap().sessions[0].established);
+
+    // The session drops: the next read says so.
+    r.frr.peers.lock().unwrap().insert(router, PeerState { established: false, bfd: Some("down".into()) });
+    tokio_sleep_until(|| r.status.read().unwrap().bgp.as_ref().is_some_and(|b| !b.sessions[0].established))
+        .await;
+    assert_eq!(metric(&r.registry, "tideway_bfd_sessions_up"), 0.0);
+    watch.abort();
+}
+
+/// Waits on the paused clock, in steps of 50 ms, at most 5 s, until `f` holds.
+async fn tokio_sleep_until(f: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not within 5 s");
+}
