@@ -45,7 +45,7 @@ fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-sets=(default ha-monitoring custom-dns self-signed-tls)
+sets=(default ha-monitoring custom-dns self-signed-tls bgp)
 for s in "${sets[@]}"; do
   args=()
   [ "$s" = default ] || args=(-f "$CHART/ci/$s-values.yaml")

@@ -457,9 +457,12 @@ async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
             "metadata": {"name": "c", "namespace": "metallb-system"},
             "spec": {"communities": [{"name": "vpn-only", "value": "1234:1"}]}}),
     ]);
+    // As the chart's agent account with bgp.enabled and metallb.compat: what it grants is what
+    // the agent needs.
+    api.chart_values("bgp");
     let cluster = SharedCluster::new();
-    let role = Role::Agent { node: "node-a".into(), service_cidrs: false };
-    let client = kube_client(&api, &dir, Account::ClusterAdmin).await;
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
+    let client = kube_client(&api, &dir, Account::Agent).await;
     let source = KubeSource::new(client, role, SourceMetrics::default())
         .with_bgp(true)
         .with_metallb(Some("metallb-system".into()));
