@@ -136,7 +136,10 @@ fn flows_land_where_the_tracer_predicts_before_and_after_an_endpoint_leaves() {
     // b2 leaves: the table is rewritten in place; flows on a1, a2, b1 mostly stay.
     let syncs = s["syncs"].as_u64().unwrap_or(0);
     let three: Vec<(&str, &str)> = PODS[..3].iter().map(|p| (p.0, p.1)).collect();
-    std::fs::write(c.path("cluster.yaml"), manifest("nftables", &hashed(&three))).expect("manifest");
+    // Replaced whole (written aside, then renamed), so the agent never reads it half written.
+    let aside = c.path("cluster.yaml.new");
+    std::fs::write(&aside, manifest("nftables", &hashed(&three))).expect("manifest");
+    std::fs::rename(&aside, c.path("cluster.yaml")).expect("manifest in place");
     wait_next_sync(&c, syncs);
     let want_after = predicted(&c);
     let got_after = observed(&c);
