@@ -154,6 +154,16 @@ fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot)
             .filter(|a| has("L2Announcement", Some(&a.service.namespace), &a.service.name))
             .cloned(),
     );
+    // Tideway's BGP kinds are cluster-scoped (namespace ""), MetalLB's namespaced.
+    snapshot.bgp.extend(
+        state
+            .bgp_objects()
+            .filter(|o| {
+                let ns = (!o.namespace.is_empty()).then_some(o.namespace.as_str());
+                has(o.spec.kind().as_str(), ns, &o.name)
+            })
+            .cloned(),
+    );
 }
 
 /// The file's errors keyed by object (a document that names no object is keyed by its place).
@@ -194,6 +204,25 @@ mod tests {
         std::fs::write(&path, "").unwrap();
         src.load_once(&cluster).unwrap();
         assert_eq!(cluster.lock().service_count(), 0);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A bad edit to a BGP peer keeps the session as it was: the peer is not withdrawn.
+    #[test]
+    fn an_invalid_bgp_edit_keeps_the_last_valid_peer() {
+        const PEER: &str = "apiVersion: tideway.io/v1alpha1\nkind: BGPPeer\nmetadata: {name: tor}\n\
+                            spec: {myASN: 64512, peerASN: 64513, peerAddress: 172.30.0.1}\n";
+        let dir = std::env::temp_dir().join(format!("tideway-src-bgp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.yaml");
+        std::fs::write(&path, PEER).unwrap();
+        let src = FileSource::new(&path, Duration::from_millis(10));
+        let cluster = SharedCluster::new();
+        assert!(src.load_once(&cluster).unwrap().is_empty());
+        std::fs::write(&path, PEER.replace("172.30.0.1", "172.30.0.300")).unwrap();
+        assert_eq!(src.load_once(&cluster).unwrap().len(), 1);
+        let peers: Vec<String> = cluster.lock().bgp().peers.iter().map(|p| p.address.to_string()).collect();
+        assert_eq!(peers, ["172.30.0.1"], "the last valid version is kept");
         std::fs::remove_dir_all(&dir).ok();
     }
 
