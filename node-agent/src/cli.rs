@@ -101,6 +101,11 @@ pub struct AgentArgs {
     /// namespace (`--source kubernetes`).
     #[arg(long, requires = "bgp")]
     pub metallb_namespace: Option<String>,
+    /// With `--bgp` and `--source kubernetes`: read the `kubernetes.io/basic-auth` Secrets of
+    /// this namespace for the peers' `passwordSecret`s (a peer naming one the agent does not
+    /// have is left out).
+    #[arg(long, requires = "bgp")]
+    pub bgp_secret_namespace: Option<String>,
     /// With `--bgp`: FRR's `frr-reload.py`.
     #[arg(long, default_value = "/usr/lib/frr/frr-reload.py")]
     pub frr_reload: PathBuf,
@@ -202,6 +207,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 let role = Role::Agent { node: args.node.clone(), service_cidrs: !args.no_service_cidrs };
                 let source = KubeSource::new(client.clone(), role, source_metrics.clone())
                     .with_bgp(args.bgp)
+                    .with_bgp_secrets(args.bgp_secret_namespace.clone())
                     .with_metallb(args.metallb_namespace.clone());
                 tokio::spawn(source.run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client).reporting_to(cluster.clone()));

@@ -456,6 +456,11 @@ async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
         json!({"apiVersion": "metallb.io/v1beta1", "kind": "Community",
             "metadata": {"name": "c", "namespace": "metallb-system"},
             "spec": {"communities": [{"name": "vpn-only", "value": "1234:1"}]}}),
+        // A peer's password Secret (base64 of "s3cret"), and a Secret of another type, not read.
+        json!({"kind": "Secret", "type": "kubernetes.io/basic-auth",
+            "metadata": {"name": "bgp-auth", "namespace": "tideway-system"}, "data": {"password": "czNjcmV0"}}),
+        json!({"kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "tideway-tls", "namespace": "tideway-system"}, "data": {"tls.crt": ""}}),
     ]);
     // As the chart's agent account with bgp.enabled and metallb.compat: what it grants is what
     // the agent needs.
@@ -465,6 +470,7 @@ async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
     let client = kube_client(&api, &dir, Account::Agent).await;
     let source = KubeSource::new(client, role, SourceMetrics::default())
         .with_bgp(true)
+        .with_bgp_secrets(Some("tideway-system".into()))
         .with_metallb(Some("metallb-system".into()));
     let task = tokio::spawn(source.run(cluster.clone()));
     tokio::time::timeout(Duration::from_secs(15), cluster.wait_synced()).await.expect("synced");
@@ -474,6 +480,8 @@ async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
     assert_eq!(peers(&cluster), [("router".to_string(), 64512), ("spare".to_string(), 64512)]);
     assert_eq!(cluster.lock().bgp().conflicts.len(), 1);
     assert_eq!(cluster.lock().bgp().communities.len(), 1);
+    assert_eq!(cluster.lock().bgp_secret("bgp-auth").map(|s| s.password.clone()).as_deref(), Some("s3cret"));
+    assert!(cluster.invalid_objects().is_empty(), "the TLS Secret is not read: {:?}", cluster.errors());
     assert!(!api.requests_to("/apis/metallb.io/v1beta2/namespaces/metallb-system/bgppeers").is_empty());
 
     api.delete("BGPPeer", None, "router");

@@ -2,8 +2,10 @@
 
 mod endpoint_slice;
 mod node;
+mod secret;
 mod service;
 
 pub use endpoint_slice::{ANNOTATION_TRIGGER_TIME, endpoint_slice};
 pub use node::{namespace, node, pod};
+pub use secret::{BASIC_AUTH, bgp_secret};
 pub use service::{service, service_cidr};

@@ -7,15 +7,22 @@ use crate::announce::{LocalEndpoints, NodeInfo, ServiceTraffic};
 use crate::cluster::ClusterState;
 use crate::model::{Service, ServiceType};
 
-use super::{NodeBgp, ServiceAddress, decide};
+use super::{NodeBgp, Objects, ServiceAddress, decide};
 
 /// What node `node` advertises to which peer, decided from the state (its router id: its
-/// first IPv4 address); None when the node is unknown.
+/// first IPv4 address; a peer's `passwordSecret` read from the state's password Secrets); None
+/// when the node is unknown.
 pub fn decide_for(state: &ClusterState, node: &str) -> Option<NodeBgp> {
     let n = state.node(node)?;
     let info = NodeInfo::of(n, state.agent_liveness(node), LocalEndpoints::Absent);
     let router_id = n.ips.iter().copied().find(std::net::IpAddr::is_ipv4);
-    Some(decide(&info, router_id, state.bgp().objects(), &service_addresses(state, node)))
+    let mut peers = state.bgp().peers.clone();
+    for p in peers.iter_mut().filter(|p| p.password.is_none()) {
+        let secret = p.password_secret.as_deref().and_then(|name| state.bgp_secret(name));
+        p.password = secret.map(|s| s.password.clone());
+    }
+    let objects = Objects { peers: &peers, ..state.bgp().objects() };
+    Some(decide(&info, router_id, objects, &service_addresses(state, node)))
 }
 
 /// Every LoadBalancer address as node `node` sees it; none when the node is unknown.
@@ -137,5 +144,35 @@ mod tests {
         };
         assert_eq!(routes("node-a"), ["172.18.240.1/32", "172.18.240.2/32"]);
         assert_eq!(routes("node-b"), ["172.18.240.1/32"]);
+    }
+
+    /// A peer's `passwordSecret` is read from the state's Secrets; without the Secret, the
+    /// peer is left out and named.
+    #[test]
+    fn a_password_secret_is_read_from_the_state() {
+        use crate::bgp::{BgpPeer, Conflict};
+        use crate::cluster::{BgpObject, BgpSecret, BgpSpec};
+        let peer = BgpPeer {
+            password_secret: Some("bgp-auth".into()),
+            ..BgpPeer::new("tor", 64512, 64513, ip("172.18.0.1"))
+        };
+        let mut state = ClusterState::from_snapshot(Snapshot {
+            nodes: vec![mk_node("node-a", "172.18.0.2", "z")],
+            bgp: vec![BgpObject::tideway("tor", BgpSpec::Peer(peer))],
+            ..Default::default()
+        });
+        let decided = decide_for(&state, "node-a").unwrap();
+        assert!(decided.sessions.is_empty());
+        assert!(
+            matches!(&decided.conflicts[..], [Conflict::PasswordUnread { .. }]),
+            "{:?}",
+            decided.conflicts
+        );
+        state.take_changes();
+        state.apply_bgp_secret(BgpSecret { name: "bgp-auth".into(), password: "s3cret".into() });
+        assert!(state.take_changes().bgp, "a Secret is a BGP change");
+        let decided = decide_for(&state, "node-a").unwrap();
+        assert_eq!(decided.sessions[0].peer.password.as_deref(), Some("s3cret"));
+        assert!(!format!("{:?}", state.bgp_secret("bgp-auth")).contains("s3cret"), "never printed");
     }
 }

@@ -280,10 +280,11 @@ pub enum Conflict {
         /// The peer left out.
         peer: String,
     },
-    /// A peer's password is in a Secret this agent has not read: the session is left out
-    /// rather than opened without its password.
+    /// A peer's password is in a Secret the agent does not have (absent, not a
+    /// `kubernetes.io/basic-auth` Secret with a `password`, or in a namespace it does not
+    /// read): the session is left out rather than opened without its password.
     #[error(
-        "peer {peer}: the password in Secret {secret} is not read by this agent: the session is left out"
+        "peer {peer}: no password from Secret {secret} (absent, without a password key, or in a namespace this agent does not read): the session is left out"
     )]
     PasswordUnread {
         /// The peer left out.

@@ -231,7 +231,7 @@ fn a_node_speaks_one_asn_and_bad_peers_are_named() {
     assert!(bgp.sessions[1].bfd.is_none());
     let said: Vec<String> = bgp.conflicts.iter().map(ToString::to_string).collect();
     assert_eq!(said.len(), 4, "{said:#?}");
-    assert!(said.iter().any(|s| s.contains("peer e: the password in Secret bgp-auth is not read")));
+    assert!(said.iter().any(|s| s.contains("peer e: no password from Secret bgp-auth")));
     assert!(said.iter().any(|s| s.contains("peer b asks for myASN 65000, but this node speaks 64512")));
     assert!(said.iter().any(|s| s.contains("peer c: the password")));
     assert!(said.iter().any(|s| s.contains("BFD profile missing")));

@@ -113,6 +113,28 @@ impl Key for BgpObject {
     }
 }
 
+/// A `kubernetes.io/basic-auth` Secret a `BGPPeer`'s `passwordSecret` may name: its `password`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BgpSecret {
+    /// The Secret's name (in the namespace the agent reads them from).
+    pub name: String,
+    /// Its `password` key.
+    pub password: String,
+}
+
+impl std::fmt::Debug for BgpSecret {
+    /// The password is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BgpSecret").field("name", &self.name).field("password", &"***").finish()
+    }
+}
+
+impl Key for BgpSecret {
+    fn key(&self) -> (&str, &str) {
+        ("", &self.name)
+    }
+}
+
 /// An object left out because another one has its name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
 #[error("{left_out} is not used: {used} has the name {name:?}")]
@@ -286,6 +308,30 @@ impl ClusterState {
     /// The BGP objects in force.
     pub fn bgp(&self) -> &BgpSet {
         &self.bgp
+    }
+
+    /// Inserts or updates a password Secret.
+    pub fn apply_bgp_secret(&mut self, secret: BgpSecret) -> bool {
+        let changed = self.bgp_secrets.apply(secret);
+        self.changes.bgp |= changed;
+        changed
+    }
+
+    /// Removes a password Secret.
+    pub fn delete_bgp_secret(&mut self, name: &str) -> bool {
+        let removed = self.bgp_secrets.delete(&("", name)).is_some();
+        self.changes.bgp |= removed;
+        removed
+    }
+
+    /// Replaces every password Secret (after a relist).
+    pub fn replace_bgp_secrets(&mut self, secrets: Vec<BgpSecret>) {
+        self.changes.bgp |= !self.bgp_secrets.replace(secrets).is_empty();
+    }
+
+    /// The password Secret `name`.
+    pub fn bgp_secret(&self, name: &str) -> Option<&BgpSecret> {
+        self.bgp_secrets.get(&("", name))
     }
 
     /// After an input changed (`changed`), merges the BGP objects again; records a change of

@@ -22,7 +22,7 @@ mod written;
 use std::collections::{BTreeMap, BTreeSet};
 
 use bgp::BgpStores;
-pub use bgp::{BgpConflict, BgpKind, BgpObject, BgpSet, BgpSpec};
+pub use bgp::{BgpConflict, BgpKind, BgpObject, BgpSecret, BgpSet, BgpSpec};
 use names::SharedNames;
 pub use slices::ServiceSlices;
 use slices::SliceIndex;
@@ -152,6 +152,7 @@ pub struct ClusterState {
     pools: Store<LoadBalancerPool>,
     pool_conflicts: Vec<PoolConflict>,
     bgp_stores: BgpStores,
+    bgp_secrets: Store<BgpSecret>,
     /// The BGP objects in force, merged from `bgp_stores`.
     bgp: BgpSet,
     /// Agent liveness of the nodes it is known for (absent: `Unknown`).

@@ -2,14 +2,14 @@
 
 use std::fmt::Debug;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use tideway_api::crd::BgpResource;
 use tideway_api::{ConvertError, convert, crd};
-use tideway_core::cluster::{BgpObject, ClusterState};
+use tideway_core::cluster::{BgpObject, BgpSecret, ClusterState};
 use tideway_core::model::{self, ServiceName};
 
 use crate::shared::ObjectKey;
@@ -435,3 +435,24 @@ bgp_kinds!(
     crd::MetalLbBfdProfile,
     crd::MetalLbCommunity
 );
+
+/// `kubernetes.io/basic-auth` Secrets, for the BGP peers' `passwordSecret`s (others are not
+/// read).
+impl Kind for Secret {
+    type Model = BgpSecret;
+    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+        convert::bgp_secret(self)
+    }
+    fn apply(state: &mut ClusterState, m: Self::Model) {
+        state.apply_bgp_secret(m);
+    }
+    fn delete(state: &mut ClusterState, key: &ObjectKey) {
+        state.delete_bgp_secret(&key.name);
+    }
+    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+        state.replace_bgp_secrets(all);
+    }
+    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+        state.bgp_secret(&key.name).cloned()
+    }
+}

@@ -35,7 +35,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::WatchStreamExt;
@@ -111,6 +111,8 @@ pub struct KubeSource {
     metallb: Option<String>,
     /// The agent speaks BGP: it reads the BGP kinds and the pools.
     bgp: bool,
+    /// An agent speaking BGP reads the password Secrets of this namespace.
+    bgp_secrets: Option<String>,
 }
 
 /// Marks the state synced once every kind delivered its first complete list.
@@ -173,7 +175,7 @@ impl WatchSpec {
 impl KubeSource {
     /// A source for `role` over `client`; errors and events are counted in `metrics`.
     pub fn new(client: Client, role: Role, metrics: SourceMetrics) -> Self {
-        KubeSource { client, role, metrics, metallb: None, bgp: false }
+        KubeSource { client, role, metrics, metallb: None, bgp: false, bgp_secrets: None }
     }
 
     /// The operator also reads MetalLB's `IPAddressPool`s and `L2Advertisement`s in
@@ -189,6 +191,12 @@ impl KubeSource {
     /// MetalLB's own of each in that namespace too.
     pub fn with_bgp(self, bgp: bool) -> Self {
         KubeSource { bgp, ..self }
+    }
+
+    /// An agent speaking BGP also reads the `kubernetes.io/basic-auth` Secrets of `namespace`,
+    /// for the peers' `passwordSecret`s (with read access to that namespace's Secrets only).
+    pub fn with_bgp_secrets(self, namespace: Option<String>) -> Self {
+        KubeSource { bgp_secrets: namespace, ..self }
     }
 
     /// Watches until dropped (and tells `cluster` whether the API server answers).
@@ -327,6 +335,10 @@ impl KubeSource {
         if self.bgp {
             kinds.extend(["BGPPeer", "BGPAdvertisement", "BFDProfile", "Community", "LoadBalancerPool"]);
         }
+        let secrets = self.bgp_secrets.as_ref().filter(|_| self.bgp);
+        if secrets.is_some() {
+            kinds.push("Secret");
+        }
         if metallb_bgp.is_some() {
             kinds.extend(["BGPPeer.metallb.io", "BGPAdvertisement.metallb.io", "BFDProfile.metallb.io"]);
             kinds.extend(["Community.metallb.io", "IPAddressPool", "L2Advertisement"]);
@@ -358,6 +370,9 @@ impl KubeSource {
             self.spawn::<crd::BFDProfile>(&mut tasks, &cluster, &barrier, WatchSpec::all());
             self.spawn::<crd::Community>(&mut tasks, &cluster, &barrier, WatchSpec::all());
             self.spawn::<crd::LoadBalancerPool>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
+        if let Some(ns) = secrets {
+            self.spawn_in::<Secret>(&mut tasks, ns, &cluster, &barrier);
         }
         if let Some(ns) = metallb_bgp {
             self.spawn_in::<crd::MetalLbBgpPeer>(&mut tasks, ns, &cluster, &barrier);

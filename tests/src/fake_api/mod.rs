@@ -107,6 +107,7 @@ pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/api/v1/pods", "Pod", "v1"),
     ("/api/v1/namespaces", "Namespace", "v1"),
     ("/api/v1/configmaps", "ConfigMap", "v1"),
+    ("/api/v1/secrets", "Secret", "v1"),
     ("/apis/discovery.k8s.io/v1/endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
     ("/apis/networking.k8s.io/v1/servicecidrs", "ServiceCIDR", "networking.k8s.io/v1"),
     ("/apis/tideway.io/v1alpha1/proxyconfigs", "ProxyConfig", "tideway.io/v1alpha1"),
