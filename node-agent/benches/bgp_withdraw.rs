@@ -15,20 +15,17 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
-use tideway_core::bgp::{BfdProfile, BgpAdvertisement, BgpPeer};
-use tideway_core::cluster::{BgpObject, BgpSpec, Snapshot};
-use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
-use tideway_core::ipam::Pool;
-use tideway_core::model::{EndpointSlice, L2Settings, LoadBalancerPool, PoolOrigin};
+use tideway_core::config::ProxySettings;
+use tideway_core::model::EndpointSlice;
 use tideway_core::net::Protocol::Tcp;
-use tideway_core::testing::{ip, mk_node, mk_service, mk_slice};
+use tideway_core::testing::{mk_service, mk_slice};
 use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
 use tideway_node_agent::dataplane::memory::SharedKernel;
 use tideway_node_agent::frr::FrrReload;
 use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_sources::SharedCluster;
-use tideway_tests::frr::{BgpBed, ROUTER, ROUTER_ASN};
+use tideway_tests::frr::{BgpBed, bgp_snapshot};
 use tideway_tests::netns::eventually;
 
 const VIP: &str = "203.0.113.20";
@@ -38,39 +35,16 @@ fn slice_on(node: &str) -> EndpointSlice {
     mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.9.5", node).build()
 }
 
-/// One agent's view: the two nodes, the pool, a Local Service with its endpoint on `node`,
-/// a peer with BFD and one advertisement.
+/// One agent's view: the two nodes, the bed's BGP objects, a Local Service with its endpoint
+/// on `node`.
 fn cluster(node: &str) -> SharedCluster {
-    let peer =
-        BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, ROUTER_ASN, ip(ROUTER)) };
-    let fast = BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") };
-    let pool = LoadBalancerPool {
-        pool: Pool::new("public", &["203.0.113.0/24"]),
-        l2: L2Settings { enabled: false, ..L2Settings::default() },
-        generation: 1,
-        origin: PoolOrigin::Tideway,
-    };
-    let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
-    let snapshot = Snapshot {
-        nodes: NODES.iter().map(|(n, a)| mk_node(n, a, "z")).collect(),
-        proxy_configs: vec![ProxyConfig::every_node("default", 1, settings)],
-        pools: vec![pool],
-        services: vec![
-            mk_service("demo", "api")
-                .cluster_ip("10.96.0.20")
-                .port("http", Tcp, 80)
-                .lb_ip(VIP)
-                .etp_local()
-                .build(),
-        ],
-        endpoint_slices: vec![slice_on(node)],
-        bgp: vec![
-            BgpObject::tideway("tor", BgpSpec::Peer(peer)),
-            BgpObject::tideway("fast", BgpSpec::BfdProfile(fast)),
-            BgpObject::tideway("all", BgpSpec::Advertisement(BgpAdvertisement::new("all"))),
-        ],
-        ..Default::default()
-    };
+    let api = mk_service("demo", "api")
+        .cluster_ip("10.96.0.20")
+        .port("http", Tcp, 80)
+        .lb_ip(VIP)
+        .etp_local()
+        .build();
+    let snapshot = bgp_snapshot(&NODES, vec![api], vec![slice_on(node)]);
     let cluster = SharedCluster::new();
     cluster.update(|s| s.reset(snapshot));
     cluster.mark_synced();

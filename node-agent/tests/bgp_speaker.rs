@@ -9,13 +9,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tideway_core::bgp::{BfdProfile, BgpAdvertisement, BgpPeer, Community, CommunityRef};
-use tideway_core::cluster::{BgpObject, BgpSpec, Snapshot};
-use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
-use tideway_core::ipam::Pool;
-use tideway_core::model::{L2Settings, LoadBalancerPool, PoolOrigin};
+use tideway_core::bgp::{BgpAdvertisement, BgpPeer, Community, CommunityRef};
+use tideway_core::cluster::{BgpObject, BgpSpec};
+use tideway_core::config::ProxySettings;
 use tideway_core::net::Protocol::Tcp;
-use tideway_core::testing::{ip, mk_node, mk_service, mk_slice};
+use tideway_core::testing::{ip, mk_service, mk_slice};
 use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus, watch_sessions};
 use tideway_node_agent::dataplane::memory::SharedKernel;
 use tideway_node_agent::frr::{FrrError, PeerState, Routing};
@@ -23,6 +21,7 @@ use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_node_agent::report::node_state;
 use tideway_sources::SharedCluster;
+use tideway_tests::frr::bgp_snapshot;
 
 /// FRR as the agent sees it: records each configuration, refusing them while told to, and
 /// says of its sessions what it is told to.
@@ -60,25 +59,10 @@ impl FakeFrr {
     }
 }
 
-fn pool() -> LoadBalancerPool {
-    LoadBalancerPool {
-        pool: Pool::new("public", &["203.0.113.0/24"]),
-        l2: L2Settings { enabled: false, ..L2Settings::default() },
-        generation: 1,
-        origin: PoolOrigin::Tideway,
-    }
-}
-
 fn cluster() -> SharedCluster {
-    let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
-    let peer =
-        BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, 64513, ip("172.30.0.1")) };
-    let fast = BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") };
-    let snapshot = Snapshot {
-        nodes: vec![mk_node("node-a", "172.30.0.11", "z"), mk_node("node-b", "172.30.0.12", "z")],
-        proxy_configs: vec![ProxyConfig::every_node("default", 1, settings)],
-        pools: vec![pool()],
-        services: vec![
+    let snapshot = bgp_snapshot(
+        &[("node-a", "172.30.0.11"), ("node-b", "172.30.0.12")],
+        vec![
             mk_service("demo", "web")
                 .cluster_ip("10.96.0.10")
                 .port("http", Tcp, 80)
@@ -91,17 +75,11 @@ fn cluster() -> SharedCluster {
                 .etp_local()
                 .build(),
         ],
-        endpoint_slices: vec![
+        vec![
             mk_slice("demo", "web").port("http", Tcp, 8080).ready("10.244.2.5", "node-b").build(),
             mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.1.5", "node-a").build(),
         ],
-        bgp: vec![
-            BgpObject::tideway("tor", BgpSpec::Peer(peer)),
-            BgpObject::tideway("fast", BgpSpec::BfdProfile(fast)),
-            BgpObject::tideway("all", BgpSpec::Advertisement(BgpAdvertisement::new("all"))),
-        ],
-        ..Default::default()
-    };
+    );
     let cluster = SharedCluster::new();
     cluster.update(|s| s.reset(snapshot));
     cluster.mark_synced();

@@ -8,20 +8,16 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tideway_core::bgp::{BfdProfile, BgpAdvertisement, BgpPeer};
-use tideway_core::cluster::{BgpObject, BgpSpec, Snapshot};
-use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
-use tideway_core::ipam::Pool;
-use tideway_core::model::{L2Settings, LoadBalancerPool, PoolOrigin};
+use tideway_core::config::ProxySettings;
 use tideway_core::net::Protocol::Tcp;
-use tideway_core::testing::{ip, mk_node, mk_service, mk_slice};
+use tideway_core::testing::{ip, mk_service, mk_slice};
 use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus, record_sessions};
 use tideway_node_agent::dataplane::memory::SharedKernel;
 use tideway_node_agent::frr::{FrrReload, PeerState, Routing};
 use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_sources::SharedCluster;
-use tideway_tests::frr::{BgpBed, ROUTER, ROUTER_ASN};
+use tideway_tests::frr::{BgpBed, ROUTER, bgp_snapshot};
 use tideway_tests::netns::{eventually, require_root};
 
 const CLUSTER_VIP: &str = "203.0.113.10";
@@ -34,21 +30,9 @@ fn api_slice(node: &str) -> tideway_core::model::EndpointSlice {
 }
 
 fn cluster() -> SharedCluster {
-    let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
-    let peer =
-        BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, ROUTER_ASN, ip(ROUTER)) };
-    let fast = BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") };
-    let pool = LoadBalancerPool {
-        pool: Pool::new("public", &["203.0.113.0/24"]),
-        l2: L2Settings { enabled: false, ..L2Settings::default() },
-        generation: 1,
-        origin: PoolOrigin::Tideway,
-    };
-    let snapshot = Snapshot {
-        nodes: vec![mk_node("node-a", NODE_A, "z"), mk_node("node-b", NODE_B, "z")],
-        proxy_configs: vec![ProxyConfig::every_node("default", 1, settings)],
-        pools: vec![pool],
-        services: vec![
+    let snapshot = bgp_snapshot(
+        &[("node-a", NODE_A), ("node-b", NODE_B)],
+        vec![
             mk_service("demo", "web")
                 .cluster_ip("10.96.0.10")
                 .port("http", Tcp, 80)
@@ -61,17 +45,11 @@ fn cluster() -> SharedCluster {
                 .etp_local()
                 .build(),
         ],
-        endpoint_slices: vec![
+        vec![
             mk_slice("demo", "web").port("http", Tcp, 8080).ready("10.244.2.5", "node-b").build(),
             api_slice("node-a"),
         ],
-        bgp: vec![
-            BgpObject::tideway("tor", BgpSpec::Peer(peer)),
-            BgpObject::tideway("fast", BgpSpec::BfdProfile(fast)),
-            BgpObject::tideway("all", BgpSpec::Advertisement(BgpAdvertisement::new("all"))),
-        ],
-        ..Default::default()
-    };
+    );
     let cluster = SharedCluster::new();
     cluster.update(|s| s.reset(snapshot));
     cluster.mark_synced();

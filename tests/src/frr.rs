@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use tideway_core::announce::LocalEndpoints;
 use tideway_core::bgp::{self, BfdProfile, BgpAdvertisement, BgpPeer, Objects};
-use tideway_core::model::TrafficPolicy;
-use tideway_core::testing::{ip, mk_node_info, mk_service_address};
+use tideway_core::cluster::{BgpObject, BgpSpec, Snapshot};
+use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
+use tideway_core::ipam::Pool;
+use tideway_core::model::{EndpointSlice, L2Settings, LoadBalancerPool, PoolOrigin, Service, TrafficPolicy};
+use tideway_core::testing::{ip, mk_node, mk_node_info, mk_service_address};
 
 use crate::netns::{Netns, eventually};
 
@@ -208,4 +211,34 @@ pub fn node_config(
     let decided = bgp::decide(&info, Some(ip(addr)), objects, &addresses);
     assert!(decided.conflicts.is_empty(), "{:?}", decided.conflicts);
     bgp::frr::render(&decided)
+}
+
+/// What the agents of the bed's nodes read, as a cluster holds it: `nodes` (name, address),
+/// the default ProxyConfig (nftables), pool `public` (203.0.113.0/24, not announced over L2),
+/// peer `tor` (the router, BFD profile `fast` at 100 ms × 3), one advertisement of every pool,
+/// and `services` with their `slices`.
+pub fn bgp_snapshot(nodes: &[(&str, &str)], services: Vec<Service>, slices: Vec<EndpointSlice>) -> Snapshot {
+    let peer =
+        BgpPeer { bfd_profile: Some("fast".into()), ..BgpPeer::new("tor", 64512, ROUTER_ASN, ip(ROUTER)) };
+    let fast = BfdProfile { receive_interval: 100, transmit_interval: 100, ..BfdProfile::new("fast") };
+    let pool = LoadBalancerPool {
+        pool: Pool::new("public", &["203.0.113.0/24"]),
+        l2: L2Settings { enabled: false, ..L2Settings::default() },
+        generation: 1,
+        origin: PoolOrigin::Tideway,
+    };
+    let settings = ProxySettings { mode: ProxyMode::Nftables, ..Default::default() };
+    Snapshot {
+        nodes: nodes.iter().map(|(n, a)| mk_node(n, a, "z")).collect(),
+        proxy_configs: vec![ProxyConfig::every_node("default", 1, settings)],
+        pools: vec![pool],
+        services,
+        endpoint_slices: slices,
+        bgp: vec![
+            BgpObject::tideway("tor", BgpSpec::Peer(peer)),
+            BgpObject::tideway("fast", BgpSpec::BfdProfile(fast)),
+            BgpObject::tideway("all", BgpSpec::Advertisement(BgpAdvertisement::new("all"))),
+        ],
+        ..Default::default()
+    }
 }
