@@ -20,10 +20,10 @@ use crate::frr::{PeerState, Routing};
 use crate::metrics::Metrics;
 
 /// How often FRR's sessions are read back.
-pub const SESSION_POLL: Duration = Duration::from_secs(2);
+pub(crate) const SESSION_POLL: Duration = Duration::from_secs(2);
 
 /// The speaker: FRR, and the configuration it runs.
-pub struct Speaker {
+pub(crate) struct Speaker {
     pub(super) routing: Arc<dyn Routing>,
     /// The text FRR runs (None before the first, or after a failure).
     applied: Option<String>,
@@ -31,7 +31,7 @@ pub struct Speaker {
 
 impl Speaker {
     /// A speaker driving `routing`.
-    pub fn new(routing: Arc<dyn Routing>) -> Speaker {
+    fn new(routing: Arc<dyn Routing>) -> Speaker {
         Speaker { routing, applied: None }
     }
 }

@@ -33,7 +33,8 @@ mod run;
 mod status;
 mod unprogrammed;
 
-pub use bgp::{SESSION_POLL, Speaker, record_sessions, watch_sessions};
+use bgp::Speaker;
+pub use bgp::{record_sessions, watch_sessions};
 pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 
 use self::plan::{Planned, Planning};
