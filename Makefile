@@ -41,7 +41,7 @@ test-helm:
 # runs them in a VM) and, only when asked with TIDEWAY_SKIP_PRIVILEGED=1, the tests that need
 # root (network namespaces, kernel rules); nextest's closing line counts what was left out.
 NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
-PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(announcer) \
+PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(lab_bgp) or binary(announcer) \
 	or binary(nft_netlink) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage

@@ -298,6 +298,7 @@ fn down(name: Option<&str>) -> anyhow::Result<i32> {
             }
         }
         let removed = netns::remove_all(&format!("tw-{n}-"));
+        crate::frr::remove_run_dirs(&format!("tw-{n}-"));
         let _ = std::fs::remove_dir_all(&dir);
         println!("lab {n}: down ({removed} namespaces removed)");
     }
@@ -321,6 +322,7 @@ fn exec(name: &str, target: &str, command: &[String]) -> anyhow::Result<i32> {
                 None => {
                     rest == format!("n-{target}")
                         || rest == format!("h-{target}")
+                        || rest == format!("r-{target}")
                         || (rest.starts_with("p-") && rest.ends_with(&format!("-{target}")))
                 }
             }
@@ -328,7 +330,7 @@ fn exec(name: &str, target: &str, command: &[String]) -> anyhow::Result<i32> {
         .collect();
     let ns = match candidates.as_slice() {
         [one] => (*one).clone(),
-        [] => bail!("lab {name} has no node, pod or host called {target:?}"),
+        [] => bail!("lab {name} has no node, pod, host or router called {target:?}"),
         many => bail!(
             "{target:?} is ambiguous in lab {name}: {}",
             many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")

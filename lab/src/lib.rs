@@ -2,7 +2,7 @@
 //! Kubernetes cluster.
 //!
 //! ```text
-//!  lab file (Kubernetes YAML + LabHost)
+//!  lab file (Kubernetes YAML + LabHost, LabRouter)
 //!     | spec::LabSpec
 //!     v
 //!  control::build (pure: addresses, ports, EndpointSlices, node/pod status, the cluster DNS)
@@ -13,6 +13,8 @@
 //!  topology (pure plan of namespaces, links, addresses, routes) --netns--> the kernel:
 //!    a LAN namespace with the node-network bridge and gateway, one namespace per node (its
 //!    own agent and rules), per pod (a whoami server; the DNS pod runs `tideway dns`), per host
+//!  router (pure) + frr: upstream routers running FRR, peering with every node's FRR (which
+//!    the node's agent drives), with hosts behind them on an outside network
 //!  runner: starts and supervises the processes, forwards their HTTP APIs to 127.0.0.1
 //! ```
 //! Nothing is added to the host's own network namespace but listeners on 127.0.0.1.
@@ -25,9 +27,11 @@ pub mod certs;
 pub mod cli;
 pub mod control;
 pub mod faults;
+pub mod frr;
 pub mod netns;
 pub mod procs;
 pub mod proxy;
+pub mod router;
 pub mod runner;
 pub mod server;
 pub mod spec;

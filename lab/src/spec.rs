@@ -1,6 +1,8 @@
 //! The lab file: multi-document Kubernetes YAML (Nodes, Pods, Services, Namespaces,
-//! ProxyConfigs, LoadBalancerPools) plus lab-only hosts (`lab.tideway.io/v1alpha1 LabHost`:
-//! a name and an address on the node network, like the seeds' `mypc`).
+//! ProxyConfigs, LoadBalancerPools, the BGP objects) plus lab-only hosts
+//! (`lab.tideway.io/v1alpha1 LabHost`: a name and an address on the node network, like the
+//! seeds' `mypc`, or behind a router) and routers (`LabRouter`: an upstream BGP router on the
+//! node network with an outside network behind it).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -10,13 +12,17 @@ use serde::Deserialize;
 use serde_json::Value;
 use tideway_api::crd::{LoadBalancerPool, ProxyConfig};
 
+use crate::router::LabRouter;
+
 /// A machine outside the cluster on the node network.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabHost {
     /// Name (`lab exec NAME`).
     pub name: String,
-    /// Its address on the node network.
+    /// Its address: on the node network, or on the outside network of `router`.
     pub ip: Ipv4Addr,
+    /// The router it sits behind (none: on the node network).
+    pub router: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -28,6 +34,46 @@ struct LabHostObject {
 #[derive(Deserialize)]
 struct LabHostSpec {
     ip: Ipv4Addr,
+    #[serde(default)]
+    router: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LabRouterSpec {
+    ip: Ipv4Addr,
+    asn: u32,
+    /// The router's address on its outside network, with the prefix length (`192.168.50.1/24`).
+    outside: String,
+}
+
+fn lab_router(v: Value) -> Result<LabRouter, Problem> {
+    let name = name_of(&v);
+    let spec: LabRouterSpec = decode("LabRouter", v.get("spec").cloned().unwrap_or(Value::Null))?;
+    let bad = |message: String| Problem::Object { kind: "LabRouter".into(), name: name.clone(), message };
+    let (ip, len) = spec.outside.split_once('/').ok_or_else(|| bad("spec.outside: ADDRESS/LENGTH".into()))?;
+    let ip: Ipv4Addr = ip.parse().map_err(|e| bad(format!("spec.outside: {e}")))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| (8..=30).contains(l))
+        .ok_or_else(|| bad("spec.outside: a prefix length of 8 to 30".into()))?;
+    Ok(LabRouter { name: name.clone(), ip: spec.ip, asn: spec.asn, outside: (ip, len) })
+}
+
+/// The BGP kinds a lab file may hold (Tideway's; MetalLB's are read by `tideway migrate`).
+const BGP_KINDS: [&str; 4] = ["BGPPeer", "BGPAdvertisement", "BFDProfile", "Community"];
+
+/// Decodes a BGP object as its kind, so that a typo is the lab file's error.
+fn check_bgp(kind: &str, v: &Value) -> Result<(), Problem> {
+    use tideway_api::crd::{BFDProfile, BGPAdvertisement, BGPPeer, Community};
+    let v = v.clone();
+    match kind {
+        "BGPPeer" => decode::<BGPPeer>(kind, v).map(drop),
+        "BGPAdvertisement" => decode::<BGPAdvertisement>(kind, v).map(drop),
+        "BFDProfile" => decode::<BFDProfile>(kind, v).map(drop),
+        _ => decode::<Community>(kind, v).map(drop),
+    }
 }
 
 /// How a file changes the running lab.
@@ -87,6 +133,14 @@ fn host_key(h: &LabHost) -> String {
     h.name.clone()
 }
 
+fn router_key(r: &LabRouter) -> String {
+    r.name.clone()
+}
+
+fn bgp_key(v: &Value) -> String {
+    format!("{}/{}", v["kind"].as_str().unwrap_or(""), name_of(v))
+}
+
 /// What a lab file declares.
 #[derive(Debug, Clone, Default)]
 pub struct LabSpec {
@@ -104,6 +158,10 @@ pub struct LabSpec {
     pub pools: Vec<LoadBalancerPool>,
     /// Hosts outside the cluster.
     pub hosts: Vec<LabHost>,
+    /// Routers upstream of the nodes.
+    pub routers: Vec<LabRouter>,
+    /// BGP objects (`BGPPeer`, `BGPAdvertisement`, `BFDProfile`, `Community`), as written.
+    pub bgp: Vec<Value>,
 }
 
 /// A lab file that cannot be used.
@@ -184,6 +242,14 @@ pub enum Problem {
         /// The node it names.
         node: String,
     },
+    /// A host behind a router the lab does not have, or off that router's outside network.
+    #[error("LabHost {host}: {message}")]
+    Behind {
+        /// The host.
+        host: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A Pod without a node.
     #[error("Pod {pod}: spec.nodeName is required in a lab")]
     NoNodeName {
@@ -239,6 +305,8 @@ impl LabSpec {
                 upsert(&mut out.proxy_configs, objects.proxy_configs, config_key);
                 upsert(&mut out.pools, objects.pools, pool_key);
                 upsert(&mut out.hosts, objects.hosts, host_key);
+                upsert(&mut out.routers, objects.routers, router_key);
+                upsert(&mut out.bgp, objects.bgp, bgp_key);
             }
             Change::Delete => {
                 remove(&mut out.nodes, &objects.nodes, node_key);
@@ -248,6 +316,8 @@ impl LabSpec {
                 remove(&mut out.proxy_configs, &objects.proxy_configs, config_key);
                 remove(&mut out.pools, &objects.pools, pool_key);
                 remove(&mut out.hosts, &objects.hosts, host_key);
+                remove(&mut out.routers, &objects.routers, router_key);
+                remove(&mut out.bgp, &objects.bgp, bgp_key);
             }
         }
         out.check().map_err(|problem| SpecError::Lab { file: file.into(), problem })?;
@@ -272,7 +342,12 @@ impl LabSpec {
             ("lab.tideway.io/v1alpha1", "LabHost") => {
                 let h: LabHostObject = decode(&kind, v)?;
                 let name = h.metadata.name.unwrap_or_default();
-                self.hosts.push(LabHost { name, ip: h.spec.ip });
+                self.hosts.push(LabHost { name, ip: h.spec.ip, router: h.spec.router });
+            }
+            ("lab.tideway.io/v1alpha1", "LabRouter") => self.routers.push(lab_router(v)?),
+            ("tideway.io/v1alpha1", k) if BGP_KINDS.contains(&k) => {
+                check_bgp(k, &v)?;
+                self.bgp.push(v);
             }
             _ => return Err(Problem::NotRunnable { name: name_of(&v), api, kind }),
         }
@@ -297,7 +372,9 @@ impl LabSpec {
                 .chain(self.services.iter().map(|s| {
                     ("Service", namespace(&s.metadata), s.metadata.name.clone().unwrap_or_default())
                 }))
-                .chain(self.hosts.iter().map(|h| ("LabHost", String::new(), h.name.clone())));
+                .chain(self.hosts.iter().map(|h| ("LabHost", String::new(), h.name.clone())))
+                .chain(self.routers.iter().map(|r| ("LabRouter", String::new(), r.name.clone())))
+                .chain(self.bgp.iter().map(|v| (bgp_kind(v), String::new(), name_of(v))));
         for (kind, ns, name) in names {
             if name.is_empty()
                 || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -307,6 +384,9 @@ impl LabSpec {
             if !seen.insert((kind, ns.clone(), name.clone())) {
                 return Err(Problem::Twice { kind, namespace: ns, name });
             }
+        }
+        for h in &self.hosts {
+            self.check_behind(h)?;
         }
         let nodes: BTreeSet<&str> = self.nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
         for p in &self.pods {
@@ -321,6 +401,35 @@ impl LabSpec {
         }
         Ok(())
     }
+}
+
+impl LabSpec {
+    /// The router host `h` sits behind, if any.
+    pub fn router_of(&self, h: &LabHost) -> Option<&LabRouter> {
+        self.routers.iter().find(|r| Some(&r.name) == h.router.as_ref())
+    }
+
+    fn check_behind(&self, h: &LabHost) -> Result<(), Problem> {
+        let Some(name) = &h.router else { return Ok(()) };
+        let bad = |message: String| Problem::Behind { host: h.name.clone(), message };
+        let r = self
+            .router_of(h)
+            .ok_or_else(|| bad(format!("spec.router {name:?} is not a LabRouter of the lab")))?;
+        if !r.is_outside(h.ip) || h.ip == r.outside.0 {
+            let (net, len) = r.outside_net();
+            return Err(bad(format!(
+                "{} is not a free address of router {name}'s outside network {net}/{len}",
+                h.ip
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The kind of a BGP object, as the uniqueness check names it.
+fn bgp_kind(v: &Value) -> &'static str {
+    let kind = v["kind"].as_str().unwrap_or("");
+    BGP_KINDS.into_iter().find(|k| *k == kind).unwrap_or("BGP object")
 }
 
 /// An object's namespace (`default` when unset).
@@ -342,7 +451,10 @@ mod tests {
     fn reads_kubernetes_objects_and_lab_hosts() {
         let spec = LabSpec::parse("lab.yaml", LAB).expect("valid");
         assert_eq!((spec.nodes.len(), spec.pods.len(), spec.hosts.len()), (1, 1, 1));
-        assert_eq!(spec.hosts[0], LabHost { name: "mypc".into(), ip: Ipv4Addr::new(172, 18, 0, 100) });
+        assert_eq!(
+            spec.hosts[0],
+            LabHost { name: "mypc".into(), ip: Ipv4Addr::new(172, 18, 0, 100), router: None }
+        );
     }
 
     #[test]
@@ -370,6 +482,47 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("at least one Node"), "{e}");
         assert!(LabSpec::parse("lab.yaml", "a: [").unwrap_err().to_string().contains("invalid YAML"));
+    }
+
+    const ROUTER: &str = "---\napiVersion: lab.tideway.io/v1alpha1\nkind: LabRouter\nmetadata: {name: tor}\nspec: {ip: 172.18.0.254, asn: 64513, outside: 192.168.50.1/24}\n---\napiVersion: lab.tideway.io/v1alpha1\nkind: LabHost\nmetadata: {name: far}\nspec: {ip: 192.168.50.10, router: tor}\n---\napiVersion: tideway.io/v1alpha1\nkind: BGPPeer\nmetadata: {name: tor}\nspec: {myASN: 64512, peerASN: 64513, peerAddress: 172.18.0.254}\n";
+
+    #[test]
+    fn reads_routers_hosts_behind_them_and_bgp_objects() {
+        let spec = LabSpec::parse("lab.yaml", &format!("{LAB}{ROUTER}")).expect("valid");
+        let tor = &spec.routers[0];
+        assert_eq!((tor.name.as_str(), tor.asn, tor.outside.1), ("tor", 64513, 24));
+        assert_eq!(spec.router_of(&spec.hosts[1]), Some(tor));
+        assert_eq!(spec.bgp.len(), 1);
+        let example =
+            LabSpec::parse("bgp.yaml", include_str!("../../examples/bgp.yaml")).expect("the example");
+        assert_eq!((example.routers.len(), example.bgp.len(), example.hosts.len()), (1, 3, 2));
+    }
+
+    #[test]
+    fn rejects_hosts_behind_unknown_routers_and_mistyped_bgp_objects() {
+        let e =
+            LabSpec::parse("lab.yaml", &format!("{LAB}{}", ROUTER.replace("router: tor", "router: spine")));
+        assert!(e.unwrap_err().to_string().contains("spec.router \"spine\" is not a LabRouter"));
+        let e =
+            LabSpec::parse("lab.yaml", &format!("{LAB}{}", ROUTER.replace("192.168.50.10", "192.168.51.10")));
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("is not a free address of router tor's outside network 192.168.50.0/24")
+        );
+        let e =
+            LabSpec::parse("lab.yaml", &format!("{LAB}{}", ROUTER.replace("myASN: 64512", "myASN: many")))
+                .unwrap_err();
+        assert!(e.to_string().contains("BGPPeer tor"), "{e}");
+        let e = LabSpec::parse("lab.yaml", &format!("{LAB}{}", ROUTER.replace("/24}", "}"))).unwrap_err();
+        assert!(e.to_string().contains("spec.outside"), "{e}");
+        let twice = format!("{LAB}{ROUTER}{}", &ROUTER[ROUTER.rfind("---").unwrap()..]);
+        assert!(
+            LabSpec::parse("lab.yaml", &twice)
+                .unwrap_err()
+                .to_string()
+                .contains("BGPPeer /tor is declared twice")
+        );
     }
 
     const SVC: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n";

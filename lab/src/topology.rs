@@ -19,12 +19,12 @@ use crate::spec::LabHost;
 /// One command (argv; the first word is the program).
 pub type Cmd = Vec<String>;
 
-fn cmd(s: &str) -> Cmd {
+pub(crate) fn cmd(s: &str) -> Cmd {
     s.split_whitespace().map(str::to_string).collect()
 }
 
 /// Short stable interface names (at most 15 characters): a letter and 8 hex digits of a hash.
-fn ifname(letter: char, key: &str) -> String {
+pub(crate) fn ifname(letter: char, key: &str) -> String {
     // FNV-1a, stable across runs and versions (std's hasher is not).
     let mut h: u32 = 0x811c_9dc5;
     for b in key.bytes() {
@@ -76,6 +76,11 @@ impl Names {
         format!("{}operator", self.prefix())
     }
 
+    /// A router's namespace.
+    pub fn router(&self, router: &str) -> String {
+        format!("{}r-{router}", self.prefix())
+    }
+
     /// A host's namespace.
     pub fn host(&self, host: &str) -> String {
         format!("{}h-{host}", self.prefix())
@@ -106,7 +111,7 @@ pub fn operator_up(n: &Names, plan: &Plan) -> Vec<Cmd> {
 
 /// A machine on the node network: its namespace, a veth into the bridge, its address and a
 /// default route through the gateway.
-fn attach(n: &Names, plan: &Plan, ns: &str, link: &str, ip: Ipv4Addr) -> Vec<Cmd> {
+pub(crate) fn attach(n: &Names, plan: &Plan, ns: &str, link: &str, ip: Ipv4Addr) -> Vec<Cmd> {
     let lan = n.lan();
     vec![
         cmd(&format!("ip netns add {ns}")),
@@ -119,7 +124,7 @@ fn attach(n: &Names, plan: &Plan, ns: &str, link: &str, ip: Ipv4Addr) -> Vec<Cmd
     ]
 }
 
-fn sysctls(ns: &str, settings: &[&str]) -> Cmd {
+pub(crate) fn sysctls(ns: &str, settings: &[&str]) -> Cmd {
     let mut c = cmd(&format!("ip netns exec {ns} sysctl -qw"));
     c.extend(settings.iter().map(|s| s.to_string()));
     c
@@ -250,7 +255,7 @@ mod tests {
             hostname: None,
             subdomain: None,
         };
-        let host = LabHost { name: "mypc".into(), ip: Ipv4Addr::new(172, 18, 0, 100) };
+        let host = LabHost { name: "mypc".into(), ip: Ipv4Addr::new(172, 18, 0, 100), router: None };
         let all: Vec<Cmd> = lan_up(&n, &plan)
             .into_iter()
             .chain(node_up(&n, &plan, &nodes[1], &nodes))

@@ -24,7 +24,8 @@ pub fn readiness(status: &Value) -> (bool, String) {
     // Nothing announces an address no pod serves (MetalLB does the same).
     let serving: Vec<&&Value> =
         lbs.iter().filter(|s| s["readyEndpoints"].as_u64().unwrap_or(0) > 0).collect();
-    let announced = serving.iter().filter(|s| !s["announcer"].is_null()).count();
+    let announced =
+        serving.iter().filter(|s| !s["announcer"].is_null() || !arr(&s["nextHops"]).is_empty()).count();
     let pods = arr(&status["pods"]);
     let started = pods.iter().filter(|p| p["started"] == true).count();
     let ready =
@@ -39,11 +40,57 @@ pub fn readiness(status: &Value) -> (bool, String) {
     (ready, msg)
 }
 
+/// The first LoadBalancer Service with an address (name, address), preferring one announced
+/// over layer 2 (the tour's ARP steps need one).
 fn first_lb(status: &Value) -> Option<(String, String)> {
-    arr(&status["services"]).iter().find_map(|sv| {
+    let with_ip = |sv: &Value| {
         let ip = arr(&sv["externalIPs"]).first()?.as_str()?.to_string();
         Some((s(&sv["name"]).to_string(), ip))
-    })
+    };
+    let svcs = arr(&status["services"]);
+    svcs.iter()
+        .filter(|sv| !sv["announcer"].is_null())
+        .find_map(with_ip)
+        .or_else(|| svcs.iter().find_map(with_ip))
+}
+
+/// The tour's steps through a router, when the lab has one: its ECMP route to the first
+/// address it routes, its sessions, and curls from a host behind it.
+fn router_steps(t: &mut String, status: &Value, flag: &str) {
+    let Some(router) = arr(&status["routers"]).first() else { return };
+    let (name, netns) = (s(&router["name"]), s(&router["netns"]));
+    // A Local Service shows the spread over nodes best: each node sends to its own pod.
+    let svcs = arr(&status["services"]);
+    let routed = |local: bool| {
+        svcs.iter()
+            .find(|sv| !arr(&sv["nextHops"]).is_empty() && (!local || sv["externalTrafficPolicy"] == "Local"))
+    };
+    let routed = routed(true).or_else(|| routed(false));
+    let lb = routed.and_then(|sv| arr(&sv["externalIPs"]).first()).and_then(Value::as_str).unwrap_or("LB-IP");
+    let behind = arr(&status["hosts"]).iter().find(|h| s(&h["router"]) == name).map(|h| s(&h["name"]));
+    let _ = writeln!(
+        t,
+        "
+BGP through router {name} (FRR; BFD at 100 ms x 3; multipath hashed on layer 4):"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab exec{flag} {name} -- ip route show {lb}      # one next hop per advertising node"
+    );
+    let _ = writeln!(
+        t,
+        "  tideway lab exec{flag} {name} -- vtysh -N {netns} -c 'show bgp summary' -c 'show bfd peers brief'"
+    );
+    if let Some(host) = behind {
+        let _ = writeln!(
+            t,
+            "  for i in $(seq 100); do tideway lab exec{flag} {host} -- curl -s {lb} | grep Hostname; done | sort | uniq -c"
+        );
+    }
+    let _ = writeln!(
+        t,
+        "  tideway lab node{flag} NODE down; tideway lab exec{flag} {name} -- ip route show {lb}   # BFD withdraws the node within 0.3 s"
+    );
 }
 
 /// The tour printed once the lab is up.
@@ -55,8 +102,9 @@ pub fn tour(status: &Value, took: Duration) -> String {
     let _ = writeln!(t, "\ntideway lab {name} is up in {:.1} s ({mode} mode)\n", took.as_secs_f64());
     t.push_str(&status_tables(status));
     let flag = if name == "demo" { String::new() } else { format!(" --name {name}") };
-    let host =
-        arr(&status["hosts"]).first().map(|h| s(&h["name"]).to_string()).unwrap_or_else(|| "NODE".into());
+    // The layer-2 steps need a host on the node network, not one behind a router.
+    let on_lan = arr(&status["hosts"]).iter().find(|h| h["router"].is_null());
+    let host = on_lan.map(|h| s(&h["name"]).to_string()).unwrap_or_else(|| "NODE".into());
     let node = arr(&status["nodes"])
         .get(1)
         .or_else(|| arr(&status["nodes"]).first())
@@ -115,6 +163,7 @@ pub fn tour(status: &Value, took: Duration) -> String {
         t,
         "  curl -s --cacert {dir}/tls/ca.crt -X PATCH -H \"authorization: Bearer $(cat {dir}/api-token)\" -H 'content-type: application/merge-patch+json' \\\n      -d '{{\"spec\": {{\"mode\": \"{other}\"}}}}' https://{operator}/api/v1/proxyconfigs/{config}   # switch over REST"
     );
+    router_steps(&mut t, status, &flag);
     let _ = writeln!(t, "  tideway lab status{flag}; tideway lab down{flag}");
     if let Some(token) = status["apiToken"].as_str() {
         let _ =
@@ -132,6 +181,22 @@ pub fn table(rows: &[Vec<String>]) -> String {
         let _ = writeln!(out, "{}", line.join("   ").trim_end());
     }
     out
+}
+
+/// Who announces Service `sv`: its layer-2 announcer, or over BGP the nodes its routes go to.
+fn announcer(status: &Value, sv: &Value) -> String {
+    if let Some(node) = sv["announcer"].as_str() {
+        return node.into();
+    }
+    let hops = arr(&sv["nextHops"]);
+    if hops.is_empty() {
+        return "-".into();
+    }
+    let node_of = |ip: &Value| {
+        let node = arr(&status["nodes"]).iter().find(|n| n["ip"] == *ip);
+        node.map_or_else(|| s(ip).to_string(), |n| s(&n["name"]).to_string())
+    };
+    format!("bgp:{}", hops.iter().map(node_of).collect::<Vec<_>>().join(","))
 }
 
 /// kubectl-style tables of nodes, Services, pods, hosts and APIs.
@@ -181,7 +246,7 @@ pub fn status_tables(status: &Value) -> String {
             sv["clusterIP"].as_str().unwrap_or("None").into(),
             if ext.is_empty() { "<none>".into() } else { ext.join(",") },
             ports.join(","),
-            sv["announcer"].as_str().unwrap_or("-").into(),
+            announcer(status, sv),
         ]);
     }
     out.push('\n');
@@ -287,5 +352,31 @@ mod tests {
         let mut with_token = status(true, Some("172.18.255.200"));
         with_token["apiToken"] = "abc123".into();
         assert!(tour(&with_token, Duration::ZERO).contains("need the lab's token: abc123"));
+    }
+
+    #[test]
+    fn a_lab_with_a_router_is_ready_once_the_router_routes_and_the_tour_goes_through_it() {
+        let mut st = status(true, Some("172.18.255.200"));
+        let mut bgp = st["services"][0].clone();
+        bgp["name"] = "web-local".into();
+        bgp["externalIPs"] = serde_json::json!(["203.0.113.10"]);
+        bgp["announcer"] = Value::Null;
+        bgp["externalTrafficPolicy"] = "Local".into();
+        st["services"].as_array_mut().unwrap().push(bgp);
+        assert!(!readiness(&st).0, "neither announced over ARP nor routed yet");
+        st["services"][1]["nextHops"] = serde_json::json!(["172.18.0.2", "172.18.0.9"]);
+        assert!(readiness(&st).0, "{:?}", readiness(&st));
+        st["routers"] = serde_json::json!([{"name": "tor", "netns": "tw-demo-r-tor"}]);
+        st["hosts"] = serde_json::json!([{"name": "far", "ip": "192.168.50.10", "router": "tor"},
+                                         {"name": "mypc", "ip": "172.18.0.100", "router": null}]);
+        let t = tour(&st, Duration::ZERO);
+        assert!(
+            t.contains("tideway lab exec mypc -- ip neigh show 172.18.255.200"),
+            "layer 2 from the LAN: {t}"
+        );
+        assert!(t.contains("tideway lab exec tor -- ip route show 203.0.113.10"), "{t}");
+        assert!(t.contains("tideway lab exec far -- curl -s 203.0.113.10 | grep Hostname"), "{t}");
+        assert!(t.contains("vtysh -N tw-demo-r-tor -c 'show bgp summary'"), "{t}");
+        assert!(t.contains("bgp:n1,172.18.0.9"), "next hops by node name, or address: {t}");
     }
 }

@@ -28,6 +28,7 @@ use tideway_api::crd::ProxyConfig;
 pub use versions::ResourceVersions;
 pub use writes::Writes;
 
+use crate::router::LabRouter;
 use crate::spec::{LabHost, LabSpec, namespace};
 
 /// The label the cluster DNS pod carries (and its Service selects).
@@ -125,6 +126,8 @@ pub struct World {
     pub pods: Vec<PodState>,
     /// Outside hosts.
     pub hosts: Vec<LabHost>,
+    /// Routers upstream of the nodes.
+    pub routers: Vec<LabRouter>,
     /// Services as allocated (ClusterIPs, NodePorts).
     pub services: Vec<Service>,
     /// The objects of the API's view, before writes are merged.
@@ -189,7 +192,7 @@ pub fn build(
         .map(|s| (namespace(&s.metadata), s.metadata.name.clone().unwrap_or_default()))
         .collect();
     alloc.retain(&node_names, &pod_keys, &svc_keys);
-    let mut world = World { hosts: spec.hosts.clone(), ..Default::default() };
+    let mut world = World { hosts: spec.hosts.clone(), routers: spec.routers.clone(), ..Default::default() };
     for n in &spec.nodes {
         world.nodes.push(node(n, plan, alloc, health, &mut world.objects)?);
     }
@@ -248,6 +251,7 @@ pub fn build(
             json!(alloc.generation("LoadBalancerPool", "", &name, pool.spec_json()));
         world.objects.push(v);
     }
+    world.objects.extend(spec.bgp.iter().cloned());
     Ok(world)
 }
 

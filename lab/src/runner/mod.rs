@@ -17,6 +17,8 @@ use crate::procs::{Exit, Procs};
 use crate::spec::{Change, LabHost, LabSpec};
 use crate::topology::{self, Names};
 
+mod routers;
+
 /// Why the lab could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
@@ -32,6 +34,9 @@ pub enum LabError {
     /// A file or a process.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// FRR could not be set up.
+    #[error(transparent)]
+    Frr(#[from] crate::frr::FrrError),
     /// A fault named a node the lab does not have.
     #[error("the lab has no node {0:?}")]
     NoSuchNode(String),
@@ -62,6 +67,10 @@ pub struct Lab {
     faults: Faults,
     /// The components' APIs on the host: label -> address.
     pub apis: BTreeMap<String, SocketAddr>,
+    /// Each router's FRR configuration as last applied.
+    routers_applied: BTreeMap<String, String>,
+    /// When to try a router's configuration again after a failure.
+    routers_retry_at: Option<Instant>,
 }
 
 fn pod_key(p: &PodState) -> (String, String) {
@@ -115,6 +124,8 @@ impl Lab {
             departure: None,
             faults: Faults::default(),
             apis: BTreeMap::new(),
+            routers_applied: BTreeMap::new(),
+            routers_retry_at: None,
         }
     }
 
@@ -262,9 +273,13 @@ impl Lab {
                 &topology::resolv_conf(&self.plan, &p.namespace),
             )?;
         }
+        self.grow_routers(old)?;
         let via = new.nodes.first().map(|n| n.ip);
         for h in new.hosts.iter().filter(|h| !old.hosts.contains(h)) {
-            netns::run(&topology::host_up(&self.names, &self.plan, h, via))?;
+            match new.routers.iter().find(|r| Some(&r.name) == h.router.as_ref()) {
+                Some(r) => netns::run(&crate::router::outside_host_up(&self.names, r, h))?,
+                None => netns::run(&topology::host_up(&self.names, &self.plan, h, via))?,
+            }
             netns::write_resolv_conf(
                 &self.names.host(&h.name),
                 &topology::resolv_conf(&self.plan, "default"),
@@ -290,6 +305,9 @@ impl Lab {
         for h in old.hosts.iter().filter(|h| new.hosts.iter().any(|g| g.name == h.name && g != *h)) {
             self.remove_host(h);
         }
+        for r in old.routers.iter().filter(|r| new.routers.iter().any(|s| s.name == r.name && s != *r)) {
+            self.remove_router(r);
+        }
     }
 
     /// Removes what the last apply left out, if any: processes no longer wanted, then the
@@ -311,6 +329,9 @@ impl Lab {
         for h in old.hosts.iter().filter(|h| !new.hosts.iter().any(|g| g.name == h.name)) {
             self.remove_host(h);
         }
+        for r in old.routers.iter().filter(|r| !new.routers.iter().any(|s| s.name == r.name)) {
+            self.remove_router(r);
+        }
     }
 
     fn remove_pod(&mut self, p: &PodState) {
@@ -321,7 +342,11 @@ impl Lab {
     }
 
     fn remove_host(&self, h: &LabHost) {
-        let _ = netns::run(&[topology::unplug_from_lan(&self.names, 'h', &h.name)]);
+        let unplug = match &h.router {
+            Some(r) => crate::router::unplug_outside_host(&self.names, r, &h.name),
+            None => topology::unplug_from_lan(&self.names, 'h', &h.name),
+        };
+        let _ = netns::run(&[unplug]);
         netns::remove(&self.names.host(&h.name));
     }
 
@@ -329,6 +354,8 @@ impl Lab {
     /// both worlds share.
     fn remove_node(&mut self, n: &NodeState, old: &World, new: &World) {
         self.procs.remove(&format!("agent/{}", n.name));
+        self.procs.remove_prefixed(&format!("frr/n-{}/", n.name));
+        let _ = std::fs::remove_dir_all(crate::frr::run_dir(&self.names.node(&n.name)));
         let _ = netns::run(&[topology::unplug_from_lan(&self.names, 'n', &n.name)]);
         netns::remove(&self.names.node(&n.name));
         for other in new.nodes.iter().filter(|o| o.name != n.name && old.nodes.contains(o)) {
@@ -377,7 +404,7 @@ impl Lab {
         let (agent_tls, dns_tls, operator_tls) = (tls("agent"), tls("dns"), tls("operator"));
         for n in &self.world.nodes {
             let ns = self.names.node(&n.name);
-            let args = [
+            let mut args = vec![
                 "agent",
                 "--node",
                 &n.name,
@@ -394,8 +421,13 @@ impl Lab {
                 "--tls-key",
                 &agent_tls[1],
             ];
+            let frr_dir = self.agent_frr_dir(&n.name);
+            if !self.world.routers.is_empty() {
+                args.extend(["--bgp", "--frr-pathspace", &ns, "--frr-dir", &frr_dir]);
+            }
             wanted.insert(format!("agent/{}", n.name), self.exec_in(&ns, &args));
         }
+        self.want_frr(&mut wanted);
         for p in &self.world.pods {
             let ns = self.names.pod(&p.namespace, &p.name);
             if p.is_dns() {
@@ -486,9 +518,13 @@ impl Lab {
                         );
                     }
                 }
-                Exit::Restarted { label } => tracing::info!(%label, "process restarted"),
+                Exit::Restarted { label } => {
+                    tracing::info!(%label, "process restarted");
+                    self.forget_router_config(&label);
+                }
             }
         }
+        self.configure_routers();
         // Node Ready is kubelet's, not the agent's: only a node cut off from the control
         // plane for the grace period turns NotReady.
         let down = self.faults.not_ready(Instant::now());
@@ -576,6 +612,7 @@ impl Lab {
 
     /// What `lab status` shows.
     pub fn status(&self) -> Value {
+        let (routers, next_hops) = self.routers_status();
         let state = |node: &str| self.writes.node_states.get(node).cloned().unwrap_or(Value::Null);
         let nodes: Vec<Value> = self.world.nodes.iter().map(|n| json!({
             "name": n.name, "ip": n.ip.to_string(), "podCIDR": format!("{}/{}", n.pod_cidr.0, n.pod_cidr.1),
@@ -594,7 +631,7 @@ impl Lab {
             let spec = s.spec.clone().unwrap_or_default();
             json!({
                 "namespace": ns, "name": name, "type": spec.type_.unwrap_or_else(|| "ClusterIP".into()),
-                "clusterIP": spec.cluster_ip,
+                "clusterIP": spec.cluster_ip, "externalTrafficPolicy": spec.external_traffic_policy,
                 "ports": spec.ports.unwrap_or_default().iter().map(|p| match p.node_port {
                     Some(np) => format!("{}:{np}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
                     None => format!("{}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
@@ -602,6 +639,7 @@ impl Lab {
                 "externalIPs": self.writes.ingress.get(&key).map(|i| i["ingress"].as_array().cloned().unwrap_or_default().iter().filter_map(|x| x["ip"].as_str().map(str::to_string)).collect::<Vec<_>>()).unwrap_or_default(),
                 "announcer": self.writes.announcements.get(&key).map(|a| a["spec"]["node"].clone()).unwrap_or(Value::Null),
                 "readyEndpoints": self.world.ready_endpoints.get(&(ns.clone(), name.clone())).copied().unwrap_or(0),
+                "nextHops": self.writes.ingress.get(&key).and_then(|i| i["ingress"][0]["ip"].as_str()).and_then(|ip| next_hops.get(ip)),
             })
         }).collect();
         let pods: Vec<Value> = self.world.pods.iter().map(|p| json!({
@@ -609,16 +647,17 @@ impl Lab {
             "started": p.is_dns() || self.health.pods_started.contains(&pod_key(p)),
             "netns": self.names.pod(&p.namespace, &p.name),
         })).collect();
-        let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "netns": self.names.host(&h.name)})).collect();
+        let hosts: Vec<Value> = self.world.hosts.iter().map(|h: &LabHost| json!({"name": h.name, "ip": h.ip.to_string(), "router": h.router, "netns": self.names.host(&h.name)})).collect();
         let token = crate::token::read(self.dir.path());
         let ca = Some(crate::certs::ca_path(self.dir.path())).filter(|p| p.exists());
-        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "caFile": ca, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" }, "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64())})
+        json!({"name": self.names.lab(), "dir": self.dir.path(), "apiToken": token, "caFile": ca, "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()), "nodes": nodes, "services": services, "pods": pods, "hosts": hosts, "routers": routers, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" }, "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64())})
     }
 
     /// Stops every process and removes every namespace.
     pub fn teardown(&mut self) {
         self.procs.stop_all();
         netns::remove_all(&self.names.prefix());
+        crate::frr::remove_run_dirs(&self.names.prefix());
     }
 }
 
@@ -639,7 +678,7 @@ mod tests {
 
     #[test]
     fn the_published_file_reads_back_through_the_manifest_loader() {
-        let spec = LabSpec::parse("demo.yaml", include_str!("../../examples/demo.yaml")).unwrap();
+        let spec = LabSpec::parse("demo.yaml", include_str!("../../../examples/demo.yaml")).unwrap();
         let mut alloc = Allocations::default();
         let world = control::build(&spec, &Plan::default(), &mut alloc, &Health::default()).unwrap();
         let text = render(&world.objects);
