@@ -9,15 +9,19 @@
 //!   kept busy (`LOAD` threads), counting false failovers (`steady`);
 //! * network programming latency: a Service added with `lab apply` to its ClusterIP accepting
 //!   connections on every node (p50 and p99 over `SERVICES` Services, default 100, applied one
-//!   at a time, 250 ms apart so the agents' `minSyncPeriod` does not throttle them).
+//!   at a time, 250 ms apart so the agents' `minSyncPeriod` does not throttle them);
+//! * BGP through the lab's router (`bgp`, its own lab of `examples/bgp.yaml`): BFD and ETP
+//!   Local withdrawal, `TRIALS` times each, and the spread of 1,000 connections over 3 nodes.
 //!
 //! `cargo bench -p tideway --bench lab` (`MODE=nftables|iptables`, default nftables; a name
-//! after `--` runs one part: `up`, `steady`, `failover`, `programming`).
+//! after `--` runs one part: `up`, `steady`, `failover`, `programming`, `bgp`).
 
 #![allow(clippy::print_stdout)]
 
 #[path = "lab/arp_probe.rs"]
 mod arp_probe;
+#[path = "lab/bgp.rs"]
+mod bgp;
 #[path = "lab/failover.rs"]
 mod failover;
 #[path = "lab/steady.rs"]
@@ -169,6 +173,9 @@ fn main() {
             ms(pct(ups.clone(), 0.5)),
             ups.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
         );
+    }
+    if run("bgp") {
+        bgp::run(trials);
     }
     if !run("steady") && !run("failover") && !run("programming") {
         return;

@@ -18,7 +18,9 @@ fn s(v: &Value) -> &str {
 /// and an announcer), and a line saying where it stands.
 pub fn readiness(status: &Value) -> (bool, String) {
     let nodes = arr(&status["nodes"]);
-    let synced = nodes.iter().filter(|n| n["synced"] == true).count();
+    // A node speaking BGP is synced once its sessions are established too.
+    let peered = |n: &&Value| n["bgp"].is_null() || n["bgp"]["established"] == n["bgp"]["sessions"];
+    let synced = nodes.iter().filter(|n| n["synced"] == true).filter(peered).count();
     let lbs: Vec<&Value> = arr(&status["services"]).iter().filter(|s| s["type"] == "LoadBalancer").collect();
     let assigned = lbs.iter().filter(|s| !arr(&s["externalIPs"]).is_empty()).count();
     // Nothing announces an address no pod serves (MetalLB does the same).
@@ -364,6 +366,10 @@ mod tests {
         bgp["externalTrafficPolicy"] = "Local".into();
         st["services"].as_array_mut().unwrap().push(bgp);
         assert!(!readiness(&st).0, "neither announced over ARP nor routed yet");
+        st["nodes"][0]["bgp"] = serde_json::json!({"sessions": 1, "established": 0});
+        st["services"][1]["nextHops"] = serde_json::json!(["172.18.0.2"]);
+        assert!(!readiness(&st).0, "its session is not established yet");
+        st["nodes"][0]["bgp"]["established"] = 1.into();
         st["services"][1]["nextHops"] = serde_json::json!(["172.18.0.2", "172.18.0.9"]);
         assert!(readiness(&st).0, "{:?}", readiness(&st));
         st["routers"] = serde_json::json!([{"name": "tor", "netns": "tw-demo-r-tor"}]);

@@ -622,6 +622,7 @@ impl Lab {
             "mode": state(&n.name)["status"]["mode"], "lastSync": state(&n.name)["status"]["lastSyncTime"],
             "synced": state(&n.name)["status"]["ready"] == true,
             "announcing": state(&n.name)["status"]["announcing"],
+            "bgp": state(&n.name)["status"]["bgp"],
             "namespace": self.names.node(&n.name),
         })).collect();
         let services: Vec<Value> = self.world.services.iter().map(|s| {
