@@ -73,6 +73,26 @@ for s in "${sets[@]}"; do
 done
 echo "notes: the CA named exactly where HTTPS is on"
 
+# BGP: FRR runs beside the agents on the host network, sharing FRR's sockets, without API
+# credentials; without bgp.enabled there is no FRR.
+"$VENV/bin/python" - "$out" <<'PY'
+import sys, yaml
+out = sys.argv[1]
+def daemonsets(s):
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{s}.yaml")) if d and d.get("kind") == "DaemonSet"]
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["template"]["spec"] for d in docs}
+def host_paths(pod):
+    return {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+bgp, default = daemonsets("bgp"), daemonsets("default")
+assert "frr" not in default, "FRR without bgp.enabled"
+frr, agent = bgp["frr"], bgp["agent"]
+assert frr["hostNetwork"] and frr["automountServiceAccountToken"] is False, frr
+assert "/var/run/frr" in host_paths(frr) & host_paths(agent), "FRR's sockets are not shared with the agent"
+args = agent["containers"][0]["args"]
+assert "--bgp" in args, args
+print("bgp: FRR on the host network beside the agents, sharing /var/run/frr, no API token")
+PY
+
 "$VENV/bin/python" - "$out" "$CHART" "${sets[@]}" <<'PY'
 import glob, json, os, subprocess, sys
 import yaml, jsonschema

@@ -1,7 +1,8 @@
 //! The agent's BGP speaker over a stand-in FRR: the configuration it hands FRR follows the
 //! cluster (an ETP Local Service's last local endpoint leaving withdraws its address; a change
 //! to the BGP objects alone is applied), an unchanged decision is not applied again, a refused
-//! one is reported and tried again, and what was applied is in the status and the metrics.
+//! one is reported and tried again, what was applied is in the status and the metrics, and a
+//! node that peers with nobody leaves FRR alone until it does.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tideway_core::bgp::{BgpAdvertisement, BgpPeer, Community, CommunityRef};
-use tideway_core::cluster::{BgpObject, BgpSpec};
+use tideway_core::cluster::{BgpKind, BgpObject, BgpSpec};
 use tideway_core::config::ProxySettings;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{ip, mk_service, mk_slice};
@@ -170,6 +171,27 @@ async fn frr_is_given_the_nodes_decision_when_it_changes_and_only_then() {
     r.agent.sync(false).await.expect("sync");
     assert_eq!(r.frr.count(), 3);
     assert!(r.frr.last().contains("64512:7"), "{}", r.frr.last());
+}
+
+#[tokio::test]
+async fn a_node_no_peer_selects_leaves_frr_alone_until_one_does() {
+    let cluster = cluster();
+    let peer = cluster.lock().bgp_object(BgpKind::Peer, "", "tor").cloned().expect("the peer");
+    cluster.update(|s| s.delete_bgp(BgpKind::Peer, "", "tor"));
+    let mut r = rig(&cluster);
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 0, "FRR may not run on a node that peers with nobody");
+    let status = r.status.read().unwrap().bgp.clone().expect("BGP status");
+    assert!(status.sessions.is_empty() && status.last_error.is_none(), "{status:?}");
+    cluster.update(|s| s.apply_bgp(peer));
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 1);
+    assert!(r.frr.last().contains("neighbor 172.30.0.1 remote-as 64513"), "{}", r.frr.last());
+    // Once it has peered, losing its last peer is applied: its routes are withdrawn.
+    cluster.update(|s| s.delete_bgp(BgpKind::Peer, "", "tor"));
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), 2);
+    assert!(!r.frr.last().contains("neighbor"), "{}", r.frr.last());
 }
 
 #[tokio::test]

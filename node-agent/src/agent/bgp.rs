@@ -27,12 +27,14 @@ pub(crate) struct Speaker {
     pub(super) routing: Arc<dyn Routing>,
     /// The text FRR runs (None before the first, or after a failure).
     applied: Option<String>,
+    /// True once FRR took a configuration.
+    given: bool,
 }
 
 impl Speaker {
     /// A speaker driving `routing`.
     fn new(routing: Arc<dyn Routing>) -> Speaker {
-        Speaker { routing, applied: None }
+        Speaker { routing, applied: None, given: false }
     }
 }
 
@@ -113,7 +115,9 @@ impl Agent {
         }
         let text = bgp::frr::render(&decided);
         let speaker = self.bgp.as_mut().expect("checked above");
-        if speaker.applied.as_deref() == Some(text.as_str()) {
+        // A node that peers with nobody leaves FRR alone until it does (FRR may not run on
+        // nodes no BGPPeer selects); once it has peered, losing every peer is applied.
+        if speaker.applied.as_deref() == Some(text.as_str()) || (!speaker.given && decided.sessions.is_empty()) {
             return self.report_bgp(&decided, Outcome::Unchanged);
         }
         let result = blocking(|| speaker.routing.apply(&text));
@@ -124,6 +128,7 @@ impl Agent {
                     prefixes = decided.prefixes().len(),
                     "FRR configuration applied"
                 );
+                speaker.given = true;
                 speaker.applied = Some(text);
                 self.metrics.bgp_sessions.set(decided.sessions.len() as i64);
                 self.metrics.bgp_prefixes.set(decided.prefixes().len() as i64);
