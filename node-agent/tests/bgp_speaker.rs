@@ -1,8 +1,9 @@
 //! The agent's BGP speaker over a stand-in FRR: the configuration it hands FRR follows the
 //! cluster (an ETP Local Service's last local endpoint leaving withdraws its address; a change
 //! to the BGP objects alone is applied), an unchanged decision is not applied again, a refused
-//! one is reported and tried again, what was applied is in the status and the metrics, and a
-//! node that peers with nobody leaves FRR alone until it does.
+//! one is reported and tried again, what was applied is in the status and the metrics, a node
+//! that peers with nobody leaves FRR alone until it does, and an FRR that restarted empty is
+//! given its configuration again.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -15,7 +16,7 @@ use tideway_core::cluster::{BgpKind, BgpObject, BgpSpec};
 use tideway_core::config::ProxySettings;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{ip, mk_service, mk_slice};
-use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus, watch_sessions};
+use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
 use tideway_node_agent::dataplane::memory::SharedKernel;
 use tideway_node_agent::frr::{FrrError, PeerState, Routing};
 use tideway_node_agent::health::ProxyHealth;
@@ -237,12 +238,7 @@ async fn sessions_read_back_from_frr_reach_the_status_metrics_and_report() {
     r.agent.sync(false).await.expect("sync");
     let router = ip("172.30.0.1");
     r.frr.peers.lock().unwrap().insert(router, PeerState { established: true, bfd: Some("up".into()) });
-    let watch = tokio::spawn(watch_sessions(
-        Arc::new(r.frr.clone()),
-        r.status.clone(),
-        r.metrics.clone(),
-        Duration::from_millis(100),
-    ));
+    let watch = tokio::spawn(r.agent.session_watch(Duration::from_millis(100)).expect("speaks BGP"));
     tokio_sleep_until(|| r.status.read().unwrap().bgp.as_ref().is_some_and(|b| b.sessions[0].established))
         .await;
     let session = r.status.read().unwrap().bgp.clone().unwrap().sessions[0].clone();
@@ -266,6 +262,17 @@ async fn sessions_read_back_from_frr_reach_the_status_metrics_and_report() {
     tokio_sleep_until(|| r.status.read().unwrap().bgp.as_ref().is_some_and(|b| !b.sessions[0].established))
         .await;
     assert_eq!(metric(&r.registry, "tideway_bfd_sessions_up"), 0.0);
+
+    // FRR restarts empty (its pod replaced): it knows none of the sessions, and the next sync
+    // gives it its configuration again though the decision is the same.
+    let applied = r.frr.count();
+    r.frr.peers.lock().unwrap().clear();
+    tokio_sleep_until(|| r.status.read().unwrap().bgp.as_ref().is_some_and(|b| b.sessions[0].bfd.is_none()))
+        .await;
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), applied + 1, "the same configuration, given again");
+    r.agent.sync(false).await.expect("sync");
+    assert_eq!(r.frr.count(), applied + 1, "and only once");
     watch.abort();
 }
 

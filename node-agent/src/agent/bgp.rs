@@ -5,10 +5,13 @@
 //! It runs after each sync, and on the changes that can move it alone (BGP objects, pools). A
 //! configuration FRR refused is tried again at the next sync or drift check. A fenced agent
 //! advertises nothing, as it answers ARP for nothing. While the agent runs, FRR's sessions are
-//! read back every [`SESSION_POLL`] ([`watch_sessions`]): established or not, and their BFD.
+//! read back every [`SESSION_POLL`] ([`Agent::session_watch`]): established or not, and their
+//! BFD. An FRR that runs none of the sessions it was given (it restarted, empty) is given its
+//! configuration again at the next sync or drift check.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -29,22 +32,26 @@ pub(crate) struct Speaker {
     applied: Option<String>,
     /// True once FRR took a configuration.
     given: bool,
+    /// Set by the session watch when FRR runs none of the sessions it was given.
+    lost: Arc<AtomicBool>,
 }
 
 impl Speaker {
     /// A speaker driving `routing`.
     fn new(routing: Arc<dyn Routing>) -> Speaker {
-        Speaker { routing, applied: None, given: false }
+        Speaker { routing, applied: None, given: false, lost: Arc::default() }
     }
 }
 
 /// Reads FRR's sessions every `every` into `status` and `metrics`, until dropped. A read that
-/// fails is logged when it starts failing, and the sessions are then shown as not established.
-pub async fn watch_sessions(
+/// fails is logged when it starts failing, and the sessions are then shown as not established;
+/// a read that finds none of the applied sessions sets `lost`.
+async fn watch_sessions(
     routing: Arc<dyn Routing>,
     status: Arc<RwLock<AgentStatus>>,
     metrics: Arc<Metrics>,
     every: Duration,
+    lost: Arc<AtomicBool>,
 ) {
     let mut tick = tokio::time::interval(every);
     let mut failing = false;
@@ -61,22 +68,30 @@ pub async fn watch_sessions(
                 if !std::mem::replace(&mut failing, true) {
                     tracing::warn!(error = %e, "cannot read FRR's sessions");
                 }
-                BTreeMap::new()
+                record_sessions(&status, &metrics, &BTreeMap::new());
+                continue;
             }
             Err(_) => return,
         };
-        record_sessions(&status, &metrics, &states);
+        if record_sessions(&status, &metrics, &states) && !lost.swap(true, Ordering::Relaxed) {
+            tracing::warn!("FRR runs none of the sessions it was given (restarted?)");
+        }
     }
 }
 
 /// Marks each session of the status with what FRR says of its peer; counts them in `metrics`.
+/// True when sessions were applied but FRR knows none of their peers (it lost its
+/// configuration: FRR lists every configured neighbor, established or not).
 pub fn record_sessions(
     status: &RwLock<AgentStatus>,
     metrics: &Metrics,
     states: &BTreeMap<IpAddr, PeerState>,
-) {
+) -> bool {
     let mut status = status.write().unwrap_or_else(|e| e.into_inner());
-    let Some(bgp) = status.bgp.as_mut() else { return };
+    let Some(bgp) = status.bgp.as_mut() else { return false };
+    let forgotten = bgp.applied > 0
+        && !bgp.sessions.is_empty()
+        && !bgp.sessions.iter().any(|s| s.address.parse().is_ok_and(|a: IpAddr| states.contains_key(&a)));
     for s in &mut bgp.sessions {
         let state = s.address.parse().ok().and_then(|a: IpAddr| states.get(&a)).cloned().unwrap_or_default();
         s.established = state.established;
@@ -85,6 +100,7 @@ pub fn record_sessions(
     let count = |f: &dyn Fn(&BgpSessionStatus) -> bool| bgp.sessions.iter().filter(|s| f(s)).count() as i64;
     metrics.bgp_established.set(count(&|s| s.established));
     metrics.bfd_up.set(count(&|s| s.bfd.as_deref() == Some("up")));
+    forgotten
 }
 
 impl Agent {
@@ -93,6 +109,14 @@ impl Agent {
         self.bgp = Some(Speaker::new(routing));
         self.set_status(|s| s.bgp = Some(BgpStatus::default()));
         self
+    }
+
+    /// Reads FRR's sessions every `every` into the status and metrics while polled (none when
+    /// the agent does not speak BGP).
+    pub fn session_watch(&self, every: Duration) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let s = self.bgp.as_ref()?;
+        let (status, metrics) = (self.status.clone(), self.metrics.clone());
+        Some(watch_sessions(s.routing.clone(), status, metrics, every, s.lost.clone()))
     }
 
     /// True when this agent speaks BGP.
@@ -115,9 +139,15 @@ impl Agent {
         }
         let text = bgp::frr::render(&decided);
         let speaker = self.bgp.as_mut().expect("checked above");
+        if speaker.lost.swap(false, Ordering::Relaxed) {
+            tracing::warn!("giving FRR its configuration again");
+            speaker.applied = None;
+        }
         // A node that peers with nobody leaves FRR alone until it does (FRR may not run on
         // nodes no BGPPeer selects); once it has peered, losing every peer is applied.
-        if speaker.applied.as_deref() == Some(text.as_str()) || (!speaker.given && decided.sessions.is_empty()) {
+        if speaker.applied.as_deref() == Some(text.as_str())
+            || (!speaker.given && decided.sessions.is_empty())
+        {
             return self.report_bgp(&decided, Outcome::Unchanged);
         }
         let result = blocking(|| speaker.routing.apply(&text));
@@ -143,9 +173,9 @@ impl Agent {
         }
     }
 
-    /// True when the last configuration was not applied.
+    /// True when the last configuration was not applied, or FRR lost it.
     pub(super) fn bgp_failed(&self) -> bool {
-        self.bgp.as_ref().is_some_and(|s| s.applied.is_none())
+        self.bgp.as_ref().is_some_and(|s| s.applied.is_none() || s.lost.load(Ordering::Relaxed))
     }
 
     fn report_bgp(&self, decided: &NodeBgp, outcome: Outcome) {

@@ -34,7 +34,7 @@ mod status;
 mod unprogrammed;
 
 use bgp::Speaker;
-pub use bgp::{record_sessions, watch_sessions};
+pub use bgp::record_sessions;
 pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 
 use self::plan::{Planned, Planning};

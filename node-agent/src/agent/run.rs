@@ -46,15 +46,7 @@ impl Agent {
     /// checks for drift every `syncPeriod`.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let _sessions = self.bgp.as_ref().map(|s| {
-            let watch = super::bgp::watch_sessions(
-                s.routing.clone(),
-                self.status.clone(),
-                self.metrics.clone(),
-                super::bgp::SESSION_POLL,
-            );
-            AbortOnDrop(tokio::spawn(watch))
-        });
+        let _sessions = self.session_watch(super::bgp::SESSION_POLL).map(|w| AbortOnDrop(tokio::spawn(w)));
         // What the first complete view waits for is told after a grace period (a healthy API
         // server lists in well under it), then whenever it changes.
         let mut ticks = tokio::time::interval_at(Instant::now() + WAIT_GRACE, Duration::from_secs(1));
