@@ -93,7 +93,6 @@ struct Rig {
     frr: FakeFrr,
     status: Arc<RwLock<AgentStatus>>,
     registry: Registry,
-    metrics: Arc<Metrics>,
 }
 
 fn rig(cluster: &SharedCluster) -> Rig {
@@ -112,7 +111,7 @@ fn rig(cluster: &SharedCluster) -> Rig {
     )
     .with_dataplanes(Box::new(move |s: &ProxySettings| kernel.dataplane(s)))
     .with_bgp(Arc::new(frr.clone()));
-    Rig { agent, frr, status, registry, metrics }
+    Rig { agent, frr, status, registry }
 }
 
 fn metric(registry: &Registry, name: &str) -> f64 {
