@@ -76,7 +76,7 @@ bench:
 	$(CARGO) bench -p tideway-core --bench planner
 	TIDEWAY_IPTABLES_BACKEND=legacy $(CARGO) bench -p tideway --bench agent
 
-# The lab: up to first curl, L2 failover, network programming latency (root; MODE=iptables too).
+# The lab: up to first curl, L2 failover, network programming latency, BGP through the lab's router (root; MODE=iptables too).
 bench-lab:
 	$(CARGO) bench -p tideway --bench lab
 
