@@ -16,17 +16,7 @@ const WORKER3: &str = "172.18.0.3";
 
 /// The router's next hops for `ip` (sorted; none: no route).
 fn next_hops(lab: &TestLab, ip: &str) -> Vec<String> {
-    let out = lab.exec("tor", &["ip", "-j", "route", "show", &format!("{ip}/32")]);
-    let routes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let mut hops: Vec<String> = Vec::new();
-    for r in routes.as_array().into_iter().flatten() {
-        match r["nexthops"].as_array() {
-            Some(list) => hops.extend(list.iter().filter_map(|h| h["gateway"].as_str().map(String::from))),
-            None => hops.extend(r["gateway"].as_str().map(String::from)),
-        }
-    }
-    hops.sort();
-    hops
+    tideway_lab::frr::bgp_routes(&format!("tw-{}-r-tor", lab.name)).remove(ip).unwrap_or_default()
 }
 
 /// Waits until the router routes `ip` over exactly `want`.

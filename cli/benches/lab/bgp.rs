@@ -26,19 +26,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// The router's next hops for `ip`, sorted.
 fn next_hops(ip: &str) -> Vec<String> {
-    let ns = format!("tw-{LAB}-r-tor");
-    let out = Command::new("ip").args(["-n", &ns, "-j", "route", "show", &format!("{ip}/32")]).output();
-    let routes: serde_json::Value =
-        out.ok().and_then(|o| serde_json::from_slice(&o.stdout).ok()).unwrap_or_default();
-    let mut hops: Vec<String> = Vec::new();
-    for r in routes.as_array().into_iter().flatten() {
-        match r["nexthops"].as_array() {
-            Some(list) => hops.extend(list.iter().filter_map(|h| h["gateway"].as_str().map(String::from))),
-            None => hops.extend(r["gateway"].as_str().map(String::from)),
-        }
-    }
-    hops.sort();
-    hops
+    tideway_lab::frr::bgp_routes(&format!("tw-{LAB}-r-tor")).remove(ip).unwrap_or_default()
 }
 
 /// Polls the router (every 2 ms) until `done(next hops)`; how long since `since`.
