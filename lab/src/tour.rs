@@ -91,7 +91,7 @@ BGP through router {name} (FRR; BFD at 100 ms x 3; multipath hashed on layer 4):
     }
     let _ = writeln!(
         t,
-        "  tideway lab node{flag} NODE down; tideway lab exec{flag} {name} -- ip route show {lb}   # BFD withdraws the node within 0.3 s"
+        "  tideway lab node{flag} NODE down; tideway lab exec{flag} {name} -- ip route show {lb}   # BFD (3 x 100 ms) withdraws the node in about 0.35 s"
     );
 }
 
