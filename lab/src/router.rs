@@ -13,7 +13,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::control::{NodeState, Plan};
+use crate::control::{NodeState, Plan, in_net};
 use crate::spec::LabHost;
 use crate::topology::{Cmd, Names, attach, cmd, ifname, sysctls};
 
@@ -40,9 +40,7 @@ impl LabRouter {
 
     /// Whether `ip` is on the outside network.
     pub fn is_outside(&self, ip: Ipv4Addr) -> bool {
-        let (net, len) = self.outside_net();
-        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        u32::from(ip) & mask == u32::from(net)
+        in_net(ip, self.outside)
     }
 }
 

@@ -41,7 +41,8 @@ impl Default for Plan {
     }
 }
 
-fn in_net(ip: Ipv4Addr, (net, len): (Ipv4Addr, u8)) -> bool {
+/// Whether `ip` is in the network `(net, len)` (`net` need not be the network's first address).
+pub(crate) fn in_net(ip: Ipv4Addr, (net, len): (Ipv4Addr, u8)) -> bool {
     let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
     u32::from(ip) & mask == u32::from(net) & mask
 }

@@ -21,6 +21,7 @@ pub mod writes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
+pub(crate) use alloc::in_net;
 pub use alloc::{Allocations, Plan};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use serde_json::{Value, json};
