@@ -10,12 +10,16 @@
 # Usage: bench/dns/run.sh            (about 9 minutes plus a release build)
 #   DURATION=20   seconds per saturation run
 #   RATE=20000    queries per second of the fixed-rate latency run
-#   ROUNDS=3      alternating tideway/Knot rounds of the headline run (median reported)
+#   ROUNDS=3      alternating tideway/Knot/floor rounds of the headline and fixed-rate runs
+#                 (medians reported)
 #   BENCH_DIR=... scratch directory (default: a new one under /tmp)
-#   SERVERS="tideway tideway-lowmem tideway-hickory knot"
+#   SERVERS="tideway tideway-floor tideway-lowmem tideway-hickory knot"
 #                 tideway-lowmem: the same binary, its allocator told to return freed memory
 #                 at once; tideway-hickory: UDP through hickory-server's own socket loop
-#                 (--udp-engine hickory) instead of the recvmmsg workers; see docs/benchmarks.md
+#                 (--udp-engine hickory) instead of the recvmmsg workers; tideway-floor: the
+#                 same socket code answering every query with one canned reply
+#                 (--udp-engine floor), the most any server on it could do; see
+#                 docs/benchmarks.md
 # Installs dnsperf, knot and bc from Debian when missing. Loopback only (ports 25353, 35353).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +27,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 B=${BENCH_DIR:-$(mktemp -d /tmp/tideway-dns-bench.XXXXXX)}
 DURATION=${DURATION:-20}
 RATE=${RATE:-20000}
-SERVERS=${SERVERS:-"tideway tideway-lowmem tideway-hickory knot"}
+SERVERS=${SERVERS:-"tideway tideway-floor tideway-lowmem tideway-hickory knot"}
 ROUNDS=${ROUNDS:-3}
 KNOT_PORT=25353
 TW_PORT=35353
@@ -63,13 +67,14 @@ start_server() {
       sed "s/udp-workers: .*/udp-workers: $workers/" "$B/knot/knot.conf" > "$B/knot/run.conf"
       rm -rf "$B/knot/db/"*
       cmd=(knotd -c "$B/knot/run.conf") ;;
-    tideway|tideway-lowmem|tideway-hickory)
+    tideway|tideway-lowmem|tideway-hickory|tideway-floor)
       port=$TW_PORT
       cmd=("$TIDEWAY" dns --source "file:$B/cluster.yaml" --listen "127.0.0.1:$TW_PORT"
            --upstream-resolv-conf "$B/empty-resolv.conf" --workers "$workers"
            --health-listen 127.0.0.1:38080 --ready-listen 127.0.0.1:38181 --metrics-listen 127.0.0.1:39153
            --lameduck 0s --no-loop-probe ${TIDEWAY_ARGS:-})
-      [ "$name" = tideway-hickory ] && cmd+=(--udp-engine hickory) ;;
+      [ "$name" = tideway-hickory ] && cmd+=(--udp-engine hickory)
+      [ "$name" = tideway-floor ] && cmd+=(--udp-engine floor) ;;
   esac
   local envs=()
   [ "$name" = tideway-lowmem ] && envs=(env MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0)
@@ -131,15 +136,19 @@ row() {
 }
 
 LABELS=()
-# 1. The headline comparison, alternating servers so both see the same background load:
-#    ROUNDS x (tideway, knot), pinned, saturating.
+# 1. The headline comparison, alternating servers so all see the same background load:
+#    ROUNDS x (tideway, knot, floor), pinned: saturating, then at the fixed rate (not the floor).
 ROUND_LABELS=()
 for r in $(seq 1 "$ROUNDS"); do
-  for S in tideway knot; do
+  for S in tideway knot tideway-floor; do
     [[ " $SERVERS " == *" $S "* ]] || continue
     start_server "$S" 1 yes "$S-pin1-r$r"
     measure "$S-pin1-q500-r$r" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500
     ROUND_LABELS+=("$S-pin1-q500-r$r")
+    if [ "$S" != tideway-floor ]; then
+      measure "$S-pin1-Q$RATE-r$r" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500 -Q "$RATE" -v
+      ROUND_LABELS+=("$S-pin1-Q$RATE-r$r")
+    fi
     if [ "$S" = tideway ] && [ "$r" = 1 ]; then
       grep -o 'millis=[0-9.]*' "$B/results/$S-pin1-r$r.server.log" | head -1 | sed 's/millis=/index build ms: /' > "$B/results/index-build.txt" || true
     fi
@@ -148,11 +157,12 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 # 2. Everything else once per server.
 for S in $SERVERS; do
+  [ "$S" = tideway-floor ] && continue
   start_server "$S" 1 yes "$S-pin1"
   if [ "$S" != tideway ] && [ "$S" != knot ]; then
     measure "$S-pin1-q500" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500")
+    measure "$S-pin1-Q$RATE" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500 -Q "$RATE" -v; LABELS+=("$S-pin1-Q$RATE")
   fi
-  measure "$S-pin1-Q$RATE" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500 -Q "$RATE" -v; LABELS+=("$S-pin1-Q$RATE")
   if [ "$S" = tideway ] || [ "$S" = knot ]; then
     measure "$S-pin1-q500-POSONLY" "$B/q-positive.txt" yes -l 10 -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500-POSONLY")
     measure "$S-pin1-q500-NXONLY" "$B/q-nx.txt" yes -l 10 -c 4 -T 1 -q 500; LABELS+=("$S-pin1-q500-NXONLY")
@@ -173,13 +183,21 @@ if [[ "$SERVERS" == *tideway* && "$SERVERS" == *knot* ]]; then
     # Response code and answer section (records sorted; the SOA serial differs by design).
     # shellcheck disable=SC2086
     a=$( (dig @127.0.0.1 -p $KNOT_PORT +noall +comments $q | grep -o 'status: [A-Z]*'; dig @127.0.0.1 -p $KNOT_PORT +noall +answer $q | sort) )
+    # Asked once before without a cookie, so the answers compared are replayed copies.
     # shellcheck disable=SC2086
-    b=$( (dig @127.0.0.1 -p $TW_PORT +noall +comments $q | grep -o 'status: [A-Z]*'; dig @127.0.0.1 -p $TW_PORT +noall +answer $q | sort) )
+    dig @127.0.0.1 -p $TW_PORT +nocookie $q > /dev/null
+    # shellcheck disable=SC2086
+    b=$( (dig @127.0.0.1 -p $TW_PORT +nocookie +noall +comments $q | grep -o 'status: [A-Z]*'; dig @127.0.0.1 -p $TW_PORT +nocookie +noall +answer $q | sort) )
     if [ "$a" = "$b" ]; then echo "same answer: $q" >&2; else printf 'DIFFERENT answer: %s\n%s\n--\n%s\n' "$q" "$a" "$b" >&2; fi
   done
   kill "$KPID" "$TPID"; wait "$KPID" "$TPID" 2>/dev/null || true
 fi
 
+ratio() { echo "$1 $2" | awk '{printf "%.2f", $1 / $2}'; }
+median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+median_field() { sed "$1" "$B/results/rounds.txt" | median; }
+fixed_cpu() { read -r _ t _ hz _ < "$B/results/$1.meta"; echo "$t $hz" | awk '{printf "%.2f\n", $1 / $2}'; }
+fixed_p99() { grep '^> ' "$B/results/$1.dnsperf" | awk '{print $NF}' | sort -g | awk '{a[NR]=$1} END{printf "%.3f\n", a[int(NR*0.99)]*1000}'; }
 eff() { awk '/Queries completed/{print $3}' "$B/results/$1.dnsperf" | { read -r n; read -r _ t _ hz _ < "$B/results/$1.meta"; echo "$n $t $hz" | awk '{printf "%.0f", $1 / ($2 / $3)}'; }; }
 {
   echo "| run | QPS | completed | server CPU s | answers per server CPU-s | avg ms | p50 / p99 / p99.9 ms | background CPU s | RSS / PSS MB before | RSS / PSS MB after | response codes |"
@@ -189,9 +207,22 @@ eff() { awk '/Queries completed/{print $3}' "$B/results/$1.dnsperf" | { read -r 
   if [[ " $SERVERS " == *" tideway "* && " $SERVERS " == *" knot "* ]]; then
     for r in $(seq 1 "$ROUNDS"); do
       t=$(eff "tideway-pin1-q500-r$r"); k=$(eff "knot-pin1-q500-r$r")
-      echo "round $r: tideway $t, knot $k answers per server CPU-s, ratio $(echo "$t $k" | awk '{printf "%.2f", $1 / $2}')"
+      line="round $r: tideway $t, knot $k answers per server CPU-s, ratio $(ratio "$t" "$k")"
+      if [[ " $SERVERS " == *" tideway-floor "* ]]; then
+        f=$(eff "tideway-floor-pin1-q500-r$r")
+        line="$line; floor $f, tideway / floor $(ratio "$t" "$f")"
+      fi
+      echo "$line"
     done | tee "$B/results/rounds.txt"
-    echo "median ratio: $(awk '{print $NF}' "$B/results/rounds.txt" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')"
+    echo "median ratio to knot: $(median_field 's/.*knot [0-9]* answers per server CPU-s, ratio \([0-9.]*\).*/\1/')"
+    if [[ " $SERVERS " == *" tideway-floor "* ]]; then
+      echo "median ratio to the floor: $(median_field 's/.*tideway \/ floor \([0-9.]*\).*/\1/')"
+    fi
+    for S in tideway knot; do
+      cpu=$(for r in $(seq 1 "$ROUNDS"); do fixed_cpu "$S-pin1-Q$RATE-r$r"; done | median)
+      p99=$(for r in $(seq 1 "$ROUNDS"); do fixed_p99 "$S-pin1-Q$RATE-r$r"; done | median)
+      echo "$S at $RATE QPS: median server CPU s $cpu, median p99 ms $p99"
+    done
   fi
   cat "$B/results/index-build.txt" 2>/dev/null || true
   echo "knotd $(dpkg-query -W -f='${Version}' knot), dnsperf $(dpkg-query -W -f='${Version}' dnsperf), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -100,7 +100,9 @@ pub struct DnsArgs {
     /// Worker threads and UDP sockets (default: one per CPU).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// UDP receive path: `native` or `hickory` (hickory-server's per-datagram tasks).
+    /// UDP receive path: `native`, `hickory` (hickory-server's per-datagram tasks), or
+    /// `floor` (benchmarks only: the native workers answering every query with one canned
+    /// reply).
     #[arg(long, default_value = "native")]
     pub udp_engine: String,
     /// Skip the start-up forwarding-loop probe.
@@ -159,7 +161,8 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
     let udp_engine = match args.udp_engine.as_str() {
         "native" => UdpEngine::Native,
         "hickory" => UdpEngine::Hickory,
-        other => bail!("--udp-engine: unknown engine {other:?} (native or hickory)"),
+        "floor" => UdpEngine::Floor,
+        other => bail!("--udp-engine: unknown engine {other:?} (native, hickory or floor)"),
     };
     let workers =
         args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);

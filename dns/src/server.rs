@@ -20,6 +20,7 @@ use crate::handler::{Core, DnsHandler};
 use crate::metrics::Metrics;
 use crate::ops::{self, Readiness};
 use crate::records::RecordIndex;
+use crate::udp::Answering;
 
 /// Which code receives UDP queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,6 +31,9 @@ pub enum UdpEngine {
     Native,
     /// hickory-server's `register_socket` (a task per datagram); kept for comparison.
     Hickory,
+    /// The native workers answering every query with one canned reply: the floor of the
+    /// socket code, for benchmarks. Not a DNS server.
+    Floor,
 }
 
 /// How to run the server.
@@ -215,9 +219,14 @@ impl Server {
                     udp.set_nonblocking(true).map_err(err)?;
                     hickory.register_socket(UdpSocket::from_std(udp).map_err(err)?);
                 }
-                UdpEngine::Native => {
+                UdpEngine::Native | UdpEngine::Floor => {
+                    let answering = match config.udp_engine {
+                        UdpEngine::Floor => Answering::Floor,
+                        _ => Answering::Server,
+                    };
                     let runtime = tokio::runtime::Handle::current();
-                    workers.push(crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i).map_err(err)?);
+                    let worker = crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i, answering);
+                    workers.push(worker.map_err(err)?);
                 }
             }
         }

@@ -13,6 +13,13 @@
 //! Under load that is one system call per burst instead of two per query; when idle, the
 //! thread sleeps in the kernel instead of cycling through an event loop. Several sockets share
 //! the port with `SO_REUSEPORT`, so the kernel spreads clients over the workers.
+//!
+//! Each worker keeps its own copies of the zone's replies ([`Replay`]): a query it answered
+//! before is answered again by copying bytes, without parsing or encoding.
+//!
+//! [`Answering::Floor`] answers every query with one fixed address record, with nothing in
+//! between but copying the ID and the question: the floor of this socket code, which
+//! benchmarks measure the server against.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
@@ -26,8 +33,8 @@ use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg, sendto};
 
 use crate::handler::Core;
-use crate::handler::wire::{self, Handled};
-use crate::metrics::Proto;
+use crate::handler::replay::Replay;
+use crate::handler::wire::Handled;
 
 /// Datagrams per burst.
 const BATCH: usize = 32;
@@ -35,6 +42,20 @@ const BATCH: usize = 32;
 const QUERY_BUF: usize = 4096;
 /// How often a worker blocked in `recvmmsg` checks for shutdown.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
+
+/// How a worker answers.
+#[derive(Clone, Copy)]
+pub(crate) enum Answering {
+    /// Through the server ([`Replay`], then the full request path).
+    Server,
+    /// With the query's ID and question and one canned record (the benchmark floor).
+    Floor,
+}
+
+/// The floor's reply header after the ID: a response, AA, NOERROR, one question, one answer.
+const FLOOR_HEADER: [u8; 10] = [0x84, 0, 0, 1, 0, 1, 0, 0, 0, 0];
+/// The floor's answer: the question's name (a pointer to it), A, IN, TTL 5, 10.96.0.1.
+const FLOOR_ANSWER: [u8; 16] = [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 96, 0, 1];
 
 /// A running UDP worker.
 pub(crate) struct Worker {
@@ -49,6 +70,7 @@ impl Worker {
         core: Arc<Core>,
         runtime: tokio::runtime::Handle,
         index: usize,
+        answering: Answering,
     ) -> io::Result<Worker> {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(WAKE_EVERY))?;
@@ -56,7 +78,7 @@ impl Worker {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name(format!("dns-udp-{index}"))
-            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag))?;
+            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, &answering))?;
         Ok(Worker { stop, thread: Some(thread) })
     }
 
@@ -80,8 +102,15 @@ impl Drop for Worker {
     }
 }
 
-fn serve(socket: &Arc<UdpSocket>, core: &Arc<Core>, runtime: &tokio::runtime::Handle, stop: &AtomicBool) {
+fn serve(
+    socket: &Arc<UdpSocket>,
+    core: &Arc<Core>,
+    runtime: &tokio::runtime::Handle,
+    stop: &AtomicBool,
+    answering: &Answering,
+) {
     let fd = socket.as_raw_fd();
+    let mut replay = Replay::default();
     let mut bufs = vec![0u8; BATCH * QUERY_BUF];
     let mut recv_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut send_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
@@ -105,7 +134,11 @@ fn serve(socket: &Arc<UdpSocket>, core: &Arc<Core>, runtime: &tokio::runtime::Ha
                 continue;
             }
             let query = &bufs[i * QUERY_BUF..i * QUERY_BUF + n];
-            match wire::handle_bytes(core, query, src, Proto::Udp) {
+            let handled = match answering {
+                Answering::Server => replay.handle(core, query, src),
+                Answering::Floor => floor(query),
+            };
+            match handled {
                 Handled::Respond(bytes) => replies.push((bytes, src)),
                 Handled::Later(pending) => {
                     let (socket, core) = (Arc::clone(socket), Arc::clone(core));
@@ -128,6 +161,35 @@ fn serve(socket: &Arc<UdpSocket>, core: &Arc<Core>, runtime: &tokio::runtime::Ha
         send_all(fd, &mut send_headers, &replies);
         replies.clear();
     }
+}
+
+/// The floor's reply to `query`; nothing for a query without a plain question.
+fn floor(query: &[u8]) -> Handled {
+    let Some(end) = question_end(query) else { return Handled::Drop };
+    let mut out = Vec::with_capacity(end + FLOOR_ANSWER.len());
+    out.extend_from_slice(&query[..2]);
+    out.extend_from_slice(&FLOOR_HEADER);
+    out.extend_from_slice(&query[12..end]);
+    out.extend_from_slice(&FLOOR_ANSWER);
+    Handled::Respond(out)
+}
+
+/// The end of the only question of `msg` (name, type, class), or `None` when there is not
+/// exactly one or its name has a compression pointer.
+fn question_end(msg: &[u8]) -> Option<usize> {
+    if msg.get(4..6)? != [0, 1] || msg.len() < 12 {
+        return None;
+    }
+    let mut at = 12;
+    loop {
+        match *msg.get(at)? {
+            0 => break,
+            l if l & 0xc0 != 0 => return None,
+            l => at += 1 + usize::from(l),
+        }
+    }
+    let end = at + 1 + 4;
+    (end <= msg.len()).then_some(end)
 }
 
 /// One blocking `recvmmsg` (returns once a datagram is there, with whatever else is queued):
@@ -174,5 +236,47 @@ fn send_all(fd: RawFd, headers: &mut MultiHeaders<SockaddrStorage>, replies: &[(
                 sent += 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RecordType};
+
+    use super::*;
+
+    #[test]
+    fn the_floor_answers_any_question_with_one_address() {
+        let mut q = Message::new(0xabcd, MessageType::Query, OpCode::Query);
+        q.add_query(Query::query(
+            Name::from_ascii("Svc-5.ns-7.svc.cluster.local.").unwrap(),
+            RecordType::SRV,
+        ));
+        let Handled::Respond(bytes) = floor(&q.to_vec().unwrap()) else { panic!("no reply") };
+        let reply = Message::from_vec(&bytes).unwrap();
+        assert_eq!(reply.metadata.id, 0xabcd);
+        assert_eq!(reply.metadata.message_type, MessageType::Response);
+        assert_eq!(reply.queries, q.queries, "the question echoed");
+        assert_eq!(reply.answers.len(), 1);
+        assert_eq!(reply.answers[0].name, *q.queries[0].name());
+        assert!(matches!(floor(&bytes[..11]), Handled::Drop), "no header, no reply");
+    }
+
+    #[test]
+    fn a_plain_question_is_one_uncompressed_name() {
+        let plain = {
+            let mut m = Message::new(1, MessageType::Query, OpCode::Query);
+            m.add_query(Query::query(Name::from_ascii("a.b.").unwrap(), RecordType::A));
+            m.to_vec().unwrap()
+        };
+        assert_eq!(question_end(&plain), Some(12 + 5 + 4));
+        let mut two = plain.clone();
+        two[5] = 2;
+        assert_eq!(question_end(&two), None, "two questions");
+        let mut pointer = plain[..12].to_vec();
+        pointer.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1]);
+        assert_eq!(question_end(&pointer), None, "a compressed name");
+        assert_eq!(question_end(&plain[..15]), None, "cut short");
     }
 }

@@ -8,12 +8,13 @@
 //! for UDP) and [`hickory`] plugs the same path into hickory-server's `RequestHandler`.
 
 mod hickory;
+pub mod replay;
 #[cfg(test)]
 mod tests;
 pub mod wire;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -167,6 +168,9 @@ pub struct Core {
     options: ArcSwap<Options>,
     metrics: Arc<Metrics>,
     probe: LoopProbe,
+    /// Bumped after every change of what an answer depends on (index, options), so copies
+    /// of earlier answers ([`replay`]) are known to be stale.
+    generation: AtomicU64,
 }
 
 impl Core {
@@ -185,6 +189,7 @@ impl Core {
             options: ArcSwap::from_pointee(options),
             metrics,
             probe: LoopProbe::new(),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -196,6 +201,19 @@ impl Core {
     /// Swaps in a new index; queries in flight finish with the old one.
     pub fn set_index(&self, index: RecordIndex) {
         self.index.store(Arc::new(index));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Changes with every new index or options: answers decided under an earlier value may
+    /// be out of date.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// True when an answer may depend on who asks (`--require-programmed`): such answers are
+    /// never replayed to another client.
+    fn answers_depend_on_client(&self) -> bool {
+        self.index.load().programmed.is_some()
     }
 
     /// The forwarder.
@@ -216,6 +234,12 @@ impl Core {
     /// Replaces the options.
     pub fn set_options(&self, options: Options) {
         self.options.store(Arc::new(options));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> Arc<Options> {
+        self.options.load_full()
     }
 
     /// The metrics.

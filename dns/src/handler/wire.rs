@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use super::{Core, Reply, Step};
 use crate::forward::EDNS_PAYLOAD;
-use crate::metrics::Proto;
+use crate::metrics::{Proto, Source};
 
 /// The largest UDP response for `request`: the client's EDNS size clamped to
 /// 512..=[`EDNS_PAYLOAD`], or 512 without EDNS.
@@ -258,12 +258,30 @@ fn respond(core: &Core, request: &Request, reply: &Reply, proto: Proto, started:
 
 /// The synchronous query path on raw bytes from `src`.
 pub fn handle_bytes(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) -> Handled {
+    handle(core, bytes, src, proto).0
+}
+
+/// A reply that the cluster zone alone decided, whatever the client's address: the same
+/// query bytes get the same reply until the index or the options change. What
+/// [`super::replay`] needs to count a replayed copy in the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    /// The question's type.
+    pub qtype: RecordType,
+    /// The reply's code.
+    pub rcode: ResponseCode,
+    /// The query's DO bit.
+    pub dnssec_ok: bool,
+}
+
+/// [`handle_bytes`], also saying whether the reply was [`Decided`] by the zone alone.
+pub(crate) fn handle(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) -> (Handled, Option<Decided>) {
     let started = Instant::now();
     let Ok(header) = Header::read(&mut BinDecoder::new(bytes)) else {
-        return Handled::Drop;
+        return (Handled::Drop, None);
     };
     if header.metadata.message_type == MessageType::Response {
-        return Handled::Drop;
+        return (Handled::Drop, None);
     }
     let protocol = match proto {
         Proto::Udp => Protocol::Udp,
@@ -280,11 +298,11 @@ pub fn handle_bytes(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) ->
                 proto,
                 RecordType::NULL,
                 ResponseCode::FormErr,
-                crate::metrics::Source::Server,
+                Source::Server,
                 12,
                 started.elapsed().as_secs_f64(),
             );
-            return msg.to_vec().map_or(Handled::Drop, Handled::Respond);
+            return (msg.to_vec().map_or(Handled::Drop, Handled::Respond), None);
         }
     };
     record_request(core, &request, proto, bytes.len());
@@ -292,9 +310,17 @@ pub fn handle_bytes(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) ->
     match span.in_scope(|| core.decide(&request)) {
         Step::Reply(reply) => {
             record_reply(&span, &reply);
-            respond(core, &request, &reply, proto, started).map_or(Handled::Drop, Handled::Respond)
+            let decided =
+                (reply.source == Source::Kubernetes && !core.answers_depend_on_client()).then(|| Decided {
+                    qtype: qtype_of(&request),
+                    rcode: reply.rcode,
+                    dnssec_ok: request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok),
+                });
+            let handled =
+                respond(core, &request, &reply, proto, started).map_or(Handled::Drop, Handled::Respond);
+            (handled, decided)
         }
-        step => Handled::Later(Box::new(Pending { request, step, proto, started, span })),
+        step => (Handled::Later(Box::new(Pending { request, step, proto, started, span })), None),
     }
 }
 

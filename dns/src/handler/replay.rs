@@ -1,0 +1,251 @@
+//! Replaying encoded answers: a UDP worker's own copy of the replies it sent, keyed by the
+//! query's bytes.
+//!
+//! A cluster zone answer depends on the query (its question, flags and EDNS record) and the
+//! index; not on the client's address (unless `--require-programmed` is on, when nothing is
+//! replayed) nor on the message ID. So a worker keeps each such reply as it went out, keyed
+//! by the query's bytes after the ID, and answers the same query again by copying the bytes
+//! and writing in:
+//!
+//! * the ID;
+//! * a new order of the addresses, when the server shuffles them (CoreDNS's `loadbalance`):
+//!   the records of a run of A or AAAA records share name, class and TTL, so shuffling
+//!   their addresses in place is shuffling the records. A reply whose shuffling cannot be
+//!   done that way (mixed types, MX) is not kept.
+//!
+//! The key keeps the name's case: replies echo it, in owner names and in the names built from
+//! the question's zone labels, so a query in another case is another key (a client that
+//! randomizes the case takes the full path, as before).
+//!
+//! What is kept is only what [`super::wire::handle`] says the zone alone decided: no
+//! forwarded or cached upstream answer (their TTLs count down), no error of the server's
+//! own, no truncated reply. Every copy is dropped when [`Core::generation`] moves (a new
+//! index or options), and the whole store when it outgrows [`BUDGET`] bytes.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use rustc_hash::FxHashMap;
+
+use super::Core;
+use super::wire::{self, Decided, Handled};
+use crate::metrics::{Proto, Source};
+
+/// Bytes of keys and replies one worker keeps before starting over.
+pub const BUDGET: usize = 16 << 20;
+/// Longer queries are not worth keeping (they carry options such as cookies).
+const MAX_QUERY: usize = 512;
+/// The header's TC bit (in its third byte).
+const TC: u8 = 0x02;
+/// Type codes.
+const TYPE_A: u16 = 1;
+const TYPE_CNAME: u16 = 5;
+const TYPE_MX: u16 = 15;
+const TYPE_AAAA: u16 = 28;
+/// Compression pointers followed before a name is taken as malformed.
+const MAX_HOPS: usize = 16;
+
+/// One worker's replies.
+#[derive(Default)]
+pub struct Replay {
+    generation: u64,
+    entries: FxHashMap<Box<[u8]>, Entry>,
+    bytes: usize,
+}
+
+/// A reply as sent, with what must change for the next client.
+struct Entry {
+    bytes: Box<[u8]>,
+    addresses: Option<Addresses>,
+    decided: Decided,
+}
+
+/// Where the addresses to shuffle lie: `len` bytes at each offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Addresses {
+    offsets: Box<[usize]>,
+    len: usize,
+}
+
+impl Replay {
+    /// Answers `query` from `src` over UDP: a copy of an earlier reply when there is one,
+    /// else through [`wire::handle`], keeping the reply when it may be replayed.
+    pub fn handle(&mut self, core: &Core, query: &[u8], src: SocketAddr) -> Handled {
+        let started = Instant::now();
+        let generation = core.generation();
+        if generation != self.generation {
+            self.clear();
+            self.generation = generation;
+        }
+        // A sampled query takes the full path so that its trace span is written.
+        if query.len() < 12 || query.len() > MAX_QUERY || tideway_telemetry::sampled() {
+            return wire::handle(core, query, src, Proto::Udp).0;
+        }
+        if let Some(entry) = self.entries.get(&query[2..]) {
+            return Handled::Respond(entry.replay(core, query, src, started));
+        }
+        let (handled, decided) = wire::handle(core, query, src, Proto::Udp);
+        if let (Handled::Respond(reply), Some(decided)) = (&handled, decided)
+            && let Some(entry) = Entry::keep(reply, decided, core.options().shuffle)
+        {
+            self.insert(&query[2..], entry);
+        }
+        handled
+    }
+
+    fn insert(&mut self, key: &[u8], entry: Entry) {
+        let size = key.len() + entry.bytes.len();
+        if self.bytes + size > BUDGET {
+            self.clear();
+        }
+        self.bytes += size;
+        self.entries.insert(key.into(), entry);
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Replies kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl Entry {
+    /// `reply` as an entry, or `None` when it cannot be replayed by copying.
+    fn keep(reply: &[u8], decided: Decided, shuffle: bool) -> Option<Entry> {
+        if reply.len() < 12 || reply[2] & TC != 0 {
+            return None;
+        }
+        let addresses = if shuffle { shuffled_addresses(reply)? } else { None };
+        Some(Entry { bytes: reply.into(), addresses, decided })
+    }
+
+    /// This reply for `query`: its ID, the addresses in a new order; counted in the metrics.
+    fn replay(&self, core: &Core, query: &[u8], src: SocketAddr, started: Instant) -> Vec<u8> {
+        let mut out = self.bytes.to_vec();
+        out[..2].copy_from_slice(&query[..2]);
+        if let Some(addresses) = &self.addresses {
+            addresses.shuffle(&mut out);
+        }
+        let Decided { qtype, rcode, dnssec_ok } = self.decided;
+        let metrics = core.metrics();
+        metrics.request(Proto::Udp, src.is_ipv6(), qtype, query.len(), dnssec_ok);
+        let elapsed = started.elapsed().as_secs_f64();
+        metrics.response(Proto::Udp, qtype, rcode, Source::Kubernetes, out.len(), elapsed);
+        out
+    }
+}
+
+impl Addresses {
+    /// Puts the addresses in a random order (Fisher–Yates).
+    fn shuffle(&self, bytes: &mut [u8]) {
+        for i in (1..self.offsets.len()).rev() {
+            let j = rand::random_range(0..=i);
+            if j != i {
+                let (a, b) = (self.offsets[j], self.offsets[i]);
+                let (head, tail) = bytes.split_at_mut(b);
+                head[a..a + self.len].swap_with_slice(&mut tail[..self.len]);
+            }
+        }
+    }
+}
+
+/// The end of the name at `at` (a compression pointer ends it), and the name itself in wire
+/// form with the pointers followed; `None` when malformed.
+fn read_name(msg: &[u8], at: usize) -> Option<(usize, Vec<u8>)> {
+    let mut name = Vec::with_capacity(64);
+    let (mut pos, mut end, mut hops) = (at, None, 0);
+    loop {
+        let len = *msg.get(pos)?;
+        match len {
+            0 => {
+                name.push(0);
+                return Some((end.unwrap_or(pos + 1), name));
+            }
+            l if l & 0xc0 == 0xc0 => {
+                let target = usize::from(u16::from_be_bytes([l & 0x3f, *msg.get(pos + 1)?]));
+                end.get_or_insert(pos + 2);
+                hops += 1;
+                if hops > MAX_HOPS || target >= pos {
+                    return None;
+                }
+                pos = target;
+            }
+            l if l & 0xc0 != 0 => return None,
+            l => {
+                let label = msg.get(pos..pos + 1 + usize::from(l))?;
+                name.extend_from_slice(label);
+                pos += label.len();
+            }
+        }
+    }
+}
+
+/// One resource record of the answer section.
+#[derive(Debug)]
+struct Rr {
+    owner: Vec<u8>,
+    /// Type, class and TTL.
+    fixed: [u8; 8],
+    rdata: usize,
+    rdlen: usize,
+}
+
+impl Rr {
+    fn rtype(&self) -> u16 {
+        u16::from_be_bytes([self.fixed[0], self.fixed[1]])
+    }
+}
+
+/// The answer section of `reply`.
+fn answer_records(reply: &[u8]) -> Option<Vec<Rr>> {
+    if reply.get(4..6)? != [0, 1] {
+        return None;
+    }
+    let count = u16::from_be_bytes([*reply.get(6)?, *reply.get(7)?]);
+    let mut at = read_name(reply, 12)?.0 + 4;
+    let mut records = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let (owner_end, owner) = read_name(reply, at)?;
+        let fixed: [u8; 10] = reply.get(owner_end..owner_end + 10)?.try_into().ok()?;
+        let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+        let rdata = owner_end + 10;
+        if rdata + rdlen > reply.len() {
+            return None;
+        }
+        let fixed: [u8; 8] = fixed[..8].try_into().ok()?;
+        records.push(Rr { owner, fixed, rdata, rdlen });
+        at = rdata + rdlen;
+    }
+    Some(records)
+}
+
+/// What a copy of `reply` must shuffle, mirroring [`super::shuffle_addresses`]: `Some(None)`
+/// when nothing, `Some(Some(addresses))` for addresses to shuffle in place, `None` when the
+/// reply needs a shuffle that moving addresses cannot do.
+fn shuffled_addresses(reply: &[u8]) -> Option<Option<Addresses>> {
+    let records = answer_records(reply)?;
+    let start = records.iter().position(|r| r.rtype() != TYPE_CNAME).unwrap_or(records.len());
+    let tail = &records[start..];
+    let shuffled = tail.len() > 1 && tail.iter().all(|r| matches!(r.rtype(), TYPE_A | TYPE_AAAA | TYPE_MX));
+    if !shuffled {
+        return Some(None);
+    }
+    let first = &tail[0];
+    let movable = matches!(first.rtype(), TYPE_A | TYPE_AAAA)
+        && tail.iter().all(|r| r.fixed == first.fixed && r.owner == first.owner && r.rdlen == first.rdlen);
+    let offsets = tail.iter().map(|r| r.rdata).collect();
+    movable.then_some(Some(Addresses { offsets, len: first.rdlen }))
+}
+
+#[cfg(test)]
+#[path = "replay_tests.rs"]
+mod tests;

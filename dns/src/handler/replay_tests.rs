@@ -1,0 +1,228 @@
+//! Replayed replies are the replies the full path would send: same bytes apart from what
+//! belongs to the client (ID, the question's case, the order of shuffled addresses).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RData, RecordType};
+use prometheus_client::registry::Registry;
+use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::net::Protocol::Tcp;
+use tideway_core::testing::{mk_service, mk_slice};
+
+use super::{Replay, read_name};
+use crate::forward::cache::{Cache, CacheSettings};
+use crate::forward::{ForwardSettings, Forwarder};
+use crate::handler::wire::{Handled, handle_bytes};
+use crate::handler::{Core, Options};
+use crate::metrics::{Metrics, Proto};
+use crate::records::{IndexSettings, RecordIndex};
+
+fn core_with(state: &ClusterState, settings: &IndexSettings, options: Options) -> Core {
+    let metrics = Arc::new(Metrics::new("127.0.0.1:53".parse().unwrap(), &mut Registry::default()));
+    Core::new(
+        RecordIndex::build(state, settings, 1),
+        Forwarder::new(ForwardSettings::default(), Arc::clone(&metrics)),
+        Cache::new(CacheSettings::default(), Arc::clone(&metrics)),
+        options,
+        metrics,
+    )
+}
+
+fn settings() -> IndexSettings {
+    IndexSettings::new("cluster.local").unwrap()
+}
+
+fn core() -> Core {
+    core_with(&crate::answer::tests::fixture(), &settings(), Options::default())
+}
+
+fn src() -> SocketAddr {
+    "192.0.2.7:5353".parse().unwrap()
+}
+
+fn query(id: u16, name: &str, qtype: RecordType, edns: Option<u16>) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    if let Some(size) = edns {
+        let mut e = Edns::new();
+        e.set_max_payload(size);
+        m.set_edns(e);
+    }
+    m.to_vec().unwrap()
+}
+
+fn bytes(handled: Handled) -> Vec<u8> {
+    match handled {
+        Handled::Respond(b) => b,
+        Handled::Later(_) | Handled::Drop => panic!("no immediate reply"),
+    }
+}
+
+#[test]
+fn a_replayed_reply_is_the_full_paths_with_the_new_id() {
+    let core = core();
+    let mut replay = Replay::default();
+    let cases = [
+        ("svc1.testns.svc.cluster.local.", RecordType::A, None),
+        ("SVC1.TestNS.svc.Cluster.LOCAL.", RecordType::A, None),
+        ("sVc1.testns.svc.cluster.local.", RecordType::A, Some(1232)),
+        ("_HTTP._tcp.svc1.testns.SVC.cluster.local.", RecordType::SRV, None),
+        ("nosuch.testns.svc.CLUSTER.local.", RecordType::A, None),
+        ("svc1.testns.svc.cluster.local.", RecordType::AAAA, None),
+        ("svc6.testns.svc.cluster.local.", RecordType::AAAA, Some(4096)),
+        ("1.0.0.10.in-addr.arpa.", RecordType::PTR, None),
+    ];
+    for (name, qtype, edns) in cases {
+        let first = bytes(replay.handle(&core, &query(7, name, qtype, edns), src()));
+        assert_eq!(first, bytes(handle_bytes(&core, &query(7, name, qtype, edns), src(), Proto::Udp)));
+        let again = query(0xbeef, name, qtype, edns);
+        let full = bytes(handle_bytes(&core, &again, src(), Proto::Udp));
+        assert_eq!(bytes(replay.handle(&core, &again, src())), full, "{name} {qtype}");
+        assert_eq!(Message::from_vec(&full).unwrap().metadata.id, 0xbeef);
+    }
+    assert_eq!(replay.len(), cases.len(), "each query kept once; another case is another query");
+}
+
+#[test]
+fn replayed_addresses_are_reshuffled_and_all_there() {
+    let core = core();
+    let mut replay = Replay::default();
+    let q = query(1, "hdls1.testns.svc.cluster.local.", RecordType::A, None);
+    let addresses = |b: &[u8]| -> Vec<String> {
+        Message::from_vec(b).unwrap().answers.iter().map(|r| r.data.to_string()).collect()
+    };
+    let full = addresses(&bytes(handle_bytes(&core, &q, src(), Proto::Udp)));
+    assert_eq!(full.len(), 4, "the fixture's four IPv4 endpoints");
+    let mut orders = BTreeSet::new();
+    for _ in 0..40 {
+        let replayed = addresses(&bytes(replay.handle(&core, &q, src())));
+        let (mut a, mut b) = (replayed.clone(), full.clone());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "the same records");
+        orders.insert(replayed);
+    }
+    assert_eq!(replay.len(), 1, "the headless reply is replayed, not rebuilt");
+    assert!(orders.len() > 3, "40 copies came in {} orders", orders.len());
+    // Without shuffling, the order is the full path's.
+    let core = core_with(
+        &crate::answer::tests::fixture(),
+        &settings(),
+        Options { shuffle: false, refuse_any: true },
+    );
+    let mut replay = Replay::default();
+    let full = bytes(handle_bytes(&core, &q, src(), Proto::Udp));
+    bytes(replay.handle(&core, &q, src()));
+    assert_eq!(bytes(replay.handle(&core, &q, src())), full);
+}
+
+#[test]
+fn a_new_index_or_options_drops_every_copy() {
+    let core = core();
+    let mut replay = Replay::default();
+    let q = query(1, "svc1.testns.svc.cluster.local.", RecordType::A, None);
+    let address = |b: Vec<u8>| Message::from_vec(&b).unwrap().answers[0].data.clone();
+    assert_eq!(address(bytes(replay.handle(&core, &q, src()))).to_string(), "10.0.0.1");
+    let moved = ClusterState::from_snapshot(Snapshot {
+        services: vec![mk_service("testns", "svc1").cluster_ip("10.0.0.99").port("http", Tcp, 80).build()],
+        ..Default::default()
+    });
+    core.set_index(RecordIndex::build(&moved, &settings(), 2));
+    assert!(
+        matches!(address(bytes(replay.handle(&core, &q, src()))), RData::A(a) if a.to_string() == "10.0.0.99")
+    );
+    assert_eq!(replay.len(), 1);
+    core.set_options(Options { shuffle: false, refuse_any: false });
+    bytes(replay.handle(&core, &query(2, "svc1.testns.svc.cluster.local.", RecordType::AAAA, None), src()));
+    assert_eq!(replay.len(), 1, "the earlier copy went with the options");
+}
+
+#[test]
+fn what_is_not_the_zones_alone_is_never_kept() {
+    // --require-programmed: the answer depends on the asking pod's node.
+    let mut gated = settings();
+    gated.require_programmed = true;
+    let core_gated = core_with(&crate::answer::tests::fixture(), &gated, Options::default());
+    let mut replay = Replay::default();
+    bytes(replay.handle(
+        &core_gated,
+        &query(1, "svc1.testns.svc.cluster.local.", RecordType::A, None),
+        src(),
+    ));
+    assert!(replay.is_empty(), "no copy when answers depend on the client");
+
+    // A truncated reply: 60 endpoints do not fit 512 bytes.
+    let mut slice = mk_slice("testns", "big").port("http", Tcp, 80);
+    for i in 0..60 {
+        slice = slice.ready(&format!("172.16.0.{i}"), "node-a");
+    }
+    let big = ClusterState::from_snapshot(Snapshot {
+        services: vec![mk_service("testns", "big").headless().port("http", Tcp, 80).build()],
+        endpoint_slices: vec![slice.build()],
+        ..Default::default()
+    });
+    let big_core = core_with(&big, &settings(), Options::default());
+    let q = query(1, "big.testns.svc.cluster.local.", RecordType::A, None);
+    let reply = bytes(replay.handle(&big_core, &q, src()));
+    assert!(Message::from_vec(&reply).unwrap().metadata.truncation);
+    assert!(replay.is_empty(), "a truncated reply is not kept");
+    // The same with room for all of it is kept.
+    bytes(replay.handle(
+        &big_core,
+        &query(1, "big.testns.svc.cluster.local.", RecordType::A, Some(4096)),
+        src(),
+    ));
+    assert_eq!(replay.len(), 1);
+
+    // Errors of the server's own (REFUSED for ANY) and names outside the zone (forwarded).
+    let core = core();
+    let mut replay = Replay::default();
+    bytes(replay.handle(&core, &query(1, "cluster.local.", RecordType::ANY, None), src()));
+    assert!(matches!(
+        replay.handle(&core, &query(1, "example.com.", RecordType::A, None), src()),
+        Handled::Later(_)
+    ));
+    assert!(replay.is_empty());
+}
+
+#[test]
+fn a_replayed_reply_is_counted_like_any_other() {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new("127.0.0.1:53".parse().unwrap(), &mut registry));
+    let core = Core::new(
+        RecordIndex::build(&crate::answer::tests::fixture(), &settings(), 1),
+        Forwarder::new(ForwardSettings::default(), Arc::clone(&metrics)),
+        Cache::new(CacheSettings::default(), Arc::clone(&metrics)),
+        Options::default(),
+        Arc::clone(&metrics),
+    );
+    let mut replay = Replay::default();
+    let q = query(1, "svc1.testns.svc.cluster.local.", RecordType::A, None);
+    for _ in 0..3 {
+        bytes(replay.handle(&core, &q, src()));
+    }
+    assert_eq!(replay.len(), 1);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for metric in ["coredns_dns_responses_total{", "coredns_dns_requests_total{"] {
+        let line = text.lines().find(|l| l.starts_with(metric)).expect("a counter line");
+        assert!(line.ends_with(" 3"), "{line}");
+    }
+}
+
+#[test]
+fn names_are_read_through_backward_pointers_only() {
+    // "a.b." at 12, then "c" + a pointer to it.
+    let mut msg = vec![0; 12];
+    msg.extend_from_slice(&[1, b'a', 1, b'b', 0, 1, b'c', 0xc0, 12]);
+    assert_eq!(read_name(&msg, 12), Some((17, b"\x01a\x01b\x00".to_vec())));
+    assert_eq!(read_name(&msg, 17), Some((21, b"\x01c\x01a\x01b\x00".to_vec())));
+    let mut looped = msg.clone();
+    looped.extend_from_slice(&[0xc0, 21]);
+    assert_eq!(read_name(&looped, 21), None, "a pointer to itself");
+    assert_eq!(read_name(&msg[..16], 12), None, "cut short");
+    assert_eq!(read_name(&[0x80], 0), None, "a reserved label type");
+}
