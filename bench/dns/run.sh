@@ -137,7 +137,7 @@ row() {
 
 LABELS=()
 # 1. The headline comparison, alternating servers so all see the same background load:
-#    ROUNDS x (tideway, knot, floor), pinned: saturating, then at the fixed rate (not the floor).
+#    ROUNDS x (tideway, knot, floor), pinned: saturating, then at the fixed rate.
 ROUND_LABELS=()
 for r in $(seq 1 "$ROUNDS"); do
   for S in tideway knot tideway-floor; do
@@ -145,10 +145,8 @@ for r in $(seq 1 "$ROUNDS"); do
     start_server "$S" 1 yes "$S-pin1-r$r"
     measure "$S-pin1-q500-r$r" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500
     ROUND_LABELS+=("$S-pin1-q500-r$r")
-    if [ "$S" != tideway-floor ]; then
-      measure "$S-pin1-Q$RATE-r$r" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500 -Q "$RATE" -v
-      ROUND_LABELS+=("$S-pin1-Q$RATE-r$r")
-    fi
+    measure "$S-pin1-Q$RATE-r$r" "$B/queries.txt" yes -l "$DURATION" -c 4 -T 1 -q 500 -Q "$RATE" -v
+    ROUND_LABELS+=("$S-pin1-Q$RATE-r$r")
     if [ "$S" = tideway ] && [ "$r" = 1 ]; then
       grep -o 'millis=[0-9.]*' "$B/results/$S-pin1-r$r.server.log" | head -1 | sed 's/millis=/index build ms: /' > "$B/results/index-build.txt" || true
     fi
@@ -218,7 +216,8 @@ eff() { awk '/Queries completed/{print $3}' "$B/results/$1.dnsperf" | { read -r 
     if [[ " $SERVERS " == *" tideway-floor "* ]]; then
       echo "median ratio to the floor: $(median_field 's/.*tideway \/ floor \([0-9.]*\).*/\1/')"
     fi
-    for S in tideway knot; do
+    for S in tideway knot tideway-floor; do
+      [[ " $SERVERS " == *" $S "* ]] || continue
       cpu=$(for r in $(seq 1 "$ROUNDS"); do fixed_cpu "$S-pin1-Q$RATE-r$r"; done | median)
       p99=$(for r in $(seq 1 "$ROUNDS"); do fixed_p99 "$S-pin1-Q$RATE-r$r"; done | median)
       echo "$S at $RATE QPS: median server CPU s $cpu, median p99 ms $p99"
