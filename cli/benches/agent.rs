@@ -5,6 +5,9 @@
 //!   bare `nft -f` / `iptables-restore` of the same rendered text;
 //! * one endpoint change at that scale, from the cluster event to the kernel;
 //! * new TCP connections per second through a ClusterIP with 10 and with 10,000 Services;
+//! * forwarding during a full sync: the longest wait of a TCP stream and a UDP ping through a
+//!   ClusterIP while the agent resyncs, and while a restarted agent rewrites a deleted table
+//!   ([`gap`]);
 //! * the `tideway agent` process's memory and time to first sync with 10,000 Services x 10
 //!   endpoints read from a file, and listed by a stand-in Kubernetes API server;
 //! * nftables full sync of the same Services all random and with every tenth one Maglev: the
@@ -12,7 +15,7 @@
 //!
 //! `cargo bench -p tideway --bench agent` (`SERVICES=N` to change the scale, `MODES=nftables`
 //! to measure one mode, e.g. at 100,000 Services where iptables takes minutes; a name after
-//! `--` runs one part: `full`, `change`, `rate`, `memory`, `maglev`).
+//! `--` runs one part: `full`, `change`, `gap`, `rate`, `memory`, `maglev`).
 
 #![allow(clippy::print_stdout)]
 
@@ -41,6 +44,9 @@ use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_sources::SharedCluster;
 use tideway_tests::netns::{Netns, is_root};
+
+#[path = "agent/gap.rs"]
+mod gap;
 
 const ENDPOINTS: usize = 10;
 const NODE: &str = "node-a";
@@ -329,12 +335,11 @@ fn one_change(mode: ProxyMode, n: usize) {
     }
 }
 
-/// New connections per second from the node to a ClusterIP whose endpoint is a pod, with
-/// `n - 1` other Services programmed (the measured one sorts last). Each connection waits for
-/// one byte from the pod, so only completed connections count.
-fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
-    let node = Netns::create("twbench-rate-node");
-    let pod = Netns::create("twbench-rate-pod");
+/// A node namespace and a pod namespace (10.244.1.2) behind it on a veth, the service range
+/// routed towards the pod.
+fn pod_behind_node(tag: &str) -> (Netns, Netns) {
+    let node = Netns::create(&format!("twbench-{tag}-node"));
+    let pod = Netns::create(&format!("twbench-{tag}-pod"));
     node.sh(&format!(
         "ip link add veth-pod type veth peer name eth0 netns {} && ip link set veth-pod up && \
          ip addr add 10.244.1.1/32 dev veth-pod && ip route add 10.244.1.2/32 dev veth-pod && \
@@ -342,6 +347,14 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
         pod.name
     ));
     pod.sh("ip addr add 10.244.1.2/32 dev eth0 && ip link set eth0 up && ip route add 10.244.1.1 dev eth0 && ip route add default via 10.244.1.1");
+    (node, pod)
+}
+
+/// New connections per second from the node to a ClusterIP whose endpoint is a pod, with
+/// `n - 1` other Services programmed (the measured one sorts last). Each connection waits for
+/// one byte from the pod, so only completed connections count.
+fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
+    let (node, pod) = pod_behind_node("rate");
     let listener = pod.run(|| TcpListener::bind("0.0.0.0:8080").expect("bind"));
     // Each connection gets one byte, and the client waits for it: the loop is clocked by
     // completed connections, so the listener's accept queue never overflows.
@@ -352,7 +365,7 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
     });
     let mut state = cluster(n.saturating_sub(1));
     state.apply_service(
-        mk_service("zz-bench", "target").cluster_ip("10.97.0.1").port("http", Protocol::Tcp, 80).build(),
+        mk_service("zz-bench", "target").cluster_ip("10.97.255.1").port("http", Protocol::Tcp, 80).build(),
     );
     state.apply_endpoint_slice(
         mk_slice("zz-bench", "target").port("http", Protocol::Tcp, 8080).ready("10.244.1.2", NODE).build(),
@@ -364,7 +377,7 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
     let rate = node.run(move || -> Result<f64, String> {
         let (rt, mut agent, _) = agent(state, mode);
         rt.block_on(agent.sync(true)).expect("sync");
-        let dst: SocketAddr = "10.97.0.1:80".parse().expect("addr");
+        let dst: SocketAddr = "10.97.255.1:80".parse().expect("addr");
         // Five one-second rounds (at most 30,000 connections each); the median round counts.
         let mut rounds = Vec::new();
         for _ in 0..5 {
@@ -387,9 +400,9 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
     });
     rate.unwrap_or_else(|e| {
         let dump = node.try_sh(
-            "ip route; conntrack -C; nft list ruleset | grep -e 10.97.0.1; iptables-save | grep -e 10.97.0.1",
+            "ip route; conntrack -C; nft list ruleset | grep -e 10.97.255.1; iptables-save | grep -e 10.97.255.1",
         );
-        panic!("{e} (10.97.0.1:80 through {mode}):\n{}", String::from_utf8_lossy(&dump.stdout))
+        panic!("{e} (10.97.255.1:80 through {mode}):\n{}", String::from_utf8_lossy(&dump.stdout))
     })
 }
 
@@ -573,6 +586,9 @@ fn main() {
         }
         if run("change") {
             one_change(mode, n);
+        }
+        if run("gap") {
+            gap::forwarding_gap(mode, n);
         }
         if run("rate") {
             let small = connection_rate(mode, 10);
