@@ -20,7 +20,7 @@
 //! What is kept is only what [`super::wire::handle`] says the zone alone decided: no
 //! forwarded or cached upstream answer (their TTLs count down), no error of the server's
 //! own, no truncated reply. Every copy is dropped when [`Core::generation`] moves (a new
-//! index or options), and the whole store when it outgrows [`BUDGET`] bytes.
+//! index or options), and the whole store when it outgrows [`BUDGET`] (about 16 MiB).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -31,8 +31,11 @@ use super::Core;
 use super::wire::{self, Decided, Handled};
 use crate::metrics::{Proto, Source};
 
-/// Bytes of keys and replies one worker keeps before starting over.
+/// About the memory one worker's copies take before it starts over.
 pub const BUDGET: usize = 16 << 20;
+/// What one copy costs beyond its key and reply bytes (the boxes, the entry, the table's
+/// slot and control byte, rounded up).
+const ENTRY_OVERHEAD: usize = 96;
 /// Longer queries are not worth keeping (they carry options such as cookies).
 const MAX_QUERY: usize = 512;
 /// The header's TC bit (in its third byte).
@@ -46,11 +49,17 @@ const TYPE_AAAA: u16 = 28;
 const MAX_HOPS: usize = 16;
 
 /// One worker's replies.
-#[derive(Default)]
 pub struct Replay {
     generation: u64,
     entries: FxHashMap<Box<[u8]>, Entry>,
     bytes: usize,
+    budget: usize,
+}
+
+impl Default for Replay {
+    fn default() -> Self {
+        Replay::with_budget(BUDGET)
+    }
 }
 
 /// A reply as sent, with what must change for the next client.
@@ -68,6 +77,11 @@ struct Addresses {
 }
 
 impl Replay {
+    /// A store that starts over once its copies take about `budget` bytes.
+    pub fn with_budget(budget: usize) -> Self {
+        Replay { generation: 0, entries: FxHashMap::default(), bytes: 0, budget }
+    }
+
     /// Answers `query` from `src` over UDP: a copy of an earlier reply when there is one,
     /// else through [`wire::handle`], keeping the reply when it may be replayed.
     pub fn handle(&mut self, core: &Core, query: &[u8], src: SocketAddr) -> Handled {
@@ -94,8 +108,8 @@ impl Replay {
     }
 
     fn insert(&mut self, key: &[u8], entry: Entry) {
-        let size = key.len() + entry.bytes.len();
-        if self.bytes + size > BUDGET {
+        let size = key.len() + entry.bytes.len() + ENTRY_OVERHEAD;
+        if self.bytes + size > self.budget {
             self.clear();
         }
         self.bytes += size;

@@ -226,3 +226,21 @@ fn names_are_read_through_backward_pointers_only() {
     assert_eq!(read_name(&msg[..16], 12), None, "cut short");
     assert_eq!(read_name(&[0x80], 0), None, "a reserved label type");
 }
+
+#[test]
+fn the_store_starts_over_when_full_and_keeps_answering() {
+    let core = core();
+    let mut replay = Replay::with_budget(4096);
+    let mut most = 0;
+    for i in 0..200u16 {
+        let name =
+            if i % 2 == 0 { "svc1.testns.svc.cluster.local." } else { "nosuch.testns.svc.cluster.local." };
+        // Another ID each time, another EDNS size every round: 100 distinct keys.
+        let q = query(i, name, RecordType::A, Some(1232 + i / 2));
+        let full = bytes(handle_bytes(&core, &q, src(), Proto::Udp));
+        assert_eq!(bytes(replay.handle(&core, &q, src())), full, "kept");
+        assert_eq!(bytes(replay.handle(&core, &q, src())), full, "replayed");
+        most = most.max(replay.len());
+    }
+    assert!(most > 5 && most < 40, "about 4 KiB of copies at most: {most}");
+}
