@@ -54,6 +54,7 @@ pub struct Replay {
     entries: FxHashMap<Box<[u8]>, Entry>,
     bytes: usize,
     budget: usize,
+    hits: u64,
 }
 
 impl Default for Replay {
@@ -79,7 +80,7 @@ struct Addresses {
 impl Replay {
     /// A store that starts over once its copies take about `budget` bytes.
     pub fn with_budget(budget: usize) -> Self {
-        Replay { generation: 0, entries: FxHashMap::default(), bytes: 0, budget }
+        Replay { generation: 0, entries: FxHashMap::default(), bytes: 0, budget, hits: 0 }
     }
 
     /// Answers `query` from `src` over UDP: a copy of an earlier reply when there is one,
@@ -96,6 +97,7 @@ impl Replay {
             return wire::handle(core, query, src, Proto::Udp).0;
         }
         if let Some(entry) = self.entries.get(&query[2..]) {
+            self.hits += 1;
             return Handled::Respond(entry.replay(core, query, src, started));
         }
         let (handled, decided) = wire::handle(core, query, src, Proto::Udp);
@@ -119,6 +121,11 @@ impl Replay {
     fn clear(&mut self) {
         self.entries.clear();
         self.bytes = 0;
+    }
+
+    /// Queries answered with a copy.
+    pub fn hits(&self) -> u64 {
+        self.hits
     }
 
     /// Replies kept.

@@ -84,6 +84,7 @@ fn a_replayed_reply_is_the_full_paths_with_the_new_id() {
         assert_eq!(Message::from_vec(&full).unwrap().metadata.id, 0xbeef);
     }
     assert_eq!(replay.len(), cases.len(), "each query kept once; another case is another query");
+    assert_eq!(replay.hits(), cases.len() as u64, "each asked again was answered with its copy");
 }
 
 #[test]
@@ -105,7 +106,7 @@ fn replayed_addresses_are_reshuffled_and_all_there() {
         assert_eq!(a, b, "the same records");
         orders.insert(replayed);
     }
-    assert_eq!(replay.len(), 1, "the headless reply is replayed, not rebuilt");
+    assert_eq!((replay.len(), replay.hits()), (1, 39), "the headless reply is replayed, not rebuilt");
     assert!(orders.len() > 3, "40 copies came in {} orders", orders.len());
     // Without shuffling, the order is the full path's.
     let core = core_with(
