@@ -47,6 +47,8 @@ use tideway_tests::netns::{Netns, is_root};
 
 #[path = "agent/gap.rs"]
 mod gap;
+#[path = "agent/spans.rs"]
+mod spans;
 
 const ENDPOINTS: usize = 10;
 const NODE: &str = "node-a";
@@ -150,26 +152,32 @@ fn pipe(tool: &str, args: &[&str], input: &str) {
 }
 
 /// Full sync: agent vs bare tool, three samples each on a fresh namespace, then the same on a
-/// namespace that already holds the rules (the periodic resync).
-fn full_sync(mode: ProxyMode, n: usize) {
+/// namespace that already holds the rules (the periodic resync). For nftables, the agent's
+/// commit (the kernel taking the batch) is printed apart from the rest of its sync.
+fn full_sync(mode: ProxyMode, n: usize, commits: &spans::Commits) {
     let state = cluster(n);
     let texts = rendered(mode, &state);
     let bytes: usize = texts.iter().map(|(_, t)| t.len()).sum();
     let (mut first, mut resync, mut bare_first, mut bare_again) = (vec![], vec![], vec![], vec![]);
+    let (mut commit_first, mut commit_resync) = (vec![], vec![]);
     for i in 0..3 {
         let ns = Netns::create(&format!("twbench-full-{i}"));
         let s = state.clone();
-        let (a, b) = ns.run(move || {
+        let c = commits.clone();
+        let (a, b, ca, cb) = ns.run(move || {
             let (rt, mut agent, _) = agent(s, mode);
+            c.take();
             let t = Instant::now();
             rt.block_on(agent.sync(true)).expect("first sync");
-            let a = t.elapsed();
+            let (a, ca) = (t.elapsed(), c.take());
             let t = Instant::now();
             rt.block_on(agent.sync(true)).expect("resync");
-            (a, t.elapsed())
+            (a, t.elapsed(), ca, c.take())
         });
         first.push(a);
         resync.push(b);
+        commit_first.push(ca);
+        commit_resync.push(cb);
         let ns = Netns::create(&format!("twbench-bare-{i}"));
         let texts = texts.clone();
         let (a, b) = ns.run(move || {
@@ -183,8 +191,6 @@ fn full_sync(mode: ProxyMode, n: usize) {
         bare_first.push(a);
         bare_again.push(b);
     }
-    let (first, resync, bare_first, bare_again) =
-        (median(first), median(resync), median(bare_first), median(bare_again));
     let backend = if mode == ProxyMode::Iptables {
         format!(" (iptables-{})", iptables_variant())
     } else {
@@ -194,18 +200,29 @@ fn full_sync(mode: ProxyMode, n: usize) {
         "full sync, {mode}{backend}, {n} services x {ENDPOINTS} endpoints ({} KiB of rules):",
         bytes / 1024
     );
-    println!(
-        "  empty kernel:    agent {:>10}  bare apply {:>10}  ratio {:.2}",
-        ms(first),
-        ms(bare_first),
-        first.as_secs_f64() / bare_first.as_secs_f64()
-    );
-    println!(
-        "  rules in place:  agent {:>10}  bare apply {:>10}  ratio {:.2}",
-        ms(resync),
-        ms(bare_again),
-        resync.as_secs_f64() / bare_again.as_secs_f64()
-    );
+    let rows = [
+        ("empty kernel:  ", first, commit_first, bare_first),
+        ("rules in place:", resync, commit_resync, bare_again),
+    ];
+    for (label, agent, commit, bare) in rows {
+        let (agent, commit, bare) = (median(agent), median(commit), median(bare));
+        let split = if mode == ProxyMode::Nftables {
+            format!(
+                " (commit {}, the rest {}; sync / commit {:.2})",
+                ms(commit),
+                ms(agent.saturating_sub(commit)),
+                agent.as_secs_f64() / commit.as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "  {label}  agent {:>10}{split}  bare apply {:>10}  ratio {:.2}",
+            ms(agent),
+            ms(bare),
+            agent.as_secs_f64() / bare.as_secs_f64()
+        );
+    }
 }
 
 /// The kernel's unreclaimable slab memory (`SUnreclaim` of /proc/meminfo), in bytes: where
@@ -578,11 +595,12 @@ fn main() {
         return;
     }
     let n = services();
+    let commits = spans::Commits::install();
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let run = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     for mode in modes() {
         if run("full") {
-            full_sync(mode, n);
+            full_sync(mode, n, &commits);
         }
         if run("change") {
             one_change(mode, n);

@@ -138,6 +138,9 @@ impl NftNetlink {
         if what.is_empty() {
             return Ok(());
         }
+        // The kernel's part of a sync, on its own in traces.
+        let span = tracing::info_span!("nftables.commit", bytes = bytes.len(), messages = what.len());
+        let _in_span = span.enter();
         // The whole batch goes in one datagram: the send buffer must hold it.
         let want = bytes.len() + (64 << 10);
         let _ = nix::sys::socket::setsockopt(&self.socket, nix::sys::socket::sockopt::SndBufForce, &want);
