@@ -78,7 +78,7 @@ impl Worker {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name(format!("dns-udp-{index}"))
-            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, &answering))?;
+            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, answering))?;
         Ok(Worker { stop, thread: Some(thread) })
     }
 
@@ -107,7 +107,7 @@ fn serve(
     core: &Arc<Core>,
     runtime: &tokio::runtime::Handle,
     stop: &AtomicBool,
-    answering: &Answering,
+    answering: Answering,
 ) {
     let fd = socket.as_raw_fd();
     let mut replay = Replay::default();

@@ -25,10 +25,11 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use hickory_proto::rr::RecordType;
 use rustc_hash::FxHashMap;
 
-use super::Core;
 use super::wire::{self, Decided, Handled};
+use super::{Core, shuffled_from};
 use crate::metrics::{Proto, Source};
 
 /// About the memory one worker's copies take before it starts over.
@@ -40,11 +41,6 @@ const ENTRY_OVERHEAD: usize = 96;
 const MAX_QUERY: usize = 512;
 /// The header's TC bit (in its third byte).
 const TC: u8 = 0x02;
-/// Type codes.
-const TYPE_A: u16 = 1;
-const TYPE_CNAME: u16 = 5;
-const TYPE_MX: u16 = 15;
-const TYPE_AAAA: u16 = 28;
 /// Compression pointers followed before a name is taken as malformed.
 const MAX_HOPS: usize = 16;
 
@@ -221,8 +217,8 @@ struct Rr {
 }
 
 impl Rr {
-    fn rtype(&self) -> u16 {
-        u16::from_be_bytes([self.fixed[0], self.fixed[1]])
+    fn rtype(&self) -> RecordType {
+        RecordType::from(u16::from_be_bytes([self.fixed[0], self.fixed[1]]))
     }
 }
 
@@ -249,19 +245,15 @@ fn answer_records(reply: &[u8]) -> Option<Vec<Rr>> {
     Some(records)
 }
 
-/// What a copy of `reply` must shuffle, mirroring [`super::shuffle_addresses`]: `Some(None)`
+/// What a copy of `reply` must shuffle, as [`super::shuffle_addresses`] would: `Some(None)`
 /// when nothing, `Some(Some(addresses))` for addresses to shuffle in place, `None` when the
 /// reply needs a shuffle that moving addresses cannot do.
 fn shuffled_addresses(reply: &[u8]) -> Option<Option<Addresses>> {
     let records = answer_records(reply)?;
-    let start = records.iter().position(|r| r.rtype() != TYPE_CNAME).unwrap_or(records.len());
+    let Some(start) = shuffled_from(&records, Rr::rtype) else { return Some(None) };
     let tail = &records[start..];
-    let shuffled = tail.len() > 1 && tail.iter().all(|r| matches!(r.rtype(), TYPE_A | TYPE_AAAA | TYPE_MX));
-    if !shuffled {
-        return Some(None);
-    }
     let first = &tail[0];
-    let movable = matches!(first.rtype(), TYPE_A | TYPE_AAAA)
+    let movable = matches!(first.rtype(), RecordType::A | RecordType::AAAA)
         && tail.iter().all(|r| r.fixed == first.fixed && r.owner == first.owner && r.rdlen == first.rdlen);
     let offsets = tail.iter().map(|r| r.rdata).collect();
     movable.then_some(Some(Addresses { offsets, len: first.rdlen }))
