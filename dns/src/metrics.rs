@@ -233,6 +233,7 @@ pub struct Metrics {
     pub(crate) index_endpoints: Gauge,
     pub(crate) index_build_seconds: Histogram,
     pub(crate) not_programmed: Counter,
+    pub(crate) replayed: Counter,
 }
 
 /// CoreDNS's `zone` label: the default Corefile has a single `.:53` server block.
@@ -272,6 +273,7 @@ impl Metrics {
             reload_failed: Counter::default(),
             index_services: Gauge::default(),
             not_programmed: Counter::default(),
+            replayed: Counter::default(),
             index_endpoints: Gauge::default(),
             index_build_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
         };
@@ -351,6 +353,11 @@ impl Metrics {
             "tideway_dns_not_programmed",
             "ClusterIP answers held back (SERVFAIL) because the asking pod's node had not programmed the Service yet.",
             m.not_programmed.clone(),
+        );
+        r.register(
+            "tideway_dns_replayed_answers",
+            "Answers a UDP worker sent as a copy of its earlier reply to the same query.",
+            m.replayed.clone(),
         );
         r.register(
             "tideway_dns_index_services",

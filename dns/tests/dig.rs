@@ -1,5 +1,6 @@
 //! `dig` against the running server: UDP and TCP, truncation, forwarding and the cache,
-//! ExternalName chasing through a local upstream, sync/readiness, reload, lameduck, loops.
+//! ExternalName chasing through a local upstream, sync/readiness, reload, lameduck, loops,
+//! replayed answers.
 
 mod common;
 
@@ -399,4 +400,54 @@ fn endpoint_pod_names_name_endpoints_after_their_pods() {
         );
         rt.block_on(server.shutdown());
     }
+}
+
+/// The `tideway_dns_replayed_answers` counter.
+fn replayed(server: &tideway_dns::server::Server) -> u64 {
+    let (_, metrics) = http_get(server.metrics_addr.unwrap(), "/metrics");
+    let line =
+        metrics.lines().find(|l| l.starts_with("tideway_dns_replayed_answers_total ")).expect("the counter");
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn repeated_queries_get_replayed_answers_that_follow_changes() {
+    require_dig();
+    let rt = runtime();
+    let cluster = cluster();
+    let server = start(&rt, cluster.clone(), settings(&[]));
+    let at = server.dns_addr;
+    // Without a cookie, the same question is the same query bytes: the second is a copy.
+    let ask = |args: &[&str]| dig(at, &[&["+nocookie"], args].concat());
+    let before = replayed(&server);
+    for _ in 0..5 {
+        assert_eq!(lines(&ask(&["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.10"]);
+        let mut hl = lines(&ask(&["+short", "hl.ns1.svc.cluster.local"]))
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        hl.sort();
+        assert_eq!(hl, ["10.244.1.5", "10.244.2.5"]);
+        assert!(ask(&["+noall", "+comments", "nosuch.ns1.svc.cluster.local"]).contains("status: NXDOMAIN"));
+    }
+    // Each of the two workers answers a name in full once at most: of 15 queries, 9 or more
+    // are copies.
+    assert!(replayed(&server) >= before + 9, "copies: {}", replayed(&server) - before);
+
+    // A change reaches the copies at once.
+    cluster.update(|s| {
+        s.apply_service(
+            mk_service("ns1", "web")
+                .cluster_ip("10.96.0.77")
+                .port("http", tideway_core::net::Protocol::Tcp, 80)
+                .build(),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lines(&ask(&["+short", "web.ns1.svc.cluster.local"])) != ["10.96.0.77"] {
+        assert!(Instant::now() < deadline, "the new address served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lines(&ask(&["+short", "web.ns1.svc.cluster.local"])), ["10.96.0.77"], "and kept");
+    rt.block_on(server.shutdown());
 }

@@ -154,6 +154,7 @@ impl Entry {
         }
         let Decided { qtype, rcode, dnssec_ok } = self.decided;
         let metrics = core.metrics();
+        metrics.replayed.inc();
         metrics.request(Proto::Udp, src.is_ipv6(), qtype, query.len(), dnssec_ok);
         let elapsed = started.elapsed().as_secs_f64();
         metrics.response(Proto::Udp, qtype, rcode, Source::Kubernetes, out.len(), elapsed);
