@@ -1,5 +1,5 @@
-//! Resident memory of each stage a node agent holds, for 10,000 Services x 10 endpoints:
-//! `cargo run --release -p tideway-core --example memory [MODE]`.
+//! Resident memory of each stage a node agent holds, for 10,000 Services x 10 endpoints (or
+//! `SERVICES`): `cargo run --release -p tideway-core --example memory [MODE]`.
 
 #![allow(clippy::print_stdout)]
 
@@ -26,7 +26,8 @@ fn mib(b: usize) -> String {
 fn main() {
     let mode: ProxyMode = std::env::args().nth(1).map(|s| s.parse().expect("mode")).unwrap_or_default();
     let base = rss();
-    let cluster = synthetic_cluster(10_000, 10);
+    let services = std::env::var("SERVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let cluster = synthetic_cluster(services, 10);
     let c = rss();
     println!("cluster state:   {}", mib(c - base));
     let ruleset = compile(&cluster, &mk_node_context());

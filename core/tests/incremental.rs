@@ -31,7 +31,18 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
         .into_iter()
         .map(|f| {
             let p = render::lower(mode, &ruleset, f);
-            (ProgramState::new(&p), KernelState::of(&p), p)
+            // The state a streamed full apply keeps is the one the walk goes on from.
+            let (state, streamed) = render::stream(mode, &ruleset, f, |skeleton, fragments| {
+                assert_eq!(skeleton.base, p.base, "[{mode} seed {seed}] the streamed base differs");
+                fragments.collect::<Vec<Fragment>>()
+            });
+            let whole: Vec<&Fragment> = p.services.values().collect();
+            assert_eq!(
+                streamed.iter().collect::<Vec<_>>(),
+                whole,
+                "[{mode} seed {seed}] streamed fragments differ"
+            );
+            (state, KernelState::of(&p), p)
         })
         .collect();
     for step in 0..steps {

@@ -12,7 +12,7 @@ use tideway_core::net::IpFamily;
 use tideway_core::plan::compile;
 use tideway_core::program::{ChangeSet, Program, ProgramState};
 use tideway_core::render;
-use tideway_core::render::nftables::capacity::MIN_CAPACITY;
+use tideway_core::render::nftables::capacity::{MIN_CAPACITY, Room};
 use tideway_core::render::nftables::text;
 use tideway_core::testing::*;
 use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
@@ -107,15 +107,42 @@ fn every_fixture_lists_the_same_as_nft() {
         let nl_ns = Netns::create(&format!("twnl-n-{}-{name}", std::process::id()));
         nft_apply(&text_ns, &programs);
         let mut nl = open(&nl_ns);
-        nl.apply_full([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        nl.apply_programs([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (want, got) = (listing(&text_ns), listing(&nl_ns));
         assert!(want == got, "{name}: listings differ\n{}", first_difference(&want, &got));
         let map = nl_ns.sh("nft list map ip tideway service-ips");
         assert!(map.contains(&format!("size {MIN_CAPACITY}")), "{name}: maps are declared with room\n{map}");
         // Applying the same program again replaces the table atomically.
-        nl.apply_full([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name} again: {e}"));
+        nl.apply_programs([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name} again: {e}"));
         assert!(listing(&nl_ns) == want, "{name}: second full apply differs");
     }
+}
+
+#[test]
+fn a_streamed_full_apply_declares_each_map_with_room_for_what_it_holds() {
+    require_root("reading nftables back over netlink");
+    let cluster = synthetic_cluster(600, 2);
+    let ruleset = compile(&cluster, &mk_node_context());
+    let programs: [Program; 2] = IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f));
+    let text_ns = Netns::create(&format!("twnl-rt-{}", std::process::id()));
+    let nl_ns = Netns::create(&format!("twnl-rn-{}", std::process::id()));
+    nft_apply(&text_ns, &programs);
+    let mut nl = open(&nl_ns);
+    let rooms = nl
+        .apply_full(4096, |apply| {
+            for f in IpFamily::ALL {
+                render::stream(ProxyMode::Nftables, &ruleset, f, |skeleton, fragments| {
+                    apply.family(skeleton, fragments)
+                });
+            }
+        })
+        .expect("streamed apply");
+    let (want, got) = (listing(&text_ns), listing(&nl_ns));
+    assert!(want == got, "listings differ\n{}", first_difference(&want, &got));
+    // 600 ClusterIP frontends, counted only once all were written.
+    let map = nl_ns.sh("nft list map ip tideway service-ips");
+    assert!(map.contains("size 1200"), "service-ips is declared for twice its 600 elements\n{map}");
+    assert_eq!(rooms, [Room::of(&programs[0]), Room::of(&programs[1])], "the room counted is the program's");
 }
 
 use tideway_core::testing::random::{Rng, mutate};
@@ -150,6 +177,26 @@ impl Walk {
         IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &self.ruleset, f))
     }
 
+    /// Replaces the tables as the agent's full sync does: each family's program streamed into
+    /// the batch a fragment at a time, what is kept of it counted on the way.
+    fn apply_full(
+        &mut self,
+        nl: &mut NftNetlink,
+    ) -> Result<(), tideway_node_agent::dataplane::DataplaneError> {
+        let ruleset = &self.ruleset;
+        let mut kept = Vec::new();
+        nl.apply_full(1 << 20, |apply| {
+            for f in IpFamily::ALL {
+                let (state, ()) = render::stream(ProxyMode::Nftables, ruleset, f, |skeleton, fragments| {
+                    apply.family(skeleton, fragments)
+                });
+                kept.push(state);
+            }
+        })?;
+        self.states = kept;
+        Ok(())
+    }
+
     fn kept(&self) -> [&ProgramState; 2] {
         [&self.states[0], &self.states[1]]
     }
@@ -164,11 +211,7 @@ impl Walk {
         for state in &mut self.states {
             match render::update(ProxyMode::Nftables, &self.ruleset, state, &changed) {
                 Some(cs) => sets.push(cs),
-                None => {
-                    let programs = self.programs();
-                    self.states = programs.iter().map(ProgramState::new).collect();
-                    return None;
-                }
+                None => return None,
             }
         }
         Some(sets)
@@ -182,17 +225,13 @@ fn incremental_changes_list_the_same_as_a_full_nft_load() {
     let text_ns = Netns::create(&format!("twnl-it-{}", std::process::id()));
     let nl_ns = Netns::create(&format!("twnl-in-{}", std::process::id()));
     let mut nl = open(&nl_ns);
-    let programs = walk.programs();
-    nl.apply_full([&programs[0], &programs[1]]).expect("initial apply");
+    walk.apply_full(&mut nl).expect("initial apply");
     for step in 0..60 {
         match walk.step() {
             Some(sets) => nl
                 .apply_changes(walk.kept(), [&sets[0], &sets[1]])
                 .unwrap_or_else(|e| panic!("step {step}: {e}\n{sets:#?}")),
-            None => {
-                let programs = walk.programs();
-                nl.apply_full([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("step {step}: {e}"));
-            }
+            None => walk.apply_full(&mut nl).unwrap_or_else(|e| panic!("step {step}: {e}")),
         }
         if step % 5 == 4 {
             let programs = walk.programs();
@@ -215,7 +254,7 @@ fn a_refused_transaction_changes_nothing() {
         IpFamily::ALL.into_iter().map(|fam| render::lower(ProxyMode::Nftables, &ruleset, fam)).collect();
     let ns = Netns::create(&format!("twnl-atomic-{}", std::process::id()));
     let mut nl = open(&ns);
-    nl.apply_full([&programs[0], &programs[1]]).expect("apply");
+    nl.apply_programs([&programs[0], &programs[1]]).expect("apply");
     let before = listing(&ns);
     // A real change (one Service address leaves the map, a chain is flushed) followed by a
     // message the kernel refuses: deleting a chain that does not exist.

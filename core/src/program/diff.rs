@@ -191,24 +191,36 @@ type VsKey = (std::net::IpAddr, Protocol, u16);
 impl ProgramState {
     /// Starts from `program` (what is, or is about to be, programmed).
     pub fn new(program: &Program) -> ProgramState {
+        let mut state = ProgramState::start(program);
+        for frag in program.services.values() {
+            state.take(frag);
+        }
+        state
+    }
+
+    /// Starts from `program`'s node-level part alone: its service fragments, if any, are
+    /// left for [`take`](Self::take) (a program lowered one fragment at a time).
+    pub fn start(program: &Program) -> ProgramState {
         let shared_sets = program.base.sets.iter().filter(|s| s.shared).map(Set::id).collect();
         let intervals =
             program.base.sets.iter().filter(|s| s.flags.interval).map(|s| (s.id(), BTreeMap::new()));
         let skeleton = Program { services: BTreeMap::new(), base: program.base.clone(), ..*program };
-        let mut state = ProgramState {
+        ProgramState {
             skeleton,
             refs: HashMap::default(),
             shared_sets,
             intervals: intervals.collect(),
-            rules: program.rule_count(),
-        };
-        for frag in program.services.values() {
-            for k in state.ref_keys(frag) {
-                *state.refs.entry(k).or_default() += 1;
-            }
-            state.count_intervals(&[], &frag.elements);
+            rules: program.base.rule_count(),
         }
-        state
+    }
+
+    /// Counts one more service fragment of the program in.
+    pub fn take(&mut self, frag: &Fragment) {
+        self.rules += frag.rule_count();
+        for k in self.ref_keys(frag) {
+            *self.refs.entry(k).or_default() += 1;
+        }
+        self.count_intervals(&[], &frag.elements);
     }
 
     /// The program's node-level part: dialect, family and base, with no service fragments.

@@ -23,6 +23,43 @@ pub fn lower(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
 
 use crate::program::{ChangeSet, Dialect};
 
+/// The node-level part of what [`lower`] gives: dialect, family and base, no service
+/// fragments.
+pub fn skeleton(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
+    let np = ruleset.family(family);
+    match mode {
+        ProxyMode::Nftables => Program::new(Dialect::Nftables, family, nftables::base(np)),
+        ProxyMode::Iptables => Program {
+            large_cluster: iptables::is_large(ruleset, family),
+            ..Program::new(Dialect::Iptables, family, iptables::base(np))
+        },
+        ProxyMode::Ipvs => Program::new(Dialect::Ipvs, family, ipvs::base(np)),
+    }
+}
+
+/// Lowers `ruleset` for `family` one service port at a time, for a full apply that encodes
+/// as it goes and never holds the whole program: `apply` is given the node-level part
+/// ([`skeleton`]) and the service fragments [`lower`] would hold, in key order, each lowered
+/// as it is asked for and dropped once passed on. Returns what is kept of the program between
+/// syncs, as [`ProgramState::new`] of [`lower`]'s program would be.
+pub fn stream<R>(
+    mode: ProxyMode,
+    ruleset: &Ruleset,
+    family: IpFamily,
+    apply: impl FnOnce(&Program, &mut dyn Iterator<Item = Fragment>) -> R,
+) -> (ProgramState, R) {
+    let skeleton = skeleton(mode, ruleset, family);
+    let mut state = ProgramState::start(&skeleton);
+    let mut fragments = ruleset
+        .plans(family)
+        .map(|plan| lower_fragment(mode, ruleset, plan))
+        .filter(|f| *f != Fragment::default())
+        .inspect(|f| state.take(f));
+    let r = apply(&skeleton, &mut fragments);
+    drop(fragments);
+    (state, r)
+}
+
 /// The full kernel input for a program, in its backend's syntax.
 pub fn program_text(p: &Program) -> String {
     match p.dialect {

@@ -19,7 +19,6 @@ use tideway_core::config::{ProxyMode, ProxySettings, resolve_proxy_config};
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::NodeContext;
-use tideway_core::program::Program;
 use tideway_sources::SharedCluster;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -304,8 +303,7 @@ impl Agent {
         span.record("changed_services", self.pending.len());
 
         // Plan.
-        let Planning { planned, whole, changes: change_sets } = self.plan(&node, full_wanted);
-        let full = whole.is_some();
+        let Planning { mut planned, full, whole, changes: change_sets } = self.plan(&node, full_wanted);
 
         // Apply.
         let switching = self.dataplane.as_ref().is_some_and(|d| d.mode() != mode);
@@ -346,15 +344,17 @@ impl Agent {
             tracing::info!(from = %old.mode(), to = %mode, "proxy mode switched; removing the old mode's rules");
             // A backend being retired in the new mode is adopted, not removed.
             self.retiring.retain(|(d, _)| d.mode() != mode);
-            self.retiring.push((old, Keep::of(desired.programs())));
+            self.retiring.push((old, desired.keep()));
             self.metrics.mode_switches.inc();
             self.set_status(|s| s.mode_switches += 1);
         }
         if !self.leftovers_checked {
             self.leftovers_checked = true;
-            self.find_leftovers(&node.settings, desired.programs());
+            self.find_leftovers(&node.settings, desired.keep());
         }
-        drop(desired);
+        if let Some(kept) = desired.into_kept().filter(|_| full) {
+            planned.programs = kept;
+        }
         self.retire();
 
         // Side effects of a successful sync.
@@ -389,14 +389,14 @@ impl Agent {
 
     /// Queues for removal the rules a previous run left in another mode (kept objects are
     /// shared names the current mode uses).
-    fn find_leftovers(&mut self, settings: &ProxySettings, programs: [&Program; 2]) {
+    fn find_leftovers(&mut self, settings: &ProxySettings, keep: Keep) {
         for other in ProxyMode::ALL.into_iter().filter(|m| *m != settings.mode) {
             let mut s = settings.clone();
             s.mode = other;
             let mut dp = (self.factory)(&s);
             if blocking(|| dp.present()).unwrap_or(false) {
                 tracing::info!(mode = %other, "removing rules left by an earlier run");
-                self.retiring.push((dp, Keep::of(programs)));
+                self.retiring.push((dp, keep.clone()));
             }
         }
     }

@@ -34,19 +34,33 @@ impl Planned {
 /// What one sync planned.
 pub(super) struct Planning {
     pub(super) planned: Planned,
-    /// Whole programs, when this sync is a full one (dropped once applied).
+    /// This sync applies everything, not change sets.
+    pub(super) full: bool,
+    /// Whole programs, when this sync is a full one that renders them (dropped once applied).
+    /// An nftables full sync does not: its apply is given them a service port at a time, and
+    /// what is kept of them is counted then ([`Desired::into_kept`]).
     pub(super) whole: Option<[Program; 2]>,
     /// The change sets (IPv4, IPv6) of an incremental sync; empty for a full one.
     pub(super) changes: Vec<ChangeSet>,
 }
 
-/// Renders both families' whole programs, and what is kept of them between syncs.
-fn render_whole(mode: ProxyMode, ruleset: &Ruleset) -> ([Program; 2], [ProgramState; 2]) {
-    tracing::info_span!("render", full = true).in_scope(|| {
-        let programs = IpFamily::ALL.map(|f| render::lower(mode, ruleset, f));
-        let kept = programs.each_ref().map(ProgramState::new);
-        (programs, kept)
-    })
+impl Planning {
+    /// A full sync of `ruleset` for `node`, rendered whole unless the mode streams it.
+    fn full(node: NodeContext, ruleset: Ruleset) -> Planning {
+        let mode = node.settings.mode;
+        let _render = tracing::info_span!("render", full = true).entered();
+        if mode == ProxyMode::Nftables {
+            // What is kept is counted while the apply streams the programs; until then, the
+            // node-level part alone.
+            let programs = IpFamily::ALL.map(|f| ProgramState::start(&render::skeleton(mode, &ruleset, f)));
+            let planned = Planned { node, ruleset, programs };
+            return Planning { planned, full: true, whole: None, changes: Vec::new() };
+        }
+        let whole = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));
+        let programs = whole.each_ref().map(ProgramState::new);
+        let planned = Planned { node, ruleset, programs };
+        Planning { planned, full: true, whole: Some(whole), changes: Vec::new() }
+    }
 }
 
 impl Agent {
@@ -68,14 +82,10 @@ impl Agent {
             match render::update(mode, &planned.ruleset, kept, &changed) {
                 Some(cs) => changes.push(cs),
                 // The node-level part changed: everything is rendered again.
-                None => {
-                    let (programs, kept) = render_whole(mode, &planned.ruleset);
-                    planned.programs = kept;
-                    return Planning { planned, whole: Some(programs), changes: Vec::new() };
-                }
+                None => return Planning::full(planned.node, planned.ruleset),
             }
         }
-        Planning { planned, whole: None, changes }
+        Planning { planned, full: false, whole: None, changes }
     }
 
     /// Plans and renders every Service.
@@ -86,8 +96,6 @@ impl Agent {
         }
         let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, node));
         drop(state);
-        let (programs, kept) = render_whole(node.settings.mode, &ruleset);
-        let planned = Planned { node: node.clone(), ruleset, programs: kept };
-        Planning { planned, whole: Some(programs), changes: Vec::new() }
+        Planning::full(node.clone(), ruleset)
     }
 }

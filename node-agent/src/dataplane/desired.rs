@@ -4,15 +4,19 @@
 //! node-level part of the program and the counts incremental changes need. A backend that
 //! needs the whole program (a full apply, a drift check, a repair) asks for it and it is
 //! rendered then, once per [`Desired`]; an incremental apply needs only the change sets and
-//! the kept state.
+//! the kept state. A full apply that encodes as it goes ([`Desired::stream`]) is given the
+//! programs one service port at a time and never holds them whole; what is kept of them is
+//! counted on the way ([`Desired::into_kept`]).
 
 use std::sync::OnceLock;
 
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::Ruleset;
-use tideway_core::program::{Program, ProgramState};
+use tideway_core::program::{Fragment, Program, ProgramState};
 use tideway_core::render;
+
+use super::Keep;
 
 /// The programs a sync wants ([IPv4, IPv6]), rendered when first asked for.
 pub struct Desired<'a> {
@@ -20,12 +24,14 @@ pub struct Desired<'a> {
     ruleset: &'a Ruleset,
     kept: [&'a ProgramState; 2],
     whole: OnceLock<[Program; 2]>,
+    /// What is kept of the programs a streamed apply was given.
+    streamed: OnceLock<[ProgramState; 2]>,
 }
 
 impl<'a> Desired<'a> {
     /// What `ruleset` programs in `mode`, with `kept` the state kept of it.
     pub fn new(mode: ProxyMode, ruleset: &'a Ruleset, kept: [&'a ProgramState; 2]) -> Desired<'a> {
-        Desired { mode, ruleset, kept, whole: OnceLock::new() }
+        Desired { mode, ruleset, kept, whole: OnceLock::new(), streamed: OnceLock::new() }
     }
 
     /// The same, with the whole programs already rendered (a full sync renders them anyway).
@@ -35,7 +41,7 @@ impl<'a> Desired<'a> {
         kept: [&'a ProgramState; 2],
         programs: [Program; 2],
     ) -> Desired<'a> {
-        Desired { mode, ruleset, kept, whole: OnceLock::from(programs) }
+        Desired { mode, ruleset, kept, whole: OnceLock::from(programs), streamed: OnceLock::new() }
     }
 
     /// Both whole programs, rendered on first use.
@@ -43,6 +49,48 @@ impl<'a> Desired<'a> {
         let whole =
             self.whole.get_or_init(|| IpFamily::ALL.map(|f| render::lower(self.mode, self.ruleset, f)));
         [&whole[0], &whole[1]]
+    }
+
+    /// Both families' programs (IPv4, then IPv6) given to `apply` one service port at a time:
+    /// the node-level part, then the service fragments in key order, each lowered as `apply`
+    /// asks for it (copied, when the programs were already rendered whole). What is kept of
+    /// them is counted on the way, for [`into_kept`](Self::into_kept).
+    pub fn stream<R>(
+        &self,
+        mut apply: impl FnMut(&Program, &mut dyn Iterator<Item = Fragment>) -> R,
+    ) -> [R; 2] {
+        if let Some(whole) = self.whole.get() {
+            return whole.each_ref().map(|p| apply(p, &mut p.services.values().cloned()));
+        }
+        let [(v4, r4), (v6, r6)] =
+            IpFamily::ALL.map(|f| render::stream(self.mode, self.ruleset, f, &mut apply));
+        let _ = self.streamed.set([v4, v6]);
+        [r4, r6]
+    }
+
+    /// What is kept between syncs of the programs this sync applied in full: counted while
+    /// they were streamed or rendered, else lowered once more to count it. `None` when the
+    /// sync rendered nothing whole (an incremental one).
+    pub fn into_kept(self) -> Option<[ProgramState; 2]> {
+        if let Some(kept) = self.streamed.into_inner() {
+            return Some(kept);
+        }
+        self.whole.into_inner().map(|w| w.each_ref().map(ProgramState::new))
+    }
+
+    /// What a retired backend must leave in place for these programs (shared iptables
+    /// names; nothing for nftables, whose programs are then not rendered for it).
+    pub fn keep(&self) -> Keep {
+        if self.mode == ProxyMode::Nftables {
+            return Keep::default();
+        }
+        Keep::of(self.programs())
+    }
+
+    /// Service ports and endpoints of both families: a measure of a full apply's size.
+    pub fn size(&self) -> usize {
+        self.ruleset.services.len()
+            + IpFamily::ALL.map(|f| self.ruleset.endpoint_total(f)).iter().sum::<usize>()
     }
 
     /// What is kept of each family's program (its base, counts and interval-set members).

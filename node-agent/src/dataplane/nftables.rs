@@ -73,25 +73,28 @@ impl Nftables {
 
     /// Runs our transaction `commit` and notes the generation it leaves, unless another
     /// transaction ran alongside (the next check then reads everything).
-    fn transaction(
+    fn transaction<R>(
         &mut self,
-        commit: impl FnOnce(&mut NftNetlink) -> Result<(), DataplaneError>,
-    ) -> Result<(), DataplaneError> {
+        commit: impl FnOnce(&mut NftNetlink) -> Result<R, DataplaneError>,
+    ) -> Result<R, DataplaneError> {
         self.generation = None;
         let nl = self.netlink()?;
         let before = nl.generation().ok();
-        if let Err(e) = commit(nl) {
-            // A fresh socket for the retry (nothing of this transaction was applied).
-            self.netlink = None;
-            return Err(e);
-        }
+        let done = match commit(nl) {
+            Ok(done) => done,
+            Err(e) => {
+                // A fresh socket for the retry (nothing of this transaction was applied).
+                self.netlink = None;
+                return Err(e);
+            }
+        };
         let after = nl.generation().ok();
         if let (Some(b), Some(a)) = (before, after)
             && a.wrapping_sub(b) <= 1
         {
             self.generation = Some(a);
         }
-        Ok(())
+        Ok(done)
     }
 
     /// Learns the rule digests of the chains just written: all of them after a full update,
@@ -195,9 +198,12 @@ impl Dataplane for Nftables {
                 }
             }
             None => {
-                let programs = desired.programs();
-                self.transaction(|nl| nl.apply_full(programs))?;
-                self.room = programs.map(Room::of);
+                let room_for = 64 * 1024 + 256 * desired.size();
+                self.room = self.transaction(|nl| {
+                    nl.apply_full(room_for, |apply| {
+                        desired.stream(|skeleton, fragments| apply.family(skeleton, fragments));
+                    })
+                })?;
             }
         }
         for (i, p) in desired.skeletons().into_iter().enumerate() {

@@ -35,14 +35,15 @@ pub struct Room {
 impl Room {
     /// The sets of `p` as a full apply declares them.
     pub fn of(p: &Program) -> Room {
-        let sets = p
-            .assemble()
-            .sets
-            .iter()
-            .filter_map(|s| {
-                let n = s.elements.len();
-                capacity(s.def, n).map(|cap| (s.def.name.to_string(), (n, cap)))
-            })
+        Room::declared(p.assemble().sets.iter().map(|s| (s.def, s.elements.len())))
+    }
+
+    /// Sets declared each for the elements it holds (a full apply that counted them as it
+    /// wrote them).
+    pub fn declared<'s>(sets: impl IntoIterator<Item = (&'s Set, usize)>) -> Room {
+        let sets = sets
+            .into_iter()
+            .filter_map(|(s, n)| capacity(s, n).map(|cap| (s.name.to_string(), (n, cap))))
             .collect();
         Room { sets }
     }

@@ -107,6 +107,17 @@ impl Batch {
         (self.buf, self.what)
     }
 
+    /// Bytes written so far: where the next attribute starts.
+    pub(super) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Rewrites the value of the big-endian u32 attribute that starts at `at` (a value known
+    /// only once later messages are written, such as a set's size).
+    pub(super) fn patch_be32(&mut self, at: usize, v: u32) {
+        self.buf[at + 4..at + 8].copy_from_slice(&v.to_be_bytes());
+    }
+
     /// An attribute with raw bytes.
     pub(super) fn put(&mut self, ty: u16, value: &[u8]) {
         let len = (4 + value.len()) as u16;

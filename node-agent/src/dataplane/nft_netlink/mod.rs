@@ -6,6 +6,7 @@
 mod batch;
 mod elements;
 mod expr;
+mod full;
 mod read;
 mod sets;
 
@@ -14,8 +15,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use netlink_sys::Socket;
 use tideway_core::drift::{Digest, Observed, Repair};
 use tideway_core::net::IpFamily;
-use tideway_core::program::{ChangeSet, Element, Program, ProgramState, Set, SetRef};
+use tideway_core::program::{ChangeSet, Element, Fragment, Program, ProgramState, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
+use tideway_core::render::nftables::capacity::Room;
 
 use super::{DataplaneError, NetlinkError, Refusal};
 use batch::{Batch, NLM_F_CREATE, msg};
@@ -53,6 +55,24 @@ pub struct NftNetlink {
     seq: u32,
 }
 
+/// A full apply being written: both families' programs, each streamed in.
+pub struct FullApply {
+    batch: Batch,
+    rooms: Vec<Room>,
+}
+
+impl FullApply {
+    /// Writes one family's program: its node-level part (`skeleton`), then its service
+    /// fragments, each dropped once written.
+    pub fn family(&mut self, skeleton: &Program, fragments: &mut dyn Iterator<Item = Fragment>) {
+        let mut w = full::Full::start(&mut self.batch, skeleton);
+        for f in fragments {
+            w.fragment(&mut self.batch, &f);
+        }
+        self.rooms.push(Room::declared(w.finish(&mut self.batch)));
+    }
+}
+
 impl NftNetlink {
     /// Opens the socket.
     pub fn open() -> Result<Self, DataplaneError> {
@@ -66,13 +86,36 @@ impl NftNetlink {
         Ok(NftNetlink { socket, seq })
     }
 
-    /// Replaces both families' tables with `desired` in one transaction.
-    pub fn apply_full(&mut self, desired: [&Program; 2]) -> Result<(), DataplaneError> {
-        let mut b = Batch::with_capacity(self.seq, desired.iter().map(|p| full_size_bound(p)).sum());
-        for p in desired {
-            full(&mut b, p);
-        }
-        self.commit(b)
+    /// Replaces both families' tables with what `write` gives [`FullApply::family`] (IPv4,
+    /// then IPv6), in one transaction, without holding either program whole. `room_for`: the
+    /// bytes to reserve for the batch (a bound; pages never written cost nothing). Returns how
+    /// full each family's sets were declared.
+    pub fn apply_full(
+        &mut self,
+        room_for: usize,
+        write: impl FnOnce(&mut FullApply),
+    ) -> Result<[Room; 2], DataplaneError> {
+        let mut apply = FullApply { batch: Batch::with_capacity(self.seq, room_for), rooms: Vec::new() };
+        write(&mut apply);
+        let rooms = apply.rooms.try_into().map_err(|r: Vec<Room>| {
+            NetlinkError::Protocol(format!("a full apply wrote {} families, not 2", r.len()))
+        })?;
+        self.commit(apply.batch)?;
+        Ok(rooms)
+    }
+
+    /// The same for programs held whole ([IPv4, IPv6]).
+    pub fn apply_programs(&mut self, programs: [&Program; 2]) -> Result<[Room; 2], DataplaneError> {
+        let elements: usize = programs
+            .iter()
+            .flat_map(|p| p.fragments())
+            .map(|f| f.elements.len() + f.sets.iter().map(|s| s.elements.len()).sum::<usize>())
+            .sum();
+        self.apply_full(64 * 1024 + 128 * elements, |apply| {
+            for p in programs {
+                apply.family(p, &mut p.services.values().cloned());
+            }
+        })
     }
 
     /// Applies `changes` (per family; incremental ones: a full replacement goes through
@@ -270,43 +313,13 @@ fn delete_chain(b: &mut Batch, fam: u8, name: &str) {
     b.str(CHAIN_NAME, name);
 }
 
-/// Room for the bytes [`full`] writes for `p`, generously: an element takes well under 128
-/// bytes on the wire (a concatenated key, its data and attribute headers), a rule under 1 KiB
-/// (more only costs the batch one copy as it grows).
-fn full_size_bound(p: &Program) -> usize {
-    let elements: usize = p
-        .fragments()
-        .map(|f| f.elements.len() + f.sets.iter().map(|s| s.elements.len()).sum::<usize>())
-        .sum();
-    64 * 1024 + 128 * elements + 1024 * p.rule_count()
-}
-
-/// The whole program: the table is recreated with everything in it.
+/// The whole program `p`: the table is recreated with everything in it.
 fn full(b: &mut Batch, p: &Program) {
-    let fam = nfproto(p.family);
-    let asm = p.assemble();
-    table(b, fam, false, "add table");
-    b.message(msg::DELTABLE, fam, 0, "delete table");
-    b.str(TABLE_NAME, TABLE);
-    table(b, fam, true, "recreate table");
-    for c in &asm.chains {
-        chain(b, fam, c.def);
+    let mut w = full::Full::start(b, p);
+    for f in p.services.values() {
+        w.fragment(b, f);
     }
-    let mut next_id = 1;
-    let mut index = SetIndex { sets: HashMap::new() };
-    for s in &asm.sets {
-        sets::declare(b, fam, TABLE, s.def, next_id, s.elements.len());
-        if !s.elements.is_empty() {
-            elements::elements(b, fam, TABLE, s.def, &s.elements, Some(next_id), false);
-        }
-        index.sets.insert(&s.def.name, (s.def, Some(next_id)));
-        next_id += 1;
-    }
-    for c in &asm.chains {
-        for r in &c.rules {
-            expr::rule(b, fam, p.family, TABLE, &c.def.name, r, &index, &mut next_id);
-        }
-    }
+    w.finish(b);
 }
 
 /// The digest [`NftNetlink::observe`] reads for a set holding `elements`.

@@ -220,7 +220,16 @@ fn set_udata(s: &Set) -> Vec<u8> {
 
 /// Declares `s` (id `id` within the batch).
 /// Declares `s`, sized for `elements` (see [`capacity`]).
-pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32, elements: usize) {
+/// Declares `s` with room for `elements`; returns where its size attribute starts, for
+/// [`Batch::patch_be32`] once the count is known (`None` for sets declared without one).
+pub(super) fn declare(
+    b: &mut Batch,
+    family: u8,
+    table: &str,
+    s: &Set,
+    id: u32,
+    elements: usize,
+) -> Option<usize> {
     b.message(msg::NEWSET, family, NLM_F_CREATE, format!("add set {}", s.name));
     b.str(attr::SET_TABLE, table);
     b.str(attr::SET_NAME, &s.name);
@@ -250,11 +259,13 @@ pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32, 
     if let Some(t) = s.flags.dynamic_timeout {
         b.be64(attr::SET_TIMEOUT, u64::from(t) * 1000);
     }
-    if let Some(size) = capacity::capacity(s, elements) {
+    let size_at = capacity::capacity(s, elements).map(|size| {
         let desc = b.nest(attr::SET_DESC);
+        let at = b.len();
         b.be32(attr::DESC_SIZE, size);
         b.end(desc);
-    }
+        at
+    });
     if concat_interval {
         let desc = b.nest(attr::SET_DESC);
         let list = b.nest(attr::DESC_CONCAT);
@@ -267,6 +278,7 @@ pub(super) fn declare(b: &mut Batch, family: u8, table: &str, s: &Set, id: u32, 
         b.end(desc);
     }
     b.put(attr::SET_USERDATA, &set_udata(s));
+    size_at
 }
 
 /// Declares the anonymous constant verdict map of `numgen random mod N vmap { .. }`.
