@@ -41,11 +41,18 @@ impl Room {
     /// Sets declared each for the elements it holds (a full apply that counted them as it
     /// wrote them).
     pub fn declared<'s>(sets: impl IntoIterator<Item = (&'s Set, usize)>) -> Room {
-        let sets = sets
-            .into_iter()
-            .filter_map(|(s, n)| capacity(s, n).map(|cap| (s.name.to_string(), (n, cap))))
-            .collect();
-        Room { sets }
+        let mut room = Room::default();
+        for (s, n) in sets {
+            room.declare(s, n);
+        }
+        room
+    }
+
+    /// Notes `set` declared for `elements`.
+    pub fn declare(&mut self, set: &Set, elements: usize) {
+        if let Some(cap) = capacity(set, elements) {
+            self.sets.insert(set.name.to_string(), (elements, cap));
+        }
     }
 
     /// Follows a repair that declared the sets `names` again, sized for what `p` puts in them

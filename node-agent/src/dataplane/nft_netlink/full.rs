@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use tideway_core::net::IpFamily;
 use tideway_core::program::{Chain, Element, Fragment, Name, Program, Rule, Set};
 use tideway_core::render::nftables::TABLE;
-use tideway_core::render::nftables::capacity::capacity;
+use tideway_core::render::nftables::capacity::{Room, capacity};
 
 use super::batch::{Batch, msg};
 use super::expr::{self, SetIndex};
@@ -45,6 +45,8 @@ pub(super) struct Full<'p> {
     /// Chains created so far beyond the base's (shared ones are created once).
     chains: HashSet<Name>,
     next_id: u32,
+    /// The fragments' own sets as declared.
+    room: Room,
 }
 
 impl<'p> Full<'p> {
@@ -65,6 +67,7 @@ impl<'p> Full<'p> {
             by_name: HashMap::new(),
             chains: base.chains.iter().chain(&base.shared_chains).map(|c| c.name.clone()).collect(),
             next_id: 1,
+            room: Room::default(),
         };
         for c in base.chains.iter().chain(&base.shared_chains) {
             chain(b, fam, c);
@@ -106,9 +109,10 @@ impl<'p> Full<'p> {
             for s in &f.sets {
                 let id = self.next_id;
                 self.next_id += 1;
-                sets::declare(b, self.fam, TABLE, s, id, s.elements.len());
                 let added = f.elements.iter().filter(|(to, _)| to.name == s.name).map(|(_, e)| e);
                 let all: Vec<&Element> = s.elements.iter().chain(added).collect();
+                sets::declare(b, self.fam, TABLE, s, id, all.len());
+                self.room.declare(s, all.len());
                 if !all.is_empty() {
                     elements::elements(b, self.fam, TABLE, s, &all, Some(id), false);
                 }
@@ -170,9 +174,9 @@ impl<'p> Full<'p> {
         s.waiting.clear();
     }
 
-    /// Sends what waits, closes the base chains and writes every set's size; returns each
-    /// base set with the elements it holds.
-    pub(super) fn finish(mut self, b: &mut Batch) -> Vec<(&'p Set, usize)> {
+    /// Sends what waits, closes the base chains and writes every set's size; returns how full
+    /// each set was declared.
+    pub(super) fn finish(mut self, b: &mut Batch) -> Room {
         for i in 0..self.sets.len() {
             self.send(b, i);
         }
@@ -180,14 +184,12 @@ impl<'p> Full<'p> {
         for c in skeleton.base.chains.iter().chain(&skeleton.base.shared_chains) {
             self.rules(b, &c.name, &c.tail, None);
         }
-        self.sets
-            .iter()
-            .map(|s| {
-                if let (Some(at), Some(size)) = (s.size_at, capacity(s.def, s.held)) {
-                    b.patch_be32(at, size);
-                }
-                (s.def, s.held)
-            })
-            .collect()
+        for s in &self.sets {
+            if let (Some(at), Some(size)) = (s.size_at, capacity(s.def, s.held)) {
+                b.patch_be32(at, size);
+            }
+            self.room.declare(s.def, s.held);
+        }
+        self.room
     }
 }

@@ -69,7 +69,7 @@ impl FullApply {
         for f in fragments {
             w.fragment(&mut self.batch, &f);
         }
-        self.rooms.push(Room::declared(w.finish(&mut self.batch)));
+        self.rooms.push(w.finish(&mut self.batch));
     }
 }
 
