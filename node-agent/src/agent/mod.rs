@@ -352,8 +352,10 @@ impl Agent {
             self.leftovers_checked = true;
             self.find_leftovers(&node.settings, desired.keep());
         }
-        if let Some(kept) = desired.into_kept().filter(|_| full) {
-            planned.programs = kept;
+        if full {
+            planned.programs = desired.into_kept();
+        } else {
+            drop(desired);
         }
         self.retire();
 

@@ -68,14 +68,18 @@ impl<'a> Desired<'a> {
         [r4, r6]
     }
 
-    /// What is kept between syncs of the programs this sync applied in full: counted while
-    /// they were streamed or rendered, else lowered once more to count it. `None` when the
-    /// sync rendered nothing whole (an incremental one).
-    pub fn into_kept(self) -> Option<[ProgramState; 2]> {
+    /// What is kept between syncs of the programs a full sync applied: counted while they
+    /// were streamed, or from the whole programs when they were rendered, else lowered once
+    /// more to count it.
+    pub fn into_kept(self) -> [ProgramState; 2] {
         if let Some(kept) = self.streamed.into_inner() {
-            return Some(kept);
+            return kept;
         }
-        self.whole.into_inner().map(|w| w.each_ref().map(ProgramState::new))
+        if let Some(whole) = self.whole.into_inner() {
+            return whole.each_ref().map(ProgramState::new);
+        }
+        IpFamily::ALL
+            .map(|f| render::stream(self.mode, self.ruleset, f, |_, fragments| fragments.for_each(drop)).0)
     }
 
     /// What a retired backend must leave in place for these programs (shared iptables
@@ -102,5 +106,41 @@ impl<'a> Desired<'a> {
     /// needs of it: family, dialect, base chains and sets).
     pub fn skeletons(&self) -> [&'a Program; 2] {
         self.kept.map(ProgramState::skeleton)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tideway_core::plan::compile;
+    use tideway_core::testing::{mk_node_context, synthetic_cluster};
+
+    use super::*;
+
+    /// What is kept is the same whichever way a full sync got its programs: streamed, rendered
+    /// whole, or not asked for at all.
+    #[test]
+    fn what_is_kept_of_a_full_sync_does_not_depend_on_how_it_was_applied() {
+        let ruleset = compile(&synthetic_cluster(40, 3), &mk_node_context());
+        let mode = ProxyMode::Nftables;
+        let skeletons = IpFamily::ALL.map(|f| ProgramState::start(&render::skeleton(mode, &ruleset, f)));
+        let whole = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));
+        let want = whole.each_ref().map(|p| (p.rule_count(), ProgramState::new(p).rule_count()));
+        let kept_by = |desired: Desired<'_>| desired.into_kept().map(|k| k.rule_count());
+
+        let streamed = Desired::new(mode, &ruleset, skeletons.each_ref());
+        let mut fragments = 0;
+        streamed.stream(|_, f| fragments += f.count());
+        assert_eq!(fragments, whole.iter().map(|p| p.services.len()).sum::<usize>());
+        let rendered = Desired::new(mode, &ruleset, skeletons.each_ref());
+        rendered.programs();
+        let untouched = Desired::new(mode, &ruleset, skeletons.each_ref());
+        for (how, got) in [
+            ("streamed", kept_by(streamed)),
+            ("rendered", kept_by(rendered)),
+            ("untouched", kept_by(untouched)),
+        ] {
+            assert_eq!(got, want.map(|(_, kept)| kept), "{how}");
+        }
+        assert!(want[0].0 > skeletons[0].rule_count(), "the Services add rules to count");
     }
 }

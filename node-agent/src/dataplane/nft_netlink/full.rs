@@ -42,7 +42,7 @@ pub(super) struct Full<'p> {
     index: SetIndex<'p>,
     sets: Vec<BaseSet<'p>>,
     by_name: HashMap<&'p str, usize>,
-    /// Chains created so far beyond the base's (shared ones are created once).
+    /// Chains created so far, the base's and the fragments' (a shared one only once).
     chains: HashSet<Name>,
     next_id: u32,
     /// The fragments' own sets as declared.
