@@ -8,17 +8,29 @@ pub mod names;
 pub mod nftables;
 
 use crate::config::ProxyMode;
+use crate::model::ServicePortName;
 use crate::net::IpFamily;
 use crate::plan::{Changed, LocalTraffic, NodePlan, Ruleset};
 use crate::program::{Fragment, Match, Program, ProgramState};
 
 /// Lowers `ruleset` for `family` with the backend of `mode`.
 pub fn lower(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
-    match mode {
-        ProxyMode::Nftables => nftables::lower(ruleset, family),
-        ProxyMode::Iptables => iptables::lower(ruleset, family),
-        ProxyMode::Ipvs => ipvs::lower(ruleset, family),
-    }
+    let mut program = skeleton(mode, ruleset, family);
+    program.services = fragments(mode, ruleset, family).collect();
+    program
+}
+
+/// The service ports' fragments of [`lower`]'s program, in key order, each lowered when the
+/// iterator reaches it (ports that contribute nothing are left out).
+fn fragments<'r>(
+    mode: ProxyMode,
+    ruleset: &'r Ruleset,
+    family: IpFamily,
+) -> impl Iterator<Item = (ServicePortName, Fragment)> + 'r {
+    ruleset
+        .plans(family)
+        .map(move |plan| (plan.name.clone(), lower_fragment(mode, ruleset, plan)))
+        .filter(|(_, f)| *f != Fragment::default())
 }
 
 use crate::program::{ChangeSet, Dialect};
@@ -50,11 +62,7 @@ pub fn stream<R>(
 ) -> (ProgramState, R) {
     let skeleton = skeleton(mode, ruleset, family);
     let mut state = ProgramState::start(&skeleton);
-    let mut fragments = ruleset
-        .plans(family)
-        .map(|plan| lower_fragment(mode, ruleset, plan))
-        .filter(|f| *f != Fragment::default())
-        .inspect(|f| state.take(f));
+    let mut fragments = fragments(mode, ruleset, family).map(|(_, f)| f).inspect(|f| state.take(f));
     let r = apply(&skeleton, &mut fragments);
     drop(fragments);
     (state, r)

@@ -7,8 +7,7 @@ use rustc_hash::FxHashMap;
 use crate::net::{IpFamily, IpNet};
 use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
 use crate::program::{
-    Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Dialect, Fragment, Hook, Match, Name, Program,
-    Rule, Verdict, name,
+    Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Fragment, Hook, Match, Name, Rule, Verdict, name,
 };
 use crate::render::{detector, names};
 
@@ -53,22 +52,6 @@ fn host(ip: IpAddr) -> Match {
 /// True when the ruleset is big enough for kube-proxy's large-cluster mode.
 pub fn is_large(ruleset: &Ruleset, family: IpFamily) -> bool {
     ruleset.endpoint_total(family) > LARGE_CLUSTER_ENDPOINTS
-}
-
-/// Lowers the whole ruleset for one family.
-pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
-    let np = ruleset.family(family);
-    let compact = is_large(ruleset, family);
-    let mut program = Program::new(Dialect::Iptables, family, base(np));
-    // Large-cluster mode changes every endpoint rule: crossing the threshold is a full resync.
-    program.large_cluster = compact;
-    for plan in ruleset.plans(family) {
-        let frag = lower_plan(np, plan, compact);
-        if frag != Fragment::default() {
-            program.services.insert(plan.name.clone(), frag);
-        }
-    }
-    program
 }
 
 fn builtin(

@@ -1,9 +1,9 @@
-//! iptables backend: kube-proxy's chain layout ([`lower`]) and `iptables-restore` text ([`text`]).
+//! iptables backend: kube-proxy's chain layout ([`lower_plan`]) and `iptables-restore` text ([`text`]).
 
 mod lower;
 pub mod text;
 
-pub use lower::{FILTER, LARGE_CLUSTER_ENDPOINTS, NAT, base, is_large, lower, lower_plan};
+pub use lower::{FILTER, LARGE_CLUSTER_ENDPOINTS, NAT, base, is_large, lower_plan};
 
 use crate::program::{ChainRef, Program, name};
 use crate::render::names::is_service_chain;
@@ -36,7 +36,8 @@ mod tests {
         cluster.apply_endpoint_slice(
             mk_slice("ns1", "web").port("http", Protocol::Tcp, 8080).ready("10.244.1.5", "node-a").build(),
         );
-        let p = lower(&crate::plan::compile(&cluster, &mk_node_context()), IpFamily::V4);
+        let ruleset = crate::plan::compile(&cluster, &mk_node_context());
+        let p = crate::render::lower(crate::config::ProxyMode::Iptables, &ruleset, IpFamily::V4);
         let assembled = p.assemble();
         let mut present: Vec<(&str, &str)> =
             assembled.chains.iter().map(|c| (c.def.table, &*c.def.name)).collect();

@@ -11,10 +11,10 @@ use smallvec::smallvec;
 
 use crate::config::Scheduler;
 use crate::net::{IpFamily, Protocol};
-use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
+use crate::plan::{Backend, NodePlan, NodePortDestinations, ServicePortPlan, Target};
 use crate::program::{
-    Action, BaseHook, Chain, ChainKind, CtState, Dialect, Element, Field, Fragment, Hook, KeyType, Match,
-    Name, Program, RealServer, Rule, Set, SetFlags, SetRef, Value, Verdict, VirtualServer,
+    Action, BaseHook, Chain, ChainKind, CtState, Element, Field, Fragment, Hook, KeyType, Match, Name,
+    RealServer, Rule, Set, SetFlags, SetRef, Value, Verdict, VirtualServer,
 };
 use crate::render::detector;
 use crate::render::iptables::{FILTER, NAT};
@@ -97,20 +97,6 @@ fn protos() -> [Protocol; 3] {
 
 fn np_set(kind: &str, p: Protocol) -> String {
     format!("KUBE-NODE-PORT-{kind}{}", p.as_str().to_uppercase())
-}
-
-/// Lowers the whole ruleset for one family.
-pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
-    let np = ruleset.family(family);
-    let scheduler = ruleset.node.settings.ipvs.scheduler;
-    let mut program = Program::new(Dialect::Ipvs, family, base(np));
-    for plan in ruleset.plans(family) {
-        let frag = lower_plan(np, plan, scheduler);
-        if frag != Fragment::default() {
-            program.services.insert(plan.name.clone(), frag);
-        }
-    }
-    program
 }
 
 fn builtin(

@@ -24,10 +24,10 @@ use std::net::IpAddr;
 use smallvec::smallvec;
 
 use crate::net::{IpFamily, IpNet};
-use crate::plan::{Backend, LocalTraffic, NodePlan, NodePortDestinations, Ruleset, ServicePortPlan, Target};
+use crate::plan::{Backend, LocalTraffic, NodePlan, NodePortDestinations, ServicePortPlan, Target};
 use crate::program::{
-    Action, BaseHook, Chain, ChainKind, CtState, DataType, Dialect, ElemData, Element, Field, Fragment, Hook,
-    Key, KeyType, Match, Name, Program, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
+    Action, BaseHook, Chain, ChainKind, CtState, DataType, ElemData, Element, Field, Fragment, Hook, Key,
+    KeyType, Match, Name, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
 };
 use crate::render::{detector, names};
 
@@ -47,19 +47,6 @@ fn jump(c: &str) -> Action {
 
 fn goto(c: &str) -> Verdict {
     Verdict::Goto(name(c))
-}
-
-/// Lowers the whole ruleset for one family.
-pub fn lower(ruleset: &Ruleset, family: IpFamily) -> Program {
-    let np = ruleset.family(family);
-    let mut program = Program::new(Dialect::Nftables, family, base(np));
-    for plan in ruleset.plans(family) {
-        let frag = lower_plan(np, plan);
-        if frag != Fragment::default() {
-            program.services.insert(plan.name.clone(), frag);
-        }
-    }
-    program
 }
 
 fn set(name: &str, key: Vec<KeyType>, data: Option<DataType>) -> Set {

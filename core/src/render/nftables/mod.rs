@@ -1,7 +1,7 @@
-//! nftables backend: map-based layout ([`lower`]) and `nft -f` text ([`text`]).
+//! nftables backend: map-based layout ([`lower_plan`]) and `nft -f` text ([`text`]).
 
 pub mod capacity;
 mod lower;
 pub mod text;
 
-pub use lower::{TABLE, base, lower, lower_plan};
+pub use lower::{TABLE, base, lower_plan};
