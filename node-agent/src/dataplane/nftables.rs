@@ -18,7 +18,7 @@ use tideway_core::program::{ChangeSet, Element, Program};
 use tideway_core::render::nftables::capacity::Room;
 use tideway_core::render::nftables::{TABLE, text};
 
-use super::nft_netlink::{ElementRead, NftNetlink, element_digest};
+use super::nft_netlink::{ElementRead, NftNetlink, element_digest, full_batch_room};
 use super::{Dataplane, DataplaneError, Desired, Drift, Keep, Retired, Update};
 use crate::exec;
 
@@ -198,7 +198,8 @@ impl Dataplane for Nftables {
                 }
             }
             None => {
-                let room_for = 64 * 1024 + 256 * desired.size();
+                // A port and an endpoint each put about two elements in the maps.
+                let room_for = full_batch_room(2 * desired.size());
                 self.room = self.transaction(|nl| {
                     nl.apply_full(room_for, |apply| {
                         desired.stream(|skeleton, fragments| apply.family(skeleton, fragments));

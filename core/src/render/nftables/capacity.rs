@@ -35,20 +35,14 @@ pub struct Room {
 impl Room {
     /// The sets of `p` as a full apply declares them.
     pub fn of(p: &Program) -> Room {
-        Room::declared(p.assemble().sets.iter().map(|s| (s.def, s.elements.len())))
-    }
-
-    /// Sets declared each for the elements it holds (a full apply that counted them as it
-    /// wrote them).
-    pub fn declared<'s>(sets: impl IntoIterator<Item = (&'s Set, usize)>) -> Room {
         let mut room = Room::default();
-        for (s, n) in sets {
-            room.declare(s, n);
+        for s in p.assemble().sets {
+            room.declare(s.def, s.elements.len());
         }
         room
     }
 
-    /// Notes `set` declared for `elements`.
+    /// Notes `set` declared for `elements` (a full apply that counts them as it writes them).
     pub fn declare(&mut self, set: &Set, elements: usize) {
         if let Some(cap) = capacity(set, elements) {
             self.sets.insert(set.name.to_string(), (elements, cap));

@@ -111,7 +111,7 @@ impl NftNetlink {
             .flat_map(|p| p.fragments())
             .map(|f| f.elements.len() + f.sets.iter().map(|s| s.elements.len()).sum::<usize>())
             .sum();
-        self.apply_full(64 * 1024 + 128 * elements, |apply| {
+        self.apply_full(full_batch_room(elements), |apply| {
             for p in programs {
                 apply.family(p, &mut p.services.values().cloned());
             }
@@ -311,6 +311,13 @@ fn delete_chain(b: &mut Batch, fam: u8, name: &str) {
     b.message(msg::DELCHAIN, fam, 0, format!("delete chain {name}"));
     b.str(CHAIN_TABLE, TABLE);
     b.str(CHAIN_NAME, name);
+}
+
+/// Room for the batch of a full apply of about `elements` set elements, generously: an
+/// element takes well under 128 bytes on the wire (a concatenated key, its data and attribute
+/// headers), and the rules of a map-based program are few.
+pub fn full_batch_room(elements: usize) -> usize {
+    64 * 1024 + 128 * elements
 }
 
 /// The whole program `p`: the table is recreated with everything in it.

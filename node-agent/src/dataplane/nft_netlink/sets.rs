@@ -218,10 +218,9 @@ fn set_udata(s: &Set) -> Vec<u8> {
     out
 }
 
-/// Declares `s` (id `id` within the batch).
-/// Declares `s`, sized for `elements` (see [`capacity`]).
-/// Declares `s` with room for `elements`; returns where its size attribute starts, for
-/// [`Batch::patch_be32`] once the count is known (`None` for sets declared without one).
+/// Declares `s` (id `id` within the batch), sized for `elements` (see [`capacity`]); returns
+/// where its size attribute starts, for [`Batch::patch_be32`] once the count is known (`None`
+/// for sets declared without one).
 pub(super) fn declare(
     b: &mut Batch,
     family: u8,
