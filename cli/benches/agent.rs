@@ -427,7 +427,10 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum From {
     File,
+    /// The API server streams the first view (`sendInitialEvents`).
     Kubernetes,
+    /// The API server cannot stream lists (before Kubernetes 1.32): the agent lists.
+    KubernetesListed,
 }
 
 /// What one `tideway agent` process did: start to synced, first sync, RSS and peak (KiB), and
@@ -458,7 +461,11 @@ fn cpu_time(pid: u32) -> Duration {
 /// Starts `tideway agent` on `n` Services x 10 endpoints read from a YAML file or listed by a
 /// stand-in API server (the same objects), and measures it once synced.
 fn agent_process(n: usize, from: From) -> ProcessFigures {
-    let tag = if from == From::File { "file" } else { "kube" };
+    let tag = match from {
+        From::File => "file",
+        From::Kubernetes => "kube",
+        From::KubernetesListed => "kube-listed",
+    };
     let ns = Netns::create(&format!("twbench-rss-{tag}"));
     let dir = std::env::temp_dir().join(format!("twbench-rss-{tag}"));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -470,8 +477,9 @@ fn agent_process(n: usize, from: From) -> ProcessFigures {
             std::fs::write(&file, &text).expect("manifest");
             vec!["--source".into(), format!("file:{}", file.display())]
         }
-        From::Kubernetes => {
+        From::Kubernetes | From::KubernetesListed => {
             let server = tideway_tests::fake_api::BackgroundApi::start(Some(&ns.name));
+            server.api.stream_lists(from == From::Kubernetes);
             server.preload_yaml(&text);
             let kubeconfig = server.api.kubeconfig(&dir, tideway_tests::fake_api::Account::Agent);
             _server = Some(server);
@@ -525,11 +533,18 @@ fn agent_process(n: usize, from: From) -> ProcessFigures {
     ProcessFigures { to_synced, sync_ms, rss_kib: kib("VmRSS:"), peak_kib: kib("VmHWM:"), rest_cpu }
 }
 
-/// The agent process reading `n` Services from a file, then from the Kubernetes API.
+/// The agent process reading `n` Services from a file, then from the Kubernetes API (streamed
+/// first view, and listed from a server that cannot stream it).
 fn agent_memory(n: usize) {
     let file = agent_process(n, From::File);
     let kube = agent_process(n, From::Kubernetes);
-    for (name, f) in [("YAML file", &file), ("Kubernetes API (list + watch)", &kube)] {
+    let listed = agent_process(n, From::KubernetesListed);
+    let sources = [
+        ("YAML file", &file),
+        ("Kubernetes API (streamed list, then watch)", &kube),
+        ("Kubernetes API, server without streamed lists (list, then watch)", &listed),
+    ];
+    for (name, f) in sources {
         println!(
             "tideway agent, {n} services x {ENDPOINTS} endpoints from the {name}: RSS {} MiB (peak {} MiB), started to synced {}, first sync {} ms, CPU at rest {:.1} % of a core (drift check every {CHECK_EVERY})",
             f.rss_kib / 1024,
@@ -544,6 +559,11 @@ fn agent_memory(n: usize) {
         kube.rss_kib as f64 / file.rss_kib.max(1) as f64,
         kube.peak_kib as f64 / file.peak_kib.max(1) as f64,
         kube.to_synced.as_secs_f64() / file.to_synced.as_secs_f64()
+    );
+    println!(
+        "streamed / listed: peak ratio {:.2}, started-to-synced ratio {:.2}",
+        kube.peak_kib as f64 / listed.peak_kib.max(1) as f64,
+        kube.to_synced.as_secs_f64() / listed.to_synced.as_secs_f64()
     );
 }
 

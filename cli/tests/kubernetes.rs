@@ -90,7 +90,7 @@ fn agent_programs_from_the_kubernetes_api_and_reports_its_node() {
     })
     .expect("status settles");
     let lists = |api: &tideway_tests::fake_api::FakeApi| {
-        api.requests_to("/apis/discovery.k8s.io").iter().filter(|r| !r.query.contains_key("watch")).count()
+        api.requests_to("/apis/discovery.k8s.io").iter().filter(|r| r.is_first_view()).count()
     };
     let listed = lists(&server.api);
     server.api.expire_watches("EndpointSlice");

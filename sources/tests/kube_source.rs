@@ -105,18 +105,13 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
 
     // 410 Gone: the watcher relists. Meanwhile one Service went away and one changed; the
     // relist replaces the kind with only those differences and the rest never disappears.
-    let lists_before =
-        api.requests_to("/api/v1/services").iter().filter(|r| !r.query.contains_key("watch")).count();
+    let lists_before = first_views(&api, "/api/v1/services");
     // Changed and deleted with no watch event (as while no watch was open): only the relist
     // can tell. Both happen before the 410, so every relist sees them.
     api.preload([service("ns1", "web", "10.96.0.20", json!({}))]);
     api.remove_silently("Service", Some("ns1"), "db");
     api.expire_watches("Service");
-    until("the relist after 410 Gone", || {
-        api.requests_to("/api/v1/services").iter().filter(|r| !r.query.contains_key("watch")).count()
-            > lists_before
-    })
-    .await;
+    until("the relist after 410 Gone", || first_views(&api, "/api/v1/services") > lists_before).await;
     until("the relisted state", || !names(&cluster).contains("ns1/db")).await;
     assert!(names(&cluster).contains("ns1/api") && names(&cluster).contains("ns1/web"));
     let changed = cluster.lock().take_changes().services;
@@ -129,6 +124,50 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
     })
     .await;
     assert!(counter(&registry, "reason=\"gone\"") >= 1.0, "the 410 is counted");
+    task.abort();
+}
+
+/// An API server without streamed lists (the `WatchList` feature is off by default before
+/// Kubernetes 1.32) refuses the watch that asks for one: the source lists from the watch cache
+/// instead, syncs, and lists again after a 410 without asking to stream again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_stream_lists_is_listed_instead() {
+    let api = FakeApi::start().await;
+    api.stream_lists(false);
+    let dir = tempdir::Dir::new("no-watch-list");
+    api.preload([
+        namespace("ns1"),
+        service("ns1", "web", "10.96.0.10", json!({})),
+        slice("ns1", "web-1", "web", "10.244.1.5"),
+    ]);
+    let cluster = SharedCluster::new();
+    let role = Role::Dns { pods: false, node_states: false };
+    let source = KubeSource::new(kube_client(&api, &dir, Account::Dns).await, role, SourceMetrics::default());
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
+    assert_eq!(names(&cluster), BTreeSet::from(["ns1/web".to_string()]));
+    assert_eq!(cluster.lock().endpoint_slices().count(), 1);
+    let streamed = |r: &tideway_tests::fake_api::Recorded| r.query.contains_key("sendInitialEvents");
+    for path in ["/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/api/v1/namespaces"] {
+        let views: Vec<_> = api.requests_to(path).into_iter().filter(|r| r.is_first_view()).collect();
+        assert!(views.len() >= 2 && streamed(&views[0]), "asked to stream first: {views:?}");
+        let list = &views[views.len() - 1];
+        assert!(!list.query.contains_key("watch"), "then listed: {views:?}");
+        assert_eq!(list.query.get("resourceVersion").map(String::as_str), Some("0"), "from the watch cache");
+    }
+    let asked = |api: &FakeApi| api.requests_to("/api/v1/services").iter().filter(|r| streamed(r)).count();
+    let (lists, streams) = (first_views(&api, "/api/v1/services"), asked(&api));
+
+    // 410 Gone: the relist is a list, never another request to stream.
+    api.preload([service("ns1", "web", "10.96.0.20", json!({}))]);
+    api.expire_watches("Service");
+    until("the relist after 410 Gone", || first_views(&api, "/api/v1/services") > lists).await;
+    let web = ServiceName::new("ns1", "web");
+    until("the relisted Service", || {
+        cluster.lock().service(&web).is_some_and(|s| s.cluster_ips[0].to_string() == "10.96.0.20")
+    })
+    .await;
+    assert_eq!(asked(&api), streams, "the watch remembers the server cannot stream lists");
     task.abort();
 }
 
@@ -209,13 +248,17 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
     let last = api.requests_to("/api/v1/services").last().cloned().unwrap();
     assert_eq!(last.query.get("labelSelector").map(String::as_str), Some("!service.kubernetes.io/headless"));
     task.abort();
-    // An agent lists from the watch cache, never with a quorum read.
-    let lists: Vec<_> =
-        api.requests().into_iter().filter(|r| r.method == "GET" && !r.query.contains_key("watch")).collect();
-    assert!(!lists.is_empty());
+    // An agent reads the state from the watch cache, never with a quorum read, and streams it:
+    // no list at all.
+    let views: Vec<_> = api.requests().into_iter().filter(|r| r.is_first_view()).collect();
+    assert!(!views.is_empty());
     assert!(
-        lists.iter().all(|r| r.query.get("resourceVersion").map(String::as_str) == Some("0")),
-        "{lists:?}"
+        views.iter().all(|r| r.query.get("resourceVersion").map(String::as_str) == Some("0")),
+        "{views:?}"
+    );
+    assert!(
+        views.iter().all(|r| r.query.get("sendInitialEvents").map(String::as_str) == Some("true")),
+        "{views:?}"
     );
 }
 
@@ -337,8 +380,9 @@ async fn reviews_with_an_audience_take_only_tokens_minted_for_it() {
     assert!(any.authorize("tideway-token", &access).await.is_err(), "a Tideway token is no API credential");
 }
 
-fn lists_of(api: &FakeApi, path: &str) -> usize {
-    api.requests_to(path).iter().filter(|r| r.method == "GET" && !r.query.contains_key("watch")).count()
+/// How often the source asked `path` for the whole state (a list, or a streamed one).
+fn first_views(api: &FakeApi, path: &str) -> usize {
+    api.requests_to(path).iter().filter(|r| r.is_first_view()).count()
 }
 
 /// The API server keeps a bounded history. A DNS source whose watch was away while more changed
@@ -359,7 +403,7 @@ async fn a_watch_from_a_compacted_version_relists_and_reports_only_what_changed(
     let task = tokio::spawn(source.run(cluster.clone()));
     tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
     cluster.lock().take_changes();
-    let lists_before = lists_of(&api, "/api/v1/services");
+    let lists_before = first_views(&api, "/api/v1/services");
 
     // The server restarts: watches close and are refused meanwhile. Twenty changes happen,
     // four times the history it keeps.
@@ -379,7 +423,7 @@ async fn a_watch_from_a_compacted_version_relists_and_reports_only_what_changed(
         .collect();
     until("the view caught up", || names(&cluster) == want).await;
     assert!(counter(&registry, "reason=\"gone\"") >= 1.0, "the watch was answered 410 Gone");
-    assert!(lists_of(&api, "/api/v1/services") > lists_before, "and the source listed again");
+    assert!(first_views(&api, "/api/v1/services") > lists_before, "and the source listed again");
     assert_eq!(cluster.lock().services().count(), want.len(), "each Service once");
     let changed: BTreeSet<String> =
         cluster.lock().take_changes().services.iter().map(|s| s.to_string()).collect();
@@ -406,7 +450,7 @@ async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothin
     let task = tokio::spawn(source.run(cluster.clone()));
     tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
     cluster.lock().take_changes();
-    let lists_before = lists_of(&api, "/api/v1/services");
+    let lists_before = first_views(&api, "/api/v1/services");
     let watches_before = api.requests_to("/api/v1/services").len() - lists_before;
 
     // Churn for about two seconds: watches time out every 200 ms, and every tenth change the
@@ -428,7 +472,7 @@ async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothin
         "the watches ended and were opened again: {}",
         watches.len()
     );
-    assert_eq!(lists_of(&api, "/api/v1/services"), lists_before, "resumed, never listed again");
+    assert_eq!(first_views(&api, "/api/v1/services"), lists_before, "resumed, never listed again");
     // Each watch resumes where the one before got to: the versions never go back.
     let versions: Vec<u64> =
         watches.iter().filter_map(|r| r.query.get("resourceVersion")?.parse().ok()).collect();

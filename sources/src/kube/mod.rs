@@ -1,7 +1,8 @@
 //! The Kubernetes source: one kube-runtime watcher per kind, converted at once into the model.
 //!
 //! ```text
-//!  watcher(Api<K>, selectors).default_backoff()  (one task per kind)
+//!  watcher(Api<K>, selectors).default_backoff()  (one task per kind; first view streamed or
+//!                                                 listed: see [`watching`])
 //!     --Event<K>--> KindAdapter<K> --convert--> SharedCluster (ClusterState)
 //!     errors --> ErrorLog (logged once per cause) + tideway_source_watch_errors_total
 //!     panics --> supervise: started again with backoff, counted, a fault until relisted
@@ -29,17 +30,16 @@ mod lease;
 mod reach;
 mod review;
 mod status;
+mod watching;
 mod writer;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tideway_api::crd;
 use tideway_core::config::resolve_proxy_config;
@@ -56,14 +56,10 @@ pub use review::{CachedReview, KubeReview, REVIEW_TTL};
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
 pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 
-use crate::metrics::{SourceMetrics, WatchErrorLabels};
+use crate::metrics::SourceMetrics;
 use crate::shared::SharedCluster;
 use crate::supervise::{Restart, supervise};
-
-/// Objects per list page. A page is decoded whole before its objects are converted, so a
-/// smaller page keeps fewer raw objects alive at once (less transient memory, and less
-/// fragmentation left behind among the converted objects) for a few more round trips.
-const LIST_PAGE_SIZE: u32 = 500;
+use watching::watch_kind;
 
 impl From<kube::Error> for crate::status::WriteError {
     /// The API server's answer (status and message) when there was one.
@@ -222,10 +218,10 @@ impl KubeSource {
         barrier: &SyncBarrier,
         mut spec: WatchSpec,
     ) {
-        // Agents and DNS servers, one per node, list from the API server's watch cache
-        // (`resourceVersion=0`) instead of quorum reads past it; a slightly old list is caught up
-        // by the watch that follows. The operator, which decides addresses from what it lists,
-        // reads the latest.
+        // Agents and DNS servers, one per node, read their first view from the API server's
+        // watch cache (`resourceVersion=0`, streamed: see [`watching`]) instead of quorum reads
+        // past it; a slightly old view is caught up by the watch that follows. The operator,
+        // which decides addresses from what it lists, reads the latest.
         if !matches!(self.role, Role::Operator) {
             spec.config = spec.config.any_semantic();
         }
@@ -414,94 +410,4 @@ fn proxy_name(cluster: &SharedCluster, node: &str) -> Option<String> {
     let state = cluster.lock();
     let labels = state.node(node).map(|n| n.labels.clone()).unwrap_or_default();
     resolve_proxy_config(state.proxy_configs(), &labels).and_then(|c| c.settings.service_proxy_name.clone())
-}
-
-/// Runs one kind's watcher until dropped, feeding `cluster`.
-async fn watch_kind<K: Kind>(
-    api: Api<K>,
-    spec: WatchSpec,
-    cluster: SharedCluster,
-    barrier: SyncBarrier,
-    metrics: SourceMetrics,
-) {
-    let kind = K::watch_name();
-    let label = SourceMetrics::kind(&kind);
-    let mut adapter = KindAdapter::<K>::for_reader(cluster.clone(), spec.reader);
-    let mut errors = ErrorLog::default();
-    // A list from the watch cache comes whole (the server ignores a limit; kube sends none).
-    let config = match spec.config.list_semantic {
-        watcher::ListSemantic::Any => watcher::Config { page_size: None, ..spec.config },
-        watcher::ListSemantic::MostRecent => spec.config.page_size(LIST_PAGE_SIZE),
-    };
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => {
-                cluster.set_api_reachable(true);
-                if let Some(cause) = errors.recovered() {
-                    tracing::info!(%kind, reason = cause.reason, "watch recovered");
-                }
-                let outcome = if matches!(event, watcher::Event::InitDone) {
-                    // A complete list replaces the whole kind, comparing every object under
-                    // the state's lock: that runs on a blocking thread, not the runtime's.
-                    let (back, outcome) = complete_list(adapter).await;
-                    adapter = back;
-                    outcome
-                } else {
-                    adapter.handle(event)
-                };
-                match outcome {
-                    Outcome::Listed { first } => {
-                        cluster.clear_fault(&kind);
-                        if first {
-                            barrier.done(&kind);
-                        } else {
-                            metrics.relists.get_or_create(&label).inc();
-                        }
-                    }
-                    Outcome::Changed => {
-                        metrics.events.get_or_create(&label).inc();
-                    }
-                    Outcome::Invalid => {
-                        metrics.invalid.get_or_create(&label).inc();
-                    }
-                    Outcome::Listing => continue,
-                }
-                if let Some(n) = &spec.notify {
-                    n.send_modify(|v| *v += 1);
-                }
-            }
-            Err(e) => {
-                let cause = classify(&e);
-                cluster.set_api_reachable(!cause.unreachable());
-                let code = cause.code.map_or(0, u16::from);
-                metrics
-                    .watch_errors
-                    .get_or_create(&WatchErrorLabels {
-                        kind: kind.clone(),
-                        reason: cause.reason.to_string(),
-                        code: code.to_string(),
-                    })
-                    .inc();
-                if errors.failed(&cause) {
-                    tracing::warn!(%kind, status = code, reason = cause.reason, error = %e, hint = cause.hint(),
-                        "watch failed; the last good state keeps serving");
-                }
-            }
-        }
-    }
-}
-
-/// Hands a complete list to `adapter` on a blocking thread; a panic there is the watch's own.
-async fn complete_list<K: Kind>(mut adapter: KindAdapter<K>) -> (KindAdapter<K>, Outcome) {
-    let done = tokio::task::spawn_blocking(move || {
-        let outcome = adapter.handle(watcher::Event::InitDone);
-        (adapter, outcome)
-    })
-    .await;
-    match done {
-        Ok(done) => done,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => panic!("the complete list was not handled: {e}"),
-    }
 }

@@ -2,7 +2,7 @@
 //! (no API server can run on these machines). It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
 //! ([`watch`]: a bounded history with `410 Gone` past it, timeouts with bookmarks, connections
-//! cut on demand), GET, server-side-apply and merge PATCH of objects and their
+//! cut on demand, streamed lists), GET, server-side-apply and merge PATCH of objects and their
 //! status, TokenReviews and SubjectAccessReviews of tokens and grants the test sets. Every
 //! request is authenticated (a kubeconfig names an [`Account`]; any other token is a 401) and
 //! authorized by the chart's own RBAC ([`rbac`]): what the chart does not grant a component's
@@ -52,6 +52,16 @@ pub struct Recorded {
     pub body: Value,
 }
 
+impl Recorded {
+    /// A GET for the state of a collection rather than its changes: a list (or a read of one
+    /// object), or a watch that streams a list (`sendInitialEvents=true`).
+    pub fn is_first_view(&self) -> bool {
+        let watch = self.query.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let streamed = self.query.get("sendInitialEvents").is_some_and(|s| s == "true");
+        self.method == "GET" && (!watch || streamed)
+    }
+}
+
 /// One resource: `/api/v1/services`, `/apis/tideway.io/v1alpha1/proxyconfigs`, ...
 struct Resource {
     kind: String,
@@ -84,6 +94,9 @@ struct Inner {
     outage: Option<u16>,
     /// The longest a watch lasts, whatever its `timeoutSeconds`.
     watch_cap: Option<std::time::Duration>,
+    /// Streams lists (`sendInitialEvents`, the `WatchList` feature, on by default since
+    /// Kubernetes 1.32); when off, such a watch is refused as a server without it refuses it.
+    watch_list: bool,
     /// Bearer token -> the account it authenticates.
     accounts: BTreeMap<String, Account>,
     /// The chart's RBAC (one value set's) that decides what each account may do.
@@ -197,6 +210,7 @@ impl FakeApi {
             hanging: BTreeMap::new(),
             outage: None,
             watch_cap: None,
+            watch_list: true,
             accounts: Account::COMPONENTS
                 .into_iter()
                 .chain([Account::ClusterAdmin])
@@ -354,6 +368,13 @@ impl FakeApi {
     /// request timeout, shortened so that tests see many watches end); `None`: as asked.
     pub fn cap_watches(&self, cap: Option<std::time::Duration>) {
         self.lock().watch_cap = cap;
+    }
+
+    /// Whether watches stream lists (`sendInitialEvents=true`; on unless turned off): off, the
+    /// server answers such a watch `422 Invalid` as a server without the `WatchList` feature
+    /// (Kubernetes 1.27-1.31 by default) does.
+    pub fn stream_lists(&self, on: bool) {
+        self.lock().watch_list = on;
     }
 
     /// Cuts the open watch connections of `kind` mid-stream (no clean end, as when a load

@@ -4,6 +4,10 @@
 //!   watch from a version older than what is kept gets one `ERROR` event with code 410 (too old
 //!   resource version), and the client must list again.
 //! * A watch from version 0 (or none) starts with an `ADDED` event per object, then streams.
+//! * A streamed list (`sendInitialEvents=true`, with `resourceVersionMatch=NotOlderThan` and
+//!   bookmarks, as the API server requires) sends an `ADDED` event per object, then a
+//!   `BOOKMARK` annotated `k8s.io/initial-events-end`, then streams; unless the server is told
+//!   not to stream lists ([`super::FakeApi::stream_lists`]), when it is refused `422 Invalid`.
 //! * A watch ends after its `timeoutSeconds` (capped by [`super::FakeApi::cap_watches`], as the
 //!   server's request timeout), after a `BOOKMARK` with the version it got to when the client
 //!   allows bookmarks; the client resumes from there.
@@ -19,18 +23,21 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::handlers::selected;
+use super::handlers::{selected, status};
 use super::{CLOSE, DROP, Inner, gone};
 
 /// How long a watch lasts when the client names no `timeoutSeconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// The most a run of owed events holds before it is sent.
+const FLUSH_AT: usize = 64 << 10;
+
 type Keep = Box<dyn Fn(&Value) -> bool + Send + Sync>;
 
 /// An open watch.
 struct Stream {
-    /// What is owed from before the watch started: (version reached once sent, event).
-    backlog: std::vec::IntoIter<(u64, Value)>,
+    /// What is owed from before the watch started: (version reached once sent, event line).
+    backlog: std::vec::IntoIter<(u64, String)>,
     rx: broadcast::Receiver<(u64, Value)>,
     keep: Keep,
     from: u64,
@@ -60,28 +67,40 @@ pub(super) fn watch(
     q: &BTreeMap<String, String>,
 ) -> Response {
     let (now_rv, cap) = (inner.rv, inner.watch_cap);
+    let streamed = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    if streamed && let Err(why) = streamed_list_allowed(inner.watch_list, q) {
+        return status(422, "Invalid", &format!("ListOptions.meta.k8s.io \"\" is invalid: {why}"));
+    }
     let res = inner.resources.get_mut(collection).expect("resource");
     if std::mem::take(&mut res.gone_next_watch) {
         return single(gone());
     }
     let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
-    if from != 0 && from < res.compacted {
+    // A streamed list sends the state as it is now, which is never older than asked for.
+    if from != 0 && from < res.compacted && !streamed {
         return single(gone());
     }
     let q2 = q.clone();
-    let keep: Keep = Box::new(move |event: &Value| {
-        event["type"] == "ERROR"
-            || (namespace
-                .as_ref()
-                .is_none_or(|n| event["object"]["metadata"]["namespace"].as_str() == Some(n))
-                && selected(&q2, &event["object"]))
-    });
-    let backlog: Vec<(u64, Value)> = if from == 0 {
-        let added = res.objects.values().map(|o| json!({"type": "ADDED", "object": o}));
-        added.filter(|e| keep(e)).map(|e| (now_rv, e)).collect()
-    } else {
-        res.log.iter().filter(|(rv, e)| *rv > from && keep(e)).cloned().collect()
+    let admits = move |obj: &Value| {
+        namespace.as_ref().is_none_or(|n| obj["metadata"]["namespace"].as_str() == Some(n))
+            && selected(&q2, obj)
     };
+    // What is owed, written out now (a consistent view, and no copy of the objects to drop).
+    let mut backlog: Vec<(u64, String)> = if from == 0 || streamed {
+        let objects = res.objects.values().filter(|o| admits(o));
+        objects.map(|o| (now_rv, format!("{{\"type\":\"ADDED\",\"object\":{o}}}"))).collect()
+    } else {
+        let events =
+            res.log.iter().filter(|(rv, e)| *rv > from && (e["type"] == "ERROR" || admits(&e["object"])));
+        events.map(|(rv, e)| (*rv, e.to_string())).collect()
+    };
+    if streamed {
+        let end = json!({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": now_rv.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"}}}});
+        backlog.push((now_rv, end.to_string()));
+    }
+    let keep: Keep = Box::new(move |event: &Value| event["type"] == "ERROR" || admits(&event["object"]));
     let asked = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).map(Duration::from_secs);
     let timeout = asked.unwrap_or(DEFAULT_TIMEOUT).min(cap.unwrap_or(Duration::MAX));
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
@@ -100,13 +119,40 @@ pub(super) fn watch(
     ([("content-type", "application/json")], Body::from_stream(body)).into_response()
 }
 
+/// Whether a watch may stream its list: the server must stream lists, and the watch must ask
+/// for bookmarks and for a state not older than its version, as the API server checks.
+fn streamed_list_allowed(watch_list: bool, q: &BTreeMap<String, String>) -> Result<(), &'static str> {
+    if !watch_list {
+        return Err("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the \
+                    WatchList feature gate is enabled");
+    }
+    if q.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+        return Err("resourceVersionMatch: Forbidden: sendInitialEvents requires setting \
+                    resourceVersionMatch to NotOlderThan");
+    }
+    if q.get("allowWatchBookmarks").map(String::as_str) != Some("true") {
+        return Err("allowWatchBookmarks: Forbidden: sendInitialEvents requires allowWatchBookmarks=true");
+    }
+    Ok(())
+}
+
 async fn next(mut s: Stream) -> Option<(Result<Bytes, std::io::Error>, Stream)> {
     if s.done {
         return None;
     }
-    if let Some((rv, e)) = s.backlog.next() {
+    // What is owed goes out in runs, as the API server flushes a watch only when no further
+    // event is waiting.
+    let mut run = String::new();
+    for (rv, e) in s.backlog.by_ref() {
         s.seen = s.seen.max(rv);
-        return Some((line(&e), s));
+        run.push_str(&e);
+        run.push('\n');
+        if run.len() >= FLUSH_AT {
+            break;
+        }
+    }
+    if !run.is_empty() {
+        return Some((Ok(Bytes::from(run)), s));
     }
     s.seen = s.seen.max(s.listed);
     loop {
@@ -199,5 +245,35 @@ mod tests {
         // From version 0: every object, as ADDED.
         let all = get(&api, "/api/v1/services?watch=true&resourceVersion=0&timeoutSeconds=1").await;
         assert_eq!(all.matches("\"ADDED\"").count(), 4, "{all}");
+    }
+
+    #[tokio::test]
+    async fn a_streamed_list_ends_its_objects_with_a_bookmark_unless_the_server_cannot_stream() {
+        let api = FakeApi::start().await;
+        for name in ["a", "b", "c"] {
+            api.upsert(svc(name));
+        }
+        let path = "/api/v1/services?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan\
+                    &allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=1";
+        let streamed = get(&api, path).await;
+        let lines: Vec<&str> = streamed.lines().filter(|l| l.starts_with('{')).collect();
+        assert_eq!(lines.len(), 5, "three objects, the end of the list, the timeout's bookmark: {streamed}");
+        assert!(lines[..3].iter().all(|l| l.contains("\"ADDED\"")), "{streamed}");
+        assert!(
+            lines[3].contains("BOOKMARK") && lines[3].contains("k8s.io/initial-events-end"),
+            "{streamed}"
+        );
+        assert!(!lines[4].contains("initial-events-end"), "{streamed}");
+        // The server checks the parameters a streamed list needs...
+        let unmarked = get(&api, &path.replace("&allowWatchBookmarks=true", "")).await;
+        assert!(
+            unmarked.starts_with("HTTP/1.1 422") && unmarked.contains("allowWatchBookmarks"),
+            "{unmarked}"
+        );
+        // ...and one without the feature refuses them all.
+        api.stream_lists(false);
+        let refused = get(&api, path).await;
+        assert!(refused.starts_with("HTTP/1.1 422") && refused.contains("WatchList"), "{refused}");
+        assert!(!refused.contains("ADDED"), "{refused}");
     }
 }
