@@ -198,15 +198,17 @@ struct Measured {
 /// How long the quiet window before a sync lasts.
 const QUIET: Duration = Duration::from_secs(1);
 
+/// How long after a sync the first echoes are waited for (a stalled TCP flow waits for its
+/// next retransmission).
+const AFTER: Duration = Duration::from_secs(3);
+
 fn measure(flows: &[Flow; 2], sync: impl FnOnce()) -> Measured {
     let quiet_from = Instant::now();
     std::thread::sleep(QUIET);
     let start = Instant::now();
     sync();
     let end = Instant::now();
-    // Room for the first echoes after the commit (a stalled TCP flow waits for its next
-    // retransmission).
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(AFTER);
     Measured {
         sync: end - start,
         quiet: [0, 1].map(|i| flows[i].longest_gap(quiet_from, start)),
@@ -254,8 +256,8 @@ pub(crate) fn forwarding_gap(mode: ProxyMode, n: usize) {
             ms(m.during[1]),
             ms(m.quiet[0]),
             ms(m.quiet[1]),
-            m.resumed[0].map_or("none within 3 s".into(), ms),
-            m.resumed[1].map_or("none within 3 s".into(), ms),
+            m.resumed[0].map_or_else(|| format!("none within {}", ms(AFTER)), ms),
+            m.resumed[1].map_or_else(|| format!("none within {}", ms(AFTER)), ms),
             ms(EVERY),
         );
     }
