@@ -154,16 +154,16 @@ fn pipe(tool: &str, args: &[&str], input: &str) {
 /// Full sync: agent vs bare tool, three samples each on a fresh namespace, then the same on a
 /// namespace that already holds the rules (the periodic resync). For nftables, the agent's
 /// commit (the kernel taking the batch) is printed apart from the rest of its sync.
-fn full_sync(mode: ProxyMode, n: usize, commits: &spans::Commits) {
+fn full_sync(mode: ProxyMode, n: usize, spans: &spans::Spans) {
     let state = cluster(n);
     let texts = rendered(mode, &state);
     let bytes: usize = texts.iter().map(|(_, t)| t.len()).sum();
     let (mut first, mut resync, mut bare_first, mut bare_again) = (vec![], vec![], vec![], vec![]);
-    let (mut commit_first, mut commit_resync) = (vec![], vec![]);
+    let (mut parts_first, mut parts_resync) = (vec![], vec![]);
     for i in 0..3 {
         let ns = Netns::create(&format!("twbench-full-{i}"));
         let s = state.clone();
-        let c = commits.clone();
+        let c = spans.clone();
         let (a, b, ca, cb) = ns.run(move || {
             let (rt, mut agent, _) = agent(s, mode);
             c.take();
@@ -176,8 +176,8 @@ fn full_sync(mode: ProxyMode, n: usize, commits: &spans::Commits) {
         });
         first.push(a);
         resync.push(b);
-        commit_first.push(ca);
-        commit_resync.push(cb);
+        parts_first.push(ca);
+        parts_resync.push(cb);
         let ns = Netns::create(&format!("twbench-bare-{i}"));
         let texts = texts.clone();
         let (a, b) = ns.run(move || {
@@ -201,16 +201,21 @@ fn full_sync(mode: ProxyMode, n: usize, commits: &spans::Commits) {
         bytes / 1024
     );
     let rows = [
-        ("empty kernel:  ", first, commit_first, bare_first),
-        ("rules in place:", resync, commit_resync, bare_again),
+        ("empty kernel:  ", first, parts_first, bare_first),
+        ("rules in place:", resync, parts_resync, bare_again),
     ];
-    for (label, agent, commit, bare) in rows {
-        let (agent, commit, bare) = (median(agent), median(commit), median(bare));
+    for (label, agent, parts, bare) in rows {
+        let part = |f: fn(&spans::Parts) -> Duration| median(parts.iter().map(f).collect());
+        let (commit, plan, apply) = (part(|p| p.commit), part(|p| p.plan), part(|p| p.apply));
+        let (agent, bare) = (median(agent), median(bare));
         let split = if mode == ProxyMode::Nftables {
             format!(
-                " (commit {}, the rest {}; sync / commit {:.2})",
+                " (commit {}, the rest {}: plan {}, lower and encode {}, other {}; sync / commit {:.2})",
                 ms(commit),
                 ms(agent.saturating_sub(commit)),
+                ms(plan),
+                ms(apply.saturating_sub(commit)),
+                ms(agent.saturating_sub(plan + apply)),
                 agent.as_secs_f64() / commit.as_secs_f64()
             )
         } else {
@@ -615,12 +620,12 @@ fn main() {
         return;
     }
     let n = services();
-    let commits = spans::Commits::install();
+    let spans = spans::Spans::install();
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let run = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     for mode in modes() {
         if run("full") {
-            full_sync(mode, n, &commits);
+            full_sync(mode, n, &spans);
         }
         if run("change") {
             one_change(mode, n);
