@@ -47,6 +47,8 @@ use tideway_tests::netns::{Netns, is_root};
 
 #[path = "agent/gap.rs"]
 mod gap;
+#[path = "agent/process.rs"]
+mod process;
 #[path = "agent/spans.rs"]
 mod spans;
 
@@ -428,158 +430,6 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
     })
 }
 
-/// Where the measured agent process reads the cluster from.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum From {
-    File,
-    /// The API server streams the first view (`sendInitialEvents`).
-    Kubernetes,
-    /// The API server cannot stream lists (before Kubernetes 1.32): the agent lists.
-    KubernetesListed,
-}
-
-/// What one `tideway agent` process did: start to synced, first sync, RSS and peak (KiB), and
-/// its CPU at rest (share of one core over [`REST`], drift checks every [`CHECK_EVERY`]).
-struct ProcessFigures {
-    to_synced: Duration,
-    sync_ms: String,
-    rss_kib: u64,
-    peak_kib: u64,
-    rest_cpu: f64,
-}
-
-/// How long CPU at rest is measured.
-const REST: Duration = Duration::from_secs(15);
-/// The agent's sync period (its drift check) while at rest.
-const CHECK_EVERY: &str = "5s";
-
-/// User plus system CPU time of process `pid`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the 14th, stime the 15th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
-    Duration::from_secs_f64(ticks as f64 / 100.0)
-}
-
-/// Starts `tideway agent` on `n` Services x 10 endpoints read from a YAML file or listed by a
-/// stand-in API server (the same objects), and measures it once synced.
-fn agent_process(n: usize, from: From) -> ProcessFigures {
-    let tag = match from {
-        From::File => "file",
-        From::Kubernetes => "kube",
-        From::KubernetesListed => "kube-listed",
-    };
-    let ns = Netns::create(&format!("twbench-rss-{tag}"));
-    let dir = std::env::temp_dir().join(format!("twbench-rss-{tag}"));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("cluster.yaml");
-    let text = manifest(n);
-    let mut _server = None;
-    let source: Vec<String> = match from {
-        From::File => {
-            std::fs::write(&file, &text).expect("manifest");
-            vec!["--source".into(), format!("file:{}", file.display())]
-        }
-        From::Kubernetes | From::KubernetesListed => {
-            let server = tideway_tests::fake_api::BackgroundApi::start(Some(&ns.name));
-            server.api.stream_lists(from == From::Kubernetes);
-            server.preload_yaml(&text);
-            let kubeconfig = server.api.kubeconfig(&dir, tideway_tests::fake_api::Account::Agent);
-            _server = Some(server);
-            vec![
-                "--source".into(),
-                "kubernetes".into(),
-                "--kubeconfig".into(),
-                kubeconfig.display().to_string(),
-            ]
-        }
-    };
-    let log = dir.join("agent.log");
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
-    let mut args = vec!["agent", "--node", NODE, "--sync-period", CHECK_EVERY];
-    args.extend(source.iter().map(String::as_str));
-    let t = Instant::now();
-    let mut child = ns.spawn(bin, &args, &log, &[]);
-    let status = ns.run(move || {
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            assert!(Instant::now() < deadline, "agent never synced");
-            if let Ok(body) = http_get("127.0.0.1:10249", "/api/v1/status")
-                && body.contains("\"synced\":true")
-            {
-                return body;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
-    let to_synced = t.elapsed();
-    // Every Service read and programmed (one port each), none skipped as invalid.
-    let ports = status.split("\"service_ports\":").nth(1).and_then(|s| s.split(',').next());
-    assert_eq!(ports, Some(n.to_string().as_str()), "Service ports programmed, of {n}");
-    // Settled: the allocator returns what loading needed.
-    std::thread::sleep(Duration::from_secs(2));
-    let proc = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-    let kib = |k: &str| {
-        proc.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l[k.len()..].trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    let sync_ms =
-        status.split("\"last_sync_ms\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("?").to_string();
-    let before = cpu_time(child.id());
-    std::thread::sleep(REST);
-    let rest_cpu = (cpu_time(child.id()) - before).as_secs_f64() / REST.as_secs_f64() * 100.0;
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    ProcessFigures { to_synced, sync_ms, rss_kib: kib("VmRSS:"), peak_kib: kib("VmHWM:"), rest_cpu }
-}
-
-/// The agent process reading `n` Services from a file, then from the Kubernetes API (streamed
-/// first view, and listed from a server that cannot stream it).
-fn agent_memory(n: usize) {
-    let file = agent_process(n, From::File);
-    let kube = agent_process(n, From::Kubernetes);
-    let listed = agent_process(n, From::KubernetesListed);
-    let sources = [
-        ("YAML file", &file),
-        ("Kubernetes API (streamed list, then watch)", &kube),
-        ("Kubernetes API, server without streamed lists (list, then watch)", &listed),
-    ];
-    for (name, f) in sources {
-        println!(
-            "tideway agent, {n} services x {ENDPOINTS} endpoints from the {name}: RSS {} MiB (peak {} MiB), started to synced {}, first sync {} ms, CPU at rest {:.1} % of a core (drift check every {CHECK_EVERY})",
-            f.rss_kib / 1024,
-            f.peak_kib / 1024,
-            ms(f.to_synced),
-            f.sync_ms,
-            f.rest_cpu
-        );
-    }
-    println!(
-        "kubernetes / file: RSS ratio {:.2}, peak ratio {:.2}, started-to-synced ratio {:.2}",
-        kube.rss_kib as f64 / file.rss_kib.max(1) as f64,
-        kube.peak_kib as f64 / file.peak_kib.max(1) as f64,
-        kube.to_synced.as_secs_f64() / file.to_synced.as_secs_f64()
-    );
-    println!(
-        "streamed / listed: peak ratio {:.2}, started-to-synced ratio {:.2}",
-        kube.peak_kib as f64 / listed.peak_kib.max(1) as f64,
-        kube.to_synced.as_secs_f64() / listed.to_synced.as_secs_f64()
-    );
-}
-
-fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(addr)?;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
 /// The synthetic cluster as Kubernetes YAML.
 fn manifest(n: usize) -> String {
     let mut y = String::with_capacity(n * 1200);
@@ -643,7 +493,7 @@ fn main() {
         }
     }
     if run("memory") {
-        agent_memory(n);
+        process::memory(n);
     }
     if run("maglev") {
         maglev_sync(n);
