@@ -134,6 +134,8 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
 async fn a_server_that_cannot_stream_lists_is_listed_instead() {
     let api = FakeApi::start().await;
     api.stream_lists(false);
+    // As the chart grants a DNS server that asks which Services a node programmed.
+    api.chart_values("custom-dns");
     let dir = tempdir::Dir::new("no-watch-list");
     api.preload([
         namespace("ns1"),
@@ -141,14 +143,21 @@ async fn a_server_that_cannot_stream_lists_is_listed_instead() {
         slice("ns1", "web-1", "web", "10.244.1.5"),
     ]);
     let cluster = SharedCluster::new();
-    let role = Role::Dns { pods: false, node_states: false };
+    // Every kind a DNS server may read: Pods and NodeProxyStates too.
+    let role = Role::Dns { pods: true, node_states: true };
     let source = KubeSource::new(kube_client(&api, &dir, Account::Dns).await, role, SourceMetrics::default());
     let task = tokio::spawn(source.run(cluster.clone()));
     tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
     assert_eq!(names(&cluster), BTreeSet::from(["ns1/web".to_string()]));
     assert_eq!(cluster.lock().endpoint_slices().count(), 1);
     let streamed = |r: &tideway_tests::fake_api::Recorded| r.query.contains_key("sendInitialEvents");
-    for path in ["/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/api/v1/namespaces"] {
+    let kinds = [
+        "/api/v1/services",
+        "/apis/discovery.k8s.io/v1/endpointslices",
+        "/api/v1/namespaces",
+        "/api/v1/pods",
+    ];
+    for path in kinds.into_iter().chain(["/apis/tideway.io/v1alpha1/nodeproxystates"]) {
         let views: Vec<_> = api.requests_to(path).into_iter().filter(|r| r.is_first_view()).collect();
         assert!(views.len() >= 2 && streamed(&views[0]), "asked to stream first: {views:?}");
         let list = &views[views.len() - 1];
@@ -486,8 +495,17 @@ async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothin
 /// Tideway peer under the shared name, a MetalLB-only name, and follows a deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
+    // From a server that streams lists, and from one that cannot: every kind the agent reads
+    // (with the chart's grants for BGP) is streamed or listed to the same state.
+    for streams in [true, false] {
+        agent_reads_both_groups_bgp_kinds(streams).await;
+    }
+}
+
+async fn agent_reads_both_groups_bgp_kinds(streams: bool) {
     let api = FakeApi::start().await;
-    let dir = tempdir::Dir::new("agent-bgp");
+    api.stream_lists(streams);
+    let dir = tempdir::Dir::new(&format!("agent-bgp-{streams}"));
     let peer = |api_version: &str, ns: Option<&str>, name: &str, asn: u32| {
         json!({"apiVersion": api_version, "kind": "BGPPeer", "metadata": {"name": name, "namespace": ns},
             "spec": {"myASN": asn, "peerASN": 64513, "peerAddress": "172.30.0.1"}})
