@@ -285,7 +285,10 @@ fn nodes_and_pods_come_with_lab_apply_and_go_with_lab_delete() {
         if seen.len() == 3 { Ok(seen) } else { Err(format!("{seen:?}")) }
     });
     seen.expect("the new node's pod serves too");
-    let from_new_node = lab.curl("webpod3", "http://svc2").expect("the new node reaches the Services");
+    // Seen serving through svc1 says the new node's pod is an endpoint, not that its own agent
+    // has programmed svc2 yet: ask until it has.
+    let from_new_node = eventually(patience(10.0), || lab.curl("webpod3", "http://svc2"))
+        .expect("the new node reaches the Services");
     assert!(from_new_node.starts_with("webpod"));
     // Removal is graceful: the endpoint goes first, the pod and its node a little later, so
     // not one connection fails on the way.
