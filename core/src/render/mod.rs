@@ -16,7 +16,7 @@ use crate::program::{Fragment, Match, Program, ProgramState};
 /// Lowers `ruleset` for `family` with the backend of `mode`.
 pub fn lower(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
     let mut program = skeleton(mode, ruleset, family);
-    program.services = fragments(mode, ruleset, family).collect();
+    program.services = fragments(mode, ruleset, family).map(|(name, f)| (name.clone(), f)).collect();
     program
 }
 
@@ -26,10 +26,10 @@ fn fragments<'r>(
     mode: ProxyMode,
     ruleset: &'r Ruleset,
     family: IpFamily,
-) -> impl Iterator<Item = (ServicePortName, Fragment)> + 'r {
+) -> impl Iterator<Item = (&'r ServicePortName, Fragment)> + 'r {
     ruleset
         .plans(family)
-        .map(move |plan| (plan.name.clone(), lower_fragment(mode, ruleset, plan)))
+        .map(move |plan| (&plan.name, lower_fragment(mode, ruleset, plan)))
         .filter(|(_, f)| *f != Fragment::default())
 }
 
