@@ -70,9 +70,8 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Ti
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
         let mut ext = span.extensions_mut();
-        let Some(Timed(which, Some(at))) = ext.get_mut::<Timed>().map(|t| Timed(t.0, t.1.take())) else {
-            return;
-        };
+        let Some(Timed(which, entered)) = ext.get_mut::<Timed>() else { return };
+        let Some(at) = entered.take() else { return };
         let mut parts = self.0.0.lock().expect("spans");
         let part = match which {
             0 => &mut parts.plan,

@@ -121,17 +121,16 @@ impl<K: Kind> Feed<K> {
         if let Some(cause) = self.errors.recovered() {
             tracing::info!(kind = %self.kind, reason = cause.reason, "watch recovered");
         }
-        let adapter = self.adapter.take().expect("the adapter is back after every event");
-        let (adapter, outcome) = if matches!(event, watcher::Event::InitDone) {
+        const BACK: &str = "the adapter is back after every complete list";
+        let outcome = if matches!(event, watcher::Event::InitDone) {
             // A complete list replaces the whole kind, comparing every object under the
             // state's lock: that runs on a blocking thread, not the runtime's.
-            complete_list(adapter).await
+            let (adapter, outcome) = complete_list(self.adapter.take().expect(BACK)).await;
+            self.adapter = Some(adapter);
+            outcome
         } else {
-            let mut adapter = adapter;
-            let outcome = adapter.handle(event);
-            (adapter, outcome)
+            self.adapter.as_mut().expect(BACK).handle(event)
         };
-        self.adapter = Some(adapter);
         match outcome {
             Outcome::Listed { first } => {
                 self.cluster.clear_fault(&self.kind);
