@@ -1,6 +1,6 @@
 //! `compile`: ClusterState + NodeContext -> Ruleset.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::categorize::{Candidate, categorize_endpoints};
@@ -13,8 +13,7 @@ use crate::net::IpFamily;
 /// Compiles the whole ruleset for one node.
 pub fn compile(cluster: &ClusterState, node: &NodeContext) -> Ruleset {
     let mut ruleset = Ruleset::empty(node);
-    let names: Vec<_> = cluster.services().map(|s| s.name.clone()).collect();
-    ruleset.update(cluster, &names);
+    ruleset.fill(cluster);
     ruleset
 }
 
@@ -110,17 +109,15 @@ fn gather<'a>(
     port: &ServicePort,
     node: &NodeContext,
 ) -> Vec<Candidate<'a>> {
-    let mut by_addr: BTreeMap<(IpAddr, u16), Candidate<'a>> = BTreeMap::new();
+    let mut all: Vec<Candidate<'a>> = Vec::new();
     for slice in slices.iter().filter(|s| s.family == family) {
         let Some(ep_port) = slice.ports.iter().find(|p| p.name == port.name && p.protocol == port.protocol)
         else {
             continue;
         };
-        for ep in &slice.endpoints {
-            let Some(ip) = ep.addresses.first().copied() else {
-                continue;
-            };
-            let cand = Candidate {
+        all.extend(slice.endpoints.iter().filter_map(|ep| {
+            let ip = ep.addresses.first().copied()?;
+            Some(Candidate {
                 backend: Backend {
                     ip,
                     port: ep_port.port,
@@ -131,17 +128,15 @@ fn gather<'a>(
                 },
                 zone_hints: ep.zone_hints(),
                 node_hints: ep.node_hints(),
-            };
-            let rank = |b: &Backend| (b.ready, b.serving);
-            match by_addr.get(&(ip, ep_port.port)) {
-                Some(prev) if rank(&prev.backend) >= rank(&cand.backend) => {}
-                _ => {
-                    by_addr.insert((ip, ep_port.port), cand);
-                }
-            }
-        }
+            })
+        }));
     }
-    by_addr.into_values().collect()
+    // By address, the most usable copy first, the earliest of equals (the sort is stable).
+    let address = |c: &Candidate<'_>| (c.backend.ip, c.backend.port);
+    let rank = |c: &Candidate<'_>| (c.backend.ready, c.backend.serving);
+    all.sort_by(|a, b| address(a).cmp(&address(b)).then_with(|| rank(b).cmp(&rank(a))));
+    all.dedup_by_key(|c| address(c));
+    all
 }
 
 fn health_check(svc: &Service, slices: &[&EndpointSlice], node: &NodeContext) -> Option<HealthCheck> {

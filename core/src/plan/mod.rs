@@ -12,6 +12,7 @@ mod balancing;
 mod categorize;
 mod compile;
 mod node;
+mod replan;
 mod ruleset;
 mod tally;
 

@@ -1,6 +1,6 @@
 //! The backend-neutral plan: one [`ServicePortPlan`] per (family, service port).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -10,10 +10,8 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use super::balancing::{Balancing, BalancingChoice};
-use super::compile::plan_service;
 use super::node::{LocalTraffic, NodeContext, NodePortDestinations};
 use super::tally::Tally;
-use crate::cluster::ClusterState;
 use crate::model::{ServiceName, ServicePortName};
 use crate::net::{IpFamily, IpNet, Protocol, join_host_port};
 
@@ -185,6 +183,16 @@ impl ServicePortPlan {
         all
     }
 
+    /// How many endpoints [`reachable_endpoints`](Self::reachable_endpoints) lists, counted
+    /// without listing them.
+    pub fn reachable_count(&self) -> usize {
+        let mut all: SmallVec<[(IpAddr, u16); 16]> =
+            self.cluster_endpoints.iter().chain(&self.local_endpoints).map(|b| (b.ip, b.port)).collect();
+        all.sort_unstable();
+        all.dedup();
+        all.len()
+    }
+
     /// Every frontend this plan owns.
     pub fn frontends(&self) -> Vec<Frontend> {
         frontends_of(
@@ -199,7 +207,7 @@ impl ServicePortPlan {
     }
 
     /// Requested frontends (a frontend listed twice appears twice).
-    fn requested_frontends(&self) -> impl Iterator<Item = Frontend> + '_ {
+    pub(super) fn requested_frontends(&self) -> impl Iterator<Item = Frontend> + '_ {
         let r = &self.requested;
         let (protocol, port, family) = (self.name.protocol, self.port, self.family);
         r.cluster_ip
@@ -210,7 +218,7 @@ impl ServicePortPlan {
             .chain(r.node_port.map(|port| Frontend::NodePort { family, protocol, port }))
     }
 
-    fn restrict_to(&mut self, owns: impl Fn(&Frontend) -> bool) {
+    pub(super) fn restrict_to(&mut self, owns: impl Fn(&Frontend) -> bool) {
         let (p, proto, family) = (self.port, self.name.protocol, self.family);
         let ip_owned = |ip: &IpAddr| owns(&Frontend::Ip { ip: *ip, protocol: proto, port: p });
         let r = &self.requested;
@@ -301,13 +309,13 @@ pub struct Ruleset {
     /// Health-check servers.
     pub health_checks: BTreeMap<ServiceName, HealthCheck>,
     /// Endpoints reachable from this node, summed over plans, per family.
-    endpoint_totals: BTreeMap<IpFamily, usize>,
+    pub(super) endpoint_totals: BTreeMap<IpFamily, usize>,
     /// The figures of every plan, kept current by `update`.
     #[serde(default)]
-    tally: Tally,
+    pub(super) tally: Tally,
     /// Every plan claiming each frontend, sorted: the first one owns it.
-    claims: FxHashMap<Frontend, SmallVec<[PlanKey; 1]>>,
-    by_service: FxHashMap<ServiceName, Vec<PlanKey>>,
+    pub(super) claims: FxHashMap<Frontend, SmallVec<[PlanKey; 1]>>,
+    pub(super) by_service: FxHashMap<ServiceName, Vec<PlanKey>>,
 }
 
 impl Ruleset {
@@ -377,112 +385,6 @@ impl Ruleset {
     /// Plans of one family, in key order.
     pub fn plans(&self, family: IpFamily) -> impl Iterator<Item = &ServicePortPlan> {
         self.services.values().filter(move |p| p.family == family)
-    }
-
-    /// Re-plans `services` from `cluster` and returns the keys whose plans changed, including
-    /// plans of other Services whose frontends changed owner as a consequence, each with its
-    /// plan before the update (`None` for a new one).
-    pub fn update<'a>(
-        &mut self,
-        cluster: &ClusterState,
-        services: impl IntoIterator<Item = &'a ServiceName>,
-    ) -> Changed {
-        let mut old: FxHashMap<PlanKey, ServicePortPlan> = FxHashMap::default();
-        let mut touched: Vec<Frontend> = Vec::new();
-        let mut replanned: Vec<PlanKey> = Vec::new();
-        for name in services {
-            for key in self.by_service.remove(name).unwrap_or_default() {
-                if let Some(plan) = self.services.remove(&key) {
-                    *self.endpoint_totals.entry(plan.family).or_default() -= plan.reachable_endpoints().len();
-                    self.tally -= Tally::of(&plan);
-                    for f in plan.requested_frontends() {
-                        self.unclaim(f, &key);
-                        touched.push(f);
-                    }
-                    old.insert(key, plan);
-                }
-            }
-            self.health_checks.remove(name);
-            let Some(svc) = cluster.service(name) else { continue };
-            let (plans, health) = plan_service(svc, cluster.endpoint_slices_for(name), &self.node);
-            if let Some(h) = health {
-                self.health_checks.insert(name.clone(), h);
-            }
-            let mut keys = Vec::with_capacity(plans.len());
-            for plan in plans {
-                let key = (plan.family, plan.name.clone());
-                for f in plan.requested_frontends() {
-                    self.claim(f, &key);
-                    touched.push(f);
-                }
-                keys.push(key.clone());
-                *self.endpoint_totals.entry(plan.family).or_default() += plan.reachable_endpoints().len();
-                self.services.insert(key, plan);
-            }
-            if !keys.is_empty() {
-                replanned.extend(keys.iter().cloned());
-                self.by_service.insert(name.clone(), keys);
-            }
-        }
-        let mut changed = Changed::new();
-        // New plans start with every frontend they asked for; only contested ones are cut.
-        for key in replanned {
-            let claims = &self.claims;
-            let Some(plan) = self.services.get_mut(&key) else { continue };
-            if plan.requested_frontends().any(|f| claims.get(&f).is_some_and(|c| c.len() > 1)) {
-                plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&key));
-            }
-            self.tally += Tally::of(plan);
-            if old.get(&key) != Some(&*plan) {
-                let before = old.remove(&key);
-                changed.insert(key, before);
-            }
-        }
-        // Other claimants of touched frontends may have gained or lost one.
-        let mut others: BTreeSet<PlanKey> = BTreeSet::new();
-        for f in touched {
-            let Some(c) = self.claims.get(&f) else { continue };
-            for k in c {
-                let shadowed = self.services.get(k).is_some_and(|p| !p.shadowed.is_empty());
-                if c.len() > 1 || shadowed {
-                    others.insert(k.clone());
-                }
-            }
-        }
-        for key in others {
-            let claims = &self.claims;
-            let Some(plan) = self.services.get_mut(&key) else { continue };
-            let before = plan.clone();
-            plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&key));
-            if before != *plan {
-                self.tally -= Tally::of(&before);
-                self.tally += Tally::of(plan);
-                // A replanned key keeps the plan from before its own replanning.
-                changed.entry(key).or_insert(Some(before));
-            }
-        }
-        changed.extend(
-            old.into_iter().filter(|(k, _)| !self.services.contains_key(k)).map(|(k, p)| (k, Some(p))),
-        );
-        changed
-    }
-
-    fn claim(&mut self, f: Frontend, key: &PlanKey) {
-        let c = self.claims.entry(f).or_default();
-        if let Err(i) = c.binary_search(key) {
-            c.insert(i, key.clone());
-        }
-    }
-
-    fn unclaim(&mut self, f: Frontend, key: &PlanKey) {
-        if let Some(c) = self.claims.get_mut(&f) {
-            if let Ok(i) = c.binary_search(key) {
-                c.remove(i);
-            }
-            if c.is_empty() {
-                self.claims.remove(&f);
-            }
-        }
     }
 
     /// Frontend conflicts and other problems, for status reporting.
