@@ -34,7 +34,8 @@ impl Ruleset {
         let found = services
             .into_iter()
             .map(|name| (name, cluster.service(name).map(|svc| (svc, cluster.endpoint_slices_for(name)))));
-        let mut log = self.replan(found);
+        let mut log = Log::new();
+        self.replan(found, Some(&mut log));
         // A stable sort keeps each key's first entry first.
         log.sort_by(|a, b| a.0.cmp(&b.0));
         log.dedup_by(|later, first| later.0 == first.0);
@@ -46,31 +47,35 @@ impl Ruleset {
     pub(super) fn fill(&mut self, cluster: &ClusterState) {
         self.by_service.reserve(cluster.service_count());
         self.claims.reserve(cluster.service_count());
-        self.replan(cluster.services_with_slices().map(|(svc, slices)| (&svc.name, Some((svc, slices)))));
+        self.replan(
+            cluster.services_with_slices().map(|(svc, slices)| (&svc.name, Some((svc, slices)))),
+            None,
+        );
     }
 
-    fn replan<'s>(&mut self, services: impl Iterator<Item = Replan<'s>>) -> Log {
+    /// Plans `services` again, logging each plan that changed into `log` if there is one.
+    fn replan<'s>(&mut self, services: impl Iterator<Item = Replan<'s>>, mut log: Option<&mut Log>) {
         let mut old = Old::default();
         let mut touched: Vec<Frontend> = Vec::new();
-        let mut planned: Vec<(PlanKey, ServicePortPlan)> = Vec::new();
+        let mut planned: Vec<(PlanKey, ServicePortPlan)> = Vec::with_capacity(services.size_hint().0);
         for (name, found) in services {
             self.forget(name, &mut old, &mut touched);
             if let Some((svc, slices)) = found {
                 self.plan_in(name, svc, slices, &mut touched, &mut planned);
             }
         }
-        let mut log = self.settle(&mut planned, &mut old);
+        self.settle(&mut planned, &mut old, log.as_deref_mut());
         // Into an empty map (a whole compile), the plans go in bulk: sorted once, in runs.
         if self.services.is_empty() {
             self.services = planned.into_iter().collect();
         } else {
             self.services.extend(planned);
         }
-        self.hand_over(touched, &mut log);
-        log.extend(
-            old.into_iter().filter(|(k, _)| !self.services.contains_key(k)).map(|(k, p)| (k, Some(p))),
-        );
-        log
+        self.hand_over(touched, log.as_deref_mut());
+        if let Some(log) = log {
+            let gone = old.into_iter().filter(|(k, _)| !self.services.contains_key(k));
+            log.extend(gone.map(|(k, p)| (k, Some(p))));
+        }
     }
 
     /// Takes `name`'s plans out, keeping each in `old` and its frontends in `touched`.
@@ -120,24 +125,29 @@ impl Ruleset {
 
     /// The new plans keep their contested frontends only where they own them; each is
     /// counted in and logged when it differs from before.
-    fn settle(&mut self, planned: &mut [(PlanKey, ServicePortPlan)], old: &mut Old) -> Log {
-        let mut log = Log::new();
+    fn settle(
+        &mut self,
+        planned: &mut [(PlanKey, ServicePortPlan)],
+        old: &mut Old,
+        mut log: Option<&mut Log>,
+    ) {
         for (key, plan) in planned {
             let claims = &self.claims;
             if plan.requested_frontends().any(|f| claims.get(&f).is_some_and(|c| c.len() > 1)) {
                 plan.restrict_to(|f| claims.get(f).and_then(|c| c.first()) == Some(&*key));
             }
             self.tally += Tally::of(plan);
-            if old.get(key) != Some(&*plan) {
+            if let Some(log) = log.as_deref_mut()
+                && old.get(key) != Some(&*plan)
+            {
                 log.push((key.clone(), old.remove(key)));
             }
         }
-        log
     }
 
     /// Other claimants of the touched frontends may have gained or lost one: each takes what
     /// it owns now, and is logged with its plan before when that changed it.
-    fn hand_over(&mut self, touched: Vec<Frontend>, log: &mut Log) {
+    fn hand_over(&mut self, touched: Vec<Frontend>, mut log: Option<&mut Log>) {
         let mut others: BTreeSet<PlanKey> = BTreeSet::new();
         for f in touched {
             let Some(c) = self.claims.get(&f) else { continue };
@@ -159,7 +169,9 @@ impl Ruleset {
             if before != *plan {
                 self.tally -= Tally::of(&before);
                 self.tally += Tally::of(plan);
-                log.push((key, Some(before)));
+                if let Some(log) = log.as_deref_mut() {
+                    log.push((key, Some(before)));
+                }
             }
         }
     }

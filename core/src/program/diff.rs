@@ -214,6 +214,13 @@ impl ProgramState {
         }
     }
 
+    /// Makes room for the references of about `fragments` more service fragments (each puts
+    /// at least one element in a shared map), so that taking them in does not regrow the
+    /// count table again and again.
+    pub fn reserve(&mut self, fragments: usize) {
+        self.refs.reserve(fragments);
+    }
+
     /// Counts one more service fragment of the program in.
     pub fn take(&mut self, frag: &Fragment) {
         self.rules += frag.rule_count();

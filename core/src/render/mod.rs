@@ -62,6 +62,7 @@ pub fn stream<R>(
 ) -> (ProgramState, R) {
     let skeleton = skeleton(mode, ruleset, family);
     let mut state = ProgramState::start(&skeleton);
+    state.reserve(ruleset.tally().service_ports);
     let mut fragments = fragments(mode, ruleset, family).map(|(_, f)| f).inspect(|f| state.take(f));
     let r = apply(&skeleton, &mut fragments);
     drop(fragments);

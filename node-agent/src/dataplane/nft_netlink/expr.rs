@@ -2,7 +2,7 @@
 //! generate for the same rule text (payload and meta loads into registers, `cmp`, `bitwise`,
 //! `lookup`, `immediate`, `nat`, ...), so listings read the same whichever way a rule arrived.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 
 use tideway_core::net::IpFamily;

@@ -9,10 +9,12 @@
 //! base's sets wait for a full message of their set (or, for interval sets, for the end);
 //! the base chains' closing rules come last.
 
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use tideway_core::net::IpFamily;
-use tideway_core::program::{Chain, Element, Fragment, Name, Program, Rule, Set};
+use tideway_core::program::{Chain, Element, Fragment, Name, Program, Rule, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
 use tideway_core::render::nftables::capacity::{Room, capacity};
 
@@ -62,9 +64,9 @@ impl<'p> Full<'p> {
             fam,
             family: skeleton.family,
             skeleton,
-            index: SetIndex { sets: HashMap::new() },
+            index: SetIndex { sets: HashMap::default() },
             sets: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
             chains: base.chains.iter().chain(&base.shared_chains).map(|c| c.name.clone()).collect(),
             next_id: 1,
             room: Room::default(),
@@ -90,12 +92,29 @@ impl<'p> Full<'p> {
         self.sets.push(BaseSet { def: s, id, held: 0, size_at, waiting: Vec::new() });
         let i = self.sets.len() - 1;
         for e in &s.elements {
-            self.add(b, i, e);
+            self.add(b, i, Cow::Borrowed(e));
         }
     }
 
     /// Writes one service fragment.
     pub(super) fn fragment(&mut self, b: &mut Batch, f: &Fragment) {
+        self.own_part(b, f);
+        for (s, e) in &f.elements {
+            self.add_to(b, s, Cow::Borrowed(e));
+        }
+    }
+
+    /// Writes one service fragment, passed on for good: its elements for the base's sets
+    /// wait for their message without being copied.
+    pub(super) fn fragment_owned(&mut self, b: &mut Batch, mut f: Fragment) {
+        self.own_part(b, &f);
+        for (s, e) in std::mem::take(&mut f.elements) {
+            self.add_to(b, &s, Cow::Owned(e));
+        }
+    }
+
+    /// A fragment's chains, its own sets, its rules and the rules it adds to the base's chains.
+    fn own_part(&mut self, b: &mut Batch, f: &Fragment) {
         let fresh: Vec<&Chain> =
             f.shared_chains.iter().filter(|c| self.chains.insert(c.name.clone())).collect();
         for c in f.chains.iter().chain(fresh.iter().copied()) {
@@ -128,10 +147,11 @@ impl<'p> Full<'p> {
                 self.rules(b, &c.name, [r], own.as_ref());
             }
         }
-        for (s, e) in &f.elements {
-            if let Some(i) = self.by_name.get(&*s.name).copied() {
-                self.add(b, i, e);
-            }
+    }
+
+    fn add_to(&mut self, b: &mut Batch, set: &SetRef, e: Cow<'_, Element>) {
+        if let Some(i) = self.by_name.get(&*set.name).copied() {
+            self.add(b, i, e);
         }
     }
 
@@ -155,10 +175,10 @@ impl<'p> Full<'p> {
     /// holds (no `NLM_F_EXCL`). Remembering which were sent would cost more than the batch
     /// at 100,000 Services (half a million hairpin pairs); the set's count, and so its
     /// declared room, errs on the large side by the repeats.
-    fn add(&mut self, b: &mut Batch, i: usize, e: &Element) {
+    fn add(&mut self, b: &mut Batch, i: usize, e: Cow<'_, Element>) {
         let s = &mut self.sets[i];
         s.held += 1;
-        s.waiting.push(e.clone());
+        s.waiting.push(e.into_owned());
         if s.waiting.len() >= WAITING && !s.def.flags.interval {
             self.send(b, i);
         }

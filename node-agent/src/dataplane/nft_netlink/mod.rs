@@ -67,7 +67,7 @@ impl FullApply {
     pub fn family(&mut self, skeleton: &Program, fragments: &mut dyn Iterator<Item = Fragment>) {
         let mut w = full::Full::start(&mut self.batch, skeleton);
         for f in fragments {
-            w.fragment(&mut self.batch, &f);
+            w.fragment_owned(&mut self.batch, f);
         }
         self.rooms.push(w.finish(&mut self.batch));
     }
