@@ -1,5 +1,7 @@
 //! Which UDP conntrack entries are stale: the decision half of kube-proxy's conntrack
 //! reconciler (pkg/proxy/conntrack). The node agent lists flows and deletes what this returns.
+//! Also which Services the flows in conntrack are using ([`plans_in_use`]), for a node whose
+//! rules are gone to program first.
 //!
 //! UDP has no connection close, so an entry that was DNATed to an endpoint that has gone (or
 //! was created while the Service had no endpoints) keeps blackholing the client's flow until it
@@ -11,9 +13,9 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::net::{IpFamily, Protocol};
-use crate::plan::Ruleset;
+use crate::plan::{PlanKey, Ruleset, ServicePortPlan};
 
-/// One UDP conntrack entry: the original direction and the reply source.
+/// One conntrack entry: the original direction and the reply source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Flow {
     /// Original source address.
@@ -35,32 +37,54 @@ type Endpoints = BTreeSet<(IpAddr, u16)>;
 /// Flows to a UDP Service frontend (ClusterIP, externalIP, LB IP, or a NodePort on a node
 /// address) whose replies do not come from one of that Service port's endpoints.
 pub fn stale_udp_flows(ruleset: &Ruleset, flows: &[Flow]) -> Vec<Flow> {
-    let mut by_frontend: BTreeMap<(IpAddr, u16), Endpoints> = BTreeMap::new();
-    let mut by_node_port: BTreeMap<(IpFamily, u16), Endpoints> = BTreeMap::new();
-    for plan in ruleset.services.values().filter(|p| p.name.protocol == Protocol::Udp) {
-        let eps: Endpoints = plan.reachable_endpoints().iter().map(|b| (b.ip, b.port)).collect();
-        for ip in plan.cluster_ip.iter().chain(&plan.external_ips).chain(&plan.load_balancer_ips) {
-            by_frontend.insert((*ip, plan.port), eps.clone());
-        }
-        if let Some(np) = plan.node_port {
-            by_node_port.insert((plan.family, np), eps);
-        }
-    }
-    let node_ips: BTreeSet<IpAddr> =
-        ruleset.families.values().flat_map(|f| f.node_ips.iter().copied()).collect();
+    let frontends = Frontends::of(ruleset, Protocol::Udp, |plan| {
+        plan.reachable_endpoints().iter().map(|b| (b.ip, b.port)).collect::<Endpoints>()
+    });
     flows
         .iter()
-        .filter(|f| {
-            let eps = by_frontend.get(&(f.dst, f.dport)).or_else(|| {
-                node_ips
-                    .contains(&f.dst)
-                    .then(|| by_node_port.get(&(IpFamily::of(&f.dst), f.dport)))
-                    .flatten()
-            });
-            eps.is_some_and(|eps| !eps.contains(&(f.reply_src, f.reply_sport)))
-        })
+        .filter(|f| frontends.get(f).is_some_and(|eps| !eps.contains(&(f.reply_src, f.reply_sport))))
         .copied()
         .collect()
+}
+
+/// The service ports that `flows` of `protocol` (established or not, any conntrack entry)
+/// were sent to: what a node whose rules are gone programs first, so that those connections
+/// are translated again before every other Service is.
+pub fn plans_in_use(ruleset: &Ruleset, protocol: Protocol, flows: &[Flow]) -> BTreeSet<PlanKey> {
+    let frontends = Frontends::of(ruleset, protocol, |plan| (plan.family, plan.name.clone()));
+    flows.iter().filter_map(|f| frontends.get(f).cloned()).collect()
+}
+
+/// Where flows of one protocol enter Services: something of each frontend's plan.
+struct Frontends<V> {
+    by_address: BTreeMap<(IpAddr, u16), V>,
+    by_node_port: BTreeMap<(IpFamily, u16), V>,
+    node_ips: BTreeSet<IpAddr>,
+}
+
+impl<V: Clone> Frontends<V> {
+    fn of(ruleset: &Ruleset, protocol: Protocol, value: impl Fn(&ServicePortPlan) -> V) -> Self {
+        let mut by_address = BTreeMap::new();
+        let mut by_node_port = BTreeMap::new();
+        for plan in ruleset.services.values().filter(|p| p.name.protocol == protocol) {
+            let v = value(plan);
+            for ip in plan.cluster_ip.iter().chain(&plan.external_ips).chain(&plan.load_balancer_ips) {
+                by_address.insert((*ip, plan.port), v.clone());
+            }
+            if let Some(np) = plan.node_port {
+                by_node_port.insert((plan.family, np), v);
+            }
+        }
+        let node_ips = ruleset.families.values().flat_map(|f| f.node_ips.iter().copied()).collect();
+        Frontends { by_address, by_node_port, node_ips }
+    }
+
+    /// What the frontend `f` was sent to holds, if it is one.
+    fn get(&self, f: &Flow) -> Option<&V> {
+        self.by_address.get(&(f.dst, f.dport)).or_else(|| {
+            self.node_ips.contains(&f.dst).then(|| self.by_node_port.get(&(IpFamily::of(&f.dst), f.dport)))?
+        })
+    }
 }
 
 #[cfg(test)]
@@ -108,5 +132,38 @@ mod tests {
         ];
         let stale = stale_udp_flows(&rs, &flows);
         assert_eq!(stale, vec![flows[1], flows[2], flows[3]]);
+    }
+
+    #[test]
+    fn flows_name_the_service_ports_they_use() {
+        let mut c = ClusterState::new();
+        c.apply_service(
+            mk_service("ns", "web")
+                .cluster_ip("10.96.0.80")
+                .port("http", Protocol::Tcp, 80)
+                .node_port(30080)
+                .port("dns", Protocol::Udp, 53)
+                .build(),
+        );
+        c.apply_service(
+            mk_service("ns", "idle").cluster_ip("10.96.0.81").port("http", Protocol::Tcp, 80).build(),
+        );
+        let rs = compile(&c, &mk_node_context());
+        let http = rs.services.keys().find(|k| k.1.service.name == "web" && k.1.protocol == Protocol::Tcp);
+        let http = http.expect("web's TCP port").clone();
+        let node_port = rs.services[&http].node_port.expect("a NodePort");
+        let flows = [
+            flow("10.96.0.80", 80, "10.244.2.5", 8080),   // to the ClusterIP
+            flow(NODE_A, node_port, "10.244.2.5", 8080),  // to the NodePort on this node
+            flow("10.96.0.80", 8080, "10.96.0.80", 8080), // not a frontend's port
+            flow("8.8.8.8", 80, "8.8.8.8", 80),           // not a Service
+        ];
+        assert_eq!(plans_in_use(&rs, Protocol::Tcp, &flows), BTreeSet::from([http]));
+        // A frontend is its protocol's: port 80 has no UDP plan, port 53 no TCP one.
+        let dns = flow("10.96.0.80", 53, "10.244.2.5", 5353);
+        assert!(plans_in_use(&rs, Protocol::Tcp, &[dns]).is_empty());
+        let udp = plans_in_use(&rs, Protocol::Udp, &[dns, flows[0]]);
+        assert_eq!(udp.iter().map(|k| k.1.protocol).collect::<Vec<_>>(), vec![Protocol::Udp]);
+        assert!(plans_in_use(&rs, Protocol::Sctp, &flows).is_empty());
     }
 }

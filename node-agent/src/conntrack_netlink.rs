@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_sys::Socket;
 use tideway_core::conntrack::Flow;
-use tideway_core::net::IpFamily;
+use tideway_core::net::{IpFamily, Protocol};
 
 use crate::dataplane::netlink::{
     Attrs, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, attrs, dump, errno_of, messages, netlink_socket,
@@ -33,6 +33,15 @@ const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 const IPPROTO_UDP: u8 = 17;
+
+/// The IP protocol number of `p`.
+fn ip_protocol(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => IPPROTO_UDP,
+        Protocol::Sctp => 132,
+    }
+}
 /// Delete messages per datagram (each is about 100 bytes).
 const BATCH: usize = 256;
 
@@ -113,7 +122,7 @@ fn parse_tuple(buf: &[u8]) -> Option<(IpAddr, IpAddr, u16, u16, u8)> {
 }
 
 /// The UDP flow a conntrack message (after its `nfgenmsg`) describes.
-fn parse_flow(payload: &[u8]) -> Option<Flow> {
+fn parse_flow(payload: &[u8], protocol: u8) -> Option<Flow> {
     let (mut orig, mut reply) = (None, None);
     for (kind, p) in attrs(payload.get(4..)?) {
         match kind {
@@ -124,7 +133,7 @@ fn parse_flow(payload: &[u8]) -> Option<Flow> {
     }
     let (src, dst, sport, dport, proto) = orig?;
     let (reply_src, _, reply_sport, _, _) = reply?;
-    (proto == IPPROTO_UDP).then_some(Flow { src, dst, sport, dport, reply_src, reply_sport })
+    (proto == protocol).then_some(Flow { src, dst, sport, dport, reply_src, reply_sport })
 }
 
 /// A ctnetlink socket.
@@ -144,18 +153,24 @@ impl Conntrack {
         self.seq
     }
 
-    /// Every UDP flow of `family`: a dump the kernel filters to UDP (kernels before 5.8
-    /// ignore the filter; the rest is dropped here).
+    /// Every UDP flow of `family`.
     pub fn udp_flows(&mut self, family: IpFamily) -> Result<Vec<Flow>, DataplaneError> {
-        let udp = Attrs::default().put(CTA_PROTO_NUM, &[IPPROTO_UDP]);
+        self.flows(family, Protocol::Udp)
+    }
+
+    /// Every flow of `family` and `protocol`: a dump the kernel filters to the protocol
+    /// (kernels before 5.8 ignore the filter; the rest is dropped here).
+    pub fn flows(&mut self, family: IpFamily, protocol: Protocol) -> Result<Vec<Flow>, DataplaneError> {
+        let number = ip_protocol(protocol);
+        let proto = Attrs::default().put(CTA_PROTO_NUM, &[number]);
         let filter = Attrs::default()
-            .nested(CTA_TUPLE_ORIG, Attrs::default().nested(CTA_TUPLE_PROTO, udp))
+            .nested(CTA_TUPLE_ORIG, Attrs::default().nested(CTA_TUPLE_PROTO, proto))
             .nested(CTA_FILTER, Attrs::default().u32(CTA_FILTER_ORIG_FLAGS, CTA_FILTER_FLAG_PROTO_NUM));
         let seq = self.next_seq();
         let m = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, &filter);
         let mut flows = Vec::new();
         let what = format!("dumping {} conntrack entries", family.label());
-        dump(&self.socket, &m, seq, &what, |_, payload| flows.extend(parse_flow(payload)))?;
+        dump(&self.socket, &m, seq, &what, |_, payload| flows.extend(parse_flow(payload, number)))?;
         Ok(flows)
     }
 
@@ -232,7 +247,8 @@ mod tests {
             [flow("10.244.1.9", "10.96.0.53", "10.244.2.5"), flow("fd00::9", "fd00:96::53", "fd00:244::5")]
         {
             let m = kernel_message(&f);
-            let parsed: Vec<Flow> = messages(&m).into_iter().filter_map(|m| parse_flow(m.payload)).collect();
+            let parsed: Vec<Flow> =
+                messages(&m).into_iter().filter_map(|m| parse_flow(m.payload, IPPROTO_UDP)).collect();
             assert_eq!(parsed, [f]);
         }
     }

@@ -7,10 +7,12 @@ pub mod ipvs;
 pub mod names;
 pub mod nftables;
 
+use std::collections::BTreeSet;
+
 use crate::config::ProxyMode;
 use crate::model::ServicePortName;
 use crate::net::IpFamily;
-use crate::plan::{Changed, LocalTraffic, NodePlan, Ruleset};
+use crate::plan::{Changed, LocalTraffic, NodePlan, PlanKey, Ruleset};
 use crate::program::{Fragment, Match, Program, ProgramState};
 
 /// Lowers `ruleset` for `family` with the backend of `mode`.
@@ -67,6 +69,22 @@ pub fn stream<R>(
     let r = apply(&skeleton, &mut fragments);
     drop(fragments);
     (state, r)
+}
+
+/// [`stream`] of some service ports only (`only`'s keys of `family`), for a program that is
+/// replaced whole right after: nothing of it is kept.
+pub fn stream_only<R>(
+    mode: ProxyMode,
+    ruleset: &Ruleset,
+    family: IpFamily,
+    only: &BTreeSet<PlanKey>,
+    apply: impl FnOnce(&Program, &mut dyn Iterator<Item = Fragment>) -> R,
+) -> R {
+    let skeleton = skeleton(mode, ruleset, family);
+    let plans = only.iter().filter(|k| k.0 == family).filter_map(|k| ruleset.services.get(k));
+    let mut fragments =
+        plans.map(|plan| lower_fragment(mode, ruleset, plan)).filter(|f| *f != Fragment::default());
+    apply(&skeleton, &mut fragments)
 }
 
 /// The full kernel input for a program, in its backend's syntax.

@@ -8,11 +8,12 @@
 //! programs one service port at a time and never holds them whole; what is kept of them is
 //! counted on the way ([`Desired::into_kept`]).
 
+use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
-use tideway_core::plan::Ruleset;
+use tideway_core::plan::{PlanKey, Ruleset};
 use tideway_core::program::{Fragment, Program, ProgramState};
 use tideway_core::render;
 
@@ -66,6 +67,21 @@ impl<'a> Desired<'a> {
             IpFamily::ALL.map(|f| render::stream(self.mode, self.ruleset, f, &mut apply));
         let _ = self.streamed.set([v4, v6]);
         [r4, r6]
+    }
+
+    /// [`stream`](Self::stream) of the service ports `only` names, for a transaction that a
+    /// full one replaces right after (nothing of it is kept).
+    pub fn stream_only<R>(
+        &self,
+        only: &BTreeSet<PlanKey>,
+        mut apply: impl FnMut(&Program, &mut dyn Iterator<Item = Fragment>) -> R,
+    ) -> [R; 2] {
+        IpFamily::ALL.map(|f| render::stream_only(self.mode, self.ruleset, f, only, &mut apply))
+    }
+
+    /// The ruleset the programs are lowered from.
+    pub fn ruleset(&self) -> &'a Ruleset {
+        self.ruleset
     }
 
     /// What is kept between syncs of the programs a full sync applied: counted while they

@@ -10,6 +10,8 @@
 //! namespace moves on by one: when it is still the one our last transaction left, nothing
 //! changed and the check ends there (one netlink round trip at any scale).
 
+mod in_use;
+
 use std::collections::HashMap;
 
 use tideway_core::config::ProxyMode;
@@ -62,6 +64,25 @@ impl Nftables {
     fn tables() -> Result<Vec<String>, DataplaneError> {
         let out = Self::nft(&["list", "tables"], None)?;
         Ok(out.lines().map(|l| l.trim().to_string()).collect())
+    }
+
+    /// With our table gone, the Services that tracked connections use go in first, in a
+    /// transaction of their own ([`in_use`]); the full one follows.
+    fn connections_first(&mut self, desired: &Desired<'_>, room_for: usize) -> Result<(), DataplaneError> {
+        let first = in_use::first(self.netlink()?, desired)?;
+        if first.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            service_ports = first.len(),
+            "our table is gone: the Services that tracked connections use are programmed first"
+        );
+        self.transaction(|nl| {
+            nl.apply_full(room_for, |apply| {
+                desired.stream_only(&first, |skeleton, fragments| apply.family(skeleton, fragments));
+            })
+        })?;
+        Ok(())
     }
 
     fn netlink(&mut self) -> Result<&mut NftNetlink, DataplaneError> {
@@ -200,6 +221,7 @@ impl Dataplane for Nftables {
             None => {
                 // A port and an endpoint each put about two elements in the maps.
                 let room_for = full_batch_room(2 * desired.size());
+                self.connections_first(desired, room_for)?;
                 self.room = self.transaction(|nl| {
                     nl.apply_full(room_for, |apply| {
                         desired.stream(|skeleton, fragments| apply.family(skeleton, fragments));

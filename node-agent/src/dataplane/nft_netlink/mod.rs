@@ -158,6 +158,11 @@ impl NftNetlink {
         self.read_table(nfproto(family), elements)
     }
 
+    /// Whether our table exists in `family`.
+    pub fn has_table(&mut self, family: IpFamily) -> Result<bool, DataplaneError> {
+        self.table_exists(nfproto(family))
+    }
+
     /// The ruleset generation: it moves on by one with every committed nf_tables
     /// transaction in the network namespace, so one that has not moved since our last
     /// transaction means nothing in nf_tables changed.

@@ -274,7 +274,7 @@ impl NftNetlink {
     }
 
     /// True when our table exists in `family`.
-    fn table_exists(&mut self, family: u8) -> Result<bool, DataplaneError> {
+    pub(super) fn table_exists(&mut self, family: u8) -> Result<bool, DataplaneError> {
         let (m, seq) = self.request(GETTABLE, family, NLM_F_ACK, &Attrs::default().string(TABLE_NAME, TABLE));
         match dump(&self.socket, &m, seq, "reading the table", |_, _| {}) {
             Ok(_) => Ok(true),

@@ -1,0 +1,55 @@
+//! Connections first: when our table is gone (deleted, or flushed with the rest of the
+//! ruleset) while conntrack still tracks connections through Services, those connections are
+//! dark until a NAT chain is hooked again. A full sync then programs the Services that
+//! conntrack shows in use first, in a transaction of their own, and the full transaction
+//! follows at once and replaces it: those connections come back within one small commit
+//! instead of after the whole program.
+
+use std::collections::BTreeSet;
+
+use tideway_core::conntrack::plans_in_use;
+use tideway_core::net::{IpFamily, Protocol};
+use tideway_core::plan::{PlanKey, Ruleset};
+
+use crate::conntrack_netlink::Conntrack;
+use crate::dataplane::nft_netlink::NftNetlink;
+use crate::dataplane::{DataplaneError, Desired};
+
+/// The first transaction is left out when the ports in use are more than one in this many
+/// of all: it would then cost nearly as much as the full one it delays.
+const AT_MOST_ONE_IN: usize = 4;
+
+/// The service ports to program first: those conntrack shows in use, when our table is gone
+/// in every family; none when it is there (a full transaction replaces it atomically, and
+/// established connections keep being translated meanwhile) or conntrack cannot be read.
+pub(super) fn first(nl: &mut NftNetlink, desired: &Desired<'_>) -> Result<BTreeSet<PlanKey>, DataplaneError> {
+    let ruleset = desired.ruleset();
+    if ruleset.services.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    for family in IpFamily::ALL {
+        if nl.has_table(family)? {
+            return Ok(BTreeSet::new());
+        }
+    }
+    let in_use = match ports_in_use(ruleset) {
+        Ok(ports) => ports,
+        Err(e) => {
+            tracing::warn!(error = %e, "conntrack could not be read: the full program goes in at once");
+            return Ok(BTreeSet::new());
+        }
+    };
+    Ok(if in_use.len() * AT_MOST_ONE_IN > ruleset.services.len() { BTreeSet::new() } else { in_use })
+}
+
+/// Every service port a conntrack entry of either family was sent to.
+fn ports_in_use(ruleset: &Ruleset) -> Result<BTreeSet<PlanKey>, DataplaneError> {
+    let mut conntrack = Conntrack::open()?;
+    let mut ports = BTreeSet::new();
+    for family in IpFamily::ALL {
+        for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            ports.extend(plans_in_use(ruleset, protocol, &conntrack.flows(family, protocol)?));
+        }
+    }
+    Ok(ports)
+}
