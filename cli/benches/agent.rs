@@ -361,13 +361,18 @@ fn one_change(mode: ProxyMode, n: usize) {
 
 /// A node namespace and a pod namespace (10.244.1.2) behind it on a veth, the service range
 /// routed towards the pod.
+///
+/// ClusterIPs are routed through a neighbour that answers (the pod), as a real node's default
+/// gateway does: while no rules translate them (a deleted table), packets to a ClusterIP then
+/// go out and are dropped further on, where an on-link route would leave them waiting for an
+/// address nobody resolves and block their sender's socket for the 3 s ARP takes to give up.
 fn pod_behind_node(tag: &str) -> (Netns, Netns) {
     let node = Netns::create(&format!("twbench-{tag}-node"));
     let pod = Netns::create(&format!("twbench-{tag}-pod"));
     node.sh(&format!(
         "ip link add veth-pod type veth peer name eth0 netns {} && ip link set veth-pod up && \
          ip addr add 10.244.1.1/32 dev veth-pod && ip route add 10.244.1.2/32 dev veth-pod && \
-         ip route add 10.96.0.0/12 dev veth-pod && sysctl -qw net.ipv4.ip_forward=1",
+         ip route add 10.96.0.0/12 via 10.244.1.2 dev veth-pod && sysctl -qw net.ipv4.ip_forward=1",
         pod.name
     ));
     pod.sh("ip addr add 10.244.1.2/32 dev eth0 && ip link set eth0 up && ip route add 10.244.1.1 dev eth0 && ip route add default via 10.244.1.1");

@@ -191,6 +191,8 @@ struct Measured {
     sync: Duration,
     quiet: [Duration; 2],
     during: [Duration; 2],
+    /// The first echo after the sync began, counted from its start.
+    first: [Option<Duration>; 2],
     /// The first echo after the sync ended, counted from its end.
     resumed: [Option<Duration>; 2],
 }
@@ -213,6 +215,7 @@ fn measure(flows: &[Flow; 2], sync: impl FnOnce()) -> Measured {
         sync: end - start,
         quiet: [0, 1].map(|i| flows[i].longest_gap(quiet_from, start)),
         during: [0, 1].map(|i| flows[i].longest_gap(start, end)),
+        first: [0, 1].map(|i| flows[i].first_after(start)),
         resumed: [0, 1].map(|i| flows[i].first_after(end)),
     }
 }
@@ -248,7 +251,7 @@ pub(crate) fn forwarding_gap(mode: ProxyMode, n: usize) {
     let scenarios = [("resync, rules in place", resync), ("restart, table deleted, conntrack kept", restart)];
     for (label, m) in scenarios {
         println!(
-            "forwarding during a full sync, {mode}, {n} services, {label}: sync {}; longest wait for an echo: {} {}, {} {} (in the quiet second before: {}, {}); first echo after the sync: {}, {} (one message per {} per flow)",
+            "forwarding during a full sync, {mode}, {n} services, {label}: sync {}; longest wait for an echo: {} {}, {} {} (in the quiet second before: {}, {}); first echo after the sync began: {}, {}; after it ended: {}, {} (one message per {} per flow)",
             ms(m.sync),
             names[0],
             ms(m.during[0]),
@@ -256,6 +259,8 @@ pub(crate) fn forwarding_gap(mode: ProxyMode, n: usize) {
             ms(m.during[1]),
             ms(m.quiet[0]),
             ms(m.quiet[1]),
+            m.first[0].map_or_else(|| "none".to_string(), ms),
+            m.first[1].map_or_else(|| "none".to_string(), ms),
             m.resumed[0].map_or_else(|| format!("none within {}", ms(AFTER)), ms),
             m.resumed[1].map_or_else(|| format!("none within {}", ms(AFTER)), ms),
             ms(EVERY),

@@ -70,19 +70,22 @@ impl Nftables {
     /// transaction of their own ([`in_use`]); the full one follows.
     fn connections_first(&mut self, desired: &Desired<'_>, room_for: usize) -> Result<(), DataplaneError> {
         let first = in_use::first(self.netlink()?, desired)?;
-        if first.is_empty() {
+        if first.ports.is_empty() {
             return Ok(());
         }
         tracing::info!(
-            service_ports = first.len(),
+            service_ports = first.ports.len(),
             "our table is gone: the Services that tracked connections use are programmed first"
         );
         self.transaction(|nl| {
-            nl.apply_full(room_for, |apply| {
-                desired.stream_only(&first, |skeleton, fragments| apply.family(skeleton, fragments));
+            nl.apply_tables(room_for, |apply| {
+                desired.stream_only(&first.ports, |skeleton, fragments| {
+                    if first.families.contains(&skeleton.family) {
+                        apply.family(skeleton, fragments);
+                    }
+                });
             })
-        })?;
-        Ok(())
+        })
     }
 
     fn netlink(&mut self) -> Result<&mut NftNetlink, DataplaneError> {

@@ -104,6 +104,18 @@ impl NftNetlink {
         Ok(rooms)
     }
 
+    /// Replaces the tables of the families `write` gives [`FullApply::family`] (one, or both)
+    /// in one transaction; a family it does not write keeps its table as it is.
+    pub fn apply_tables(
+        &mut self,
+        room_for: usize,
+        write: impl FnOnce(&mut FullApply),
+    ) -> Result<(), DataplaneError> {
+        let mut apply = FullApply { batch: Batch::with_capacity(self.seq, room_for), rooms: Vec::new() };
+        write(&mut apply);
+        self.commit(apply.batch)
+    }
+
     /// The same for programs held whole ([IPv4, IPv6]).
     pub fn apply_programs(&mut self, programs: [&Program; 2]) -> Result<[Room; 2], DataplaneError> {
         let elements: usize = programs

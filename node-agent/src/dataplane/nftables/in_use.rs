@@ -19,34 +19,47 @@ use crate::dataplane::{DataplaneError, Desired};
 /// of all: it would then cost nearly as much as the full one it delays.
 const AT_MOST_ONE_IN: usize = 4;
 
-/// The service ports to program first: those conntrack shows in use, when our table is gone
-/// in every family; none when it is there (a full transaction replaces it atomically, and
-/// established connections keep being translated meanwhile) or conntrack cannot be read.
-pub(super) fn first(nl: &mut NftNetlink, desired: &Desired<'_>) -> Result<BTreeSet<PlanKey>, DataplaneError> {
+/// What goes first: the families whose table is gone, and the service ports of theirs that
+/// conntrack shows in use.
+#[derive(Debug, Default)]
+pub(super) struct First {
+    pub(super) families: Vec<IpFamily>,
+    pub(super) ports: BTreeSet<PlanKey>,
+}
+
+/// The service ports to program first: in each family whose table is gone, those conntrack
+/// shows in use. Nothing where the table is there (a full transaction replaces it atomically,
+/// and established connections keep being translated meanwhile), nor when conntrack cannot be
+/// read.
+pub(super) fn first(nl: &mut NftNetlink, desired: &Desired<'_>) -> Result<First, DataplaneError> {
     let ruleset = desired.ruleset();
-    if ruleset.services.is_empty() {
-        return Ok(BTreeSet::new());
-    }
+    let mut families = Vec::new();
     for family in IpFamily::ALL {
-        if nl.has_table(family)? {
-            return Ok(BTreeSet::new());
+        if ruleset.plans(family).next().is_some() && !nl.has_table(family)? {
+            families.push(family);
         }
     }
-    let in_use = match ports_in_use(ruleset) {
+    if families.is_empty() {
+        return Ok(First::default());
+    }
+    let in_use = match ports_in_use(ruleset, &families) {
         Ok(ports) => ports,
         Err(e) => {
             tracing::warn!(error = %e, "conntrack could not be read: the full program goes in at once");
-            return Ok(BTreeSet::new());
+            return Ok(First::default());
         }
     };
-    Ok(if in_use.len() * AT_MOST_ONE_IN > ruleset.services.len() { BTreeSet::new() } else { in_use })
+    if in_use.is_empty() || in_use.len() * AT_MOST_ONE_IN > ruleset.services.len() {
+        return Ok(First::default());
+    }
+    Ok(First { families, ports: in_use })
 }
 
-/// Every service port a conntrack entry of either family was sent to.
-fn ports_in_use(ruleset: &Ruleset) -> Result<BTreeSet<PlanKey>, DataplaneError> {
+/// Every service port a conntrack entry of `families` was sent to.
+fn ports_in_use(ruleset: &Ruleset, families: &[IpFamily]) -> Result<BTreeSet<PlanKey>, DataplaneError> {
     let mut conntrack = Conntrack::open()?;
     let mut ports = BTreeSet::new();
-    for family in IpFamily::ALL {
+    for &family in families {
         for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
             ports.extend(plans_in_use(ruleset, protocol, &conntrack.flows(family, protocol)?));
         }
