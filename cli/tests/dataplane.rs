@@ -410,6 +410,20 @@ fn drift_by_content(b: &Battery) {
         assert!(found.len() == 1 && found[0].starts_with(want), "{damage}: {found:?}");
         assert_eq!(table(), before, "{damage}: the table differs after the repair");
     }
+    // The whole table deleted under a tracked connection: the repair programs the Service it
+    // used first, then everything.
+    tcp(&b.c.client, addr(WEB)).unwrap_or_else(|e| panic!("before the table goes: {e}\n{}", b.logs()));
+    let repairs = status(node).expect("status")["drift_repairs"].as_u64().unwrap_or(0);
+    node.sh("nft delete table ip tideway");
+    eventually(patience(15.0), || match status(node)? {
+        s if s["drift_repairs"].as_u64().unwrap_or(0) > repairs => Ok(s),
+        s => Err(format!("no repair yet: {s}")),
+    })
+    .unwrap_or_else(|e| panic!("table deleted: {e}\n{}", b.logs()));
+    assert_eq!(table(), before, "the table differs after the repair");
+    let log = b.c.log("agent-node-a.log");
+    assert!(log.contains("programmed first"), "the Service in use went first:\n{log}");
+    tcp(&b.c.client, addr(WEB)).unwrap_or_else(|e| panic!("after the table came back: {e}\n{}", b.logs()));
     let metrics = agent_get(node, "/metrics").expect("metrics");
     for kind in ["set_elements", "chain_rules", "chain_hook"] {
         assert!(

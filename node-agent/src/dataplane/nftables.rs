@@ -270,8 +270,11 @@ impl Dataplane for Nftables {
     }
 
     fn repair(&mut self, desired: &Desired<'_>, _drift: &[Drift]) -> Result<(), DataplaneError> {
-        let desired = desired.programs();
         let plans = self.found.clone().map(|f| Repair::plan(&f));
+        if plans.iter().any(|p| p.full) {
+            self.connections_first(desired, full_batch_room(2 * desired.size()))?;
+        }
+        let desired = desired.programs();
         let work: Vec<(&Program, Repair)> =
             desired.into_iter().zip(plans.iter().cloned()).filter(|(_, r)| !r.is_empty()).collect();
         self.transaction(|nl| nl.repair(&work))?;
