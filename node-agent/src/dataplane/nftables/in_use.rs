@@ -1,9 +1,11 @@
 //! Connections first: when our table is gone (deleted, or flushed with the rest of the
 //! ruleset) while conntrack still tracks connections through Services, those connections are
-//! dark until a NAT chain is hooked again. A full sync then programs the Services that
-//! conntrack shows in use first, in a transaction of their own, and the full transaction
-//! follows at once and replaces it: those connections come back within one small commit
-//! instead of after the whole program.
+//! dark until a NAT chain is hooked again. A full sync (or the repair that rewrites the table
+//! the drift check found gone) then programs the Services that conntrack shows in use first,
+//! in a transaction of their own, and the full transaction follows at once and replaces it:
+//! those connections come back within one small commit instead of after the whole program.
+//! (A TCP connection that carried a segment meanwhile is lost anyway: the endpoint's segment
+//! reached the node untranslated and was answered with a reset.)
 
 use std::collections::BTreeSet;
 
