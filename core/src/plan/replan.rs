@@ -31,7 +31,9 @@ impl Ruleset {
         cluster: &'a ClusterState,
         services: impl IntoIterator<Item = &'a ServiceName>,
     ) -> Changed {
-        let found = services
+        // Each Service once, however often it is named.
+        let names: BTreeSet<&ServiceName> = services.into_iter().collect();
+        let found = names
             .into_iter()
             .map(|name| (name, cluster.service(name).map(|svc| (svc, cluster.endpoint_slices_for(name)))));
         let mut log = Log::new();
@@ -192,5 +194,23 @@ impl Ruleset {
                 self.claims.remove(&f);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::{Tally, compile};
+    use crate::testing::*;
+
+    #[test]
+    fn a_service_named_twice_is_planned_once() {
+        let cluster = synthetic_cluster(5, 2);
+        let node = mk_node_context();
+        let mut ruleset = compile(&cluster, &node);
+        let name = cluster.services().nth(2).expect("a Service").name.clone();
+        let changed = ruleset.update(&cluster, [&name, &name]);
+        assert!(changed.is_empty(), "nothing changed: {changed:?}");
+        assert_eq!(ruleset.tally(), Tally::sum(ruleset.services.values()), "counted once");
+        assert_eq!(ruleset, compile(&cluster, &node));
     }
 }
