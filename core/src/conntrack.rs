@@ -37,7 +37,7 @@ type Endpoints = BTreeSet<(IpAddr, u16)>;
 /// Flows to a UDP Service frontend (ClusterIP, externalIP, LB IP, or a NodePort on a node
 /// address) whose replies do not come from one of that Service port's endpoints.
 pub fn stale_udp_flows(ruleset: &Ruleset, flows: &[Flow]) -> Vec<Flow> {
-    let frontends = Frontends::of(ruleset, Protocol::Udp, |plan| {
+    let frontends = Frontends::of(ruleset, Protocol::Udp, |_, plan| {
         plan.reachable_endpoints().iter().map(|b| (b.ip, b.port)).collect::<Endpoints>()
     });
     flows
@@ -51,8 +51,11 @@ pub fn stale_udp_flows(ruleset: &Ruleset, flows: &[Flow]) -> Vec<Flow> {
 /// were sent to: what a node whose rules are gone programs first, so that those connections
 /// are translated again before every other Service is.
 pub fn plans_in_use(ruleset: &Ruleset, protocol: Protocol, flows: &[Flow]) -> BTreeSet<PlanKey> {
-    let frontends = Frontends::of(ruleset, protocol, |plan| (plan.family, plan.name.clone()));
-    flows.iter().filter_map(|f| frontends.get(f).cloned()).collect()
+    if flows.is_empty() {
+        return BTreeSet::new();
+    }
+    let frontends = Frontends::of(ruleset, protocol, |key, _| key);
+    flows.iter().filter_map(|f| frontends.get(f).map(|k| (*k).clone())).collect()
 }
 
 /// Where flows of one protocol enter Services: something of each frontend's plan.
@@ -63,11 +66,15 @@ struct Frontends<V> {
 }
 
 impl<V: Clone> Frontends<V> {
-    fn of(ruleset: &Ruleset, protocol: Protocol, value: impl Fn(&ServicePortPlan) -> V) -> Self {
+    fn of<'r>(
+        ruleset: &'r Ruleset,
+        protocol: Protocol,
+        value: impl Fn(&'r PlanKey, &'r ServicePortPlan) -> V,
+    ) -> Self {
         let mut by_address = BTreeMap::new();
         let mut by_node_port = BTreeMap::new();
-        for plan in ruleset.services.values().filter(|p| p.name.protocol == protocol) {
-            let v = value(plan);
+        for (key, plan) in ruleset.services.iter().filter(|(_, p)| p.name.protocol == protocol) {
+            let v = value(key, plan);
             for ip in plan.cluster_ip.iter().chain(&plan.external_ips).chain(&plan.load_balancer_ips) {
                 by_address.insert((*ip, plan.port), v.clone());
             }
