@@ -18,6 +18,8 @@ const NLM_F_ACK: u16 = 4;
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
+const IPCTNL_MSG_CT_GET_STATS: u16 = 5;
+const CTA_STATS_GLOBAL_ENTRIES: u16 = 1;
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_FILTER: u16 = 25;
@@ -121,8 +123,13 @@ fn parse_tuple(buf: &[u8]) -> Option<(IpAddr, IpAddr, u16, u16, u8)> {
     Some((src?, dst?, sport?, dport?, proto?))
 }
 
-/// The UDP flow a conntrack message (after its `nfgenmsg`) describes.
+/// The flow of `protocol` a conntrack message (after its `nfgenmsg`) describes.
 fn parse_flow(payload: &[u8], protocol: u8) -> Option<Flow> {
+    parse_entry(payload).and_then(|(proto, flow)| (proto == protocol).then_some(flow))
+}
+
+/// The IP protocol number and the flow of a conntrack message (after its `nfgenmsg`).
+fn parse_entry(payload: &[u8]) -> Option<(u8, Flow)> {
     let (mut orig, mut reply) = (None, None);
     for (kind, p) in attrs(payload.get(4..)?) {
         match kind {
@@ -133,7 +140,7 @@ fn parse_flow(payload: &[u8], protocol: u8) -> Option<Flow> {
     }
     let (src, dst, sport, dport, proto) = orig?;
     let (reply_src, _, reply_sport, _, _) = reply?;
-    (proto == protocol).then_some(Flow { src, dst, sport, dport, reply_src, reply_sport })
+    Some((proto, Flow { src, dst, sport, dport, reply_src, reply_sport }))
 }
 
 /// A ctnetlink socket.
@@ -171,6 +178,44 @@ impl Conntrack {
         let mut flows = Vec::new();
         let what = format!("dumping {} conntrack entries", family.label());
         dump(&self.socket, &m, seq, &what, |_, payload| flows.extend(parse_flow(payload, number)))?;
+        Ok(flows)
+    }
+
+    /// How many entries conntrack holds in this network namespace: one short request, where
+    /// a dump walks the whole table the kernel shares between namespaces.
+    pub fn count(&mut self) -> Result<u32, DataplaneError> {
+        let seq = self.next_seq();
+        let kind = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET_STATS;
+        let m =
+            message(IPCTNL_MSG_CT_GET_STATS, NLM_F_REQUEST | NLM_F_ACK, seq, IpFamily::V4, &Attrs::default());
+        let mut count = None;
+        dump(&self.socket, &m, seq, "reading the conntrack count", |k, payload| {
+            let found = attrs(payload.get(4..).unwrap_or_default())
+                .into_iter()
+                .find(|(a, _)| *a == CTA_STATS_GLOBAL_ENTRIES);
+            if k == kind
+                && let Some((_, p)) = found
+            {
+                count = <[u8; 4]>::try_from(p).ok().map(u32::from_be_bytes);
+            }
+        })?;
+        count.ok_or_else(|| NetlinkError::Protocol("no conntrack count in the kernel's answer".into()).into())
+    }
+
+    /// Every flow of `family` whose protocol is TCP, UDP or SCTP, in one dump (the kernel
+    /// walks its whole conntrack table for each dump, whatever the filter).
+    pub fn every_flow(&mut self, family: IpFamily) -> Result<Vec<(Protocol, Flow)>, DataplaneError> {
+        let seq = self.next_seq();
+        let m = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, &Attrs::default());
+        let mut flows = Vec::new();
+        let what = format!("dumping {} conntrack entries", family.label());
+        let protocols = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+        dump(&self.socket, &m, seq, &what, |_, payload| {
+            let entry = parse_entry(payload);
+            flows.extend(
+                entry.and_then(|(n, f)| protocols.into_iter().find(|p| ip_protocol(*p) == n).map(|p| (p, f))),
+            );
+        })?;
         Ok(flows)
     }
 

@@ -13,6 +13,7 @@ use tideway_core::plan::compile;
 use tideway_core::program::ProgramState;
 use tideway_core::render;
 use tideway_core::testing::*;
+use tideway_node_agent::conntrack_netlink::Conntrack;
 use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
 use tideway_node_agent::dataplane::{Dataplane, Desired, Nftables, Update};
 use tideway_tests::netns::{Netns, require_root};
@@ -89,4 +90,19 @@ fn with_nothing_tracked_a_full_apply_is_one_transaction() {
     track_connection(&ns, "192.168.7.7".parse().expect("address"));
     ns.sh("nft delete table ip tideway && nft delete table ip6 tideway");
     assert_eq!(full_applies(&ns, 1), vec![1]);
+}
+
+/// The count that lets a node with nothing tracked skip the dump: this namespace's entries.
+#[test]
+fn conntrack_counts_the_entries_of_its_namespace() {
+    require_root("conntrack in a namespace");
+    let ns = Netns::create(&format!("twcfn-{}", std::process::id()));
+    let count =
+        |ns: &Netns| ns.run(|| Conntrack::open().and_then(|mut c| c.count()).expect("conntrack count"));
+    assert_eq!(count(&ns), 0);
+    track_connection(&ns, "10.96.0.1".parse().expect("address"));
+    assert_eq!(count(&ns), 1);
+    let flows = ns.run(|| Conntrack::open().and_then(|mut c| c.every_flow(IpFamily::V4)).expect("dump"));
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    assert_eq!(flows[0].0, tideway_core::net::Protocol::Tcp);
 }

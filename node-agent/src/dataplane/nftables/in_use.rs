@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use tideway_core::conntrack::plans_in_use;
+use tideway_core::conntrack::{Flow, plans_in_use};
 use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::plan::{PlanKey, Ruleset};
 
@@ -61,9 +61,14 @@ pub(super) fn first(nl: &mut NftNetlink, desired: &Desired<'_>) -> Result<First,
 fn ports_in_use(ruleset: &Ruleset, families: &[IpFamily]) -> Result<BTreeSet<PlanKey>, DataplaneError> {
     let mut conntrack = Conntrack::open()?;
     let mut ports = BTreeSet::new();
+    if conntrack.count()? == 0 {
+        return Ok(ports);
+    }
     for &family in families {
+        let flows = conntrack.every_flow(family)?;
         for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-            ports.extend(plans_in_use(ruleset, protocol, &conntrack.flows(family, protocol)?));
+            let of: Vec<Flow> = flows.iter().filter(|(p, _)| *p == protocol).map(|(_, f)| *f).collect();
+            ports.extend(plans_in_use(ruleset, protocol, &of));
         }
     }
     Ok(ports)
