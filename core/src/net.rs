@@ -78,6 +78,9 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// Every protocol a Service port may have.
+    pub const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+
     /// Lower-case name as used by iptables and nft (`tcp`, `udp`, `sctp`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -113,6 +116,11 @@ impl Protocol {
             Protocol::Udp => 17,
             Protocol::Sctp => 132,
         }
+    }
+
+    /// The protocol of IANA number `n`, if a Service port may have it.
+    pub fn of_number(n: u8) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.number() == n)
     }
 }
 

@@ -35,15 +35,6 @@ const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 const IPPROTO_UDP: u8 = 17;
-
-/// The IP protocol number of `p`.
-fn ip_protocol(p: Protocol) -> u8 {
-    match p {
-        Protocol::Tcp => 6,
-        Protocol::Udp => IPPROTO_UDP,
-        Protocol::Sctp => 132,
-    }
-}
 /// Delete messages per datagram (each is about 100 bytes).
 const BATCH: usize = 256;
 
@@ -123,9 +114,9 @@ fn parse_tuple(buf: &[u8]) -> Option<(IpAddr, IpAddr, u16, u16, u8)> {
     Some((src?, dst?, sport?, dport?, proto?))
 }
 
-/// The flow of `protocol` a conntrack message (after its `nfgenmsg`) describes.
-fn parse_flow(payload: &[u8], protocol: u8) -> Option<Flow> {
-    parse_entry(payload).and_then(|(proto, flow)| (proto == protocol).then_some(flow))
+/// The UDP flow a conntrack message (after its `nfgenmsg`) describes.
+fn parse_flow(payload: &[u8]) -> Option<Flow> {
+    parse_entry(payload).and_then(|(proto, flow)| (proto == IPPROTO_UDP).then_some(flow))
 }
 
 /// The IP protocol number and the flow of a conntrack message (after its `nfgenmsg`).
@@ -160,24 +151,18 @@ impl Conntrack {
         self.seq
     }
 
-    /// Every UDP flow of `family`.
+    /// Every UDP flow of `family`: a dump the kernel filters to UDP (kernels before 5.8
+    /// ignore the filter; the rest is dropped here).
     pub fn udp_flows(&mut self, family: IpFamily) -> Result<Vec<Flow>, DataplaneError> {
-        self.flows(family, Protocol::Udp)
-    }
-
-    /// Every flow of `family` and `protocol`: a dump the kernel filters to the protocol
-    /// (kernels before 5.8 ignore the filter; the rest is dropped here).
-    pub fn flows(&mut self, family: IpFamily, protocol: Protocol) -> Result<Vec<Flow>, DataplaneError> {
-        let number = ip_protocol(protocol);
-        let proto = Attrs::default().put(CTA_PROTO_NUM, &[number]);
+        let udp = Attrs::default().put(CTA_PROTO_NUM, &[IPPROTO_UDP]);
         let filter = Attrs::default()
-            .nested(CTA_TUPLE_ORIG, Attrs::default().nested(CTA_TUPLE_PROTO, proto))
+            .nested(CTA_TUPLE_ORIG, Attrs::default().nested(CTA_TUPLE_PROTO, udp))
             .nested(CTA_FILTER, Attrs::default().u32(CTA_FILTER_ORIG_FLAGS, CTA_FILTER_FLAG_PROTO_NUM));
         let seq = self.next_seq();
         let m = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, &filter);
         let mut flows = Vec::new();
         let what = format!("dumping {} conntrack entries", family.label());
-        dump(&self.socket, &m, seq, &what, |_, payload| flows.extend(parse_flow(payload, number)))?;
+        dump(&self.socket, &m, seq, &what, |_, payload| flows.extend(parse_flow(payload)))?;
         Ok(flows)
     }
 
@@ -209,12 +194,8 @@ impl Conntrack {
         let m = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, &Attrs::default());
         let mut flows = Vec::new();
         let what = format!("dumping {} conntrack entries", family.label());
-        let protocols = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
         dump(&self.socket, &m, seq, &what, |_, payload| {
-            let entry = parse_entry(payload);
-            flows.extend(
-                entry.and_then(|(n, f)| protocols.into_iter().find(|p| ip_protocol(*p) == n).map(|p| (p, f))),
-            );
+            flows.extend(parse_entry(payload).and_then(|(n, f)| Some((Protocol::of_number(n)?, f))));
         })?;
         Ok(flows)
     }
@@ -292,8 +273,7 @@ mod tests {
             [flow("10.244.1.9", "10.96.0.53", "10.244.2.5"), flow("fd00::9", "fd00:96::53", "fd00:244::5")]
         {
             let m = kernel_message(&f);
-            let parsed: Vec<Flow> =
-                messages(&m).into_iter().filter_map(|m| parse_flow(m.payload, IPPROTO_UDP)).collect();
+            let parsed: Vec<Flow> = messages(&m).into_iter().filter_map(|m| parse_flow(m.payload)).collect();
             assert_eq!(parsed, [f]);
         }
     }
