@@ -1,7 +1,7 @@
 //! Which UDP conntrack entries are stale: the decision half of kube-proxy's conntrack
 //! reconciler (pkg/proxy/conntrack). The node agent lists flows and deletes what this returns.
-//! Also which Services the flows in conntrack are using ([`plans_in_use`]), for a node whose
-//! rules are gone to program first.
+//! Also which Services the flows in conntrack are using ([`plans_in_use`]), and so what a node
+//! whose rules are gone programs first ([`ports_first`]).
 //!
 //! UDP has no connection close, so an entry that was DNATed to an endpoint that has gone (or
 //! was created while the Service had no endpoints) keeps blackholing the client's flow until it
@@ -56,6 +56,25 @@ pub fn plans_in_use(ruleset: &Ruleset, protocol: Protocol, flows: &[Flow]) -> BT
     }
     let frontends = Frontends::of(ruleset, protocol, |key, _| key);
     flows.iter().filter_map(|f| frontends.get(f).map(|k| (*k).clone())).collect()
+}
+
+/// A first transaction is not worth it when the ports in use are more than one in this many
+/// of all: it would then cost nearly as much as the full one it delays.
+pub const FIRST_AT_MOST_ONE_IN: usize = 4;
+
+/// What a node whose rules are gone programs first: the service ports `flows` (of any
+/// protocol) were sent to, or none when they are too many for a first transaction to pay
+/// ([`FIRST_AT_MOST_ONE_IN`]).
+pub fn ports_first(ruleset: &Ruleset, flows: &[(Protocol, Flow)]) -> BTreeSet<PlanKey> {
+    let mut ports = BTreeSet::new();
+    for protocol in Protocol::ALL {
+        let of: Vec<Flow> = flows.iter().filter(|(p, _)| *p == protocol).map(|(_, f)| *f).collect();
+        ports.extend(plans_in_use(ruleset, protocol, &of));
+    }
+    if ports.len() * FIRST_AT_MOST_ONE_IN > ruleset.services.len() {
+        return BTreeSet::new();
+    }
+    ports
 }
 
 /// Where flows of one protocol enter Services: something of each frontend's plan.
@@ -172,5 +191,22 @@ mod tests {
         let udp = plans_in_use(&rs, Protocol::Udp, &[dns, flows[0]]);
         assert_eq!(udp.iter().map(|k| k.1.protocol).collect::<Vec<_>>(), vec![Protocol::Udp]);
         assert!(plans_in_use(&rs, Protocol::Sctp, &flows).is_empty());
+    }
+
+    #[test]
+    fn ports_first_are_those_in_use_unless_they_are_many() {
+        let mut c = ClusterState::new();
+        for (name, ip) in [("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3"), ("d", "10.96.0.4")] {
+            c.apply_service(mk_service("ns", name).cluster_ip(ip).port("http", Protocol::Tcp, 80).build());
+        }
+        let rs = compile(&c, &mk_node_context());
+        let a = rs.services.keys().find(|k| k.1.service.name == "a").expect("a's port").clone();
+        let to = |ip: &str| (Protocol::Tcp, flow(ip, 80, "10.244.2.5", 8080));
+        // One port in four: first.
+        assert_eq!(ports_first(&rs, &[to("10.96.0.1"), to("8.8.8.8")]), BTreeSet::from([a]));
+        // Two in four: a first transaction would be half the full one.
+        assert!(ports_first(&rs, &[to("10.96.0.1"), to("10.96.0.2")]).is_empty());
+        // A UDP flow to a TCP frontend uses nothing.
+        assert!(ports_first(&rs, &[(Protocol::Udp, flow("10.96.0.1", 80, "10.244.2.5", 8080))]).is_empty());
     }
 }

@@ -9,17 +9,13 @@
 
 use std::collections::BTreeSet;
 
-use tideway_core::conntrack::{Flow, plans_in_use};
+use tideway_core::conntrack::{Flow, ports_first};
 use tideway_core::net::{IpFamily, Protocol};
-use tideway_core::plan::{PlanKey, Ruleset};
+use tideway_core::plan::PlanKey;
 
 use crate::conntrack_netlink::Conntrack;
 use crate::dataplane::nft_netlink::NftNetlink;
 use crate::dataplane::{DataplaneError, Desired};
-
-/// The first transaction is left out when the ports in use are more than one in this many
-/// of all: it would then cost nearly as much as the full one it delays.
-const AT_MOST_ONE_IN: usize = 4;
 
 /// What goes first: the families whose table is gone, and the service ports of theirs that
 /// conntrack shows in use.
@@ -44,32 +40,25 @@ pub(super) fn first(nl: &mut NftNetlink, desired: &Desired<'_>) -> Result<First,
     if families.is_empty() {
         return Ok(First::default());
     }
-    let in_use = match ports_in_use(ruleset, &families) {
-        Ok(ports) => ports,
+    let flows = match tracked(&families) {
+        Ok(flows) => flows,
         Err(e) => {
             tracing::warn!(error = %e, "conntrack could not be read: the full program goes in at once");
             return Ok(First::default());
         }
     };
-    if in_use.is_empty() || in_use.len() * AT_MOST_ONE_IN > ruleset.services.len() {
-        return Ok(First::default());
-    }
-    Ok(First { families, ports: in_use })
+    Ok(First { ports: ports_first(ruleset, &flows), families })
 }
 
-/// Every service port a conntrack entry of `families` was sent to.
-fn ports_in_use(ruleset: &Ruleset, families: &[IpFamily]) -> Result<BTreeSet<PlanKey>, DataplaneError> {
+/// Every flow conntrack tracks in `families` (none read when it tracks nothing at all).
+fn tracked(families: &[IpFamily]) -> Result<Vec<(Protocol, Flow)>, DataplaneError> {
     let mut conntrack = Conntrack::open()?;
-    let mut ports = BTreeSet::new();
     if conntrack.count()? == 0 {
-        return Ok(ports);
+        return Ok(Vec::new());
     }
+    let mut flows = Vec::new();
     for &family in families {
-        let flows = conntrack.every_flow(family)?;
-        for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-            let of: Vec<Flow> = flows.iter().filter(|(p, _)| *p == protocol).map(|(_, f)| *f).collect();
-            ports.extend(plans_in_use(ruleset, protocol, &of));
-        }
+        flows.extend(conntrack.every_flow(family)?);
     }
-    Ok(ports)
+    Ok(flows)
 }
