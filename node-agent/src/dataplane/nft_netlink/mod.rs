@@ -95,8 +95,7 @@ impl NftNetlink {
         room_for: usize,
         write: impl FnOnce(&mut FullApply),
     ) -> Result<[Room; 2], DataplaneError> {
-        let mut apply = FullApply { batch: Batch::with_capacity(self.seq, room_for), rooms: Vec::new() };
-        write(&mut apply);
+        let apply = self.written(room_for, write);
         let rooms = apply.rooms.try_into().map_err(|r: Vec<Room>| {
             NetlinkError::Protocol(format!("a full apply wrote {} families, not 2", r.len()))
         })?;
@@ -111,9 +110,15 @@ impl NftNetlink {
         room_for: usize,
         write: impl FnOnce(&mut FullApply),
     ) -> Result<(), DataplaneError> {
+        let apply = self.written(room_for, write);
+        self.commit(apply.batch)
+    }
+
+    /// The batch `write` writes, with room for `room_for` bytes.
+    fn written(&self, room_for: usize, write: impl FnOnce(&mut FullApply)) -> FullApply {
         let mut apply = FullApply { batch: Batch::with_capacity(self.seq, room_for), rooms: Vec::new() };
         write(&mut apply);
-        self.commit(apply.batch)
+        apply
     }
 
     /// The same for programs held whole ([IPv4, IPv6]).
