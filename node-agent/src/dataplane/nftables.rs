@@ -68,7 +68,7 @@ impl Nftables {
 
     /// With our table gone, the Services that tracked connections use go in first, in a
     /// transaction of their own ([`in_use`]); the full one follows.
-    fn connections_first(&mut self, desired: &Desired<'_>, room_for: usize) -> Result<(), DataplaneError> {
+    fn connections_first(&mut self, desired: &Desired<'_>) -> Result<(), DataplaneError> {
         let first = in_use::first(self.netlink()?, desired)?;
         if first.ports.is_empty() {
             return Ok(());
@@ -78,7 +78,8 @@ impl Nftables {
             "our table is gone: the Services that tracked connections use are programmed first"
         );
         self.transaction(|nl| {
-            nl.apply_tables(room_for, |apply| {
+            // A few Services: the batch grows past its first room if it needs to.
+            nl.apply_tables(full_batch_room(0), |apply| {
                 desired.stream_only(&first.ports, |skeleton, fragments| {
                     if first.families.contains(&skeleton.family) {
                         apply.family(skeleton, fragments);
@@ -222,9 +223,9 @@ impl Dataplane for Nftables {
                 }
             }
             None => {
+                self.connections_first(desired)?;
                 // A port and an endpoint each put about two elements in the maps.
                 let room_for = full_batch_room(2 * desired.size());
-                self.connections_first(desired, room_for)?;
                 self.room = self.transaction(|nl| {
                     nl.apply_full(room_for, |apply| {
                         desired.stream(|skeleton, fragments| apply.family(skeleton, fragments));
@@ -272,7 +273,7 @@ impl Dataplane for Nftables {
     fn repair(&mut self, desired: &Desired<'_>, _drift: &[Drift]) -> Result<(), DataplaneError> {
         let plans = self.found.clone().map(|f| Repair::plan(&f));
         if plans.iter().any(|p| p.full) {
-            self.connections_first(desired, full_batch_room(2 * desired.size()))?;
+            self.connections_first(desired)?;
         }
         let desired = desired.programs();
         let work: Vec<(&Program, Repair)> =
