@@ -8,7 +8,7 @@ use tideway_api::manifest::{self, LoadError, ObjectRef};
 use tideway_core::cluster::{ClusterState, Snapshot};
 use tideway_core::model::{LoadBalancerPool, PoolOrigin};
 
-use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, compact};
+use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, Store, compact};
 
 /// Reads a manifest file and re-reads it whenever it changes.
 ///
@@ -41,18 +41,14 @@ impl FileSource {
     }
 
     /// Loads the file once into `cluster`; returns the errors found.
-    pub fn load_once(&self, cluster: &SharedCluster) -> Result<Vec<LoadError>, LoadError> {
+    pub fn load_once<S: Store>(&self, cluster: &SharedCluster<S>) -> Result<Vec<LoadError>, LoadError> {
         let m = manifest::load_file(&self.path)?;
         let keep: Vec<ObjectRef> = m.errors.iter().filter_map(|e| e.object.as_deref().cloned()).collect();
-        let mut snapshot = compact(m.snapshot);
-        {
-            let state = cluster.lock();
-            carry_over(&state, &keep, &mut snapshot);
-        }
+        let snapshot = compact(m.snapshot);
         for e in &m.errors {
             tracing::warn!(error = %e, "invalid object skipped");
         }
-        cluster.update(|s| s.reset(snapshot));
+        cluster.update(|s| s.reset_keeping(snapshot, &keep));
         cluster.replace_invalid(invalid_objects(&m.errors));
         Ok(m.errors)
     }
@@ -66,7 +62,7 @@ impl FileSource {
     /// Loads the file, marks the state synced, then reloads on change until cancelled. Each
     /// check (the file's metadata, reading and parsing it, replacing the state under its lock)
     /// runs on a blocking thread, not on the runtime's.
-    pub async fn run(self, cluster: SharedCluster) {
+    pub async fn run<S: Store>(self, cluster: SharedCluster<S>) {
         let mut last: Option<Fingerprint> = None;
         let mut synced = false;
         loop {
@@ -114,7 +110,7 @@ impl FileSource {
 }
 
 /// Puts the current version of every object in `keep` back into `snapshot`.
-fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot) {
+pub(crate) fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot) {
     let wanted: BTreeMap<(&str, Option<&str>, &str), ()> =
         keep.iter().map(|o| ((o.kind.as_str(), o.namespace.as_deref(), o.name.as_str()), ())).collect();
     let has = |kind: &str, ns: Option<&str>, name: &str| {

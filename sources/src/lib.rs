@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!   file:PATH  --FileSource--.
-//!   kubernetes --KubeSource--+--> SharedCluster (ClusterState, synced, invalid objects)
+//!   kubernetes --KubeSource--+--> SharedCluster (a Store: the ClusterState, or the DNS
+//!                            |     server's own view; synced, invalid objects)
 //!   lab:DIR    --FileSource--'         |   (lab::LabDir: the lab's cluster file)
 //!                                      v  take_changes()
 //!                         agent / DNS / operator (decisions in tideway-core)
@@ -30,7 +31,7 @@ pub mod status;
 pub mod supervise;
 
 pub use file::FileSource;
-pub use shared::{InvalidObjects, ObjectKey, SharedCluster};
+pub use shared::{InvalidObjects, ObjectKey, SharedCluster, Store};
 pub use spec::{SourceSpec, SpecError};
 
 /// Where a component's objects come from. A source writes into the [`SharedCluster`], marks it

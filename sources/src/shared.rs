@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tideway_core::cluster::ClusterState;
+use tideway_api::manifest::ObjectRef;
+use tideway_core::cluster::{ClusterState, Snapshot};
 use tokio::sync::{Notify, watch};
 
 /// Identifies an object a source read.
@@ -47,10 +48,32 @@ pub(crate) fn compact<T: Clone>(read: T) -> T {
     read.clone()
 }
 
-/// A cluster state shared between a source and its consumer.
-#[derive(Clone)]
-pub struct SharedCluster {
-    state: Arc<Mutex<ClusterState>>,
+/// What a source writes into: the whole cluster model ([`ClusterState`]), or a consumer's own
+/// copy of the little it reads (the DNS server's). How each watched kind lands in it is
+/// [`Holds`](crate::kube::Holds).
+pub trait Store: Default + Send + 'static {
+    /// True when there are changes the consumer has not taken yet.
+    fn has_changes(&self) -> bool;
+    /// Replaces everything with `snapshot` (a source that reads everything at once); the
+    /// objects in `keep`, invalid in the snapshot, keep their current versions.
+    fn reset_keeping(&mut self, snapshot: Snapshot, keep: &[ObjectRef]);
+}
+
+impl Store for ClusterState {
+    fn has_changes(&self) -> bool {
+        ClusterState::has_changes(self)
+    }
+
+    fn reset_keeping(&mut self, mut snapshot: Snapshot, keep: &[ObjectRef]) {
+        crate::file::carry_over(self, keep, &mut snapshot);
+        self.reset(snapshot);
+    }
+}
+
+/// A cluster state shared between a source and its consumer: the whole model by default, or
+/// a consumer's own [`Store`].
+pub struct SharedCluster<S = ClusterState> {
+    state: Arc<Mutex<S>>,
     changed: Arc<Notify>,
     synced: watch::Sender<bool>,
     invalid: Arc<Mutex<InvalidObjects>>,
@@ -60,15 +83,23 @@ pub struct SharedCluster {
     faults: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
-impl Default for SharedCluster {
-    fn default() -> Self {
-        Self::new()
+impl<S> Clone for SharedCluster<S> {
+    fn clone(&self) -> Self {
+        SharedCluster {
+            state: Arc::clone(&self.state),
+            changed: Arc::clone(&self.changed),
+            synced: self.synced.clone(),
+            invalid: Arc::clone(&self.invalid),
+            api_reachable: self.api_reachable.clone(),
+            unlisted: Arc::clone(&self.unlisted),
+            faults: Arc::clone(&self.faults),
+        }
     }
 }
 
-impl SharedCluster {
-    /// An empty, not-yet-synced state.
-    pub fn new() -> Self {
+impl<S: Store> Default for SharedCluster<S> {
+    /// An empty, not-yet-synced store.
+    fn default() -> Self {
         SharedCluster {
             state: Arc::default(),
             changed: Arc::new(Notify::new()),
@@ -79,15 +110,24 @@ impl SharedCluster {
             faults: Arc::default(),
         }
     }
+}
 
+impl SharedCluster {
+    /// An empty, not-yet-synced cluster model.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<S: Store> SharedCluster<S> {
     /// Locks the state (hold it briefly; never across an await).
-    pub fn lock(&self) -> MutexGuard<'_, ClusterState> {
+    pub fn lock(&self) -> MutexGuard<'_, S> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Mutates the state and wakes the consumer when there are changes to take (an update
     /// that changed nothing, such as a relist that found what was there, wakes nobody).
-    pub fn update<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
+    pub fn update<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
         let mut state = self.lock();
         let r = f(&mut state);
         let wake = state.has_changes();

@@ -9,13 +9,13 @@
 
 use tideway_core::cluster::ClusterState;
 
-use super::kinds::{Kind, Reader};
+use super::kinds::{Holds, Kind, Reader};
 use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, compact};
 use kube::runtime::watcher::Event;
 
 /// Feeds one kind's events into a [`SharedCluster`].
-pub struct KindAdapter<K: Kind> {
-    cluster: SharedCluster,
+pub struct KindAdapter<K: Kind, S: Holds<K> = ClusterState> {
+    cluster: SharedCluster<S>,
     relist: Option<Relist<K>>,
     listed: bool,
     reader: Reader,
@@ -42,14 +42,14 @@ pub enum Outcome {
     Invalid,
 }
 
-impl<K: Kind> KindAdapter<K> {
+impl<K: Kind, S: Holds<K>> KindAdapter<K, S> {
     /// An adapter writing into `cluster`.
-    pub fn new(cluster: SharedCluster) -> Self {
+    pub fn new(cluster: SharedCluster<S>) -> Self {
         KindAdapter { cluster, relist: None, listed: false, reader: Reader::All }
     }
 
     /// An adapter that keeps only what `reader` reads ([`Kind::trim`]).
-    pub fn for_reader(cluster: SharedCluster, reader: Reader) -> Self {
+    pub fn for_reader(cluster: SharedCluster<S>, reader: Reader) -> Self {
         KindAdapter { reader, ..Self::new(cluster) }
     }
 
@@ -73,7 +73,7 @@ impl<K: Kind> KindAdapter<K> {
             Event::Apply(obj) => self.apply(&obj),
             Event::Delete(obj) => {
                 let key = K::key(&obj);
-                self.cluster.update(|s| K::delete(s, &key));
+                self.cluster.update(|s| Holds::<K>::delete(s, &key));
                 self.cluster.clear_invalid(&key);
                 Outcome::Changed
             }
@@ -90,9 +90,6 @@ impl<K: Kind> KindAdapter<K> {
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "invalid object skipped; its last valid version stays");
-                if let Some(m) = K::current(&self.cluster.lock(), &key) {
-                    relist.objects.push(m);
-                }
                 relist.invalid.insert(key, e.to_string());
                 return Outcome::Invalid;
             }
@@ -104,7 +101,8 @@ impl<K: Kind> KindAdapter<K> {
         let relist =
             self.relist.take().unwrap_or(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
         let objects = compact(relist.objects);
-        self.cluster.update(|s: &mut ClusterState| K::replace(s, objects));
+        let keep: Vec<ObjectKey> = relist.invalid.keys().cloned().collect();
+        self.cluster.update(|s| Holds::<K>::replace(s, objects, &keep));
         self.cluster.replace_invalid_kind(&K::watch_name(), relist.invalid);
         let first = !self.listed;
         self.listed = true;
@@ -114,8 +112,8 @@ impl<K: Kind> KindAdapter<K> {
     fn apply(&mut self, obj: &K) -> Outcome {
         let key: ObjectKey = K::key(obj);
         match self.model_of(obj) {
-            Ok(Some(m)) => self.cluster.update(|s| K::apply(s, m)),
-            Ok(None) => self.cluster.update(|s| K::delete(s, &key)),
+            Ok(Some(m)) => self.cluster.update(|s| Holds::<K>::apply(s, m)),
+            Ok(None) => self.cluster.update(|s| Holds::<K>::delete(s, &key)),
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "invalid object skipped; its last valid version stays");
                 self.cluster.set_invalid(key, e.to_string());

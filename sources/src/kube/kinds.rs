@@ -1,4 +1,5 @@
-//! Each watched kind: how its objects convert into the model and land in the [`ClusterState`].
+//! Each watched kind: how its objects convert into the model and land in the [`ClusterState`]
+//! (or in a consumer's own store, [`Holds`]).
 
 use std::fmt::Debug;
 
@@ -12,7 +13,34 @@ use tideway_api::{ConvertError, convert, crd};
 use tideway_core::cluster::{BgpObject, BgpSecret, ClusterState};
 use tideway_core::model::{self, ServiceName};
 
-use crate::shared::ObjectKey;
+use crate::shared::{ObjectKey, Store};
+
+/// A [`Store`] that holds the objects of kind `K`: what the watch of `K` writes into it. The
+/// [`ClusterState`] holds every kind; a consumer's own store holds the kinds it watches.
+pub trait Holds<K: Kind>: Store {
+    /// Inserts or updates a converted object.
+    fn apply(&mut self, model: K::Model);
+    /// Removes the object named by `key`.
+    fn delete(&mut self, key: &ObjectKey);
+    /// Replaces every object of the kind (after a relist); the objects named in `keep`,
+    /// invalid in the relist, keep their current versions.
+    fn replace(&mut self, all: Vec<K::Model>, keep: &[ObjectKey]);
+}
+
+impl<K: Kind> Holds<K> for ClusterState {
+    fn apply(&mut self, model: K::Model) {
+        K::apply(self, model);
+    }
+
+    fn delete(&mut self, key: &ObjectKey) {
+        K::delete(self, key);
+    }
+
+    fn replace(&mut self, mut all: Vec<K::Model>, keep: &[ObjectKey]) {
+        all.extend(keep.iter().filter_map(|key| K::current(self, key)));
+        K::replace(self, all);
+    }
+}
 
 /// A Kubernetes kind a source watches.
 pub trait Kind:

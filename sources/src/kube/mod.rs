@@ -42,6 +42,7 @@ use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tideway_api::crd;
+use tideway_core::cluster::ClusterState;
 use tideway_core::config::resolve_proxy_config;
 use tideway_core::model::service_watch_selector;
 use tokio::sync::watch;
@@ -50,14 +51,14 @@ use tokio::task::JoinSet;
 pub use adapter::{KindAdapter, Outcome};
 pub use client::{ClientError, client, failing_fast_client};
 pub use errors::{ErrorCause, ErrorLog, classify, classify_request};
-pub use kinds::{Kind, Reader};
+pub use kinds::{Holds, Kind, Reader};
 pub use lease::{KubeLease, record as lease_record};
 pub use review::{CachedReview, KubeReview, REVIEW_TTL};
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
 pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 
 use crate::metrics::SourceMetrics;
-use crate::shared::SharedCluster;
+use crate::shared::{SharedCluster, Store};
 use crate::supervise::{Restart, supervise};
 use watching::watch_kind;
 
@@ -96,6 +97,17 @@ pub enum Role {
     Operator,
 }
 
+/// A store holding every kind a DNS server watches ([`KubeSource::run_dns`]).
+pub trait DnsStore:
+    Holds<Service> + Holds<EndpointSlice> + Holds<Namespace> + Holds<Pod> + Holds<crd::NodeProxyState>
+{
+}
+
+impl<S> DnsStore for S where
+    S: Holds<Service> + Holds<EndpointSlice> + Holds<Namespace> + Holds<Pod> + Holds<crd::NodeProxyState>
+{
+}
+
 /// Feeds a [`SharedCluster`] from the API server.
 #[derive(Clone)]
 pub struct KubeSource {
@@ -112,15 +124,24 @@ pub struct KubeSource {
 }
 
 /// Marks the state synced once every kind delivered its first complete list.
-#[derive(Clone)]
-struct SyncBarrier {
-    cluster: SharedCluster,
+struct SyncBarrier<S = ClusterState> {
+    cluster: SharedCluster<S>,
     pending: Arc<Mutex<BTreeSet<String>>>,
     listed: watch::Sender<BTreeSet<String>>,
 }
 
-impl SyncBarrier {
-    fn new(cluster: SharedCluster, kinds: &[&str]) -> Self {
+impl<S> Clone for SyncBarrier<S> {
+    fn clone(&self) -> Self {
+        SyncBarrier {
+            cluster: self.cluster.clone(),
+            pending: Arc::clone(&self.pending),
+            listed: self.listed.clone(),
+        }
+    }
+}
+
+impl<S: Store> SyncBarrier<S> {
+    fn new(cluster: SharedCluster<S>, kinds: &[&str]) -> Self {
         cluster.set_unlisted(kinds.iter().map(|k| k.to_string()).collect());
         SyncBarrier {
             cluster,
@@ -201,7 +222,7 @@ impl KubeSource {
         let watches = async move {
             match self.role.clone() {
                 Role::Agent { node, service_cidrs } => self.run_agent(cluster, node, service_cidrs).await,
-                Role::Dns { pods, node_states } => self.run_dns(cluster, pods, node_states).await,
+                Role::Dns { pods, node_states } => self.watch_for_dns(cluster, pods, node_states).await,
                 Role::Operator => self.run_operator(cluster).await,
             }
         };
@@ -211,11 +232,11 @@ impl KubeSource {
         }
     }
 
-    fn spawn<K: Kind>(
+    fn spawn<K: Kind, S: Holds<K>>(
         &self,
         tasks: &mut JoinSet<()>,
-        cluster: &SharedCluster,
-        barrier: &SyncBarrier,
+        cluster: &SharedCluster<S>,
+        barrier: &SyncBarrier<S>,
         mut spec: WatchSpec,
     ) {
         // Agents and DNS servers, one per node, read their first view from the API server's
@@ -245,13 +266,13 @@ impl KubeSource {
     /// counted (`tideway_source_task_restarts_total{task="watch KIND"}`) and shown as a fault
     /// of the source (readiness) until the new watch has listed the kind again. The new watch
     /// lists from scratch and replaces the kind: nothing lost, nothing twice.
-    fn supervised<K: Kind>(
+    fn supervised<K: Kind, S: Holds<K>>(
         &self,
         tasks: &mut JoinSet<()>,
         api: Api<K>,
         spec: WatchSpec,
-        cluster: &SharedCluster,
-        barrier: &SyncBarrier,
+        cluster: &SharedCluster<S>,
+        barrier: &SyncBarrier<S>,
     ) {
         let kind = K::watch_name();
         let task = format!("watch {kind}");
@@ -268,7 +289,17 @@ impl KubeSource {
         tasks.spawn(async move { supervise(&task, Restart::default(), make, report).await });
     }
 
-    async fn run_dns(self, cluster: SharedCluster, pods: bool, node_states: bool) {
+    /// Feeds a DNS server's own store: the kinds [`Role::Dns`] watches (and tells `cluster`
+    /// whether the API server answers), until dropped.
+    pub async fn run_dns<S: DnsStore>(self, cluster: SharedCluster<S>, pods: bool, node_states: bool) {
+        let probe = reach::probe_while_unreachable(self.client.clone(), cluster.clone());
+        tokio::select! {
+            () = self.watch_for_dns(cluster, pods, node_states) => {}
+            () = probe => {}
+        }
+    }
+
+    async fn watch_for_dns<S: DnsStore>(self, cluster: SharedCluster<S>, pods: bool, node_states: bool) {
         let mut kinds = vec!["Service", "EndpointSlice", "Namespace"];
         if pods {
             kinds.push("Pod");
@@ -279,14 +310,14 @@ impl KubeSource {
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
         let for_dns = || WatchSpec { reader: Reader::Dns, ..WatchSpec::all() };
-        self.spawn::<Service>(&mut tasks, &cluster, &barrier, for_dns());
-        self.spawn::<EndpointSlice>(&mut tasks, &cluster, &barrier, for_dns());
-        self.spawn::<Namespace>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Service, _>(&mut tasks, &cluster, &barrier, for_dns());
+        self.spawn::<EndpointSlice, _>(&mut tasks, &cluster, &barrier, for_dns());
+        self.spawn::<Namespace, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         if pods {
-            self.spawn::<Pod>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<Pod, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         }
         if node_states {
-            self.spawn::<crd::NodeProxyState>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::NodeProxyState, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         }
         while tasks.join_next().await.is_some() {}
     }
@@ -307,14 +338,14 @@ impl KubeSource {
         }
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
-        self.spawn::<Service>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<EndpointSlice>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<Node>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<Namespace>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<crd::ProxyConfig>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<crd::NodeProxyState>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-        self.spawn::<crd::LoadBalancerPool>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Service, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<EndpointSlice, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Node, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<Namespace, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::ProxyConfig, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::NodeProxyState, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::L2Announcement, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        self.spawn::<crd::LoadBalancerPool, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         if let Some(ns) = &self.metallb {
             self.spawn_in::<crd::IPAddressPool>(&mut tasks, ns, &cluster, &barrier);
             self.spawn_in::<crd::L2Advertisement>(&mut tasks, ns, &cluster, &barrier);
@@ -343,29 +374,29 @@ impl KubeSource {
         let (config_changed, mut config_rx) = watch::channel(0u64);
         let mut tasks = JoinSet::new();
         let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
-        self.spawn::<Node>(
+        self.spawn::<Node, _>(
             &mut tasks,
             &cluster,
             &barrier,
             WatchSpec { notify: Some(config_changed.clone()), ..WatchSpec::with(own_node) },
         );
-        self.spawn::<crd::ProxyConfig>(
+        self.spawn::<crd::ProxyConfig, _>(
             &mut tasks,
             &cluster,
             &barrier,
             WatchSpec { notify: Some(config_changed), ..WatchSpec::all() },
         );
         let announcements = watcher::Config::default().labels(&format!("{}={node}", crd::LABEL_NODE));
-        self.spawn::<crd::L2Announcement>(&mut tasks, &cluster, &barrier, WatchSpec::with(announcements));
+        self.spawn::<crd::L2Announcement, _>(&mut tasks, &cluster, &barrier, WatchSpec::with(announcements));
         if service_cidrs {
-            self.spawn::<ServiceCIDR>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<ServiceCIDR, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         }
         if self.bgp {
-            self.spawn::<crd::BGPPeer>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-            self.spawn::<crd::BGPAdvertisement>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-            self.spawn::<crd::BFDProfile>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-            self.spawn::<crd::Community>(&mut tasks, &cluster, &barrier, WatchSpec::all());
-            self.spawn::<crd::LoadBalancerPool>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::BGPPeer, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::BGPAdvertisement, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::BFDProfile, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::Community, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+            self.spawn::<crd::LoadBalancerPool, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         }
         if let Some(ns) = secrets {
             self.spawn_in::<Secret>(&mut tasks, ns, &cluster, &barrier);
@@ -388,8 +419,8 @@ impl KubeSource {
                 reader: Reader::Proxy,
                 ..WatchSpec::with(watcher::Config::default().labels(&selector))
             };
-            self.spawn::<Service>(&mut services, &cluster, &barrier, labelled());
-            self.spawn::<EndpointSlice>(&mut services, &cluster, &barrier, labelled());
+            self.spawn::<Service, _>(&mut services, &cluster, &barrier, labelled());
+            self.spawn::<EndpointSlice, _>(&mut services, &cluster, &barrier, labelled());
             loop {
                 if config_rx.changed().await.is_err() {
                     while services.join_next().await.is_some() {}

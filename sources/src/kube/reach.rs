@@ -9,7 +9,7 @@ use std::time::Duration;
 use kube::Client;
 
 use super::errors::classify_request;
-use crate::shared::SharedCluster;
+use crate::shared::{SharedCluster, Store};
 
 /// How often an unreachable API server is asked.
 const EVERY: Duration = Duration::from_secs(1);
@@ -17,7 +17,7 @@ const EVERY: Duration = Duration::from_secs(1);
 const PATIENCE: Duration = Duration::from_secs(2);
 
 /// Runs until dropped: while `cluster` says the API server is unreachable, asks it.
-pub(super) async fn probe_while_unreachable(client: Client, cluster: SharedCluster) {
+pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: SharedCluster<S>) {
     let mut reachable = cluster.watch_api_reachable();
     loop {
         if reachable.wait_for(|r| !*r).await.is_err() {

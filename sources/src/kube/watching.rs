@@ -19,7 +19,7 @@ use kube::runtime::watcher::{self, InitialListStrategy, ListSemantic, watcher};
 
 use super::adapter::{KindAdapter, Outcome};
 use super::errors::{ErrorLog, classify};
-use super::kinds::Kind;
+use super::kinds::{Holds, Kind};
 use super::{SyncBarrier, WatchSpec};
 use crate::metrics::{SourceMetrics, WatchErrorLabels};
 use crate::shared::SharedCluster;
@@ -54,16 +54,16 @@ fn refuses_streaming(e: &watcher::Error) -> bool {
 }
 
 /// Runs one kind's watcher until dropped, feeding `cluster`.
-pub(super) async fn watch_kind<K: Kind>(
+pub(super) async fn watch_kind<K: Kind, S: Holds<K>>(
     api: Api<K>,
     spec: WatchSpec,
-    cluster: SharedCluster,
-    barrier: SyncBarrier,
+    cluster: SharedCluster<S>,
+    barrier: SyncBarrier<S>,
     metrics: SourceMetrics,
 ) {
     let kind = K::watch_name();
     let mut feed = Feed {
-        adapter: Some(KindAdapter::<K>::for_reader(cluster.clone(), spec.reader)),
+        adapter: Some(KindAdapter::<K, S>::for_reader(cluster.clone(), spec.reader)),
         errors: ErrorLog::default(),
         label: SourceMetrics::kind(&kind),
         kind,
@@ -102,20 +102,20 @@ pub(super) async fn watch_kind<K: Kind>(
 
 /// What one kind's watch feeds: the state (through its adapter), the sync barrier, the
 /// counters, and the watches that depend on this kind.
-struct Feed<K: Kind> {
+struct Feed<K: Kind, S: Holds<K>> {
     /// Out only while a complete list is handed over on a blocking thread.
-    adapter: Option<KindAdapter<K>>,
+    adapter: Option<KindAdapter<K, S>>,
     errors: ErrorLog,
     kind: String,
     label: crate::metrics::KindLabel,
-    cluster: SharedCluster,
-    barrier: SyncBarrier,
+    cluster: SharedCluster<S>,
+    barrier: SyncBarrier<S>,
     metrics: SourceMetrics,
     /// Bumped after every change, for watches that depend on this kind.
     notify: Option<tokio::sync::watch::Sender<u64>>,
 }
 
-impl<K: Kind> Feed<K> {
+impl<K: Kind, S: Holds<K>> Feed<K, S> {
     async fn event(&mut self, event: watcher::Event<K>) {
         self.cluster.set_api_reachable(true);
         if let Some(cause) = self.errors.recovered() {
@@ -171,7 +171,7 @@ impl<K: Kind> Feed<K> {
 }
 
 /// Hands a complete list to `adapter` on a blocking thread; a panic there is the watch's own.
-async fn complete_list<K: Kind>(mut adapter: KindAdapter<K>) -> (KindAdapter<K>, Outcome) {
+async fn complete_list<K: Kind, S: Holds<K>>(mut adapter: KindAdapter<K, S>) -> (KindAdapter<K, S>, Outcome) {
     let done = tokio::task::spawn_blocking(move || {
         let outcome = adapter.handle(watcher::Event::InitDone);
         (adapter, outcome)
