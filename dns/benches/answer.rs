@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use hickory_proto::op::{LowerQuery, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use prometheus_client::registry::Registry;
-use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::cluster::Snapshot;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 use tideway_dns::answer::answer;
@@ -19,9 +19,10 @@ use tideway_dns::handler::wire::{Handled, handle_bytes};
 use tideway_dns::handler::{Core, Options};
 use tideway_dns::metrics::{Metrics, Proto};
 use tideway_dns::records::{IndexSettings, RecordIndex};
+use tideway_dns::view::ClusterView;
 
 /// The cluster of `bench/dns/gen_cluster.py`.
-fn cluster() -> ClusterState {
+fn cluster() -> ClusterView {
     let mut snap = Snapshot::default();
     let mut n = 0u32;
     for m in 0..100 {
@@ -46,7 +47,7 @@ fn cluster() -> ClusterState {
             snap.endpoint_slices.push(slice.build());
         }
     }
-    ClusterState::from_snapshot(snap)
+    ClusterView::from_snapshot(snap)
 }
 
 fn query(name: &str, qtype: RecordType) -> LowerQuery {

@@ -17,10 +17,10 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::{Duration, Instant};
 
-use tideway_core::cluster::ClusterState;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, synthetic_slice};
 use tideway_dns::records::{IndexSettings, RecordIndex};
+use tideway_dns::view::ClusterView;
 
 const ENDPOINTS: usize = 10;
 
@@ -37,8 +37,8 @@ fn mib(k: u64) -> String {
     format!("{:.0} MiB", k as f64 / 1024.0)
 }
 
-fn cluster(n: usize, headless: bool) -> ClusterState {
-    let mut c = ClusterState::new();
+fn cluster(n: usize, headless: bool) -> ClusterView {
+    let mut c = ClusterView::new();
     for i in 0..n {
         let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
         let svc = mk_service(&ns, &name).port("http", Tcp, 80);
@@ -74,7 +74,7 @@ fn measure(n: usize, headless: bool) {
     let kind = if headless { "headless" } else { "ClusterIP" };
     println!(
         "DNS index, {n} {kind} Services x {ENDPOINTS} endpoints: build {:.0} ms (median of {runs}; \
-         {:.0}-{:.0}), RSS model {} + index {} = {} (process peak {})",
+         {:.0}-{:.0}), RSS view {} + index {} = {} (process peak {})",
         times[runs / 2].as_secs_f64() * 1000.0,
         times[0].as_secs_f64() * 1000.0,
         times[runs - 1].as_secs_f64() * 1000.0,

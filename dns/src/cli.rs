@@ -10,6 +10,8 @@ use tideway_sources::kube::{KubeSource, Role};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::{FileSource, SharedCluster, SourceSpec};
 
+use crate::view::ClusterView;
+
 use crate::config::{
     Settings, SettingsSource, check_ttl, external_zone, extra_zones, fallthrough, parse_service_name,
     parse_upstream,
@@ -185,7 +187,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         .build()
         .context("cannot start the async runtime")?;
     let result = runtime.block_on(async move {
-        let cluster = SharedCluster::new();
+        let cluster = SharedCluster::<ClusterView>::default();
         let server = Server::start(config, cluster.clone()).await?;
         match spec {
             SourceSpec::File(path) => {
@@ -196,9 +198,9 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                let role =
-                    Role::Dns { pods: watch_pods || require_programmed, node_states: require_programmed };
-                tokio::spawn(KubeSource::new(client, role, source_metrics).run(cluster));
+                let (pods, node_states) = (watch_pods || require_programmed, require_programmed);
+                let source = KubeSource::new(client, Role::Dns { pods, node_states }, source_metrics);
+                tokio::spawn(source.run_dns(cluster, pods, node_states));
             }
         }
         let code = serve_until_stopped(&server, &source, reload_interval).await?;

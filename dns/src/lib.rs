@@ -3,7 +3,7 @@
 //! every other name.
 //!
 //! ```text
-//!  source (file:CLUSTER.yaml, later the API) --> SharedCluster (ClusterState + changes)
+//!  source (file, lab, Kubernetes API) --> SharedCluster<ClusterView> (facts + changes)
 //!                                                    |  changed() -> rebuild
 //!                                                    v
 //!                                  records::RecordIndex  (compact, label-indexed)
@@ -22,7 +22,9 @@
 //!  ops: /health :8080, /ready :8181 (after sync), /metrics :9153 (CoreDNS names)
 //! ```
 //!
-//! * [`records`]: the index built from the cluster state: every lookup is O(1) or O(log n),
+//! * [`view`]: what the server keeps of the cluster: per object the facts its records read,
+//!   written by the sources directly (no cluster model beside the index).
+//! * [`records`]: the index built from the view: every lookup is O(1) or O(log n),
 //!   positive or negative.
 //! * [`answer`]: the pure decision function holding every spec and CoreDNS rule.
 //! * [`handler`]: hickory requests in, replies out; [`handler::DnsHandler`] is the
@@ -44,3 +46,4 @@ pub mod ops;
 pub mod records;
 pub mod server;
 mod udp;
+pub mod view;

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use prometheus_client::registry::Registry;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
 use tideway_sources::SharedCluster;
+
+use crate::view::ClusterView;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -167,7 +169,10 @@ async fn http_listener(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, 
 
 impl Server {
     /// Binds the configured addresses and starts serving `cluster`.
-    pub async fn start(config: ServerConfig, cluster: SharedCluster) -> Result<Server, ServeError> {
+    pub async fn start(
+        config: ServerConfig,
+        cluster: SharedCluster<ClusterView>,
+    ) -> Result<Server, ServeError> {
         let sockets = Sockets::bind(config.listen, config.udp_sockets)?;
         Self::start_with(config, cluster, sockets).await
     }
@@ -175,7 +180,7 @@ impl Server {
     /// Starts serving `cluster` on pre-bound DNS sockets.
     pub async fn start_with(
         config: ServerConfig,
-        cluster: SharedCluster,
+        cluster: SharedCluster<ClusterView>,
         sockets: Sockets,
     ) -> Result<Server, ServeError> {
         let err = |e| ServeError::Bind(config.listen, e);
@@ -374,7 +379,7 @@ type Built = Option<(crate::records::IndexSettings, u64)>;
 /// Rebuilds the index if the cluster is synced and something relevant changed since `built`.
 fn refresh_index(
     core: &Core,
-    cluster: &SharedCluster,
+    cluster: &SharedCluster<ClusterView>,
     wanted: &crate::records::IndexSettings,
     built: &mut Built,
     readiness: &Readiness,
@@ -388,12 +393,12 @@ fn refresh_index(
     let mut state = cluster.lock();
     let changes = state.take_changes();
     let reports = match built {
-        Some((_, f)) if changes.node_states.is_empty() => *f,
+        Some((_, f)) if !changes.reports => *f,
         _ if wanted.require_programmed => crate::records::programmed_fingerprint(&state),
         _ => 0,
     };
     let same = built.as_ref().is_some_and(|(s, f)| s == wanted && *f == reports);
-    if same && changes.services.is_empty() && !changes.pods && !changes.namespaces {
+    if same && changes.objects == 0 {
         return;
     }
     let started = Instant::now();
@@ -407,7 +412,7 @@ fn refresh_index(
     tracing::info!(
         services = index.service_count(),
         endpoints = index.endpoint_count(),
-        changed = changes.services.len(),
+        changed = changes.objects,
         millis = took.as_secs_f64() * 1e3,
         "cluster zone rebuilt"
     );
@@ -420,7 +425,7 @@ fn refresh_index(
 /// relevant change, swapped in atomically.
 async fn index_task(
     core: Arc<Core>,
-    cluster: SharedCluster,
+    cluster: SharedCluster<ClusterView>,
     settings: Arc<Mutex<Settings>>,
     rebuild: Arc<Notify>,
     readiness: Arc<Readiness>,

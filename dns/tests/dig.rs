@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use common::{Upstream, cluster, dig, http_get, require_dig, runtime, settings, start};
 use tideway_core::testing::mk_service;
 use tideway_dns::server::{ServerConfig, Sockets};
+use tideway_dns::view::ClusterView;
 use tideway_sources::SharedCluster;
 
 fn lines(s: &str) -> Vec<&str> {
@@ -164,7 +165,7 @@ fn refuses_any_and_zone_transfers() {
 fn servfail_before_sync_then_changes_apply_at_once() {
     require_dig();
     let rt = runtime();
-    let cluster = SharedCluster::new();
+    let cluster = SharedCluster::<ClusterView>::default();
     let server = start(&rt, cluster.clone(), settings(&[]));
     let at = server.dns_addr;
     let ready = server.ready_addr.unwrap();
@@ -365,7 +366,7 @@ fn endpoint_pod_names_name_endpoints_after_their_pods() {
             .build(),
     );
     let shared = || {
-        let c = SharedCluster::new();
+        let c = SharedCluster::<ClusterView>::default();
         c.update(|s| s.reset(snap.clone()));
         c.mark_synced();
         c

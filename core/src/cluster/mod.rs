@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bgp::BgpStores;
 pub use bgp::{BgpConflict, BgpKind, BgpObject, BgpSecret, BgpSet, BgpSpec};
 use names::SharedNames;
+pub use services::spec_version;
 pub use slices::ServiceSlices;
 use slices::SliceIndex;
 use store::Store;

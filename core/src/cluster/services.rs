@@ -22,7 +22,8 @@ impl ClusterState {
     /// Inserts or updates a Service; returns false when nothing changed.
     pub fn apply_service(&mut self, mut svc: Service) -> bool {
         self.saw_service_version(svc.resource_version);
-        svc.spec_version = spec_version(self.services.get(&svc.name), &svc);
+        let old = self.services.get(&svc.name).map(|o| (o.generation, o.spec_version));
+        svc.spec_version = spec_version(old, &svc);
         let name = svc.name.clone();
         let changed = self.services.apply(svc);
         if changed {
@@ -46,7 +47,8 @@ impl ClusterState {
     pub fn replace_services(&mut self, mut services: Vec<Service>) {
         for svc in &mut services {
             self.saw_service_version(svc.resource_version);
-            svc.spec_version = spec_version(self.services.get(&svc.name), svc);
+            let old = self.services.get(&svc.name).map(|o| (o.generation, o.spec_version));
+            svc.spec_version = spec_version(old, svc);
         }
         let changed = self.services.replace(services);
         self.changes.service_events += changed.len() as u64;
@@ -74,11 +76,12 @@ impl ClusterState {
     }
 }
 
-/// The version at which `new`'s generation took its value: kept from `old` while the
-/// generation stays, else the version of `new` itself.
-fn spec_version(old: Option<&Service>, new: &Service) -> Option<u64> {
+/// The version at which `new`'s generation took its value: kept from the version before
+/// (`old`: its generation and spec version) while the generation stays, else the version of
+/// `new` itself.
+pub fn spec_version(old: Option<(i64, Option<u64>)>, new: &Service) -> Option<u64> {
     match old {
-        Some(old) if old.generation == new.generation && old.spec_version.is_some() => old.spec_version,
+        Some((generation, Some(version))) if generation == new.generation => Some(version),
         _ => new.resource_version,
     }
 }

@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::view::ClusterView;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
 use prometheus_client::registry::Registry;
-use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::cluster::Snapshot;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 
@@ -20,7 +21,7 @@ use crate::handler::{Core, Options};
 use crate::metrics::{Metrics, Proto};
 use crate::records::{IndexSettings, RecordIndex};
 
-fn core_with(state: &ClusterState, settings: &IndexSettings, options: Options) -> Core {
+fn core_with(state: &ClusterView, settings: &IndexSettings, options: Options) -> Core {
     let metrics = Arc::new(Metrics::new("127.0.0.1:53".parse().unwrap(), &mut Registry::default()));
     Core::new(
         RecordIndex::build(state, settings, 1),
@@ -127,7 +128,7 @@ fn a_new_index_or_options_drops_every_copy() {
     let q = query(1, "svc1.testns.svc.cluster.local.", RecordType::A, None);
     let address = |b: Vec<u8>| Message::from_vec(&b).unwrap().answers[0].data.clone();
     assert_eq!(address(bytes(replay.handle(&core, &q, src()))).to_string(), "10.0.0.1");
-    let moved = ClusterState::from_snapshot(Snapshot {
+    let moved = ClusterView::from_snapshot(Snapshot {
         services: vec![mk_service("testns", "svc1").cluster_ip("10.0.0.99").port("http", Tcp, 80).build()],
         ..Default::default()
     });
@@ -160,7 +161,7 @@ fn what_is_not_the_zones_alone_is_never_kept() {
     for i in 0..60 {
         slice = slice.ready(&format!("172.16.0.{i}"), "node-a");
     }
-    let big = ClusterState::from_snapshot(Snapshot {
+    let big = ClusterView::from_snapshot(Snapshot {
         services: vec![mk_service("testns", "big").headless().port("http", Tcp, 80).build()],
         endpoint_slices: vec![slice.build()],
         ..Default::default()

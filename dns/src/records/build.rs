@@ -1,22 +1,20 @@
-//! Building a [`RecordIndex`] from the cluster state.
+//! Building a [`RecordIndex`] from the DNS server's view of the cluster.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
-use tideway_core::cluster::ClusterState;
-use tideway_core::model::{EndpointPort, Service, ServiceType};
 use tideway_core::net::Protocol;
 
-use super::external::external_addresses;
 use super::names::is_host_label;
 use super::reverse::{Claims, ReverseMap, Target};
-use super::rows::{self, Row, Rows};
+use super::rows::{self, Row, Rows, ServiceOf};
 use super::{
-    EndpointRecord, ExternalIndex, IndexSettings, Kind, Namespace, PodsMode, Port, ProgrammedIndex,
-    RecordIndex, ServiceRecords, Span, name_hash,
+    EndpointRecord, ExternalIndex, IndexSettings, Kind, PodsMode, Port, ProgrammedIndex, RecordIndex,
+    ServiceRecords, Span, name_hash,
 };
+use crate::view::{ClusterView, Ports, Publish};
 
 /// `<zone>. SOA ns.dns.<zone>. hostmaster.<zone>. <serial> 7200 1800 86400 <ttl>`, with TTL
 /// `min(ttl, 300)` as CoreDNS sets it; the minimum field makes negative caching follow `ttl`.
@@ -43,15 +41,14 @@ fn len32(n: usize) -> u32 {
 struct Builder {
     ix: RecordIndex,
     labels: HashMap<Vec<u8>, Span>,
-    port_sets: HashMap<Vec<(String, Protocol, u16)>, u32>,
+    /// Port lists as the view writes them, to their index.
+    port_sets: HashMap<Vec<u8>, u32>,
     /// Host labels by their place in the label arena, to their place in the host list.
     hosts: HashMap<u32, u32>,
     /// Wire length of `svc.<zone>.`, to reject names longer than 255 bytes.
     suffix_len: usize,
     /// The port list of the last slice, and its index.
-    last_ports: Option<(Vec<EndpointPort>, u32)>,
-    /// The namespace of the last Service (Services come in namespace order).
-    last_namespace: Option<String>,
+    last_ports: Option<(Vec<u8>, u32)>,
 }
 
 impl Builder {
@@ -86,14 +83,6 @@ impl Builder {
         id
     }
 
-    /// Notes that the namespace `ns` exists.
-    fn namespace(&mut self, ns: &str) {
-        let label = lower(ns);
-        if !self.ix.namespaces.contains_key(label.as_slice()) {
-            self.ix.namespaces.insert(label.into(), Namespace::default());
-        }
-    }
-
     /// True when `labels` under `svc.<zone>.` make a legal name.
     fn fits(&self, labels: &[&[u8]]) -> bool {
         labels.iter().all(is_host_label)
@@ -105,73 +94,68 @@ impl Builder {
     }
 
     /// The index of `ports` in `port_sets`, adding it when new.
-    fn port_set(&mut self, ports: &[EndpointPort]) -> u32 {
+    fn port_set(&mut self, ports: Ports<'_>) -> u32 {
         // Slices mostly repeat the port list of the one before.
         if let Some((last, i)) = &self.last_ports
-            && last.as_slice() == ports
+            && last.as_slice() == ports.0
         {
             return *i;
         }
         let i = self.new_port_set(ports);
-        self.last_ports = Some((ports.to_vec(), i));
+        self.last_ports = Some((ports.0.to_vec(), i));
         i
     }
 
-    fn new_port_set(&mut self, ports: &[EndpointPort]) -> u32 {
-        let key: Vec<(String, Protocol, u16)> =
-            ports.iter().map(|p| (p.name.to_ascii_lowercase(), p.protocol, p.port)).collect();
-        if let Some(i) = self.port_sets.get(&key) {
+    fn new_port_set(&mut self, ports: Ports<'_>) -> u32 {
+        if let Some(i) = self.port_sets.get(ports.0) {
             return *i;
         }
         let start = len32(self.ix.ports.len());
-        for (name, protocol, port) in &key {
-            let p = self.port(name, *protocol, *port);
+        for (name, protocol, port) in ports.iter() {
+            let p = self.port(name, protocol, port);
             self.ix.ports.push(p);
         }
         let i = len32(self.ix.port_sets.len());
-        self.ix.port_sets.push(Span { start, len: len32(key.len()) });
-        self.port_sets.insert(key, i);
+        self.ix.port_sets.push(Span { start, len: len32(self.ix.ports.len()) - start });
+        self.port_sets.insert(ports.0.to_vec(), i);
         i
     }
 
     /// Adds one Service; false when its names cannot form DNS names.
-    fn service(&mut self, svc: &Service, rows: &[Row<'_>], reverse: &mut Claims) -> bool {
-        let (ns, name) = (svc.name.namespace.as_str(), svc.name.name.as_str());
+    fn service(&mut self, (ns, name, svc): ServiceOf<'_>, rows: &[Row<'_>], reverse: &mut Claims) -> bool {
         if !self.fits(&[name.as_bytes(), ns.as_bytes()]) {
             return false;
         }
-        let kind = if svc.service_type == ServiceType::ExternalName {
-            // CoreDNS publishes ExternalName only when it is a host name, not an address.
-            let Some(mut target) = svc
-                .external_name
-                .as_deref()
-                .filter(|t| t.parse::<IpAddr>().is_err())
-                .and_then(|t| Name::from_ascii(t).ok())
-            else {
-                return false;
-            };
-            target.set_fqdn(true);
-            self.ix.external_names.push(target);
-            Kind::ExternalName(len32(self.ix.external_names.len() - 1))
-        } else if svc.headless || svc.cluster_ips.is_empty() {
-            Kind::Headless
-        } else {
-            Kind::ClusterIp
+        let svc = svc.read();
+        let kind = match svc.publish {
+            Publish::ExternalName(target) => {
+                // CoreDNS publishes ExternalName only when it is a host name, not an address.
+                let Some(mut target) =
+                    target.filter(|t| t.parse::<IpAddr>().is_err()).and_then(|t| Name::from_ascii(t).ok())
+                else {
+                    return false;
+                };
+                target.set_fqdn(true);
+                self.ix.external_names.push(target);
+                Kind::ExternalName(len32(self.ix.external_names.len() - 1))
+            }
+            Publish::Headless => Kind::Headless,
+            Publish::ClusterIp => Kind::ClusterIp,
         };
         let ips_start = len32(self.ix.ips.len());
         if kind == Kind::ClusterIp {
-            self.ix.ips.extend(svc.cluster_ips.iter().copied());
+            self.ix.ips.extend(svc.cluster_ips);
         }
         let ips = Span { start: ips_start, len: len32(self.ix.ips.len()) - ips_start };
         let ports_start = len32(self.ix.ports.len());
-        for p in &svc.ports {
-            let port = self.port(&p.name, p.protocol, p.port);
+        for (port_name, protocol, port) in svc.ports.iter() {
+            let port = self.port(port_name, protocol, port);
             self.ix.ports.push(port);
         }
         let ports = Span { start: ports_start, len: len32(self.ix.ports.len()) - ports_start };
         let external_start = len32(self.ix.ips.len());
         if self.ix.external.is_some() && !matches!(kind, Kind::ExternalName(_)) {
-            self.ix.ips.extend(external_addresses(svc));
+            self.ix.ips.extend(svc.external);
         }
         let external = Span { start: external_start, len: len32(self.ix.ips.len()) - external_start };
 
@@ -201,21 +185,17 @@ impl Builder {
             ports,
             endpoints: Span { start: eps_start, len: len32(self.ix.endpoints.len()) - eps_start },
             external,
-            spec_version: svc.spec_version.unwrap_or(0),
+            spec_version: svc.spec_version,
         };
         self.ix.services.push(record);
-        if self.last_namespace.as_deref() != Some(ns) {
-            self.namespace(ns);
-            self.last_namespace = Some(ns.to_string());
-        }
         true
     }
 }
 
 impl RecordIndex {
-    /// Builds the index for `state`. `serial` becomes the SOA serial (the time of the last
+    /// Builds the index for `view`. `serial` becomes the SOA serial (the time of the last
     /// change, injected so building stays deterministic). The result counts as synced.
-    pub fn build(state: &ClusterState, settings: &IndexSettings, serial: u32) -> Self {
+    pub fn build(view: &ClusterView, settings: &IndexSettings, serial: u32) -> Self {
         let zone = settings.zone.clone();
         let ns_name = under("ns.dns", &zone);
         let svc_zone = under("svc", &zone);
@@ -234,8 +214,8 @@ impl RecordIndex {
             svc_zone,
             text: Vec::new(),
             namespaces: HashMap::default(),
-            services: Vec::with_capacity(state.service_count()),
-            by_name: Vec::with_capacity(state.service_count()),
+            services: Vec::with_capacity(view.service_count()),
+            by_name: Vec::with_capacity(view.service_count()),
             by_hash: std::collections::HashMap::default(),
             ips: Vec::new(),
             ports: Vec::new(),
@@ -255,44 +235,36 @@ impl RecordIndex {
             hosts: HashMap::default(),
             suffix_len,
             last_ports: None,
-            last_namespace: None,
         };
-        // A namespace exists when its Namespace object does, or (sources without Namespace
-        // objects) when anything lives in it.
-        for ns in state.namespaces() {
-            b.ix.namespaces.entry(lower(&ns.name).into()).or_default();
-        }
-        for pod in state.pods() {
-            let ns = b.ix.namespaces.entry(lower(&pod.namespace).into()).or_default();
-            if settings.pods == PodsMode::Verified {
-                ns.pod_ips.extend(pod.ips.iter().copied());
-            }
-        }
         // Sized once: growth by doubling would copy (and the kernel zero) these many times.
-        // An endpoint nearly always has one address (the count does not read the endpoints).
         let mut addresses = 0;
-        let mut last_namespace = None;
-        for slice in state.endpoint_slices() {
-            addresses += slice.endpoints.len();
-            if last_namespace != Some(slice.namespace.as_str()) {
-                b.ix.namespaces.entry(lower(&slice.namespace).into()).or_default();
-                last_namespace = Some(slice.namespace.as_str());
+        for (ns, namespace) in view.namespaces() {
+            let pod_ips = &mut b.ix.namespaces.entry(lower(ns).into()).or_default().pod_ips;
+            if settings.pods == PodsMode::Verified {
+                pod_ips.extend(namespace.pods.iter().flat_map(|p| p.ips.iter().copied()));
             }
+            addresses += namespace.slices.iter().map(|s| s.address_count()).sum::<usize>();
         }
         b.ix.endpoints.reserve_exact(addresses);
-        b.ix.ips.reserve(state.service_count());
-        let mut reverse = Claims::with_capacity(addresses + state.service_count());
+        b.ix.ips.reserve(view.service_count());
+        let mut reverse = Claims::with_capacity(addresses + view.service_count());
 
-        let rows_of = Rows::new(state, suffix_len, settings.endpoint_pod_names);
-        rows::for_each_service(state, &rows_of, |svc, rows| {
+        let rows_of = Rows::new(view, suffix_len, settings.endpoint_pod_names);
+        let dns_service = settings.dns_service.as_ref().map(|s| (s.namespace.as_str(), s.name.as_str()));
+        rows::for_each_service(view, &rows_of, |svc, rows| {
             if !b.service(svc, rows, &mut reverse) {
-                tracing::debug!(service = %svc.name, "names do not form DNS names; not published");
+                tracing::debug!(
+                    namespace = svc.0,
+                    service = svc.1,
+                    "names do not form DNS names; not published"
+                );
                 return;
             }
-            if Some(&svc.name) == settings.dns_service.as_ref() {
-                b.ix.ns_addrs = svc.cluster_ips.clone();
+            if Some((svc.0, svc.1)) == dns_service {
+                let facts = svc.2.read();
+                b.ix.ns_addrs = facts.cluster_ips.collect();
                 if let Some(ext) = &mut b.ix.external {
-                    ext.ns_addrs = external_addresses(svc);
+                    ext.ns_addrs = facts.external.collect();
                 }
             }
         });
@@ -334,7 +306,7 @@ impl RecordIndex {
         ix.reverse = reverse.finish();
 
         if settings.require_programmed {
-            ix.programmed = Some(ProgrammedIndex::build(state));
+            ix.programmed = Some(ProgrammedIndex::build(view));
         }
         ix.text.shrink_to_fit();
         ix.ports.shrink_to_fit();

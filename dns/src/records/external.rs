@@ -6,7 +6,6 @@ use std::net::IpAddr;
 
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
-use tideway_core::model::Service;
 
 use super::{ZoneError, parse_zone};
 
@@ -54,16 +53,4 @@ impl ExternalIndex {
             ns_addrs: Vec::new(),
         }
     }
-}
-
-/// What a Service publishes in the external zone: `spec.externalIPs`, then its LoadBalancer
-/// ingress addresses (CoreDNS's order), each once.
-pub(crate) fn external_addresses(svc: &Service) -> Vec<IpAddr> {
-    let mut out: Vec<IpAddr> = Vec::new();
-    for ip in svc.external_ips.iter().copied().chain(svc.load_balancer_ingress.iter().filter_map(|i| i.ip)) {
-        if !out.contains(&ip) {
-            out.push(ip);
-        }
-    }
-    out
 }

@@ -1,6 +1,6 @@
 //! The record index: the cluster's DNS data, compact and indexed by lower-case labels.
 //!
-//! Built wholesale from a [`ClusterState`](tideway_core::cluster::ClusterState) by
+//! Built wholesale from the server's [`ClusterView`](crate::view::ClusterView) by
 //! [`RecordIndex::build`]; read by [`crate::answer`]. Every lookup the answer rules need —
 //! namespace, Service, endpoint host, named port, reverse address, pod address — is a hash
 //! lookup or a binary search, so negative answers (NXDOMAIN vs NODATA, empty non-terminals,

@@ -14,26 +14,34 @@ pub struct DashedIp {
     len: u8,
 }
 
+/// The dashed label of an IPv4 address (at most 15 bytes), zero-padded to 16, and its length.
+/// Written by hand: a million of these are made when the index is built.
+pub(crate) fn dashed_v4(v4: std::net::Ipv4Addr) -> ([u8; 16], usize) {
+    let mut buf = [0u8; 16];
+    let mut len = 0;
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            buf[len] = b'-';
+            len += 1;
+        }
+        for div in [100, 10, 1] {
+            if octet >= div || div == 1 {
+                buf[len] = b'0' + octet / div % 10;
+                len += 1;
+            }
+        }
+    }
+    (buf, len)
+}
+
 impl DashedIp {
     /// The label of `ip`.
     pub fn new(ip: IpAddr) -> DashedIp {
         use std::io::Write;
         let mut buf = [0u8; 48];
         if let IpAddr::V4(v4) = ip {
-            // Written by hand: a million of these are made when the index is built.
-            let mut len = 0;
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    buf[len] = b'-';
-                    len += 1;
-                }
-                for div in [100, 10, 1] {
-                    if octet >= div || div == 1 {
-                        buf[len] = b'0' + octet / div % 10;
-                        len += 1;
-                    }
-                }
-            }
+            let (label, len) = dashed_v4(v4);
+            buf[..16].copy_from_slice(&label);
             return DashedIp { buf, len: len as u8 };
         }
         let mut free = &mut buf[..];

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 
-use tideway_core::cluster::ClusterState;
 use tideway_core::model::programmed;
+
+use crate::view::ClusterView;
 
 /// Pod addresses to their node's report.
 #[derive(Debug, Clone, Default)]
@@ -35,15 +36,14 @@ impl NodeReport {
 }
 
 impl ProgrammedIndex {
-    /// The reports in `state`, by the addresses of the pods on their nodes.
-    pub(crate) fn build(state: &ClusterState) -> Self {
-        let by_node: HashMap<&str, NodeReport> = state
-            .node_states()
-            .map(|r| (r.node.as_str(), NodeReport { programmed_version: r.programmed_version }))
-            .collect();
+    /// The reports in `view`, by the addresses of the pods on their nodes.
+    pub(crate) fn build(view: &ClusterView) -> Self {
+        let by_node: HashMap<&str, NodeReport> =
+            view.reports().map(|(node, v)| (node, NodeReport { programmed_version: v })).collect();
         let mut pod_nodes = HashMap::new();
-        for pod in state.pods() {
-            if let Some(&report) = pod.node_name.as_deref().and_then(|n| by_node.get(n)) {
+        let pods = view.namespaces().flat_map(|(_, n)| n.pods.iter());
+        for pod in pods {
+            if let Some(&report) = pod.node.as_deref().and_then(|n| by_node.get(n)) {
                 pod_nodes.extend(pod.ips.iter().map(|ip| (*ip, report)));
             }
         }
@@ -59,10 +59,10 @@ impl ProgrammedIndex {
 
 /// A fingerprint of what the gate reads from the reports (each node's programmed version): a
 /// report that only refreshes its sync time does not rebuild the index.
-pub fn programmed_fingerprint(state: &ClusterState) -> u64 {
+pub fn programmed_fingerprint(view: &ClusterView) -> u64 {
     let mut h = DefaultHasher::new();
-    for report in state.node_states() {
-        (&report.node, report.programmed_version).hash(&mut h);
+    for report in view.reports() {
+        report.hash(&mut h);
     }
     h.finish()
 }

@@ -1,16 +1,13 @@
 //! Each Service's endpoint rows: the addresses it publishes, the host label of each, in
-//! label order. Working them out only reads the cluster state, so the index builder has them
+//! label order. Working them out only reads the cluster view, so the index builder has them
 //! prepared on a second thread while it writes the previous Services into the index.
 
 use std::cmp::Ordering;
 use std::net::IpAddr;
 use std::sync::mpsc;
 
-use rustc_hash::FxHashMap as HashMap;
-use tideway_core::cluster::{ClusterState, ServiceSlices};
-use tideway_core::model::{Endpoint, EndpointPort, Pod, Service, ServiceType};
-
-use super::names::{DashedIp, is_host_label};
+use super::names::{DashedIp, dashed_v4, is_host_label};
+use crate::view::{AddressFacts, ClusterView, Ports, Publish, ServiceFacts, SliceFacts};
 
 /// One published address: under its endpoint's host name, or under its own address dashed
 /// (`host: None`; that label is not stored, it is written again when asked for).
@@ -23,7 +20,7 @@ pub(super) struct Row<'s> {
     pub(super) host: Option<&'s str>,
     pub(super) ip: IpAddr,
     /// The ports of the endpoint's slice.
-    pub(super) ports: &'s [EndpointPort],
+    pub(super) ports: Ports<'s>,
 }
 
 impl Row<'_> {
@@ -55,8 +52,7 @@ fn prefix(label: &[u8]) -> u128 {
 
 /// What working out rows needs besides the Service: the pods that can name an endpoint.
 pub(super) struct Rows<'s> {
-    /// Pods with a hostname under a subdomain, by namespace and name.
-    pods: HashMap<(&'s str, &'s str), &'s Pod>,
+    view: &'s ClusterView,
     /// Wire length of `svc.<zone>.`, to leave out names longer than 255 bytes.
     suffix_len: usize,
     /// Name endpoints without a hostname after their pod (`endpoint_pod_names`).
@@ -64,44 +60,52 @@ pub(super) struct Rows<'s> {
 }
 
 impl<'s> Rows<'s> {
-    pub(super) fn new(state: &'s ClusterState, suffix_len: usize, pod_names: bool) -> Self {
-        let pods = state
-            .pods()
-            .filter(|p| p.hostname.is_some() && p.subdomain.is_some())
-            .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
-            .collect();
-        Rows { pods, suffix_len, pod_names }
+    pub(super) fn new(view: &'s ClusterView, suffix_len: usize, pod_names: bool) -> Self {
+        Rows { view, suffix_len, pod_names }
     }
 
-    /// Appends the rows of `svc`: its ready endpoints' addresses (all of them with
-    /// `publishNotReadyAddresses`; the controller marks them ready then, and the flag is
+    /// Appends the rows of Service `name` in `ns`: its ready endpoints' addresses (all of them
+    /// with `publishNotReadyAddresses`; the controller marks them ready then, and the flag is
     /// honoured here too so hand-written slices behave the same), in label order, then
     /// address; of the same address under the same label, the first slice's.
-    pub(super) fn service(&self, svc: &'s Service, slices: ServiceSlices<'s>, out: &mut Vec<Row<'s>>) {
-        if svc.service_type == ServiceType::ExternalName {
+    pub(super) fn service(
+        &self,
+        (ns, name): (&str, &str),
+        svc: &ServiceFacts,
+        slices: &[&'s SliceFacts],
+        out: &mut Vec<Row<'s>>,
+    ) {
+        let svc = svc.read();
+        if matches!(svc.publish, Publish::ExternalName(_)) {
             return;
         }
-        let (ns, name) = (svc.name.namespace.as_str(), svc.name.name.as_str());
         let under = name.len() + 1 + ns.len() + 1 + self.suffix_len;
         let start = out.len();
         for slice in slices {
-            for ep in slice.endpoints.iter().filter(|e| e.ready || svc.publish_not_ready_addresses) {
-                let host = self.endpoint_host(ep, ns, name);
-                for ip in &ep.addresses {
-                    let (key, len) = match host {
-                        Some(h) => (prefix(h.as_bytes()), h.len()),
-                        None => {
-                            let dashed = DashedIp::new(*ip);
+            let (ports, addresses) = slice.ports_and_addresses();
+            for address in addresses.filter(|a| a.ready || svc.publish_not_ready) {
+                let host = self.endpoint_host(&address, ns, name);
+                let ip = address.ip;
+                let (key, len) = match host {
+                    Some(h) => (prefix(h.as_bytes()), h.len()),
+                    None => match ip {
+                        // Its label is whole in the prefix, already in lower case.
+                        IpAddr::V4(v4) => {
+                            let (label, len) = dashed_v4(v4);
+                            (u128::from_be_bytes(label), len)
+                        }
+                        IpAddr::V6(_) => {
+                            let dashed = DashedIp::new(ip);
                             // An IPv6 address can dash to a label starting with `-` (`::1`).
                             if !is_host_label(dashed.as_bytes()) {
                                 continue;
                             }
                             (prefix(dashed.as_bytes()), dashed.as_bytes().len())
                         }
-                    };
-                    if len + 1 + under <= 255 {
-                        out.push(Row { prefix: key, host, ip: *ip, ports: &slice.ports });
-                    }
+                    },
+                };
+                if len + 1 + under <= 255 {
+                    out.push(Row { prefix: key, host, ip, ports });
                 }
             }
         }
@@ -115,14 +119,14 @@ impl<'s> Rows<'s> {
     /// when that pod's `subdomain` is this Service (how StatefulSet pods get stable names),
     /// else, with `endpoint_pod_names`, the name of the pod it targets (CoreDNS's order; a pod
     /// name that is no single label, one with a dot, keeps the dashed address).
-    fn endpoint_host(&self, ep: &'s Endpoint, ns: &str, svc: &str) -> Option<&'s str> {
-        if let Some(h) = ep.hostname().filter(|h| is_host_label(h)) {
+    fn endpoint_host(&self, address: &AddressFacts<'s>, ns: &str, svc: &str) -> Option<&'s str> {
+        if let Some(h) = address.hostname.filter(|h| is_host_label(h)) {
             return Some(h);
         }
-        let pod_name = ep.pod_name.as_deref()?;
+        let pod_name = address.pod?;
         let from_pod = self
-            .pods
-            .get(&(ns, pod_name))
+            .view
+            .pod(ns, pod_name)
             .filter(|pod| pod.subdomain.as_deref() == Some(svc))
             .and_then(|pod| pod.hostname.as_deref())
             .filter(|h| is_host_label(h));
@@ -142,38 +146,45 @@ fn dedup(rows: &mut [Row<'_>]) -> usize {
     kept
 }
 
+/// One Service as the index writes it: namespace, name, facts.
+pub(super) type ServiceOf<'s> = (&'s str, &'s str, &'s ServiceFacts);
+
 /// Services prepared together: each with its number of rows, and the rows.
 #[derive(Default)]
 struct Batch<'s> {
-    services: Vec<(&'s Service, usize)>,
+    services: Vec<(ServiceOf<'s>, usize)>,
     rows: Vec<Row<'s>>,
 }
 
 /// Services per batch: enough to make handing over cheap, few enough to stay in cache.
 const BATCH: usize = 256;
 
-/// Calls `write` for every Service with its rows, in Service order; the rows are worked out
-/// on a second thread, a batch or two ahead.
+/// Calls `write` for every Service with its rows, in namespace, then name order; the rows
+/// are worked out on a second thread, a batch or two ahead.
 pub(super) fn for_each_service<'s>(
-    state: &'s ClusterState,
+    view: &'s ClusterView,
     rows: &Rows<'s>,
-    mut write: impl FnMut(&'s Service, &[Row<'s>]),
+    mut write: impl FnMut(ServiceOf<'s>, &[Row<'s>]),
 ) {
     std::thread::scope(|scope| {
         let (full_tx, full_rx) = mpsc::sync_channel::<Batch<'s>>(2);
         let (empty_tx, empty_rx) = mpsc::channel::<Batch<'s>>();
         scope.spawn(move || {
             let mut batch = Batch::default();
-            for (svc, slices) in state.services_with_slices() {
-                let before = batch.rows.len();
-                rows.service(svc, slices, &mut batch.rows);
-                batch.services.push((svc, batch.rows.len() - before));
-                if batch.services.len() == BATCH {
-                    let next = empty_rx.try_recv().unwrap_or_default();
-                    if full_tx.send(std::mem::replace(&mut batch, next)).is_err() {
+            let mut open = true;
+            for (ns, namespace) in view.namespaces() {
+                namespace.for_each_service(|name, svc, slices| {
+                    if !open {
                         return;
                     }
-                }
+                    let before = batch.rows.len();
+                    rows.service((ns, name), svc, slices, &mut batch.rows);
+                    batch.services.push(((ns, name, svc), batch.rows.len() - before));
+                    if batch.services.len() == BATCH {
+                        let next = empty_rx.try_recv().unwrap_or_default();
+                        open = full_tx.send(std::mem::replace(&mut batch, next)).is_ok();
+                    }
+                });
             }
             let _ = full_tx.send(batch);
         });
@@ -199,7 +210,7 @@ mod tests {
 
     #[test]
     fn rows_are_ready_legal_addresses_in_label_order_first_slice_wins() {
-        let mut state = ClusterState::new();
+        let mut state = ClusterView::new();
         state.apply_service(mk_service("ns", "web").headless().build());
         let long = "a-very-long-hostname-";
         state.apply_endpoint_slice(
@@ -225,12 +236,14 @@ mod tests {
                 .build(),
         );
         let rows_of = Rows::new(&state, 20, false);
-        let (svc, slices) = state.services_with_slices().next().unwrap();
         let mut rows = Vec::new();
-        rows_of.service(svc, slices, &mut rows);
+        let (_, ns) = state.namespaces().next().unwrap();
+        ns.for_each_service(|name, svc, slices| rows_of.service(("ns", name), svc, slices, &mut rows));
         let got: Vec<(String, String, u16)> = rows
             .iter()
-            .map(|r| (String::from_utf8(r.label()).unwrap(), r.ip.to_string(), r.ports[0].port))
+            .map(|r| {
+                (String::from_utf8(r.label()).unwrap(), r.ip.to_string(), r.ports.iter().next().unwrap().2)
+            })
             .collect();
         let want = [
             ("10-0-0-10", "10.0.0.10", 80),

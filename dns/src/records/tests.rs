@@ -1,6 +1,7 @@
 //! The index's own layout: records, lookups and the reverse map.
 
-use tideway_core::cluster::{ClusterState, Snapshot};
+use crate::view::ClusterView;
+use tideway_core::cluster::Snapshot;
 use tideway_core::testing::{mk_service, mk_slice};
 
 use super::*;
@@ -10,7 +11,7 @@ fn index() -> RecordIndex {
         .iter()
         .flat_map(|ns| ["web", "db", "cache"].map(|n| mk_service(ns, n).cluster_ip("10.96.0.1").build()))
         .collect();
-    let state = ClusterState::from_snapshot(Snapshot { services, ..Default::default() });
+    let state = ClusterView::from_snapshot(Snapshot { services, ..Default::default() });
     RecordIndex::build(&state, &IndexSettings::new("cluster.local").unwrap(), 1)
 }
 
@@ -23,7 +24,7 @@ fn found(ix: &RecordIndex, ns: &str, name: &str) -> bool {
 #[test]
 fn an_endpoint_record_is_twelve_bytes_and_reads_back_both_families() {
     assert_eq!(size_of::<EndpointRecord>(), 12);
-    let mut state = ClusterState::new();
+    let mut state = ClusterView::new();
     state.apply_service(mk_service("ns", "web").headless().build());
     state.apply_endpoint_slice(mk_slice("ns", "web").ready("fd00::7", "n").hostname("Web-0").build());
     state.apply_endpoint_slice(mk_slice("ns", "web").name("web-v4").ready("10.0.0.7", "n").build());
@@ -40,7 +41,7 @@ fn an_endpoint_record_is_twelve_bytes_and_reads_back_both_families() {
 
 #[test]
 fn an_endpoint_address_names_the_service_it_is_stored_under() {
-    let mut state = ClusterState::new();
+    let mut state = ClusterView::new();
     // Services without endpoints before, between and after those with some.
     for (name, ips) in [
         ("a", vec![]),

@@ -19,6 +19,7 @@ use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 use tideway_dns::config::Settings;
 use tideway_dns::server::{Server, ServerConfig, Sockets};
+use tideway_dns::view::ClusterView;
 use tideway_sources::SharedCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
@@ -70,8 +71,8 @@ pub fn snapshot() -> Snapshot {
 }
 
 /// A synced shared cluster holding [`snapshot`].
-pub fn cluster() -> SharedCluster {
-    let cluster = SharedCluster::new();
+pub fn cluster() -> SharedCluster<ClusterView> {
+    let cluster = SharedCluster::<ClusterView>::default();
     cluster.update(|s| s.reset(snapshot()));
     cluster.mark_synced();
     cluster
@@ -92,7 +93,7 @@ pub fn runtime() -> Runtime {
 }
 
 /// Starts a server on loopback (port 0) for `cluster`, with ops listeners.
-pub fn start(rt: &Runtime, cluster: SharedCluster, settings: Settings) -> Server {
+pub fn start(rt: &Runtime, cluster: SharedCluster<ClusterView>, settings: Settings) -> Server {
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), settings);
     config.health = Some("127.0.0.1:0".parse().unwrap());
     config.ready = Some("127.0.0.1:0".parse().unwrap());
@@ -103,7 +104,12 @@ pub fn start(rt: &Runtime, cluster: SharedCluster, settings: Settings) -> Server
 }
 
 /// Starts a server on pre-bound sockets.
-pub fn start_with(rt: &Runtime, cluster: SharedCluster, settings: Settings, sockets: Sockets) -> Server {
+pub fn start_with(
+    rt: &Runtime,
+    cluster: SharedCluster<ClusterView>,
+    settings: Settings,
+    sockets: Sockets,
+) -> Server {
     let config = ServerConfig::new(sockets.tcp.local_addr().unwrap(), settings);
     rt.block_on(Server::start_with(config, cluster, sockets)).expect("server starts")
 }

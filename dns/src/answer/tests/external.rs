@@ -1,8 +1,9 @@
 //! The external zone (CoreDNS's `k8s_external` tables, with this fixture's addresses).
 
+use crate::view::ClusterView;
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
-use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::cluster::Snapshot;
 use tideway_core::net::Protocol::{Tcp, Udp};
 use tideway_core::testing::mk_service;
 
@@ -42,7 +43,7 @@ fn index(synced: bool) -> RecordIndex {
     };
     let mut settings = IndexSettings::new("cluster.local").unwrap();
     settings.external = Some(ExternalZone::new("example.org").unwrap());
-    let mut ix = RecordIndex::build(&ClusterState::from_snapshot(snapshot), &settings, SERIAL);
+    let mut ix = RecordIndex::build(&ClusterView::from_snapshot(snapshot), &settings, SERIAL);
     ix.synced = synced;
     ix
 }

@@ -4,9 +4,10 @@
 //! `svc-dual-stack`, headless `hdls1` (v4 + v6, a duplicated hostname) and `hdlsprtls`
 //! (no ports), ExternalNames, plus readiness and pod cases.
 
+use crate::view::ClusterView;
 use hickory_proto::op::{LowerQuery, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
-use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::cluster::Snapshot;
 use tideway_core::model::{Namespace, Pod, ServiceType};
 use tideway_core::net::Protocol::{Tcp, Udp};
 use tideway_core::testing::{mk_service, mk_slice};
@@ -40,7 +41,7 @@ fn external(name: &str, target: &str) -> tideway_core::model::Service {
 }
 
 /// The fixture, after CoreDNS's `APIConnServeTest`.
-pub(crate) fn fixture() -> ClusterState {
+pub(crate) fn fixture() -> ClusterView {
     let mut sts = mk_slice("testns", "sts").port("web", Tcp, 8080).ready("172.0.1.1", "node-a").build();
     sts.endpoints[0].pod_name = Some("web-0".into());
     let mut pnra = mk_service("testns", "hdls-pnra").headless().build();
@@ -111,7 +112,7 @@ pub(crate) fn fixture() -> ClusterState {
         namespaces: vec![Namespace { name: "emptyns".into(), labels: Default::default() }],
         ..Default::default()
     };
-    ClusterState::from_snapshot(snapshot)
+    ClusterView::from_snapshot(snapshot)
 }
 
 pub(super) fn index_with_pods(pods: PodsMode) -> RecordIndex {

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use crate::view::ClusterView;
 use hickory_proto::rr::RecordType;
-use tideway_core::cluster::{ClusterState, Snapshot};
+use tideway_core::cluster::Snapshot;
 use tideway_core::model::{NodeProxyState, Pod};
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
@@ -67,7 +68,7 @@ fn index(require: bool) -> RecordIndex {
     let mut settings = IndexSettings::new("cluster.local").unwrap();
     settings.require_programmed = require;
     settings.extra_zones = vec![crate::records::parse_zone("example.local").unwrap()];
-    RecordIndex::build(&ClusterState::from_snapshot(snapshot), &settings, SERIAL)
+    RecordIndex::build(&ClusterView::from_snapshot(snapshot), &settings, SERIAL)
 }
 
 fn check(ix: &RecordIndex, cases: &[(&str, &str, RecordType, Gate)]) {

@@ -1,0 +1,275 @@
+//! What the DNS server keeps of the cluster: per Service, EndpointSlice and pod the few facts
+//! its records read ([`facts`]), by namespace. The sources write into it directly (it is a
+//! [`Store`](tideway_sources::shared::Store)); the index is built from it. The cluster model
+//! the agents and the operator keep is never built here: at 100,000 Services × 10 endpoints
+//! it would hold 150 MiB beside a 33 MiB index.
+//!
+//! A namespace exists when its Namespace object does, or when anything lives in it (sources
+//! without Namespace objects).
+
+mod by_name;
+mod facts;
+mod kinds;
+mod packed;
+
+use std::collections::BTreeMap;
+
+use by_name::{ByName, Named};
+
+use tideway_core::cluster::Snapshot;
+use tideway_core::model::{EndpointSlice, Namespace, NodeProxyState, Pod, Service, ServiceName};
+
+pub(crate) use facts::{AddressFacts, PodFacts, Publish, ServiceFacts, SliceFacts};
+pub(crate) use packed::Ports;
+
+/// One namespace's objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NamespaceView {
+    /// Its Namespace object exists.
+    object: bool,
+    pub(crate) services: ByName<ServiceFacts>,
+    pub(crate) slices: ByName<SliceFacts>,
+    pub(crate) pods: ByName<PodFacts>,
+}
+
+impl NamespaceView {
+    fn is_empty(&self) -> bool {
+        !self.object && self.services.is_empty() && self.slices.is_empty() && self.pods.is_empty()
+    }
+}
+
+/// What a consumer takes: whether anything changed since it last looked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ViewChanges {
+    /// Objects changed (a Service, slice, pod or namespace): the records may have.
+    pub objects: usize,
+    /// Node reports changed (only `--require-programmed` reads them).
+    pub reports: bool,
+}
+
+/// The DNS server's copy of the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    pub(crate) namespaces: BTreeMap<Box<str>, NamespaceView>,
+    /// Each node's report: the Service version its agent programmed up to.
+    pub(crate) reports: BTreeMap<Box<str>, Option<u64>>,
+    services: usize,
+    changes: ViewChanges,
+}
+
+impl ClusterView {
+    /// An empty view.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A view holding what `snapshot` holds of the kinds the DNS server reads.
+    pub fn from_snapshot(snapshot: Snapshot) -> Self {
+        let mut view = Self::new();
+        view.reset(snapshot);
+        view
+    }
+
+    /// Replaces everything with `snapshot` (a change only when the facts differ). Services
+    /// keep their spec versions while their generations stay.
+    pub fn reset(&mut self, snapshot: Snapshot) {
+        self.reset_carrying(snapshot, |_, _, _| false);
+    }
+
+    /// [`Self::reset`], but the objects `kept` names (kind, namespace, name) keep their
+    /// current facts.
+    fn reset_carrying(&mut self, snapshot: Snapshot, kept: impl Fn(&str, Option<&str>, &str) -> bool) {
+        let old = std::mem::take(self);
+        snapshot.namespaces.into_iter().for_each(|n| self.apply_namespace(n));
+        for svc in snapshot.services {
+            let facts = ServiceFacts::of(&svc, old.service(&svc.name.namespace, &svc.name.name));
+            self.namespace_mut(&svc.name.namespace).services.insert(facts);
+        }
+        snapshot.endpoint_slices.into_iter().for_each(|s| self.apply_endpoint_slice(s));
+        snapshot.pods.into_iter().for_each(|p| self.apply_pod(p));
+        snapshot.node_states.into_iter().for_each(|r| self.apply_node_state(r));
+        for (ns, view) in &old.namespaces {
+            let carried = NamespaceView {
+                object: view.object && kept("Namespace", None, ns),
+                services: view
+                    .services
+                    .iter()
+                    .filter(|s| kept("Service", Some(ns), s.name()))
+                    .cloned()
+                    .collect(),
+                slices: view
+                    .slices
+                    .iter()
+                    .filter(|s| kept("EndpointSlice", Some(ns), s.name()))
+                    .cloned()
+                    .collect(),
+                pods: view.pods.iter().filter(|p| kept("Pod", Some(ns), p.name())).cloned().collect(),
+            };
+            if !carried.is_empty() {
+                let into = self.namespace_mut(ns);
+                into.object |= carried.object;
+                into.services.extend(carried.services);
+                into.slices.extend(carried.slices);
+                into.pods.extend(carried.pods);
+            }
+        }
+        let reports = old.reports.iter().filter(|(node, _)| kept("NodeProxyState", None, node));
+        self.reports.extend(reports.map(|(node, v)| (node.clone(), *v)));
+        self.services = self.namespaces.values().map(|n| n.services.len()).sum();
+        self.changes = ViewChanges {
+            objects: old.changes.objects + usize::from(self.namespaces != old.namespaces),
+            reports: old.changes.reports || self.reports != old.reports,
+        };
+    }
+
+    /// The facts of Service `name` in `namespace`.
+    fn service(&self, namespace: &str, name: &str) -> Option<&ServiceFacts> {
+        self.namespaces.get(namespace)?.services.get(name)
+    }
+
+    /// Number of Services.
+    pub fn service_count(&self) -> usize {
+        self.services
+    }
+
+    /// Takes what changed since the last call.
+    pub fn take_changes(&mut self) -> ViewChanges {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// True when there are changes to take.
+    pub fn has_changes(&self) -> bool {
+        self.changes != ViewChanges::default()
+    }
+
+    fn namespace_mut(&mut self, ns: &str) -> &mut NamespaceView {
+        if !self.namespaces.contains_key(ns) {
+            self.namespaces.insert(ns.into(), NamespaceView::default());
+        }
+        self.namespaces.get_mut(ns).expect("just inserted")
+    }
+
+    /// Runs `f` on namespace `ns` (created when missing, dropped when left empty); counts a
+    /// change when `f` says it made one.
+    fn in_namespace(&mut self, ns: &str, f: impl FnOnce(&mut NamespaceView) -> bool) {
+        let view = self.namespace_mut(ns);
+        let changed = f(view);
+        if view.is_empty() {
+            self.namespaces.remove(ns);
+        }
+        if changed {
+            self.changes.objects += 1;
+        }
+    }
+
+    /// Inserts or updates a Service.
+    pub fn apply_service(&mut self, svc: Service) {
+        let old = self.service(&svc.name.namespace, &svc.name.name);
+        let added = old.is_none();
+        let facts = ServiceFacts::of(&svc, old);
+        self.in_namespace(&svc.name.namespace, |n| n.services.insert(facts));
+        self.services += usize::from(added);
+    }
+
+    /// Removes a Service.
+    pub fn delete_service(&mut self, name: &ServiceName) {
+        let mut removed = false;
+        self.in_namespace(&name.namespace, |n| {
+            removed = n.services.remove(name.name.as_str()).is_some();
+            removed
+        });
+        self.services -= usize::from(removed);
+    }
+
+    /// Inserts or updates an EndpointSlice.
+    pub fn apply_endpoint_slice(&mut self, slice: EndpointSlice) {
+        let facts = SliceFacts::of(&slice);
+        self.in_namespace(&slice.namespace, |n| n.slices.insert(facts));
+    }
+
+    /// Removes an EndpointSlice.
+    pub fn delete_endpoint_slice(&mut self, namespace: &str, name: &str) {
+        self.in_namespace(namespace, |n| n.slices.remove(name).is_some());
+    }
+
+    /// Inserts or updates a pod.
+    pub fn apply_pod(&mut self, pod: Pod) {
+        let facts = PodFacts::of(&pod);
+        self.in_namespace(&pod.namespace, |n| n.pods.insert(facts));
+    }
+
+    /// Removes a pod.
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) {
+        self.in_namespace(namespace, |n| n.pods.remove(name).is_some());
+    }
+
+    /// Records that a Namespace object exists.
+    pub fn apply_namespace(&mut self, ns: Namespace) {
+        self.in_namespace(&ns.name, |n| !std::mem::replace(&mut n.object, true));
+    }
+
+    /// Records that a Namespace object is gone (the namespace stays while anything lives in it).
+    pub fn delete_namespace(&mut self, name: &str) {
+        if self.namespaces.contains_key(name) {
+            self.in_namespace(name, |n| std::mem::replace(&mut n.object, false));
+        }
+    }
+
+    /// Inserts or updates a node's report.
+    pub fn apply_node_state(&mut self, report: NodeProxyState) {
+        let old = self.reports.insert(report.node.as_str().into(), report.programmed_version);
+        self.changes.reports |= old != Some(report.programmed_version);
+    }
+
+    /// Removes a node's report.
+    pub fn delete_node_state(&mut self, node: &str) {
+        self.changes.reports |= self.reports.remove(node).is_some();
+    }
+
+    /// Every namespace with its objects, by name.
+    pub(crate) fn namespaces(&self) -> impl Iterator<Item = (&str, &NamespaceView)> {
+        self.namespaces.iter().map(|(name, n)| (&**name, n))
+    }
+
+    /// The pod `name` in `namespace`.
+    pub(crate) fn pod(&self, namespace: &str, name: &str) -> Option<&PodFacts> {
+        self.namespaces.get(namespace)?.pods.get(name)
+    }
+
+    /// Each node's report.
+    pub(crate) fn reports(&self) -> impl Iterator<Item = (&str, Option<u64>)> {
+        self.reports.iter().map(|(node, v)| (&**node, *v))
+    }
+}
+
+impl NamespaceView {
+    /// Calls `f` for each Service with its slices (by slice name), in Service name order.
+    pub(crate) fn for_each_service<'a>(
+        &'a self,
+        mut f: impl FnMut(&'a str, &'a ServiceFacts, &[&'a SliceFacts]),
+    ) {
+        let mut slices: Vec<(&[u8], &SliceFacts)> = self.slices.iter().map(|s| (s.service(), s)).collect();
+        // Slices are mostly named after their Service, so usually in order already. Stable:
+        // each Service's slices stay in name order.
+        if !slices.is_sorted_by(|a, b| a.0 <= b.0) {
+            slices.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        let mut of_service = Vec::new();
+        let mut at = 0;
+        for facts in self.services.iter() {
+            let name = facts.name_bytes();
+            while slices.get(at).is_some_and(|(s, _)| *s < name) {
+                at += 1;
+            }
+            of_service.clear();
+            while let Some((_, slice)) = slices.get(at).filter(|(s, _)| *s == name) {
+                of_service.push(*slice);
+                at += 1;
+            }
+            f(facts.name(), facts, &of_service);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
