@@ -134,7 +134,9 @@ fn run(component: Component, n: usize, from: From) -> ProcessFigures {
     let account = if component == Component::Agent { Account::Agent } else { Account::Dns };
     let (source, _server) = source(from, &ns, &dir, &manifest(n), account);
     let log = dir.join(format!("{name}.log"));
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
+    // `TIDEWAY_BIN`: another build to measure (an earlier one, for a before-and-after).
+    let other = std::env::var_os("TIDEWAY_BIN").map(std::path::PathBuf::from);
+    let bin = other.as_deref().unwrap_or(std::path::Path::new(env!("CARGO_BIN_EXE_tideway")));
     let mut args = match component {
         Component::Agent => vec!["agent", "--node", NODE, "--sync-period", CHECK_EVERY],
         // Nothing is forwarded: an upstream that is never asked, and no probe of it.
@@ -196,10 +198,25 @@ fn run(component: Component, n: usize, from: From) -> ProcessFigures {
     ProcessFigures { to_synced, sync_ms, rss_kib: kib("VmRSS:"), peak_kib: kib("VmHWM:"), rest_cpu }
 }
 
-/// The agent and the DNS server reading `n` Services from a file, then from the Kubernetes
-/// API (streamed first view, and listed from a server that cannot stream it).
+/// The components `COMPONENTS` names (`agent`, `dns`; both by default).
+fn components() -> Vec<Component> {
+    let wanted = std::env::var("COMPONENTS").unwrap_or_else(|_| "agent,dns".into());
+    let mut out = Vec::new();
+    for name in wanted.split(',').map(str::trim) {
+        match name {
+            "agent" => out.push(Component::Agent),
+            "dns" => out.push(Component::Dns),
+            other => panic!("COMPONENTS: unknown component {other:?} (agent, dns)"),
+        }
+    }
+    out
+}
+
+/// The agent and the DNS server (or those `COMPONENTS` names) reading `n` Services from a
+/// file, then from the Kubernetes API (streamed first view, and listed from a server that
+/// cannot stream it).
 pub(crate) fn memory(n: usize) {
-    for component in [Component::Agent, Component::Dns] {
+    for component in components() {
         let [file, kube, listed] = From::ALL.map(|from| run(component, n, from));
         let (name, synced, first) = match component {
             Component::Agent => ("agent", "synced", "first sync"),
