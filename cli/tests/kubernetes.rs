@@ -194,6 +194,25 @@ fn dns_serves_from_the_kubernetes_api() {
         if out.contains("10.96.0.99") { Ok(()) } else { Err(out) }
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+
+    // An invalid update keeps the last valid version; a deletion removes the name.
+    server.api.upsert(json!({"kind": "Service", "metadata": {"name": "late", "namespace": "demo"},
+        "spec": {"clusterIP": "10.96.0.300", "ports": [{"port": 80}]}}));
+    eventually(Duration::from_secs(5), || {
+        let skipped = log().contains("invalid object skipped");
+        if skipped { Ok(()) } else { Err("the invalid update was not seen".to_string()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    let out = dig(dns.addr, "late.demo.svc.cluster.local");
+    assert!(out.contains("10.96.0.99"), "{out}\n{}", log());
+    server.api.delete("Service", Some("demo"), "late");
+    eventually(Duration::from_secs(5), || {
+        let out = dig(dns.addr, "late.demo.svc.cluster.local");
+        if out.contains("status: NXDOMAIN") { Ok(()) } else { Err(out) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    let out = dig(dns.addr, "web.demo.svc.cluster.local");
+    assert!(out.contains("10.96.0.10"), "{out}\n{}", log());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
