@@ -1,6 +1,6 @@
 //! What the DNS server keeps of the cluster: per Service, EndpointSlice and pod the few facts
-//! its records read ([`facts`]), by namespace. The sources write into it directly (it is a
-//! [`Store`](tideway_sources::shared::Store)); the index is built from it. The cluster model
+//! its records read, packed, by namespace. The sources write into it directly (it is a
+//! [`Store`](tideway_sources::Store)); the index is built from it. The cluster model
 //! the agents and the operator keep is never built here: at 100,000 Services × 10 endpoints
 //! it would hold 150 MiB beside a 33 MiB index.
 //!
