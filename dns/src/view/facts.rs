@@ -329,6 +329,18 @@ mod tests {
     }
 
     #[test]
+    fn a_service_keeps_every_external_address() {
+        let mut svc = tideway_core::testing::mk_service("ns", "lb").cluster_ip("10.96.0.1").build();
+        svc.external_ips =
+            (0..300u32).map(|i| IpAddr::from(std::net::Ipv4Addr::from(0xc000_0200 + i))).collect();
+        let facts = ServiceFacts::of(&svc, None);
+        let read = facts.read();
+        assert_eq!(read.external.count(), 300);
+        assert_eq!(read.cluster_ips.collect::<Vec<_>>(), svc.cluster_ips);
+        assert_eq!(facts.name(), "lb");
+    }
+
+    #[test]
     fn a_slice_without_names_keeps_ipv4_addresses_alone() {
         let slice = mk_slice("ns", "web").ready("10.0.0.1", "n").ready("10.0.0.2", "n").build();
         let facts = SliceFacts::of(&slice);

@@ -42,7 +42,7 @@ impl ClusterView {
 
     /// Replaces every object of one namespaced kind (the set `field` selects) with `all`; the
     /// objects named in `keep` keep their current facts.
-    fn replace_kind<T: Named + PartialEq>(
+    fn replace_kind<T: Named + PartialEq + Clone>(
         &mut self,
         field: fn(&mut NamespaceView) -> &mut ByName<T>,
         all: impl IntoIterator<Item = (String, T)>,
@@ -61,8 +61,8 @@ impl ClusterView {
         }
         for key in keep {
             let ns = namespace(key);
-            if let Some(facts) = old.get_mut(ns).and_then(|o| o.remove(&key.name)) {
-                new.entry(ns.into()).or_default().extend([facts]);
+            if let Some(facts) = old.get(ns).and_then(|o| o.get(&key.name)) {
+                new.entry(ns.into()).or_default().extend([facts.clone()]);
             }
         }
         if old != new {

@@ -52,10 +52,10 @@ impl Writer {
         }
     }
 
-    /// A count (at most 255) then the addresses.
+    /// A count (at most 65,535) then the addresses.
     pub(super) fn ips(&mut self, ips: &[IpAddr]) {
-        let ips = &ips[..ips.len().min(255)];
-        self.u8(u8::try_from(ips.len()).unwrap_or(u8::MAX));
+        let ips = &ips[..ips.len().min(usize::from(u16::MAX))];
+        self.u16(u16::try_from(ips.len()).unwrap_or(u16::MAX));
         ips.iter().for_each(|ip| self.ip(*ip));
     }
 
@@ -159,7 +159,7 @@ impl<'a> Reader<'a> {
 
     /// Skips an address list written by [`Writer::ips`], returning it unread.
     pub(super) fn ips(&mut self) -> Ips<'a> {
-        let count = self.u8();
+        let count = self.u16();
         let start = *self;
         (0..count).for_each(|_| {
             self.ip();
@@ -182,7 +182,7 @@ impl<'a> Reader<'a> {
 /// An address list, read as it is iterated.
 #[derive(Clone, Copy)]
 pub(crate) struct Ips<'a> {
-    count: u8,
+    count: u16,
     at: Reader<'a>,
 }
 

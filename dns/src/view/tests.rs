@@ -240,3 +240,17 @@ fn reloading_the_same_objects_changes_nothing_and_keeps_spec_versions() {
     assert!(view.take_changes().objects > 0);
     assert_eq!(view.service("ns", "web").unwrap().read().spec_version, 15);
 }
+
+#[test]
+fn a_relist_that_keeps_an_invalid_object_changes_nothing_else() {
+    let mut view = ClusterView::new();
+    let web = mk_service("ns", "web").cluster_ip("10.96.0.1").build();
+    let db = mk_service("ns", "db").cluster_ip("10.96.0.2").build();
+    view.apply_service(web.clone());
+    view.apply_service(db);
+    view.take_changes();
+    // `db` is invalid in the relist: it keeps its facts, and nothing changed.
+    Holds::<K8sService>::replace(&mut view, vec![web], &[key("Service", Some("ns"), "db")]);
+    assert!(!view.has_changes(), "{:?}", view.take_changes());
+    assert_eq!(view.service_count(), 2);
+}
