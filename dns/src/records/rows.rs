@@ -7,7 +7,9 @@ use std::net::IpAddr;
 use std::sync::mpsc;
 
 use super::names::{DashedIp, dashed_v4, is_host_label};
-use crate::view::{AddressFacts, ClusterView, Ports, Publish, ServiceFacts, SliceFacts};
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::view::{AddressFacts, ClusterView, PodFacts, Ports, Publish, ServiceFacts, SliceFacts};
 
 /// One published address: under its endpoint's host name, or under its own address dashed
 /// (`host: None`; that label is not stored, it is written again when asked for).
@@ -52,7 +54,8 @@ fn prefix(label: &[u8]) -> u128 {
 
 /// What working out rows needs besides the Service: the pods that can name an endpoint.
 pub(super) struct Rows<'s> {
-    view: &'s ClusterView,
+    /// Pods with a hostname under a subdomain, by namespace and name.
+    pods: HashMap<(&'s str, &'s str), &'s PodFacts>,
     /// Wire length of `svc.<zone>.`, to leave out names longer than 255 bytes.
     suffix_len: usize,
     /// Name endpoints without a hostname after their pod (`endpoint_pod_names`).
@@ -61,7 +64,13 @@ pub(super) struct Rows<'s> {
 
 impl<'s> Rows<'s> {
     pub(super) fn new(view: &'s ClusterView, suffix_len: usize, pod_names: bool) -> Self {
-        Rows { view, suffix_len, pod_names }
+        let pods = view
+            .namespaces()
+            .flat_map(|(ns, n)| n.pods.iter().map(move |p| (ns, p)))
+            .filter(|(_, p)| p.hostname.is_some() && p.subdomain.is_some())
+            .map(|(ns, p)| ((ns, &*p.name), p))
+            .collect();
+        Rows { pods, suffix_len, pod_names }
     }
 
     /// Appends the rows of Service `name` in `ns`: its ready endpoints' addresses (all of them
@@ -125,8 +134,9 @@ impl<'s> Rows<'s> {
         }
         let pod_name = address.pod?;
         let from_pod = self
-            .view
-            .pod(ns, pod_name)
+            .pods
+            .get(&(ns, pod_name))
+            .copied()
             .filter(|pod| pod.subdomain.as_deref() == Some(svc))
             .and_then(|pod| pod.hostname.as_deref())
             .filter(|h| is_host_label(h));

@@ -231,11 +231,6 @@ impl ClusterView {
         self.namespaces.iter().map(|(name, n)| (&**name, n))
     }
 
-    /// The pod `name` in `namespace`.
-    pub(crate) fn pod(&self, namespace: &str, name: &str) -> Option<&PodFacts> {
-        self.namespaces.get(namespace)?.pods.get(name)
-    }
-
     /// Each node's report.
     pub(crate) fn reports(&self) -> impl Iterator<Item = (&str, Option<u64>)> {
         self.reports.iter().map(|(node, v)| (&**node, *v))
