@@ -198,9 +198,9 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                let (pods, node_states) = (watch_pods || require_programmed, require_programmed);
-                let source = KubeSource::new(client, Role::Dns { pods, node_states }, source_metrics);
-                tokio::spawn(source.run_dns(cluster, pods, node_states));
+                let role =
+                    Role::Dns { pods: watch_pods || require_programmed, node_states: require_programmed };
+                tokio::spawn(KubeSource::new(client, role, source_metrics).run_dns(cluster));
             }
         }
         let code = serve_until_stopped(&server, &source, reload_interval).await?;

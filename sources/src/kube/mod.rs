@@ -222,7 +222,7 @@ impl KubeSource {
         let watches = async move {
             match self.role.clone() {
                 Role::Agent { node, service_cidrs } => self.run_agent(cluster, node, service_cidrs).await,
-                Role::Dns { pods, node_states } => self.watch_for_dns(cluster, pods, node_states).await,
+                Role::Dns { .. } => self.watch_for_dns(cluster).await,
                 Role::Operator => self.run_operator(cluster).await,
             }
         };
@@ -289,17 +289,21 @@ impl KubeSource {
         tasks.spawn(async move { supervise(&task, Restart::default(), make, report).await });
     }
 
-    /// Feeds a DNS server's own store: the kinds [`Role::Dns`] watches (and tells `cluster`
-    /// whether the API server answers), until dropped.
-    pub async fn run_dns<S: DnsStore>(self, cluster: SharedCluster<S>, pods: bool, node_states: bool) {
+    /// [`Self::run`] into a DNS server's own store: the kinds its [`Role::Dns`] watches.
+    pub async fn run_dns<S: DnsStore>(self, cluster: SharedCluster<S>) {
         let probe = reach::probe_while_unreachable(self.client.clone(), cluster.clone());
         tokio::select! {
-            () = self.watch_for_dns(cluster, pods, node_states) => {}
+            () = self.watch_for_dns(cluster) => {}
             () = probe => {}
         }
     }
 
-    async fn watch_for_dns<S: DnsStore>(self, cluster: SharedCluster<S>, pods: bool, node_states: bool) {
+    /// Services, EndpointSlices and Namespaces; pods and node reports when the role asks.
+    async fn watch_for_dns<S: DnsStore>(self, cluster: SharedCluster<S>) {
+        let (pods, node_states) = match self.role {
+            Role::Dns { pods, node_states } => (pods, node_states),
+            Role::Agent { .. } | Role::Operator => (false, false),
+        };
         let mut kinds = vec!["Service", "EndpointSlice", "Namespace"];
         if pods {
             kinds.push("Pod");
