@@ -36,10 +36,6 @@ impl Store for ClusterView {
 }
 
 impl ClusterView {
-    fn count_services(&mut self) {
-        self.services = self.namespaces.values().map(|n| n.services.len()).sum();
-    }
-
     /// Replaces every object of one namespaced kind (the set `field` selects) with `all`; the
     /// objects named in `keep` keep their current facts.
     fn replace_kind<T: Named + PartialEq + Clone>(
@@ -97,7 +93,6 @@ impl Holds<Service> for ClusterView {
             })
             .collect();
         self.replace_kind(|n| &mut n.services, all, keep);
-        self.count_services();
     }
 }
 

@@ -53,7 +53,6 @@ pub struct ClusterView {
     pub(crate) namespaces: BTreeMap<Box<str>, NamespaceView>,
     /// Each node's report: the Service version its agent programmed up to.
     pub(crate) reports: BTreeMap<Box<str>, Option<u64>>,
-    services: usize,
     changes: ViewChanges,
 }
 
@@ -115,7 +114,6 @@ impl ClusterView {
         }
         let reports = old.reports.iter().filter(|(node, _)| kept("NodeProxyState", None, node));
         self.reports.extend(reports.map(|(node, v)| (node.clone(), *v)));
-        self.services = self.namespaces.values().map(|n| n.services.len()).sum();
         self.changes = ViewChanges {
             objects: old.changes.objects + usize::from(self.namespaces != old.namespaces),
             reports: old.changes.reports || self.reports != old.reports,
@@ -129,7 +127,7 @@ impl ClusterView {
 
     /// Number of Services.
     pub fn service_count(&self) -> usize {
-        self.services
+        self.namespaces.values().map(|n| n.services.len()).sum()
     }
 
     /// Takes what changed since the last call.
@@ -164,21 +162,13 @@ impl ClusterView {
 
     /// Inserts or updates a Service.
     pub fn apply_service(&mut self, svc: Service) {
-        let old = self.service(&svc.name.namespace, &svc.name.name);
-        let added = old.is_none();
-        let facts = ServiceFacts::of(&svc, old);
+        let facts = ServiceFacts::of(&svc, self.service(&svc.name.namespace, &svc.name.name));
         self.in_namespace(&svc.name.namespace, |n| n.services.insert(facts));
-        self.services += usize::from(added);
     }
 
     /// Removes a Service.
     pub fn delete_service(&mut self, name: &ServiceName) {
-        let mut removed = false;
-        self.in_namespace(&name.namespace, |n| {
-            removed = n.services.remove(name.name.as_str()).is_some();
-            removed
-        });
-        self.services -= usize::from(removed);
+        self.in_namespace(&name.namespace, |n| n.services.remove(name.name.as_str()).is_some());
     }
 
     /// Inserts or updates an EndpointSlice.
