@@ -3,6 +3,7 @@
 # Services with an SRV each in 100 namespaces, 1,000 headless Services x 5 endpoints) and get
 # the same dnsperf runs: 70% ClusterIP A, 10% SRV, 10% in-zone NXDOMAIN, 10% headless A.
 #
+# Pinned runs hold every server thread on CPU 1 and dnsperf on CPU 0 (see hold_on_cpu).
 # For every run it records dnsperf's QPS and latency, the server's own CPU seconds (utime +
 # stime from /proc/PID/stat: the box is shared, so answers per server CPU-second is the fair
 # figure), the whole box's busy CPU (to show background load), and RSS/PSS.
@@ -85,7 +86,27 @@ start_server() {
     dig @127.0.0.1 -p "$port" +time=1 +tries=1 +short svc-5.ns-7.svc.cluster.local A 2>/dev/null | grep -q 10.96 && break
     sleep 0.2
   done
+  [ "$pin" = yes ] && hold_on_cpu 1 "$label"
   sleep 1
+}
+
+# hold_on_cpu CPU LABEL: puts every thread of the server on CPU and checks that each one is
+# there. Knot pins UDP worker N to CPU N % (online CPUs) itself, whatever it was started
+# under, so `taskset -c 1 knotd` alone leaves its one UDP worker on CPU 0, the client's core
+# (cheaper wakeups on a shared core, and a server that can only use half of it).
+hold_on_cpu() {
+  local cpu=$1 label=$2 t on off=0
+  taskset -a -p -c "$cpu" "$SPID" > /dev/null
+  for t in /proc/"$SPID"/task/*; do
+    # A thread may end between the listing and the read.
+    on=$(awk '/^Cpus_allowed_list/{print $2}' "$t/status" 2>/dev/null) || continue
+    [ -z "$on" ] || [ "$on" = "$cpu" ] || off=$((off + 1))
+  done
+  if [ "$off" -gt 0 ]; then
+    echo "$label: $off server thread(s) not on CPU $cpu" >&2
+    stop_server
+    exit 1
+  fi
 }
 
 stop_server() {

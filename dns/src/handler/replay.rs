@@ -21,12 +21,18 @@
 //! forwarded or cached upstream answer (their TTLs count down), no error of the server's
 //! own, no truncated reply. Every copy is dropped when [`Core::generation`] moves (a new
 //! index or options), and the whole store when it outgrows [`BUDGET`] (about 16 MiB).
+//!
+//! The lookup is laid out for the cache, since a worker's copies outgrow it: a small table
+//! from the hash of the query's bytes to a copy's place, and each copy in one allocation, the
+//! query's bytes first (compared, so two queries whose hashes collide never share a reply)
+//! and the reply after them.
 
+use std::hash::Hasher;
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use hickory_proto::rr::RecordType;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
 
 use super::wire::{self, Decided, Handled};
 use super::{Core, shuffled_from};
@@ -34,8 +40,8 @@ use crate::metrics::{Proto, Source};
 
 /// About the memory one worker's copies take before it starts over.
 pub const BUDGET: usize = 16 << 20;
-/// What one copy costs beyond its key and reply bytes (the boxes, the entry, the table's
-/// slot and control byte, rounded up).
+/// What one copy costs beyond its query and reply bytes (the entry, the table's slot and
+/// control byte, rounded up).
 const ENTRY_OVERHEAD: usize = 96;
 /// Longer queries are not worth keeping (they carry options such as cookies).
 const MAX_QUERY: usize = 512;
@@ -47,7 +53,9 @@ const MAX_HOPS: usize = 16;
 /// One worker's replies.
 pub struct Replay {
     generation: u64,
-    entries: FxHashMap<Box<[u8]>, Entry>,
+    /// Where each copy is in `entries`, by the hash of its query's bytes after the ID.
+    places: FxHashMap<u64, u32>,
+    entries: Vec<Entry>,
     bytes: usize,
     budget: usize,
     hits: u64,
@@ -59,9 +67,12 @@ impl Default for Replay {
     }
 }
 
-/// A reply as sent, with what must change for the next client.
+/// A reply as sent, with the query it answered and what must change for the next client.
 struct Entry {
+    /// The query's bytes after the ID, then the reply's.
     bytes: Box<[u8]>,
+    /// Where the reply starts in `bytes`.
+    reply_at: usize,
     addresses: Option<Addresses>,
     decided: Decided,
 }
@@ -76,7 +87,7 @@ struct Addresses {
 impl Replay {
     /// A store that starts over once its copies take about `budget` bytes.
     pub fn with_budget(budget: usize) -> Self {
-        Replay { generation: 0, entries: FxHashMap::default(), bytes: 0, budget, hits: 0 }
+        Replay { generation: 0, places: FxHashMap::default(), entries: Vec::new(), bytes: 0, budget, hits: 0 }
     }
 
     /// Answers `query` from `src` over UDP: a copy of an earlier reply when there is one,
@@ -92,29 +103,59 @@ impl Replay {
         if query.len() < 12 || query.len() > MAX_QUERY || tideway_telemetry::sampled() {
             return wire::handle(core, query, src, Proto::Udp).0;
         }
-        if let Some(entry) = self.entries.get(&query[2..]) {
+        let key = &query[2..];
+        let hash = hash(key);
+        let place = self.places.get(&hash).map(|&i| i as usize);
+        if let Some(entry) = place.map(|i| &self.entries[i])
+            && entry.query() == key
+        {
             self.hits += 1;
             return Handled::Respond(entry.replay(core, query, src, started));
         }
         let (handled, decided) = wire::handle(core, query, src, Proto::Udp);
         if let (Handled::Respond(reply), Some(decided)) = (&handled, decided)
-            && let Some(entry) = Entry::keep(reply, decided, core.options().shuffle)
+            && let Some(entry) = Entry::keep(key, reply, decided, core.options().shuffle)
         {
-            self.insert(&query[2..], entry);
+            self.insert(hash, place, entry);
         }
         handled
     }
 
-    fn insert(&mut self, key: &[u8], entry: Entry) {
-        let size = key.len() + entry.bytes.len() + ENTRY_OVERHEAD;
+    /// Reads where the copies for `queries` lie, so that answering them finds them in the
+    /// cache: a burst's lookups overlap here, where one by one each would wait for memory.
+    pub fn warm<'q>(&self, queries: impl IntoIterator<Item = &'q [u8]>) {
+        for query in queries {
+            let Some(key) = query.get(2..) else { continue };
+            if let Some(&i) = self.places.get(&hash(key)) {
+                // The query's bytes, compared, and the reply's, copied: a few cache lines.
+                for line in self.entries[i as usize].bytes.iter().step_by(64) {
+                    std::hint::black_box(*line);
+                }
+            }
+        }
+    }
+
+    /// Keeps `entry` under `hash`, in the place of the copy found there (`place`: another
+    /// query with the same hash) if any.
+    fn insert(&mut self, hash: u64, place: Option<usize>, entry: Entry) {
+        let size = entry.bytes.len() + ENTRY_OVERHEAD;
+        if let Some(i) = place {
+            self.bytes -= self.entries[i].bytes.len() + ENTRY_OVERHEAD;
+            self.entries[i] = entry;
+            self.bytes += size;
+            return;
+        }
         if self.bytes + size > self.budget {
             self.clear();
         }
+        let Ok(i) = u32::try_from(self.entries.len()) else { return };
         self.bytes += size;
-        self.entries.insert(key.into(), entry);
+        self.entries.push(entry);
+        self.places.insert(hash, i);
     }
 
     fn clear(&mut self) {
+        self.places.clear();
         self.entries.clear();
         self.bytes = 0;
     }
@@ -136,18 +177,25 @@ impl Replay {
 }
 
 impl Entry {
-    /// `reply` as an entry, or `None` when it cannot be replayed by copying.
-    fn keep(reply: &[u8], decided: Decided, shuffle: bool) -> Option<Entry> {
+    /// `reply` to `query` (its bytes after the ID) as an entry, or `None` when it cannot be
+    /// replayed by copying.
+    fn keep(query: &[u8], reply: &[u8], decided: Decided, shuffle: bool) -> Option<Entry> {
         if reply.len() < 12 || reply[2] & TC != 0 {
             return None;
         }
         let addresses = if shuffle { shuffled_addresses(reply)? } else { None };
-        Some(Entry { bytes: reply.into(), addresses, decided })
+        let bytes = [query, reply].concat().into_boxed_slice();
+        Some(Entry { bytes, reply_at: query.len(), addresses, decided })
+    }
+
+    /// The query's bytes after the ID.
+    fn query(&self) -> &[u8] {
+        &self.bytes[..self.reply_at]
     }
 
     /// This reply for `query`: its ID, the addresses in a new order; counted in the metrics.
     fn replay(&self, core: &Core, query: &[u8], src: SocketAddr, started: Instant) -> Vec<u8> {
-        let mut out = self.bytes.to_vec();
+        let mut out = self.bytes[self.reply_at..].to_vec();
         out[..2].copy_from_slice(&query[..2]);
         if let Some(addresses) = &self.addresses {
             addresses.shuffle(&mut out);
@@ -174,6 +222,13 @@ impl Addresses {
             }
         }
     }
+}
+
+/// The hash a copy is found by.
+fn hash(query: &[u8]) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(query);
+    h.finish()
 }
 
 /// The end of the name at `at` (a compression pointer ends it), and the name itself in wire

@@ -13,7 +13,7 @@ use tideway_core::cluster::Snapshot;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 
-use super::{Replay, read_name};
+use super::{Replay, hash, read_name};
 use crate::forward::cache::{Cache, CacheSettings};
 use crate::forward::{ForwardSettings, Forwarder};
 use crate::handler::wire::{Handled, handle_bytes};
@@ -245,4 +245,21 @@ fn the_store_starts_over_when_full_and_keeps_answering() {
         most = most.max(replay.len());
     }
     assert!(most > 5 && most < 40, "about 4 KiB of copies at most: {most}");
+}
+
+#[test]
+fn queries_whose_hashes_collide_never_share_a_reply() {
+    let core = core();
+    let mut replay = Replay::default();
+    let a = query(1, "svc1.testns.svc.cluster.local.", RecordType::A, None);
+    let b = query(2, "nosuch.testns.svc.cluster.local.", RecordType::A, None);
+    bytes(replay.handle(&core, &a, src()));
+    // Make b's hash find a's copy, as a collision would.
+    let place = replay.places.remove(&hash(&a[2..])).expect("a kept");
+    replay.places.insert(hash(&b[2..]), place);
+    let full = bytes(handle_bytes(&core, &b, src(), Proto::Udp));
+    assert_eq!(bytes(replay.handle(&core, &b, src())), full, "b answered for itself");
+    assert_eq!((replay.hits(), replay.len()), (0, 1), "not a hit; b's copy took a's place");
+    assert_eq!(bytes(replay.handle(&core, &b, src())), full, "b replayed");
+    assert_eq!(replay.hits(), 1);
 }
