@@ -45,6 +45,8 @@ use tideway_node_agent::metrics::Metrics;
 use tideway_sources::SharedCluster;
 use tideway_tests::netns::{Netns, is_root};
 
+#[path = "agent/floors.rs"]
+mod floors;
 #[path = "agent/gap.rs"]
 mod gap;
 #[path = "agent/process.rs"]
@@ -319,26 +321,7 @@ fn one_change(mode: ProxyMode, n: usize) {
             rt.block_on(agent.sync(false)).expect("sync");
             samples.push(t.elapsed());
         }
-        // The floors for iptables: the legacy kernel interface swaps whole tables, however
-        // small the change. An empty transaction only reads the nat table (libiptc skips the
-        // write when nothing changed); the smallest change (a chain created and deleted in
-        // one transaction) reads, rebuilds and writes it back, as any real change must.
-        let floor = (mode == ProxyMode::Iptables).then(|| {
-            let tool = format!("iptables-{}-restore", iptables_variant());
-            let time = |input: &str| {
-                median(
-                    (0..5)
-                        .map(|_| {
-                            let t = Instant::now();
-                            pipe(&tool, &["--noflush", "--wait"], input);
-                            t.elapsed()
-                        })
-                        .collect(),
-                )
-            };
-            (time("*nat\nCOMMIT\n"), time("*nat\n:TWBENCH-FLOOR - [0:0]\n-X TWBENCH-FLOOR\nCOMMIT\n"))
-        });
-        (samples, floor)
+        (samples, (mode == ProxyMode::Iptables).then(floors::IptablesFloors::measure))
     });
     let max = samples.iter().max().copied().unwrap_or_default();
     let median_change = median(samples.clone());
@@ -348,13 +331,16 @@ fn one_change(mode: ProxyMode, n: usize) {
         ms(quantile(samples, 0.99)),
         ms(max)
     );
-    if let Some((empty, smallest)) = floor {
+    if let Some(f) = floor {
+        let ratio = |floor: Duration| median_change.as_secs_f64() / floor.as_secs_f64();
         println!(
-            "  bare iptables-{}-restore on the same nat table: empty transaction (read only) {}, smallest change (read, rebuild, write) {}; one change / smallest change {:.2}",
+            "  bare iptables-{}-restore on the same nat table: empty transaction (read only) {}, smallest change (read, rebuild, write) {}, one Service's chain rewritten as it is {}; one change / smallest change {:.2}, / chain rewrite {:.2}",
             iptables_variant(),
-            ms(empty),
-            ms(smallest),
-            median_change.as_secs_f64() / smallest.as_secs_f64()
+            ms(f.empty),
+            ms(f.smallest),
+            ms(f.chain),
+            ratio(f.smallest),
+            ratio(f.chain)
         );
     }
 }
