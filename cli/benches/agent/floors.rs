@@ -3,8 +3,11 @@
 
 use super::*;
 
-/// Transactions timed per floor (the median is taken).
-const FLOOR_SAMPLES: usize = 11;
+/// Transactions timed per floor, at most (the median is taken): as many as the changes, so
+/// that both medians are taken over as many samples where the table is small...
+const FLOOR_SAMPLES: usize = CHANGES;
+/// ...and as many as fit in this time where it is not (at least five).
+const FLOOR_BUDGET: Duration = Duration::from_secs(15);
 
 /// What bare `iptables-restore` transactions cost on the agent's table: the floors an
 /// endpoint change is measured against.
@@ -27,15 +30,14 @@ impl IptablesFloors {
         let variant = iptables_variant();
         let tool = format!("iptables-{variant}-restore");
         let time = |input: &str| {
-            median(
-                (0..FLOOR_SAMPLES)
-                    .map(|_| {
-                        let t = Instant::now();
-                        pipe(&tool, &["--noflush", "--wait"], input);
-                        t.elapsed()
-                    })
-                    .collect(),
-            )
+            let started = Instant::now();
+            let mut samples = Vec::new();
+            while samples.len() < FLOOR_SAMPLES && (samples.len() < 5 || started.elapsed() < FLOOR_BUDGET) {
+                let t = Instant::now();
+                pipe(&tool, &["--noflush", "--wait"], input);
+                samples.push(t.elapsed());
+            }
+            median(samples)
         };
         IptablesFloors {
             empty: time("*nat\nCOMMIT\n"),
