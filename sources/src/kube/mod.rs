@@ -218,7 +218,7 @@ impl KubeSource {
 
     /// Watches until dropped (and tells `cluster` whether the API server answers).
     pub async fn run(self, cluster: SharedCluster) {
-        let probe = reach::probe_while_unreachable(self.client.clone(), cluster.clone());
+        let (client, probed) = (self.client.clone(), cluster.clone());
         let watches = async move {
             match self.role.clone() {
                 Role::Agent { node, service_cidrs } => self.run_agent(cluster, node, service_cidrs).await,
@@ -226,10 +226,7 @@ impl KubeSource {
                 Role::Operator => self.run_operator(cluster).await,
             }
         };
-        tokio::select! {
-            () = watches => {}
-            () = probe => {}
-        }
+        probing(client, probed, watches).await;
     }
 
     fn spawn<K: Kind, S: Holds<K>>(
@@ -291,11 +288,8 @@ impl KubeSource {
 
     /// [`Self::run`] into a DNS server's own store: the kinds its [`Role::Dns`] watches.
     pub async fn run_dns<S: DnsStore>(self, cluster: SharedCluster<S>) {
-        let probe = reach::probe_while_unreachable(self.client.clone(), cluster.clone());
-        tokio::select! {
-            () = self.watch_for_dns(cluster) => {}
-            () = probe => {}
-        }
+        let (client, probed) = (self.client.clone(), cluster.clone());
+        probing(client, probed, self.watch_for_dns(cluster)).await;
     }
 
     /// Services, EndpointSlices and Namespaces; pods and node reports when the role asks.
@@ -445,4 +439,13 @@ fn proxy_name(cluster: &SharedCluster, node: &str) -> Option<String> {
     let state = cluster.lock();
     let labels = state.node(node).map(|n| n.labels.clone()).unwrap_or_default();
     resolve_proxy_config(state.proxy_configs(), &labels).and_then(|c| c.settings.service_proxy_name.clone())
+}
+
+/// Runs `watches` until they end, telling `cluster` meanwhile whether the API server answers.
+async fn probing<S: Store>(client: Client, cluster: SharedCluster<S>, watches: impl Future<Output = ()>) {
+    let probe = reach::probe_while_unreachable(client, cluster);
+    tokio::select! {
+        () = watches => {}
+        () = probe => {}
+    }
 }
