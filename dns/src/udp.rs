@@ -132,15 +132,13 @@ fn serve(
             }
         }
         if let Answering::Server = answering {
-            replay.warm(
-                received.iter().enumerate().map(|(i, &(n, _))| &bufs[i * QUERY_BUF..i * QUERY_BUF + n]),
-            );
+            replay.warm(received.iter().enumerate().map(|(i, &(n, _))| datagram(&bufs, i, n)));
         }
         for (i, &(n, src)) in received.iter().enumerate() {
             if src.port() == 0 || src.ip().is_unspecified() {
                 continue;
             }
-            let query = &bufs[i * QUERY_BUF..i * QUERY_BUF + n];
+            let query = datagram(&bufs, i, n);
             let handled = match answering {
                 Answering::Server => replay.handle(core, query, src),
                 Answering::Floor => floor(query),
@@ -168,6 +166,11 @@ fn serve(
         send_all(fd, &mut send_headers, &replies);
         replies.clear();
     }
+}
+
+/// The `i`th datagram of a burst, `n` bytes long, in the receive buffers.
+fn datagram(bufs: &[u8], i: usize, n: usize) -> &[u8] {
+    &bufs[i * QUERY_BUF..i * QUERY_BUF + n]
 }
 
 /// The floor's reply to `query`; nothing for a query without a plain question.
