@@ -31,6 +31,9 @@ RATE=${RATE:-20000}
 SERVERS=${SERVERS:-"tideway tideway-floor tideway-lowmem tideway-hickory knot"}
 ROUNDS=${ROUNDS:-3}
 KNOT_PORT=25353
+# Pinned runs: the server on one core, dnsperf on the other.
+SERVER_CPU=1
+CLIENT_CPU=0
 TW_PORT=35353
 
 missing=()
@@ -61,7 +64,7 @@ SPID=""
 start_server() {
   local name=$1 workers=$2 pin=$3 label=$4 port cmd
   local spin=()
-  [ "$pin" = yes ] && spin=(taskset -c 1)
+  [ "$pin" = yes ] && spin=(taskset -c "$SERVER_CPU")
   case $name in
     knot)
       port=$KNOT_PORT
@@ -86,7 +89,7 @@ start_server() {
     dig @127.0.0.1 -p "$port" +time=1 +tries=1 +short svc-5.ns-7.svc.cluster.local A 2>/dev/null | grep -q 10.96 && break
     sleep 0.2
   done
-  [ "$pin" = yes ] && hold_on_cpu 1 "$label"
+  [ "$pin" = yes ] && hold_on_cpu "$SERVER_CPU" "$label"
   sleep 1
 }
 
@@ -123,7 +126,7 @@ mem_kb() { awk '/^Rss:/{r=$2} /^Pss:/{p=$2} END{print r, p}' "/proc/$SPID/smaps_
 measure() {
   local label=$1 queries=$2 cpin=$3; shift 3
   local cset=()
-  [ "$cpin" = yes ] && cset=(taskset -c 0)
+  [ "$cpin" = yes ] && cset=(taskset -c "$CLIENT_CPU")
   read -r rss0 pss0 < <(mem_kb)
   local c0 s0 c1 s1
   c0=$(cpu_ticks); s0=$(busy_ticks)
