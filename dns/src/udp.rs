@@ -16,7 +16,7 @@
 //!
 //! Each worker keeps its own copies of the zone's replies ([`Replay`]): a query it answered
 //! before is answered again by copying bytes, without parsing or encoding. A burst's copies
-//! are looked up together before any is answered ([`Replay::warm`]), so that their reads from
+//! are looked up together before any is answered ([`Replay::arrived`]), so that their reads from
 //! memory overlap instead of each answer waiting for its own.
 //!
 //! [`Answering::Floor`] answers every query with one fixed address record, with nothing in
@@ -132,7 +132,7 @@ fn serve(
             }
         }
         if let Answering::Server = answering {
-            replay.warm(received.iter().enumerate().map(|(i, &(n, _))| datagram(&bufs, i, n)));
+            replay.arrived(received.iter().enumerate().map(|(i, &(n, _))| datagram(&bufs, i, n)));
         }
         for (i, &(n, src)) in received.iter().enumerate() {
             if src.port() == 0 || src.ip().is_unspecified() {

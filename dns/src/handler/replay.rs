@@ -23,14 +23,17 @@
 //! index or options), and the whole store when it outgrows [`BUDGET`] (about 16 MiB).
 //!
 //! The lookup is laid out for the cache, since a worker's copies outgrow it: a small table
-//! from the hash of the query's bytes to a copy's place, and each copy in one allocation, the
-//! query's bytes first (compared, so two queries whose hashes collide never share a reply)
-//! and the reply after them.
+//! from the hash of the query's bytes to a copy's place in one arena, where the copies lie
+//! one after another: a short head (lengths, what the metrics need), the query's bytes
+//! (compared, so two queries whose hashes collide never share a reply), the reply's. A
+//! replayed answer reads the table's slot and one run of bytes, and nothing in the arena is
+//! rounded up to an allocator's size class.
 
 use std::hash::Hasher;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use rustc_hash::{FxHashMap, FxHasher};
 
@@ -40,25 +43,40 @@ use crate::metrics::{Proto, Source};
 
 /// About the memory one worker's copies take before it starts over.
 pub const BUDGET: usize = 16 << 20;
-/// What one copy costs beyond its query and reply bytes (the entry, the table's slot and
-/// control byte, rounded up).
-const ENTRY_OVERHEAD: usize = 96;
+/// What one copy costs beyond its bytes in the arena: the table's slot and control byte,
+/// rounded up.
+const SLOT_COST: usize = 24;
 /// Longer queries are not worth keeping (they carry options such as cookies).
 const MAX_QUERY: usize = 512;
 /// The header's TC bit (in its third byte).
 const TC: u8 = 0x02;
 /// Compression pointers followed before a name is taken as malformed.
 const MAX_HOPS: usize = 16;
+/// The length of a [`Head`] in the arena.
+const HEAD: usize = 12;
+/// A [`Head`]'s `shuffle` when there is nothing to shuffle.
+const NO_SHUFFLE: u32 = u32::MAX;
+/// The DO bit, kept beside the response code (12 bits) in a [`Head`].
+const HEAD_DO: u16 = 0x8000;
 
 /// One worker's replies.
 pub struct Replay {
     generation: u64,
-    /// Where each copy is in `entries`, by the hash of its query's bytes after the ID.
+    /// Where each copy starts in `arena`, by the hash of its query's bytes after the ID.
     places: FxHashMap<u64, u32>,
-    entries: Vec<Entry>,
+    /// The copies one after another, each a [`Head`], the query's bytes after the ID and the
+    /// reply's bytes: one place to read per answer, nothing of the allocator's between them.
+    arena: Vec<u8>,
+    /// The addresses to shuffle of the copies that have some.
+    shuffles: Vec<Addresses>,
+    /// What the copies take: the arena, the table's slots and the addresses to shuffle.
     bytes: usize,
     budget: usize,
     hits: u64,
+    /// When the burst being answered arrived.
+    burst_arrived: Instant,
+    /// The places of the burst's copies, while [`Replay::arrived`] reads them.
+    warming: Vec<u32>,
 }
 
 impl Default for Replay {
@@ -67,14 +85,22 @@ impl Default for Replay {
     }
 }
 
-/// A reply as sent, with the query it answered and what must change for the next client.
-struct Entry {
-    /// The query's bytes after the ID, then the reply's.
-    bytes: Box<[u8]>,
-    /// Where the reply starts in `bytes`.
-    reply_at: usize,
-    addresses: Option<Addresses>,
+/// What a copy needs beyond its bytes, written before them in the arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    query_len: u16,
+    reply_len: u16,
     decided: Decided,
+    /// The copy's addresses in [`Replay::shuffles`], or [`NO_SHUFFLE`].
+    shuffle: u32,
+}
+
+/// A copy as found in the arena.
+struct Kept<'a> {
+    head: Head,
+    /// The query's bytes after the ID.
+    query: &'a [u8],
+    reply: &'a [u8],
 }
 
 /// Where the addresses to shuffle lie: `len` bytes at each offset.
@@ -87,13 +113,23 @@ struct Addresses {
 impl Replay {
     /// A store that starts over once its copies take about `budget` bytes.
     pub fn with_budget(budget: usize) -> Self {
-        Replay { generation: 0, places: FxHashMap::default(), entries: Vec::new(), bytes: 0, budget, hits: 0 }
+        Replay {
+            generation: 0,
+            places: FxHashMap::default(),
+            arena: Vec::new(),
+            shuffles: Vec::new(),
+            bytes: 0,
+            budget,
+            hits: 0,
+            burst_arrived: Instant::now(),
+            warming: Vec::new(),
+        }
     }
 
     /// Answers `query` from `src` over UDP: a copy of an earlier reply when there is one,
-    /// else through [`wire::handle`], keeping the reply when it may be replayed.
+    /// else through [`wire::handle`], keeping the reply when it may be replayed. A copy's
+    /// answer time counts from the last [`Replay::arrived`].
     pub fn handle(&mut self, core: &Core, query: &[u8], src: SocketAddr) -> Handled {
-        let started = Instant::now();
         let generation = core.generation();
         if generation != self.generation {
             self.clear();
@@ -105,58 +141,102 @@ impl Replay {
         }
         let key = &query[2..];
         let hash = hash(key);
-        let place = self.places.get(&hash).map(|&i| i as usize);
-        if let Some(entry) = place.map(|i| &self.entries[i])
-            && entry.query() == key
-        {
+        let found = self.places.get(&hash).map(|&at| self.kept(at)).filter(|kept| kept.query == key);
+        if let Some(kept) = found {
+            let reply = kept.replay(core, query, src, self.burst_arrived, &self.shuffles);
             self.hits += 1;
-            return Handled::Respond(entry.replay(core, query, src, started));
+            return Handled::Respond(reply);
         }
         let (handled, decided) = wire::handle(core, query, src, Proto::Udp);
-        if let (Handled::Respond(reply), Some(decided)) = (&handled, decided)
-            && let Some(entry) = Entry::keep(key, reply, decided, core.options().shuffle)
-        {
-            self.insert(hash, place, entry);
+        if let (Handled::Respond(reply), Some(decided)) = (&handled, decided) {
+            self.keep(hash, key, reply, decided, core.options().shuffle);
         }
         handled
     }
 
-    /// Reads where the copies for `queries` lie, so that answering them finds them in the
-    /// cache: a burst's lookups overlap here, where one by one each would wait for memory.
-    pub fn warm<'q>(&self, queries: impl IntoIterator<Item = &'q [u8]>) {
+    /// Notes that a burst of `queries` arrived, and reads where their copies lie so that
+    /// answering them finds them in the cache. The reads go in stages over the whole burst
+    /// (the table, then each copy's head, then the rest of it), so that the burst's waits for
+    /// memory overlap instead of each answer waiting for its own chain of them. A copy's
+    /// answer time counts from here.
+    pub fn arrived<'q>(&mut self, queries: impl IntoIterator<Item = &'q [u8]>) {
+        self.burst_arrived = Instant::now();
+        self.warming.clear();
         for query in queries {
-            let Some(key) = query.get(2..) else { continue };
-            if let Some(&i) = self.places.get(&hash(key)) {
-                // The query's bytes, compared, and the reply's, copied: a few cache lines.
-                for line in self.entries[i as usize].bytes.iter().step_by(64) {
-                    std::hint::black_box(*line);
-                }
+            if let Some(&at) = query.get(2..).and_then(|key| self.places.get(&hash(key))) {
+                self.warming.push(at);
             }
+        }
+        for &at in &self.warming {
+            std::hint::black_box(self.arena[at as usize]);
+        }
+        for &at in &self.warming {
+            // The query's bytes, compared, and the reply's, copied: a few cache lines.
+            let kept = self.kept(at);
+            for line in kept.query.iter().chain(kept.reply).step_by(64) {
+                std::hint::black_box(*line);
+            }
+            std::hint::black_box(kept.reply.last());
         }
     }
 
-    /// Keeps `entry` under `hash`, in the place of the copy found there (`place`: another
-    /// query with the same hash) if any.
-    fn insert(&mut self, hash: u64, place: Option<usize>, entry: Entry) {
-        let size = entry.bytes.len() + ENTRY_OVERHEAD;
-        if let Some(i) = place {
-            self.bytes -= self.entries[i].bytes.len() + ENTRY_OVERHEAD;
-            self.entries[i] = entry;
-            self.bytes += size;
+    /// The copy starting at `at` in the arena.
+    fn kept(&self, at: u32) -> Kept<'_> {
+        let at = at as usize;
+        let head = Head::read(&self.arena[at..at + HEAD]);
+        let query_at = at + HEAD;
+        let reply_at = query_at + usize::from(head.query_len);
+        Kept {
+            head,
+            query: &self.arena[query_at..reply_at],
+            reply: &self.arena[reply_at..reply_at + usize::from(head.reply_len)],
+        }
+    }
+
+    /// Keeps `reply` to `query` (its bytes after the ID) under `hash`, unless it cannot be
+    /// replayed by copying. A copy already under `hash` (another query whose hash collides)
+    /// is replaced; its bytes stay in the arena until the store starts over.
+    fn keep(&mut self, hash: u64, query: &[u8], reply: &[u8], decided: Decided, shuffle: bool) {
+        if reply.len() < 12 || reply[2] & TC != 0 {
             return;
         }
+        let (Ok(query_len), Ok(reply_len)) = (u16::try_from(query.len()), u16::try_from(reply.len())) else {
+            return;
+        };
+        let addresses = if shuffle {
+            let Some(addresses) = shuffled_addresses(reply) else { return };
+            addresses
+        } else {
+            None
+        };
+        let size =
+            HEAD + query.len() + reply.len() + SLOT_COST + addresses.as_ref().map_or(0, Addresses::size);
         if self.bytes + size > self.budget {
             self.clear();
         }
-        let Ok(i) = u32::try_from(self.entries.len()) else { return };
+        let (Ok(at), Ok(next_shuffle)) =
+            (u32::try_from(self.arena.len()), u32::try_from(self.shuffles.len()))
+        else {
+            return;
+        };
+        let shuffle = match addresses {
+            Some(addresses) => {
+                self.shuffles.push(addresses);
+                next_shuffle
+            }
+            None => NO_SHUFFLE,
+        };
+        Head { query_len, reply_len, decided, shuffle }.write(&mut self.arena);
+        self.arena.extend_from_slice(query);
+        self.arena.extend_from_slice(reply);
         self.bytes += size;
-        self.entries.push(entry);
-        self.places.insert(hash, i);
+        self.places.insert(hash, at);
     }
 
     fn clear(&mut self) {
         self.places.clear();
-        self.entries.clear();
+        self.arena.clear();
+        self.shuffles.clear();
         self.bytes = 0;
     }
 
@@ -167,50 +247,73 @@ impl Replay {
 
     /// Replies kept.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.places.len()
     }
 
     /// True when none is kept.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.places.is_empty()
     }
 }
 
-impl Entry {
-    /// `reply` to `query` (its bytes after the ID) as an entry, or `None` when it cannot be
-    /// replayed by copying.
-    fn keep(query: &[u8], reply: &[u8], decided: Decided, shuffle: bool) -> Option<Entry> {
-        if reply.len() < 12 || reply[2] & TC != 0 {
-            return None;
+impl Head {
+    fn write(&self, arena: &mut Vec<u8>) {
+        let code = u16::from(self.decided.rcode) | if self.decided.dnssec_ok { HEAD_DO } else { 0 };
+        arena.extend_from_slice(&self.query_len.to_ne_bytes());
+        arena.extend_from_slice(&self.reply_len.to_ne_bytes());
+        arena.extend_from_slice(&u16::from(self.decided.qtype).to_ne_bytes());
+        arena.extend_from_slice(&code.to_ne_bytes());
+        arena.extend_from_slice(&self.shuffle.to_ne_bytes());
+    }
+
+    /// The head written at the start of `bytes` (at least [`HEAD`] of them).
+    fn read(bytes: &[u8]) -> Head {
+        let u16_at = |i: usize| u16::from_ne_bytes([bytes[i], bytes[i + 1]]);
+        let code = u16_at(6);
+        Head {
+            query_len: u16_at(0),
+            reply_len: u16_at(2),
+            decided: Decided {
+                qtype: RecordType::from(u16_at(4)),
+                rcode: <ResponseCode as From<u16>>::from(code & !HEAD_DO),
+                dnssec_ok: code & HEAD_DO != 0,
+            },
+            shuffle: u32::from_ne_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
         }
-        let addresses = if shuffle { shuffled_addresses(reply)? } else { None };
-        let bytes = [query, reply].concat().into_boxed_slice();
-        Some(Entry { bytes, reply_at: query.len(), addresses, decided })
     }
+}
 
-    /// The query's bytes after the ID.
-    fn query(&self) -> &[u8] {
-        &self.bytes[..self.reply_at]
-    }
-
+impl Kept<'_> {
     /// This reply for `query`: its ID, the addresses in a new order; counted in the metrics.
-    fn replay(&self, core: &Core, query: &[u8], src: SocketAddr, started: Instant) -> Vec<u8> {
-        let mut out = self.bytes[self.reply_at..].to_vec();
+    fn replay(
+        &self,
+        core: &Core,
+        query: &[u8],
+        src: SocketAddr,
+        arrived: Instant,
+        shuffles: &[Addresses],
+    ) -> Vec<u8> {
+        let mut out = self.reply.to_vec();
         out[..2].copy_from_slice(&query[..2]);
-        if let Some(addresses) = &self.addresses {
+        if let Some(addresses) = shuffles.get(self.head.shuffle as usize) {
             addresses.shuffle(&mut out);
         }
-        let Decided { qtype, rcode, dnssec_ok } = self.decided;
+        let Decided { qtype, rcode, dnssec_ok } = self.head.decided;
         let metrics = core.metrics();
         metrics.replayed.inc();
         metrics.request(Proto::Udp, src.is_ipv6(), qtype, query.len(), dnssec_ok);
-        let elapsed = started.elapsed().as_secs_f64();
+        let elapsed = arrived.elapsed().as_secs_f64();
         metrics.response(Proto::Udp, qtype, rcode, Source::Kubernetes, out.len(), elapsed);
         out
     }
 }
 
 impl Addresses {
+    /// What these take in memory.
+    fn size(&self) -> usize {
+        std::mem::size_of::<Addresses>() + self.offsets.len() * std::mem::size_of::<usize>()
+    }
+
     /// Puts the addresses in a random order (Fisher–Yates).
     fn shuffle(&self, bytes: &mut [u8]) {
         for i in (1..self.offsets.len()).rev() {

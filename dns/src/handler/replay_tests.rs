@@ -6,14 +6,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::view::ClusterView;
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use prometheus_client::registry::Registry;
 use tideway_core::cluster::Snapshot;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 
-use super::{Replay, hash, read_name};
+use super::{Decided, HEAD, Head, NO_SHUFFLE, Replay, hash, read_name};
 use crate::forward::cache::{Cache, CacheSettings};
 use crate::forward::{ForwardSettings, Forwarder};
 use crate::handler::wire::{Handled, handle_bytes};
@@ -262,4 +262,29 @@ fn queries_whose_hashes_collide_never_share_a_reply() {
     assert_eq!((replay.hits(), replay.len()), (0, 1), "not a hit; b's copy took a's place");
     assert_eq!(bytes(replay.handle(&core, &b, src())), full, "b replayed");
     assert_eq!(replay.hits(), 1);
+}
+
+#[test]
+fn a_copys_head_reads_back_as_written() {
+    let heads = [
+        Head {
+            query_len: 45,
+            reply_len: 1232,
+            decided: Decided { qtype: RecordType::SRV, rcode: ResponseCode::NXDomain, dnssec_ok: false },
+            shuffle: NO_SHUFFLE,
+        },
+        Head {
+            query_len: 512,
+            reply_len: u16::MAX,
+            // An extended code uses the top bits of the 12.
+            decided: Decided { qtype: RecordType::AAAA, rcode: ResponseCode::BADCOOKIE, dnssec_ok: true },
+            shuffle: 7,
+        },
+    ];
+    for head in heads {
+        let mut arena = vec![0xff];
+        head.write(&mut arena);
+        assert_eq!(arena.len(), 1 + HEAD);
+        assert_eq!(Head::read(&arena[1..]), head);
+    }
 }
