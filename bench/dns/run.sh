@@ -7,6 +7,10 @@
 # For every run it records dnsperf's QPS and latency, the server's own CPU seconds (utime +
 # stime from /proc/PID/stat: the box is shared, so answers per server CPU-second is the fair
 # figure), the whole box's busy CPU (to show background load), and RSS/PSS.
+# The box's busy CPU is the run's wall time on every CPU less the idle time /proc/stat
+# reports: the idle time is measured when a CPU leaves idle, while the busy fields are
+# sampled by the timer tick, which misses most of a server's short bursts between sleeps
+# (at 20k QPS they read half of what the server and dnsperf spent).
 #
 # Usage: bench/dns/run.sh            (about 9 minutes plus a release build)
 #   DURATION=20   seconds per saturation run
@@ -119,7 +123,7 @@ stop_server() {
 }
 
 cpu_ticks() { sed 's/.*) //' "/proc/$SPID/stat" | awk '{print $12 + $13}'; }
-busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+idle_ticks() { awk '/^cpu /{print $5 + $6}' /proc/stat; }
 mem_kb() { awk '/^Rss:/{r=$2} /^Pss:/{p=$2} END{print r, p}' "/proc/$SPID/smaps_rollup"; }
 
 # measure LABEL QUERIES CLIENT_PIN DNSPERF_ARGS...
@@ -128,14 +132,15 @@ measure() {
   local cset=()
   [ "$cpin" = yes ] && cset=(taskset -c "$CLIENT_CPU")
   read -r rss0 pss0 < <(mem_kb)
-  local c0 s0 c1 s1
-  c0=$(cpu_ticks); s0=$(busy_ticks)
+  local c0 c1 i0 w0 i1 w1 busy
+  c0=$(cpu_ticks); i0=$(idle_ticks); w0=$(date +%s.%N)
   /usr/bin/time -f "%U %S" -o "$B/results/$label.ctime" "${cset[@]}" \
     dnsperf -s 127.0.0.1 -p "$SPORT" -d "$queries" "$@" > "$B/results/$label.dnsperf" 2>&1
-  c1=$(cpu_ticks); s1=$(busy_ticks)
+  c1=$(cpu_ticks); i1=$(idle_ticks); w1=$(date +%s.%N)
   read -r rss1 pss1 < <(mem_kb)
   local hz; hz=$(getconf CLK_TCK)
-  echo "$label $(( c1 - c0 )) $(( s1 - s0 )) $hz $rss0 $pss0 $rss1 $pss1 $(cat "$B/results/$label.ctime")" > "$B/results/$label.meta"
+  busy=$(echo "$w0 $w1 $(nproc) $hz $i0 $i1" | awk '{printf "%d", ($2 - $1) * $3 * $4 - ($6 - $5)}')
+  echo "$label $(( c1 - c0 )) $busy $hz $rss0 $pss0 $rss1 $pss1 $(cat "$B/results/$label.ctime")" > "$B/results/$label.meta"
 }
 
 row() {
