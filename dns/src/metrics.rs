@@ -277,101 +277,103 @@ impl Metrics {
             index_endpoints: Gauge::default(),
             index_build_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
         };
+        // prometheus-client ends every help text with a period of its own: CoreDNS's texts
+        // are written here without theirs.
         let r = registry;
         r.register(
             "coredns_dns_requests",
-            "Counter of DNS requests made per zone, protocol and family.",
+            "Counter of DNS requests made per zone, protocol and family",
             m.requests.clone(),
         );
-        r.register("coredns_dns_responses", "Counter of response status codes.", m.responses.clone());
+        r.register("coredns_dns_responses", "Counter of response status codes", m.responses.clone());
         r.register(
             "coredns_dns_request_duration_seconds",
-            "Histogram of the time (in seconds) each request took per zone.",
+            "Histogram of the time (in seconds) each request took per zone",
             m.durations.clone(),
         );
         r.register(
             "coredns_dns_request_size_bytes",
-            "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol.",
+            "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol",
             m.request_sizes.clone(),
         );
         r.register(
             "coredns_dns_response_size_bytes",
-            "Size of the returned response in bytes.",
+            "Size of the returned response in bytes",
             m.response_sizes.clone(),
         );
         r.register(
             "coredns_dns_do_requests",
-            "Counter of DNS requests with DO bit set per zone.",
+            "Counter of DNS requests with DO bit set per zone",
             m.do_requests.clone(),
         );
-        r.register("coredns_cache_entries", "The number of elements in the cache.", m.cache_entries.clone());
-        r.register("coredns_cache_hits", "The count of cache hits.", m.cache_hits.clone());
+        r.register("coredns_cache_entries", "The number of elements in the cache", m.cache_entries.clone());
+        r.register("coredns_cache_hits", "The count of cache hits", m.cache_hits.clone());
         r.register(
             "coredns_cache_misses",
-            "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
+            "The count of cache misses. Deprecated, derive misses from cache hits/requests counters",
             m.cache_misses.clone(),
         );
-        r.register("coredns_cache_requests", "The count of cache requests.", m.cache_requests.clone());
+        r.register("coredns_cache_requests", "The count of cache requests", m.cache_requests.clone());
         r.register(
             "coredns_cache_prefetch",
-            "The number of times the cache has prefetched a cached item.",
+            "The number of times the cache has prefetched a cached item",
             m.cache_prefetches.clone(),
         );
-        r.register("coredns_cache_evictions", "The count of cache evictions.", m.cache_evictions.clone());
+        r.register("coredns_cache_evictions", "The count of cache evictions", m.cache_evictions.clone());
         r.register(
             "coredns_forward_requests",
-            "Counter of requests made per upstream.",
+            "Counter of requests made per upstream",
             m.forward_requests.clone(),
         );
         r.register(
             "coredns_forward_responses",
-            "Counter of responses received per upstream.",
+            "Counter of responses received per upstream",
             m.forward_responses.clone(),
         );
         r.register(
             "coredns_forward_request_duration_seconds",
-            "Histogram of the time each request took.",
+            "Histogram of the time each request took",
             m.forward_durations.clone(),
         );
         r.register(
             "coredns_forward_max_concurrent_rejects",
-            "Counter of the number of queries rejected because the concurrent queries were at maximum.",
+            "Counter of the number of queries rejected because the concurrent queries were at maximum",
             m.forward_max_concurrent_rejects.clone(),
         );
         r.register(
             "coredns_forward_healthcheck_broken",
-            "Counter of the number of complete failures of the upstreams.",
+            "Counter of the number of complete failures of the upstreams",
             m.forward_healthcheck_broken.clone(),
         );
-        r.register("coredns_panics", "A metrics that counts the number of panics.", m.panics.clone());
+        r.register("coredns_panics", "A metrics that counts the number of panics", m.panics.clone());
         r.register(
             "coredns_reload_failed",
-            "Counter of the number of failed reload attempts.",
+            "Counter of the number of failed reload attempts",
             m.reload_failed.clone(),
         );
         r.register(
             "tideway_dns_not_programmed",
-            "ClusterIP answers held back (SERVFAIL) because the asking pod's node had not programmed the Service yet.",
+            "ClusterIP answers held back (SERVFAIL) because the asking pod's node had not programmed the Service yet",
             m.not_programmed.clone(),
         );
         r.register(
             "tideway_dns_replayed_answers",
-            "Answers a UDP worker sent as a copy of its earlier reply to the same query.",
+            "Answers a UDP worker sent as a copy of its earlier reply to the same query",
             m.replayed.clone(),
         );
         r.register(
             "tideway_dns_index_services",
-            "Services published in the cluster zone.",
+            "Services published in the cluster zone",
             m.index_services.clone(),
         );
         r.register(
             "tideway_dns_index_endpoints",
-            "Ready endpoint addresses published in the cluster zone.",
+            "Ready endpoint addresses published in the cluster zone",
             m.index_endpoints.clone(),
         );
         r.register(
             "tideway_dns_index_build_seconds",
-            "Time to rebuild the cluster zone's record index after a change.",
+            "Time to rebuild the cluster zone's record index after a change",
             m.index_build_seconds.clone(),
         );
         let build: Family<BuildLabels, Gauge> = Family::default();
@@ -382,7 +384,7 @@ impl Metrics {
                 goversion: "rust",
             })
             .set(1);
-        r.register("coredns_build_info", "A metric with a constant '1' value labeled by version, revision, and goversion from which CoreDNS was built.", build);
+        r.register("coredns_build_info", "A metric with a constant '1' value labeled by version, revision, and goversion from which CoreDNS was built", build);
         let plugins: Family<PluginLabels, Gauge> = Family::default();
         for name in [
             "kubernetes",
@@ -399,7 +401,7 @@ impl Metrics {
         }
         r.register(
             "coredns_plugin_enabled",
-            "A metric that indicates whether a plugin is enabled on per server and zone basis.",
+            "A metric that indicates whether a plugin is enabled on per server and zone basis",
             plugins,
         );
         m

@@ -144,6 +144,14 @@ fn forwarding_cache_and_external_names() {
     ] {
         assert!(metrics.contains(want), "missing {want} in\n{metrics}");
     }
+    // CoreDNS's help texts, word for word: one period at the end, as in CoreDNS.
+    assert!(
+        metrics.lines().any(|l| l
+            == "# HELP coredns_dns_requests Counter of DNS requests made per zone, protocol and family.")
+    );
+    let doubled: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with("# HELP") && l.ends_with("..")).collect();
+    assert!(doubled.is_empty(), "help texts ending in two periods: {doubled:?}");
     rt.block_on(server.shutdown());
 }
 
