@@ -288,3 +288,58 @@ fn a_copys_head_reads_back_as_written() {
         assert_eq!(Head::read(&arena[1..]), head);
     }
 }
+
+#[test]
+fn a_random_walk_of_bursts_gets_the_full_paths_replies() {
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+    // Without shuffling, so that a copy must equal the full path's reply byte for byte.
+    let no_shuffle = Options { shuffle: false, refuse_any: true };
+    let core = core_with(&crate::answer::tests::fixture(), &settings(), no_shuffle.clone());
+    let names = [
+        "svc1.testns.svc.cluster.local.",
+        "SVC1.testns.svc.cluster.local.",
+        "svc6.testns.svc.cluster.local.",
+        "svc-dual-stack.testns.svc.cluster.local.",
+        "hdls1.testns.svc.cluster.local.",
+        "_http._tcp.multiport.testns.svc.cluster.local.",
+        "nosuch.testns.svc.cluster.local.",
+        "svcempty.testns.svc.cluster.local.",
+        "cluster.local.",
+        "example.com.",
+    ];
+    let types = [RecordType::A, RecordType::AAAA, RecordType::SRV, RecordType::ANY];
+    let edns = [None, Some(1232)];
+    let mut rng = StdRng::seed_from_u64(27);
+    // A small store, so that it starts over many times along the walk.
+    let mut replay = Replay::with_budget(8000);
+    let mut starts_over = 0;
+    for step in 0..3000 {
+        let burst: Vec<Vec<u8>> = (0..rng.random_range(1..9))
+            .map(|_| {
+                let name = names[rng.random_range(0..names.len())];
+                let qtype = types[rng.random_range(0..types.len())];
+                query(rng.random(), name, qtype, edns[rng.random_range(0..edns.len())])
+            })
+            .collect();
+        replay.arrived(burst.iter().map(Vec::as_slice));
+        for q in &burst {
+            let before = replay.len();
+            let got = replay.handle(&core, q, src());
+            starts_over += usize::from(replay.len() < before);
+            match (got, handle_bytes(&core, q, src(), Proto::Udp)) {
+                (Handled::Respond(got), Handled::Respond(want)) => assert_eq!(got, want, "step {step}"),
+                (Handled::Later(_), Handled::Later(_)) => {}
+                _ => panic!("step {step}: replayed and full path disagree on whether to answer now"),
+            }
+        }
+        if step % 1000 == 999 {
+            // New options (the same values): every copy goes.
+            core.set_options(no_shuffle.clone());
+            bytes(replay.handle(&core, &query(1, names[0], RecordType::A, None), src()));
+            assert_eq!(replay.len(), 1, "step {step}: the copies went with the options");
+        }
+    }
+    assert!(replay.hits() > 2000, "a good part replayed: {}", replay.hits());
+    assert!(starts_over > 10, "the store started over {starts_over} times");
+}
