@@ -139,7 +139,7 @@ measure() {
   c1=$(cpu_ticks); i1=$(idle_ticks); w1=$(date +%s.%N)
   read -r rss1 pss1 < <(mem_kb)
   local hz; hz=$(getconf CLK_TCK)
-  busy=$(echo "$w0 $w1 $(nproc) $hz $i0 $i1" | awk '{printf "%d", ($2 - $1) * $3 * $4 - ($6 - $5)}')
+  busy=$(echo "$w0 $w1 $(getconf _NPROCESSORS_ONLN) $hz $i0 $i1" | awk '{printf "%d", ($2 - $1) * $3 * $4 - ($6 - $5)}')
   echo "$label $(( c1 - c0 )) $busy $hz $rss0 $pss0 $rss1 $pss1 $(cat "$B/results/$label.ctime")" > "$B/results/$label.meta"
 }
 
