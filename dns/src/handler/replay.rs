@@ -143,7 +143,7 @@ impl Replay {
         let hash = hash(key);
         let found = self.places.get(&hash).map(|&at| self.kept(at)).filter(|kept| kept.query == key);
         if let Some(kept) = found {
-            let reply = kept.replay(core, query, src, self.burst_arrived, &self.shuffles);
+            let reply = self.replay(&kept, core, query, src);
             self.hits += 1;
             return Handled::Respond(reply);
         }
@@ -191,6 +191,23 @@ impl Replay {
             query: &self.arena[query_at..reply_at],
             reply: &self.arena[reply_at..reply_at + usize::from(head.reply_len)],
         }
+    }
+
+    /// `kept`'s reply for `query`: its ID, the addresses in a new order; counted in the
+    /// metrics, its answer time from the burst's arrival.
+    fn replay(&self, kept: &Kept<'_>, core: &Core, query: &[u8], src: SocketAddr) -> Vec<u8> {
+        let mut out = kept.reply.to_vec();
+        out[..2].copy_from_slice(&query[..2]);
+        if let Some(addresses) = self.shuffles.get(kept.head.shuffle as usize) {
+            addresses.shuffle(&mut out);
+        }
+        let Decided { qtype, rcode, dnssec_ok } = kept.head.decided;
+        let metrics = core.metrics();
+        metrics.replayed.inc();
+        metrics.request(Proto::Udp, src.is_ipv6(), qtype, query.len(), dnssec_ok);
+        let elapsed = self.burst_arrived.elapsed().as_secs_f64();
+        metrics.response(Proto::Udp, qtype, rcode, Source::Kubernetes, out.len(), elapsed);
+        out
     }
 
     /// Keeps `reply` to `query` (its bytes after the ID) under `hash`, unless it cannot be
@@ -280,31 +297,6 @@ impl Head {
             },
             shuffle: u32::from_ne_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
         }
-    }
-}
-
-impl Kept<'_> {
-    /// This reply for `query`: its ID, the addresses in a new order; counted in the metrics.
-    fn replay(
-        &self,
-        core: &Core,
-        query: &[u8],
-        src: SocketAddr,
-        arrived: Instant,
-        shuffles: &[Addresses],
-    ) -> Vec<u8> {
-        let mut out = self.reply.to_vec();
-        out[..2].copy_from_slice(&query[..2]);
-        if let Some(addresses) = shuffles.get(self.head.shuffle as usize) {
-            addresses.shuffle(&mut out);
-        }
-        let Decided { qtype, rcode, dnssec_ok } = self.head.decided;
-        let metrics = core.metrics();
-        metrics.replayed.inc();
-        metrics.request(Proto::Udp, src.is_ipv6(), qtype, query.len(), dnssec_ok);
-        let elapsed = arrived.elapsed().as_secs_f64();
-        metrics.response(Proto::Udp, qtype, rcode, Source::Kubernetes, out.len(), elapsed);
-        out
     }
 }
 
