@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube
 
 demo: build
 	./scripts/demo.sh
@@ -31,6 +31,12 @@ generated: build
 
 check-generated: build
 	d=$$(mktemp -d) && ./target/debug/tideway crdgen --dir $$d && diff -ru helm/tideway/crds $$d; s=$$?; rm -rf $$d; exit $$s
+
+# The lab's Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kube-proxy, kubeadm) as one binary, target/kube/tideway-kube, built from kube/
+# into a cache outside the clone (a cache hit takes a second); see kube/README.md.
+kube:
+	./scripts/build-kube.sh
 
 # The Helm chart: lint, strict schema validation of every rendered object, RBAC, snapshots.
 test-helm:
