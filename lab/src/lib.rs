@@ -28,6 +28,7 @@ pub mod cli;
 pub mod control;
 pub mod faults;
 pub mod frr;
+pub mod kube;
 pub mod netns;
 pub mod procs;
 pub mod proxy;
