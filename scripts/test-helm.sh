@@ -46,9 +46,20 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 sets=(default ha-monitoring custom-dns self-signed-tls bgp)
+# `helm template` cannot look up the API server's address (apiServer.address=auto): every
+# render names one, and a render without it must fail saying what to set.
+API=(--set apiServer.address=192.0.2.10:6443)
+if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system 2>&1); then
+  echo "helm template without apiServer.address rendered; it must fail naming the value"; exit 1
+elif ! grep -q 'set apiServer.address=HOST:PORT' <<<"$msg"; then
+  echo "helm template without apiServer.address failed without naming it: $msg"; exit 1
+fi
+if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system --set apiServer.address=10.96.0.1 2>&1); then
+  echo "apiServer.address without a port rendered"; exit 1
+fi
 for s in "${sets[@]}"; do
-  args=()
-  [ "$s" = default ] || args=(-f "$CHART/ci/$s-values.yaml")
+  args=("${API[@]}")
+  [ "$s" = default ] || args+=(-f "$CHART/ci/$s-values.yaml")
   "$HELM" lint --strict "$CHART" "${args[@]}" >/dev/null
   "$HELM" template tideway "$CHART" --namespace tideway-system --include-crds "${args[@]}" > "$out/$s.yaml"
 done
@@ -56,8 +67,8 @@ echo "helm lint: ${#sets[@]} value sets clean"
 
 # NOTES say where the CA is exactly when the REST APIs serve HTTPS.
 for s in "${sets[@]}"; do
-  args=()
-  [ "$s" = default ] || args=(-f "$CHART/ci/$s-values.yaml")
+  args=("${API[@]}")
+  [ "$s" = default ] || args+=(-f "$CHART/ci/$s-values.yaml")
   notes=$("$HELM" install --dry-run tideway "$CHART" --namespace tideway-system "${args[@]}" | sed -n '/^NOTES:/,$p')
   case "$s" in
     self-signed-tls) want="get secret tideway-tls" ;;

@@ -89,3 +89,22 @@ podAntiAffinity:
 - name: tls
   secret: {secretName: {{ include "tideway.tlsSecret" . }}}
 {{- end -}}
+
+{{/* The API server's address the agents use, HOST:PORT: apiServer.address, or with `auto` the
+     server of kube-public/cluster-info's kubeconfig (kubeadm publishes it). */}}
+{{- define "tideway.apiServer" -}}
+{{- $address := .Values.apiServer.address -}}
+{{- if eq $address "auto" -}}
+{{- $info := lookup "v1" "ConfigMap" "kube-public" "cluster-info" -}}
+{{- if not $info -}}
+{{- fail "apiServer.address=auto reads the API server's address from kube-public/cluster-info, which this cluster lacks or `helm template` cannot read: set apiServer.address=HOST:PORT (the control plane's endpoint, not the kubernetes Service's ClusterIP)" -}}
+{{- end -}}
+{{- $kubeconfig := fromYaml (index $info.data "kubeconfig") -}}
+{{- $server := (index $kubeconfig.clusters 0).cluster.server -}}
+{{- $address = trimPrefix "https://" $server -}}
+{{- end -}}
+{{- if not (regexMatch "^[^:/]+:[0-9]+$|^\\[[0-9a-fA-F:]+\\]:[0-9]+$" $address) -}}
+{{- fail (printf "apiServer.address %q is not HOST:PORT" $address) -}}
+{{- end -}}
+{{- $address -}}
+{{- end -}}
