@@ -200,6 +200,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::failing_fast_client(args.kubeconfig.as_deref()).await?;
+                let url = tideway_sources::kube::server_url(args.kubeconfig.as_deref()).await?;
+                let in_cluster = args.kubeconfig.is_none() && SourceSpec::in_pod();
+                cluster.describe_unanswered(tideway_sources::kube::unanswered(&url, in_cluster));
                 review = Some(Arc::new(CachedReview::new(
                     KubeReview::new(client.clone())
                         .with_audiences(args.api_audience.iter().cloned().collect()),

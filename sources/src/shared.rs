@@ -81,6 +81,8 @@ pub struct SharedCluster<S = ClusterState> {
     unlisted: Arc<Mutex<Vec<String>>>,
     /// Supervised tasks that panicked and have not recovered yet: task -> what happened.
     faults: Arc<Mutex<BTreeMap<String, String>>>,
+    /// What to say of the API server while it does not answer before the first view.
+    unanswered: Arc<Mutex<Option<String>>>,
 }
 
 impl<S> Clone for SharedCluster<S> {
@@ -93,6 +95,7 @@ impl<S> Clone for SharedCluster<S> {
             api_reachable: self.api_reachable.clone(),
             unlisted: Arc::clone(&self.unlisted),
             faults: Arc::clone(&self.faults),
+            unanswered: Arc::clone(&self.unanswered),
         }
     }
 }
@@ -108,6 +111,7 @@ impl<S: Store> Default for SharedCluster<S> {
             api_reachable: watch::channel(true).0,
             unlisted: Arc::default(),
             faults: Arc::default(),
+            unanswered: Arc::default(),
         }
     }
 }
@@ -172,10 +176,23 @@ impl<S: Store> SharedCluster<S> {
             return Vec::new();
         }
         let unlisted = self.unlisted.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if unlisted.is_empty() {
-            return vec!["the source's first complete view".into()];
+        let mut what = Vec::new();
+        if !self.api_reachable()
+            && let Some(said) = self.unanswered.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        {
+            what.push(said);
         }
-        unlisted.into_iter().map(|k| format!("the first list of {k}")).collect()
+        if unlisted.is_empty() {
+            what.push("the source's first complete view".into());
+        }
+        what.extend(unlisted.into_iter().map(|k| format!("the first list of {k}")));
+        what
+    }
+
+    /// What [`SharedCluster::waiting_for`] says first while the API server does not answer
+    /// (which server, and what may stand between it and this component).
+    pub fn describe_unanswered(&self, said: String) {
+        *self.unanswered.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
     }
 
     /// Records that `task` (a watch, a writer) panicked and was started again: `what` is shown
@@ -252,5 +269,26 @@ impl<S: Store> SharedCluster<S> {
     /// Replaces every invalid object (a source that reads everything at once).
     pub fn replace_invalid(&self, objects: InvalidObjects) {
         *self.invalid() = objects;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_server_that_does_not_answer_is_named_first_until_it_answers() {
+        let cluster = SharedCluster::new();
+        cluster.set_unlisted(vec!["Node".into()]);
+        cluster.describe_unanswered("the API server at https://10.96.0.1:443, which does not answer".into());
+        assert_eq!(cluster.waiting_for(), ["the first list of Node"], "said only while unreachable");
+        cluster.set_api_reachable(false);
+        assert_eq!(
+            cluster.waiting_for(),
+            ["the API server at https://10.96.0.1:443, which does not answer", "the first list of Node"]
+        );
+        cluster.set_api_reachable(true);
+        cluster.mark_synced();
+        assert!(cluster.waiting_for().is_empty());
     }
 }

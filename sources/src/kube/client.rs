@@ -41,6 +41,28 @@ pub async fn failing_fast_client(kubeconfig: Option<&Path>) -> Result<Client, Cl
     Client::try_from(config).map_err(ClientError::Client)
 }
 
+/// The API server's URL as [`client`] would reach it.
+pub async fn server_url(kubeconfig: Option<&Path>) -> Result<String, ClientError> {
+    Ok(config(kubeconfig).await?.cluster_url.to_string())
+}
+
+/// What to say while the API server at `url` does not answer a component's first lists;
+/// `in_cluster`: the address came from the pod's environment (`KUBERNETES_SERVICE_HOST`), which
+/// the kubelet sets to the `kubernetes` Service's ClusterIP unless the pod's spec names another.
+pub fn unanswered(url: &str, in_cluster: bool) -> String {
+    let url = url.trim_end_matches('/');
+    if in_cluster {
+        format!(
+            "the API server at {url}, which does not answer: when that is the `kubernetes` Service's \
+             ClusterIP, only this node's own Service rules serve it, and they are not programmed \
+             before the first sync; give the agent the control plane's address (the chart's \
+             apiServer.address, i.e. KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)"
+        )
+    } else {
+        format!("the API server at {url}, which does not answer")
+    }
+}
+
 async fn config(kubeconfig: Option<&Path>) -> Result<Config, ClientError> {
     match kubeconfig {
         Some(path) => {

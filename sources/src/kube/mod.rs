@@ -49,7 +49,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use adapter::{KindAdapter, Outcome};
-pub use client::{ClientError, client, failing_fast_client};
+pub use client::{ClientError, client, failing_fast_client, server_url, unanswered};
 pub use errors::{ErrorCause, ErrorLog, classify, classify_request};
 pub use kinds::{Holds, Kind, Reader};
 pub use lease::{KubeLease, record as lease_record};
