@@ -87,6 +87,24 @@ impl Procs {
         }
     }
 
+    /// Stops and forgets `label` gracefully: SIGTERM, then SIGKILL if it still runs `within`
+    /// later (for processes that keep state: the control plane's).
+    pub fn terminate(&mut self, label: &str, within: Duration) {
+        let Some(mut p) = self.procs.remove(label) else { return };
+        let Some(c) = p.child.as_mut() else { return };
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if !matches!(c.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
     /// Stops every process whose label starts with `prefix`.
     pub fn remove_prefixed(&mut self, prefix: &str) {
         let labels: Vec<String> = self.procs.keys().filter(|l| l.starts_with(prefix)).cloned().collect();
