@@ -159,6 +159,32 @@ enum LabCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make a pod fail its readiness probe (`unready`) or pass it again (`ready`), in a lab
+    /// run with the lab's kubelet.
+    Pod {
+        /// The pod (`namespace/name`, or `name` in `default`).
+        pod: String,
+        /// `unready` or `ready`.
+        #[arg(value_parser = ["unready", "ready"])]
+        state: String,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Run the lab's kubelet for one node (started by the lab, inside the node's namespace).
+    #[command(hide = true)]
+    Kubelet {
+        /// Its configuration (JSON).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run one container of a pod (started by the lab's kubelet).
+    #[command(hide = true)]
+    Container {
+        /// The container's spec (JSON).
+        #[arg(long)]
+        spec: PathBuf,
+    },
     /// Remove everything the lab made (idempotent; works after a crash).
     Down {
         /// The lab (default: every lab).
@@ -250,8 +276,25 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        LabCommand::Pod { pod, state, name } => pod_readiness(name, pod, state == "unready"),
+        LabCommand::Kubelet { config } => crate::kubelet::main(config),
+        LabCommand::Container { spec } => crate::kubelet::runtime::run_helper(spec),
         LabCommand::Down { name } => down(name.as_deref()),
     }
+}
+
+fn pod_readiness(name: &Option<String>, pod: &str, unready: bool) -> anyhow::Result<i32> {
+    let name = pick(name.clone())?;
+    let (ns, pod) = pod.split_once('/').unwrap_or(("default", pod));
+    let nodes = crate::kubelet::flag_unready(&lab_dir(&name), ns, pod, unready).unwrap_or_default();
+    if nodes.is_empty() {
+        bail!(
+            "lab {name}: no node runs pod {ns}/{pod} (the lab's kubelet runs pods in a lab up with --kube)"
+        );
+    }
+    let what = if unready { "fails its readiness probe" } else { "passes its readiness probe again" };
+    println!("lab {name}: pod {ns}/{pod} on {} {what}", nodes.join(", "));
+    Ok(0)
 }
 
 fn fault(name: &Option<String>, fault: Fault) -> anyhow::Result<i32> {

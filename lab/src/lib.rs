@@ -29,6 +29,7 @@ pub mod control;
 pub mod faults;
 pub mod frr;
 pub mod kube;
+pub mod kubelet;
 pub mod netns;
 pub mod procs;
 pub mod proxy;
