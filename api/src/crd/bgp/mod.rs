@@ -181,10 +181,9 @@ pub struct CommunitySpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct CommunityAlias {
     /// The name advertisements use.
-    #[serde(default)]
     pub name: String,
-    /// `65535:65282` or `large:1:2:3`.
-    #[serde(default)]
+    /// `65535:65282` or `large:1:2:3` (required: an empty default would break its own pattern,
+    /// which the API server refuses in the CRD itself).
     pub value: String,
 }
 
