@@ -48,6 +48,15 @@ enum LabCommand {
         /// same name (default 50s).
         #[arg(long, value_parser = tideway_api::duration::parse_duration)]
         node_monitor_grace_period: Option<Duration>,
+        /// Run a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+        /// kube-scheduler, built by `make kube`) with a lab kubelet per node, and Tideway as the
+        /// chart's Pods; the admin kubeconfig is the lab directory's `kubeconfig`.
+        #[arg(long)]
+        kube: bool,
+        /// With --kube: the kubelets rewrite projected ServiceAccount tokens this often instead
+        /// of at 80 % of their lifetime (tests).
+        #[arg(long, value_parser = tideway_api::duration::parse_duration, hide = true)]
+        token_rotation: Option<Duration>,
         /// Set by `--detach` for the process it starts: the lab directory is already prepared.
         #[arg(long, hide = true)]
         background: bool,
@@ -244,11 +253,21 @@ fn pick(name: Option<String>) -> anyhow::Result<String> {
 /// Runs `tideway lab ...`.
 pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
     match &args.command {
-        LabCommand::Up { file, mode, detach, name, node_monitor_grace_period, background } => {
+        LabCommand::Up {
+            file,
+            mode,
+            detach,
+            name,
+            node_monitor_grace_period,
+            kube,
+            token_rotation,
+            background,
+        } => {
             let opts = UpOptions {
                 mode: mode.clone(),
                 detach: *detach,
                 grace: node_monitor_grace_period.unwrap_or(NODE_MONITOR_GRACE),
+                kube: kube.then_some(*token_rotation),
                 background: *background,
             };
             up(file.as_deref(), opts, name)
@@ -389,11 +408,13 @@ struct UpOptions {
     mode: Option<String>,
     detach: bool,
     grace: Duration,
+    /// A kube lab, with the kubelets' token rotation period if any.
+    kube: Option<Option<Duration>>,
     background: bool,
 }
 
 fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
-    let UpOptions { mode, detach, grace, background } = opts;
+    let UpOptions { mode, detach, grace, kube, background } = opts;
     require_root()?;
     if mode.as_deref() == Some("ipvs") {
         require_ipvs()?;
@@ -423,11 +444,14 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     }
     let bin = std::env::current_exe().context("locating the tideway binary")?;
     if detach {
-        return detached(&bin, file, mode.as_deref(), grace, name, &dir);
+        return detached(&bin, file, mode.as_deref(), grace, kube, name, &dir);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut lab = Lab::new(name, dir.clone(), bin, mode);
     lab.set_node_grace(grace);
+    if let Some(rotation) = kube {
+        lab.set_kube(rotation);
+    }
     let code = rt.block_on(crate::up::serve(lab, spec, true));
     let _ = std::fs::remove_dir_all(&dir);
     code
@@ -439,6 +463,7 @@ fn detached(
     file: Option<&Path>,
     mode: Option<&str>,
     grace: Duration,
+    kube: Option<Option<Duration>>,
     name: &str,
     dir: &Path,
 ) -> anyhow::Result<i32> {
@@ -446,6 +471,12 @@ fn detached(
     let mut cmd = std::process::Command::new("setsid");
     cmd.arg(bin).args(["lab", "up", "--background", "--name", name]);
     cmd.arg("--node-monitor-grace-period").arg(format!("{}ms", grace.as_millis()));
+    if let Some(rotation) = kube {
+        cmd.arg("--kube");
+        if let Some(r) = rotation {
+            cmd.arg("--token-rotation").arg(format!("{}ms", r.as_millis()));
+        }
+    }
     if let Some(f) = file {
         cmd.arg("-f").arg(std::fs::canonicalize(f)?);
     }

@@ -22,6 +22,10 @@ async fn forward_apis(lab: &mut Lab) -> std::io::Result<()> {
         lab.apis.insert(format!("agent/{}", n.name), proxy::forward(ns.clone(), local(10249)).await?);
         lab.apis.insert(format!("agent/{}/healthz", n.name), proxy::forward(ns, local(10256)).await?);
     }
+    if lab.is_kube() {
+        // The operator and DNS are the chart's Pods, wherever the scheduler put them.
+        return Ok(());
+    }
     lab.apis.insert("operator".into(), proxy::forward(lab.names.operator(), local(8080)).await?);
     if let Some(dns) = lab.world.pods.iter().find(|p| p.is_dns()).cloned() {
         let ns = lab.names.pod(&dns.namespace, &dns.name);

@@ -17,6 +17,8 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::{Client, Error};
 use serde_json::Value;
 
+/// How long a namespace's `default` ServiceAccount may take to be made.
+const SERVICE_ACCOUNT_WITHIN: Duration = Duration::from_secs(60);
 /// How long a new CustomResourceDefinition may take to be served.
 const CRD_SERVED_WITHIN: Duration = Duration::from_secs(30);
 
@@ -27,7 +29,7 @@ pub enum ApplyError {
     #[error("an object without apiVersion, kind or metadata.name: {0}")]
     Unnamed(String),
     /// The API server does not serve the kind.
-    #[error("{kind} {name}: the API server does not serve {api_version} {kind}: {source}")]
+    #[error("{kind} {name}: the API server does not serve {api_version} {kind}: {}", said(error))]
     Unknown {
         /// apiVersion.
         api_version: String,
@@ -36,11 +38,10 @@ pub enum ApplyError {
         /// `namespace/name` or `name`.
         name: String,
         /// Why.
-        #[source]
-        source: Box<Error>,
+        error: Box<Error>,
     },
     /// The API server refused the request.
-    #[error("{verb} {kind} {name}: {source}")]
+    #[error("{verb} {kind} {name}: {}", said(error))]
     Refused {
         /// `apply`, `delete`, `list`.
         verb: &'static str,
@@ -49,12 +50,19 @@ pub enum ApplyError {
         /// `namespace/name` or `name`.
         name: String,
         /// The server's answer.
-        #[source]
-        source: Box<Error>,
+        error: Box<Error>,
     },
     /// A CustomResourceDefinition that was not served in time.
     #[error("CustomResourceDefinition {0} is not served after {CRD_SERVED_WITHIN:?}")]
     NotServed(String),
+}
+
+/// What the server said: its message for a refusal, the error otherwise.
+fn said(e: &Error) -> String {
+    match e {
+        Error::Api(s) => s.message.clone(),
+        e => e.to_string(),
+    }
 }
 
 /// An object's kind and name: `(apiVersion, kind, namespace, name)`.
@@ -129,7 +137,7 @@ impl Applier {
                 api_version: api_version.clone(),
                 kind: kind.clone(),
                 name: shown(key),
-                source: Box::new(source),
+                error: Box::new(source),
             })?;
         self.resources.insert((api_version, kind), found.clone());
         Ok(found)
@@ -163,9 +171,23 @@ impl Applier {
             verb: "apply",
             kind: key.1.clone(),
             name: shown(&key),
-            source: Box::new(source),
+            error: Box::new(source),
         };
-        match api.patch(&key.3, &params, &Patch::Apply(obj)).await {
+        let patch = Patch::Apply(obj);
+        let mut answer = api.patch(&key.3, &params, &patch).await;
+        let deadline = Instant::now() + SERVICE_ACCOUNT_WITHIN;
+        // A new namespace's `default` ServiceAccount comes from the controller-manager a moment
+        // later, and admission refuses pods until it does (a client that created the namespace
+        // and its pods at once retries, as kubectl users do by hand).
+        while let Err(Error::Api(s)) = &answer
+            && s.code == 403
+            && s.message.contains("serviceaccount")
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            answer = api.patch(&key.3, &params, &patch).await;
+        }
+        match answer {
             Ok(_) => {}
             Err(Error::Api(s)) if key.1 == "Pod" && s.code == 422 => {
                 // A Pod's spec is mostly immutable: replace it, as `kubectl apply --force` does.
@@ -186,7 +208,7 @@ impl Applier {
             verb: "delete",
             kind: key.1.clone(),
             name: shown(key),
-            source: Box::new(source),
+            error: Box::new(source),
         };
         match api.delete(&key.3, &DeleteParams::default()).await {
             Ok(_) => {}
@@ -246,7 +268,7 @@ impl Applier {
                 verb: "delete",
                 name: shown(&key),
                 kind: key.1,
-                source: Box::new(source),
+                error: Box::new(source),
             }),
         }
     }
@@ -267,7 +289,7 @@ impl Applier {
                 verb: "list",
                 kind: kind.clone(),
                 name: String::new(),
-                source: Box::new(source),
+                error: Box::new(source),
             })?;
             let manager = self.manager.clone();
             for o in list.items.iter().filter(|o| applied_by(o, &manager)) {

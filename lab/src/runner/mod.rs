@@ -17,9 +17,12 @@ use crate::procs::{Exit, Procs};
 use crate::spec::{Change, LabHost, LabSpec};
 use crate::topology::{self, Names};
 
+mod kube;
 mod processes;
 mod routers;
 mod status;
+
+pub use kube::KubeLabError;
 
 /// Why the lab could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +39,9 @@ pub enum LabError {
     /// A file or a process.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The kube lab's control plane or objects.
+    #[error(transparent)]
+    Kube(#[from] KubeLabError),
     /// FRR could not be set up.
     #[error(transparent)]
     Frr(#[from] crate::frr::FrrError),
@@ -73,6 +79,12 @@ pub struct Lab {
     routers_applied: BTreeMap<String, String>,
     /// When to try a router's configuration again after a failure.
     routers_retry_at: Option<Instant>,
+    /// A kube lab (`lab up --kube`): a real control plane in place of the lab's own.
+    kube_mode: bool,
+    /// The kube lab's control plane and view, once started.
+    kube: Option<kube::KubeSide>,
+    /// How often the kubelets rewrite projected tokens (tests; none: at 80 % of their life).
+    token_rotation: Option<Duration>,
 }
 
 fn pod_key(p: &PodState) -> (String, String) {
@@ -128,7 +140,22 @@ impl Lab {
             apis: BTreeMap::new(),
             routers_applied: BTreeMap::new(),
             routers_retry_at: None,
+            kube_mode: false,
+            kube: None,
+            token_rotation: None,
         }
+    }
+
+    /// Runs this lab on a real Kubernetes control plane (`lab up --kube`), its kubelets
+    /// rewriting projected tokens every `token_rotation` when given.
+    pub fn set_kube(&mut self, token_rotation: Option<Duration>) {
+        self.kube_mode = true;
+        self.token_rotation = token_rotation;
+    }
+
+    /// True for a kube lab.
+    pub fn is_kube(&self) -> bool {
+        self.kube_mode
     }
 
     /// How long a node cut off from the control plane stays Ready (`node-monitor-grace-period`).
@@ -224,7 +251,11 @@ impl Lab {
         let spec = if self.spec.nodes.is_empty() { self.with_mode(spec) } else { spec };
         let mut alloc = self.alloc.clone();
         alloc.set_clock(SystemTime::now());
-        let world = control::build(&spec, &self.plan, &mut alloc, &self.health)?;
+        let mut world = control::build(&spec, &self.plan, &mut alloc, &self.health)?;
+        if self.kube_mode {
+            // The API server and the kubelets make pods, addresses and slices.
+            world.pods.clear();
+        }
         let old = std::mem::replace(&mut self.world, world);
         if let Err(e) = self.grow(&old) {
             tracing::error!(error = %e, "the network could not be changed; the lab keeps running what it has");
@@ -232,7 +263,16 @@ impl Lab {
         }
         self.spec = spec;
         self.alloc = alloc;
-        self.publish()?;
+        if self.kube_mode {
+            if self.kube.is_none() {
+                self.kube_start()?;
+                self.ensure_processes()?;
+            }
+            let spec = self.spec.clone();
+            self.kube_apply(&spec)?;
+        } else {
+            self.publish()?;
+        }
         self.departure = Some(Departure { old, due: Instant::now() + GRACE });
         Ok(())
     }
@@ -254,7 +294,9 @@ impl Lab {
         std::fs::create_dir_all(self.dir.path().join("started"))?;
         if netns::namespaces(&self.names.lan()).is_empty() {
             netns::run(&topology::lan_up(&self.names, &self.plan))?;
-            netns::run(&topology::operator_up(&self.names, &self.plan))?;
+            if !self.kube_mode {
+                netns::run(&topology::operator_up(&self.names, &self.plan))?;
+            }
         }
         let new = self.world.clone();
         self.remove_replaced(old, &new);
@@ -287,6 +329,11 @@ impl Lab {
                 &topology::resolv_conf(&self.plan, "default"),
             )?;
         }
+        self.ensure_processes()
+    }
+
+    /// Starts every process the lab wants that does not run (or runs with other arguments).
+    fn ensure_processes(&mut self) -> Result<(), LabError> {
         let wanted = self.wanted_processes();
         for (label, argv) in wanted {
             let log = self.log(&label);
@@ -398,6 +445,9 @@ impl Lab {
 
     /// Reads new writes, notices dead or restarted processes, republishes when needed.
     pub fn tick(&mut self) -> Result<(), LabError> {
+        if self.kube_mode {
+            return self.kube_tick();
+        }
         if self.departure.as_ref().is_some_and(|d| Instant::now() >= d.due) {
             self.finish_departure();
         }
@@ -494,6 +544,9 @@ impl Lab {
     /// Stops every process and removes every namespace.
     pub fn teardown(&mut self) {
         self.procs.stop_all();
+        if let Some(mut side) = self.kube.take() {
+            side.control_plane.stop();
+        }
         netns::remove_all(&self.names.prefix());
         crate::frr::remove_run_dirs(&self.names.prefix());
     }

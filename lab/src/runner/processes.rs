@@ -21,6 +21,12 @@ impl Lab {
 
     /// Every process the world needs: label -> command line.
     pub(super) fn wanted_processes(&self) -> BTreeMap<String, Vec<String>> {
+        if self.kube_mode {
+            // Tideway's components are the chart's Pods, which the kubelets run.
+            let mut wanted = if self.kube.is_some() { self.wanted_kubelets() } else { BTreeMap::new() };
+            self.want_frr(&mut wanted);
+            return wanted;
+        }
         let source = format!("lab:{}", self.dir.path().display());
         let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let token = crate::token::path(self.dir.path()).display().to_string();

@@ -22,6 +22,9 @@ impl Lab {
 
     /// What `lab status` shows.
     pub fn status(&self) -> Value {
+        if let Some(side) = &self.kube {
+            return self.kube_status(side);
+        }
         let (routers, next_hops) = self.routers_status();
         let state = |node: &str| self.writes.node_states.get(node).cloned().unwrap_or(Value::Null);
         let nodes: Vec<Value> = self.world.nodes.iter().map(|n| json!({

@@ -1,0 +1,245 @@
+//! The kube lab's parts of a running lab (`lab up --kube`): the same network of nodes, hosts
+//! and routers, with a real control plane where the file-fed lab has its own.
+//!
+//! ```text
+//!  first apply: ControlPlane::start in the first node's namespace (kubeadm's PKI; etcd,
+//!               kube-apiserver, kube-controller-manager, kube-scheduler), the admin
+//!               kubeconfig at DIR/kubeconfig (through a 127.0.0.1 forward), the chart
+//!  every apply: one lab kubelet per node (its namespace, its credentials), the file's
+//!               objects server-side applied as `tideway-lab` (`replace` prunes the rest)
+//!  status:      KubeView's reflectors, plus the lab's own columns (network, faults, hosts)
+//! ```
+//! Pods, ClusterIPs, NodePorts, EndpointSlices and Node readiness are the API server's and its
+//! controllers', not the lab's: the file-mode control plane's allocations are not used here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::{Lab, LabError};
+use crate::kube::apply::{Applier, ApplyError};
+use crate::kube::view::KubeView;
+use crate::kube::{ControlPlane, ControlPlaneConfig, KubeError, chart, objects};
+use crate::kubelet::config::{KubeletConfig, NodeAddress, TIDEWAY_IMAGE, WHOAMI_IMAGES, heartbeat};
+use crate::spec::LabSpec;
+
+/// The kube lab's state beside the network.
+pub(super) struct KubeSide {
+    pub(super) control_plane: ControlPlane,
+    client: kube::Client,
+    pub(super) view: KubeView,
+    chart_applied: bool,
+}
+
+/// Why the kube lab could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeLabError {
+    /// The control plane.
+    #[error(transparent)]
+    ControlPlane(#[from] KubeError),
+    /// An object.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// The chart.
+    #[error(transparent)]
+    Chart(#[from] chart::ChartError),
+}
+
+/// Runs `fut` to its end from the lab's synchronous code (the lab runs on a multi-threaded
+/// runtime).
+fn wait<T>(fut: impl Future<Output = T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(fut))
+}
+
+/// The chart in the repository the running `tideway` was built from (`TIDEWAY_CHART` names
+/// another).
+fn chart_dir() -> PathBuf {
+    if let Some(c) = std::env::var_os("TIDEWAY_CHART") {
+        return PathBuf::from(c);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway")
+}
+
+impl Lab {
+    /// The control plane's configuration for this lab: in the first node's namespace, at its
+    /// address.
+    fn control_plane_config(&self) -> Result<ControlPlaneConfig, KubeError> {
+        let first = &self.world.nodes[0];
+        let mut config = ControlPlaneConfig::new(
+            self.dir.path().to_path_buf(),
+            Some(self.names.node(&first.name)),
+            first.ip,
+        )?;
+        config.node_name = first.name.clone();
+        config.service_cidr = format!("{}/{}", self.plan.service_net.0, self.plan.service_net.1);
+        config.pod_cidr = format!("{}/{}", self.plan.pod_net.0, self.plan.pod_net.1);
+        config.grace = self.faults.grace;
+        config.nodes = self.world.nodes.iter().map(|n| n.name.clone()).collect();
+        config.cluster_name = format!("tideway-lab-{}", self.names.lab());
+        Ok(config)
+    }
+
+    /// Starts the control plane and the lab's view of it (the first apply of a kube lab).
+    pub(super) fn kube_start(&mut self) -> Result<(), LabError> {
+        let config = self.control_plane_config().map_err(KubeLabError::from)?;
+        tracing::info!(address = %config.address, "starting the control plane");
+        let control_plane = wait(ControlPlane::start(config)).map_err(KubeLabError::from)?;
+        control_plane
+            .write_host_kubeconfig(&self.dir.path().join("kubeconfig"))
+            .map_err(KubeLabError::from)?;
+        let client =
+            wait(control_plane.client(&control_plane.admin_kubeconfig())).map_err(KubeLabError::from)?;
+        let view = wait(async { KubeView::start(&client) });
+        tracing::info!(after = ?control_plane.ready_after, "the control plane is ready");
+        self.kube = Some(KubeSide { control_plane, client, view, chart_applied: false });
+        Ok(())
+    }
+
+    /// The API server's address as nodes and pods reach it (`HOST:PORT`).
+    fn api_server(&self) -> String {
+        format!("{}:{}", self.world.nodes[0].ip, crate::kube::API_PORT)
+    }
+
+    /// Applies the chart once, then the objects of `spec` (the whole lab after a `lab apply`,
+    /// `delete` or `replace`), and deletes what the lab applied before that `spec` no longer
+    /// names.
+    pub(super) fn kube_apply(&mut self, spec: &LabSpec) -> Result<(), LabError> {
+        let api_server = self.api_server();
+        let values = chart::values(&self.plan, &api_server);
+        let Some(side) = self.kube.as_mut() else { return Ok(()) };
+        let client = side.client.clone();
+        if !side.chart_applied {
+            let rendered = chart::render(&chart_dir(), &values).map_err(KubeLabError::from)?;
+            let mut objs = vec![chart::namespace()];
+            objs.extend(rendered);
+            let mut applier = Applier::new(client.clone(), chart::MANAGER).in_namespace(chart::NAMESPACE);
+            wait(applier.apply_all(objs)).map_err(KubeLabError::from)?;
+            side.chart_applied = true;
+            tracing::info!("the chart is applied");
+        }
+        let objs = objects::api_objects(spec);
+        let keep: BTreeSet<_> = objs.iter().filter_map(|o| crate::kube::apply::key_of(o).ok()).collect();
+        let mut applier = Applier::new(client, crate::kube::MANAGER);
+        wait(async {
+            applier.apply_all(objs).await?;
+            let pruned = applier.prune(&objects::applied_kinds(), &keep).await?;
+            if !pruned.is_empty() {
+                tracing::info!(?pruned, "deleted what the lab no longer names");
+            }
+            Ok::<(), ApplyError>(())
+        })
+        .map_err(KubeLabError::from)?;
+        Ok(())
+    }
+
+    /// The kubelet configuration of node `index` of the world.
+    fn kubelet_config(&self, index: usize) -> KubeletConfig {
+        let n = &self.world.nodes[index];
+        let spec_node = self.spec.nodes.iter().find(|m| m.metadata.name.as_deref() == Some(n.name.as_str()));
+        let labels = spec_node.and_then(|m| m.metadata.labels.clone()).unwrap_or_default();
+        let (lease_duration_seconds, renew) = heartbeat(self.faults.grace);
+        let state_dir = self.dir.path().join("nodes").join(&n.name);
+        KubeletConfig {
+            lab: self.names.lab().to_string(),
+            node_name: n.name.clone(),
+            kubeconfig: self
+                .kube
+                .as_ref()
+                .map(|k| k.control_plane.node_kubeconfig(&n.name))
+                .unwrap_or_default(),
+            labels,
+            addresses: vec![NodeAddress { kind: "InternalIP".into(), address: n.ip.to_string() }],
+            pod_cidr: format!("{}/{}", n.pod_cidr.0, n.pod_cidr.1),
+            cluster_dns: vec![self.plan.dns_ip],
+            cluster_domain: "cluster.local".into(),
+            lease_duration_seconds,
+            renew_interval_ms: renew.as_millis() as u64,
+            token_rotation_seconds: self.token_rotation.map(|d| d.as_secs()),
+            tideway_binary: self.bin.clone(),
+            tideway_images: vec![TIDEWAY_IMAGE.to_string()],
+            whoami_images: WHOAMI_IMAGES.iter().map(|s| s.to_string()).collect(),
+            state_dir,
+        }
+    }
+
+    /// One kubelet per node, in the node's namespace: label -> command line (their
+    /// configuration files are written here).
+    pub(super) fn wanted_kubelets(&self) -> BTreeMap<String, Vec<String>> {
+        let mut wanted = BTreeMap::new();
+        for (i, n) in self.world.nodes.iter().enumerate() {
+            let config = self.kubelet_config(i);
+            let path = config.state_dir.join("kubelet.json");
+            let written = std::fs::create_dir_all(&config.state_dir)
+                .and_then(|()| std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap_or_default()));
+            if let Err(e) = written {
+                tracing::warn!(node = %n.name, error = %e, "cannot write the kubelet's configuration");
+                continue;
+            }
+            let argv = self.exec_in(
+                &self.names.node(&n.name),
+                &["lab", "kubelet", "--config", &path.display().to_string()],
+            );
+            wanted.insert(format!("kubelet/{}", n.name), argv);
+        }
+        wanted
+    }
+
+    /// What `lab status` shows of a kube lab.
+    pub(super) fn kube_status(&self, side: &KubeSide) -> Value {
+        let (routers, _) = self.routers_status();
+        let mut nodes = side.view.nodes();
+        for n in &mut nodes {
+            let name = n["name"].as_str().unwrap_or("").to_string();
+            n["network"] = json!(self.faults.network(&name));
+            n["namespace"] = json!(self.names.node(&name));
+            n["kubelet"] =
+                json!(if self.procs.running(&format!("kubelet/{name}")) { "running" } else { "restarting" });
+        }
+        // Nodes the file names that have not registered yet.
+        for w in &self.world.nodes {
+            if !nodes.iter().any(|n| n["name"] == w.name.as_str()) {
+                nodes.push(json!({"name": w.name, "ip": w.ip.to_string(), "ready": false, "synced": false,
+                    "registered": false, "network": self.faults.network(&w.name), "namespace": self.names.node(&w.name)}));
+            }
+        }
+        let mut pods = side.view.pods();
+        for p in &mut pods {
+            let (ns, name) = (p["namespace"].as_str().unwrap_or(""), p["name"].as_str().unwrap_or(""));
+            let netns = if p["hostNetwork"] == true {
+                self.names.node(p["node"].as_str().unwrap_or(""))
+            } else {
+                self.names.pod(ns, name)
+            };
+            p["netns"] = json!(netns);
+        }
+        let hosts: Vec<Value> = self.world.hosts.iter().map(|h| json!({"name": h.name, "ip": h.ip.to_string(), "router": h.router, "netns": self.names.host(&h.name)})).collect();
+        let kubeconfig = self.dir.path().join("kubeconfig");
+        json!({
+            "name": self.names.lab(), "dir": self.dir.path(), "kube": true,
+            "kubeconfig": kubeconfig, "kubernetesVersion": side.control_plane.version,
+            "proxyConfig": self.spec.proxy_configs.first().and_then(|c| c.metadata.name.clone()),
+            "nodes": nodes, "services": side.view.services(), "pods": pods, "hosts": hosts,
+            "routers": routers, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" },
+            "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64()),
+        })
+    }
+}
+
+impl Lab {
+    /// A kube lab's tick: processes restarted (kubelets, FRR, the control plane), routers
+    /// configured. Everything else is the API server's.
+    pub(super) fn kube_tick(&mut self) -> Result<(), LabError> {
+        for e in self.procs.supervise() {
+            tracing::warn!(event = ?e, "lab process");
+        }
+        if let Some(side) = self.kube.as_mut() {
+            for e in side.control_plane.supervise() {
+                tracing::warn!(event = ?e, "control plane process");
+            }
+        }
+        self.configure_routers();
+        Ok(())
+    }
+}
