@@ -10,8 +10,8 @@
 //!                                                    |  ArcSwap
 //!  UDP: worker threads -----+                        v
 //!       (recvmmsg/sendmmsg) +--> handler::Core::decide --> answer::answer(index, query)
-//!  TCP: hickory-server -----+        |  (checks: opcode, class,   |-> Answer (authoritative)
-//!       (RequestHandler)             |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
+//!  TCP: tcp::serve ---------+        |  (checks: opcode, class,   |-> Answer (authoritative)
+//!       (capped, length-prefixed)    |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
 //!                                    |                            '-> Forward
 //!                                    v
 //!                       Core::complete (async): forward::cache -> forward::Forwarder
@@ -31,6 +31,7 @@
 //!   hickory-server `RequestHandler`.
 //! * [`forward`]: upstreams from a resolv.conf, the success/denial cache.
 //! * [`server`]: sockets, UDP workers, tasks, index updates, reload, lameduck, loop detection.
+//! * [`tcp`]: the TCP listener, its connection cap and its pause when descriptors run out.
 //! * [`config`], [`ops`], [`metrics`], [`cli`]: settings, health/ready, Prometheus, `tideway dns`.
 
 #![forbid(unsafe_code)]
@@ -45,5 +46,6 @@ pub mod metrics;
 pub mod ops;
 pub mod records;
 pub mod server;
+pub mod tcp;
 mod udp;
 pub mod view;

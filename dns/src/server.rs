@@ -22,6 +22,7 @@ use crate::handler::{Core, DnsHandler};
 use crate::metrics::Metrics;
 use crate::ops::{self, Readiness};
 use crate::records::RecordIndex;
+use crate::tcp::TcpLimits;
 use crate::udp::Answering;
 
 /// Which code receives UDP queries.
@@ -57,8 +58,8 @@ pub struct ServerConfig {
     pub udp_sockets: usize,
     /// UDP receive path.
     pub udp_engine: UdpEngine,
-    /// Idle timeout of TCP connections.
-    pub tcp_timeout: Duration,
+    /// TCP connections: how many at once, and how long one may idle.
+    pub tcp: TcpLimits,
     /// Probe the upstreams for forwarding loops at start.
     pub loop_probe: bool,
     /// Serving settings.
@@ -79,7 +80,7 @@ impl ServerConfig {
             api_tls: None,
             udp_sockets: 1,
             udp_engine: UdpEngine::Native,
-            tcp_timeout: Duration::from_secs(10),
+            tcp: TcpLimits::default(),
             loop_probe: false,
             settings,
             source_metrics: None,
@@ -216,7 +217,9 @@ impl Server {
         let mut tasks = JoinSet::new();
 
         let mut hickory = hickory_server::Server::new(DnsHandler::new(Arc::clone(&core)));
-        hickory.register_listener(tcp, config.tcp_timeout, 64);
+        // TCP has a listener of its own (crate::tcp): hickory-server's takes every connection
+        // and spins on EMFILE.
+        tasks.spawn(crate::tcp::serve(tcp, Arc::clone(&core), config.tcp, shutdown_rx.clone()));
         let mut workers = Vec::new();
         for (i, udp) in sockets.udp.into_iter().enumerate() {
             match config.udp_engine {
