@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use crate::config::Settings;
 use crate::forward::Forwarder;
 use crate::forward::cache::Cache;
+use crate::handler::replay::ReplayBudget;
 use crate::handler::{Core, DnsHandler};
 use crate::metrics::Metrics;
 use crate::ops::{self, Readiness};
@@ -58,6 +59,8 @@ pub struct ServerConfig {
     pub udp_sockets: usize,
     /// UDP receive path.
     pub udp_engine: UdpEngine,
+    /// What every UDP worker's replayed copies may take together, in bytes.
+    pub replay_budget: usize,
     /// TCP connections: how many at once, and how long one may idle.
     pub tcp: TcpLimits,
     /// Probe the upstreams for forwarding loops at start.
@@ -80,6 +83,7 @@ impl ServerConfig {
             api_tls: None,
             udp_sockets: 1,
             udp_engine: UdpEngine::Native,
+            replay_budget: crate::handler::replay::BUDGET,
             tcp: TcpLimits::default(),
             loop_probe: false,
             settings,
@@ -221,6 +225,7 @@ impl Server {
         // and spins on EMFILE.
         tasks.spawn(crate::tcp::serve(tcp, Arc::clone(&core), config.tcp, shutdown_rx.clone()));
         let mut workers = Vec::new();
+        let budget = ReplayBudget::new(config.replay_budget, sockets.udp.len());
         for (i, udp) in sockets.udp.into_iter().enumerate() {
             match config.udp_engine {
                 UdpEngine::Hickory => {
@@ -233,7 +238,9 @@ impl Server {
                         _ => Answering::Server,
                     };
                     let runtime = tokio::runtime::Handle::current();
-                    let worker = crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i, answering);
+                    let budget = Arc::clone(&budget);
+                    let worker =
+                        crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i, answering, budget);
                     workers.push(worker.map_err(err)?);
                 }
             }

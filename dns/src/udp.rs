@@ -14,8 +14,9 @@
 //! thread sleeps in the kernel instead of cycling through an event loop. Several sockets share
 //! the port with `SO_REUSEPORT`, so the kernel spreads clients over the workers.
 //!
-//! Each worker keeps its own copies of the zone's replies ([`Replay`]): a query it answered
-//! before is answered again by copying bytes, without parsing or encoding. A burst's copies
+//! Each worker keeps its own copies of the zone's replies ([`Replay`]), within one budget for
+//! all workers ([`ReplayBudget`]): a query it answered before is answered again by copying
+//! bytes, without parsing or encoding. A burst's copies
 //! are looked up together before any is answered ([`Replay::arrived`]), so that their reads from
 //! memory overlap instead of each answer waiting for its own.
 //!
@@ -29,13 +30,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg, sendto};
 
 use crate::handler::Core;
-use crate::handler::replay::Replay;
+use crate::handler::replay::{Replay, ReplayBudget};
 use crate::handler::wire::Handled;
 
 /// Datagrams per burst.
@@ -73,6 +74,7 @@ impl Worker {
         runtime: tokio::runtime::Handle,
         index: usize,
         answering: Answering,
+        budget: Arc<ReplayBudget>,
     ) -> io::Result<Worker> {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(WAKE_EVERY))?;
@@ -80,7 +82,7 @@ impl Worker {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name(format!("dns-udp-{index}"))
-            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, answering))?;
+            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, answering, budget))?;
         Ok(Worker { stop, thread: Some(thread) })
     }
 
@@ -110,9 +112,10 @@ fn serve(
     runtime: &tokio::runtime::Handle,
     stop: &AtomicBool,
     answering: Answering,
+    budget: Arc<ReplayBudget>,
 ) {
     let fd = socket.as_raw_fd();
-    let mut replay = Replay::default();
+    let mut replay = Replay::new(budget);
     let mut bufs = vec![0u8; BATCH * QUERY_BUF];
     let mut recv_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut send_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
@@ -122,9 +125,13 @@ fn serve(
         received.clear();
         match receive(fd, &mut recv_headers, &mut bufs, &mut received) {
             Ok(()) => {}
-            // The read timeout (time to check `stop`), a signal, or an ICMP error from an
-            // earlier send to some other peer.
-            Err(Errno::EAGAIN | Errno::EINTR | Errno::ECONNREFUSED) => continue,
+            // The read timeout (time to check `stop`, and to sweep the copies of a worker
+            // nobody asks), a signal, or an ICMP error from an earlier send to some other peer.
+            Err(Errno::EAGAIN) => {
+                replay.tick(Instant::now());
+                continue;
+            }
+            Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "UDP receive failed");
                 std::thread::sleep(Duration::from_millis(10));

@@ -7,6 +7,7 @@
 //! [`Core::complete`] finishes asynchronously. [`wire`] turns a reply into bytes (truncating
 //! for UDP) and [`hickory`] plugs the same path into hickory-server's `RequestHandler`.
 
+mod budget;
 mod hickory;
 pub mod replay;
 #[cfg(test)]
