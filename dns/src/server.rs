@@ -314,6 +314,15 @@ impl Server {
         &self.core
     }
 
+    /// Makes UDP worker `index` panic, again after every restart while `on` (tests: a
+    /// worker that fails; nothing reaches it from the network).
+    #[doc(hidden)]
+    pub fn fail_udp_worker(&self, index: usize, on: bool) {
+        if let Some(w) = self.workers.get(index) {
+            w.fail(on);
+        }
+    }
+
     /// Readiness as `/ready` reports it.
     pub fn readiness(&self) -> &Readiness {
         &self.readiness

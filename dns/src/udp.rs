@@ -62,8 +62,17 @@ const FLOOR_ANSWER: [u8; 16] = [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 96, 
 
 /// A running UDP worker.
 pub(crate) struct Worker {
-    stop: Arc<AtomicBool>,
+    control: Arc<Control>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// What a worker's thread is told from outside.
+#[derive(Debug, Default)]
+struct Control {
+    /// Stop serving.
+    stop: AtomicBool,
+    /// Panic at the next turn of the loop (tests: a worker that fails).
+    fail: AtomicBool,
 }
 
 impl Worker {
@@ -78,17 +87,22 @@ impl Worker {
     ) -> io::Result<Worker> {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(WAKE_EVERY))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let control = Arc::new(Control::default());
+        let shared = Arc::clone(&control);
         let thread = std::thread::Builder::new()
             .name(format!("dns-udp-{index}"))
-            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, answering, budget))?;
-        Ok(Worker { stop, thread: Some(thread) })
+            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &shared, answering, budget))?;
+        Ok(Worker { control, thread: Some(thread) })
     }
 
     /// Asks the worker to stop; it notices within [`WAKE_EVERY`].
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.control.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the worker panic at its next turn, and keep doing so while `on` (tests).
+    pub(crate) fn fail(&self, on: bool) {
+        self.control.fail.store(on, Ordering::Relaxed);
     }
 
     /// Waits for the thread to end.
@@ -110,7 +124,7 @@ fn serve(
     socket: &Arc<UdpSocket>,
     core: &Arc<Core>,
     runtime: &tokio::runtime::Handle,
-    stop: &AtomicBool,
+    control: &Control,
     answering: Answering,
     budget: Arc<ReplayBudget>,
 ) {
@@ -121,7 +135,8 @@ fn serve(
     let mut send_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut received: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut replies: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
-    while !stop.load(Ordering::Relaxed) {
+    while !control.stop.load(Ordering::Relaxed) {
+        assert!(!control.fail.load(Ordering::Relaxed), "a failure of the UDP worker, asked for by a test");
         received.clear();
         match receive(fd, &mut recv_headers, &mut bufs, &mut received) {
             Ok(()) => {}
