@@ -239,8 +239,16 @@ impl Server {
                     };
                     let runtime = tokio::runtime::Handle::current();
                     let budget = Arc::clone(&budget);
-                    let worker =
-                        crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i, answering, budget);
+                    let ready = Arc::clone(&readiness);
+                    let worker = crate::udp::Worker::start(
+                        udp,
+                        Arc::clone(&core),
+                        runtime,
+                        i,
+                        answering,
+                        budget,
+                        ready,
+                    );
                     workers.push(worker.map_err(err)?);
                 }
             }

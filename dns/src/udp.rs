@@ -20,6 +20,11 @@
 //! are looked up together before any is answered ([`Replay::arrived`]), so that their reads from
 //! memory overlap instead of each answer waiting for its own.
 //!
+//! A worker that panics is started again on its thread, after a pause that grows while it
+//! keeps panicking ([`supervise`]): until then its socket's share of the clients, which the
+//! kernel picks by the hash of their address and port, gets no answer, so `/ready` fails
+//! meanwhile ([`Readiness::worker_down`]).
+//!
 //! [`Answering::Floor`] answers every query with one fixed address record, with nothing in
 //! between but copying the ID and the question: the floor of this socket code, which
 //! benchmarks measure the server against.
@@ -27,6 +32,7 @@
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -38,6 +44,7 @@ use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmm
 use crate::handler::Core;
 use crate::handler::replay::{Replay, ReplayBudget};
 use crate::handler::wire::Handled;
+use crate::ops::Readiness;
 
 /// Datagrams per burst.
 const BATCH: usize = 32;
@@ -45,6 +52,13 @@ const BATCH: usize = 32;
 const QUERY_BUF: usize = 4096;
 /// How often a worker blocked in `recvmmsg` checks for shutdown.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
+/// The pause before a worker that panicked starts again; it doubles, up to
+/// [`RESTART_PAUSE_MAX`], while the worker keeps panicking.
+const RESTART_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause before a restart.
+const RESTART_PAUSE_MAX: Duration = Duration::from_secs(5);
+/// A worker that ran this long before it panicked starts again after the shortest pause.
+const STEADY: Duration = Duration::from_secs(60);
 
 /// How a worker answers.
 #[derive(Clone, Copy)]
@@ -75,8 +89,22 @@ struct Control {
     fail: AtomicBool,
 }
 
+/// What a worker's thread serves with, kept across restarts.
+struct Job {
+    socket: Arc<UdpSocket>,
+    core: Arc<Core>,
+    runtime: tokio::runtime::Handle,
+    control: Arc<Control>,
+    answering: Answering,
+    budget: Arc<ReplayBudget>,
+    readiness: Arc<Readiness>,
+    index: usize,
+}
+
 impl Worker {
-    /// Starts a worker thread serving `socket`; async work goes to `runtime`.
+    /// Starts a worker thread serving `socket`; async work goes to `runtime`. While it is
+    /// down after a panic, `readiness` says so.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         socket: UdpSocket,
         core: Arc<Core>,
@@ -84,14 +112,23 @@ impl Worker {
         index: usize,
         answering: Answering,
         budget: Arc<ReplayBudget>,
+        readiness: Arc<Readiness>,
     ) -> io::Result<Worker> {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(WAKE_EVERY))?;
         let control = Arc::new(Control::default());
-        let shared = Arc::clone(&control);
-        let thread = std::thread::Builder::new()
-            .name(format!("dns-udp-{index}"))
-            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &shared, answering, budget))?;
+        let job = Job {
+            socket: Arc::new(socket),
+            core,
+            runtime,
+            control: Arc::clone(&control),
+            answering,
+            budget,
+            readiness,
+            index,
+        };
+        let thread =
+            std::thread::Builder::new().name(format!("dns-udp-{index}")).spawn(move || supervise(&job))?;
         Ok(Worker { control, thread: Some(thread) })
     }
 
@@ -117,6 +154,55 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The pause before the restart that follows `panics` panics in a row.
+fn restart_pause(panics: u32) -> Duration {
+    RESTART_PAUSE.saturating_mul(1 << panics.saturating_sub(1).min(10)).min(RESTART_PAUSE_MAX)
+}
+
+/// What a panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("")
+}
+
+/// Serves `job` until told to stop, starting it again when it panics. Its copies went with
+/// the panic (their budget too): the restart begins with none.
+fn supervise(job: &Job) {
+    let mut panics = 0u32;
+    loop {
+        let started = Instant::now();
+        let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            serve(&job.socket, &job.core, &job.runtime, &job.control, job.answering, Arc::clone(&job.budget));
+        }));
+        let Err(panic) = served else { return };
+        job.core.metrics().panics.inc();
+        panics = if started.elapsed() >= STEADY { 1 } else { panics.saturating_add(1) };
+        let pause = restart_pause(panics);
+        job.readiness.worker_down();
+        tracing::error!(
+            worker = job.index,
+            panic = panic_message(panic.as_ref()),
+            ?pause,
+            "a UDP worker panicked; it starts again after a pause"
+        );
+        let until = Instant::now() + pause;
+        while !job.control.stop.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(WAKE_EVERY));
+        }
+        job.readiness.worker_up();
+        if job.control.stop.load(Ordering::Relaxed) {
+            return;
+        }
     }
 }
 
@@ -277,6 +363,16 @@ mod tests {
     use hickory_proto::rr::{Name, RecordType};
 
     use super::*;
+
+    #[test]
+    fn a_worker_that_keeps_panicking_waits_longer_each_time() {
+        let pauses: Vec<u128> = (1..=8).map(|n| restart_pause(n).as_millis()).collect();
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(restart_pause(u32::MAX), RESTART_PAUSE_MAX);
+        let text: Box<dyn std::any::Any + Send> = Box::new("boom");
+        let formatted: Box<dyn std::any::Any + Send> = Box::new(format!("boom {}", 2));
+        assert_eq!((panic_message(text.as_ref()), panic_message(formatted.as_ref())), ("boom", "boom 2"));
+    }
 
     #[test]
     fn the_floor_answers_any_question_with_one_address() {
