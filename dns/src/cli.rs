@@ -134,23 +134,6 @@ fn duration(flag: &str, value: &str) -> anyhow::Result<Duration> {
     tideway_api::duration::parse_duration(value).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
 }
 
-/// A size in bytes: a number with an optional `Ki`, `Mi` or `Gi`.
-fn bytes(flag: &str, value: &str) -> anyhow::Result<usize> {
-    let (digits, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => value.split_at(i),
-        None => (value, ""),
-    };
-    let shift = match unit {
-        "" => 0,
-        "Ki" => 10,
-        "Mi" => 20,
-        "Gi" => 30,
-        other => bail!("--{flag}: unknown unit {other:?} in {value:?} (Ki, Mi or Gi)"),
-    };
-    let n: usize = digits.parse().with_context(|| format!("--{flag}: invalid size {value:?}"))?;
-    n.checked_mul(1 << shift).with_context(|| format!("--{flag}: {value:?} is too large"))
-}
-
 /// The settings source described by `args`.
 fn settings_source(args: &DnsArgs) -> anyhow::Result<SettingsSource> {
     let (first, more) = args.zones.split_first().context("--zone: at least one cluster zone")?;
@@ -204,7 +187,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         api_tls: args.tls.load()?,
         udp_sockets: workers,
         udp_engine,
-        replay_budget: bytes("replay-budget", &args.replay_budget)?,
+        replay_budget: crate::config::parse_size("--replay-budget", &args.replay_budget)?,
         tcp: crate::tcp::TcpLimits {
             max_clients: args.tcp_max_clients.max(1),
             idle: duration("tcp-idle-timeout", &args.tcp_idle_timeout)?,
@@ -309,15 +292,6 @@ mod tests {
     fn index(args: &[&str]) -> anyhow::Result<crate::records::IndexSettings> {
         let cmd = Cmd::try_parse_from(std::iter::once("dns").chain(args.iter().copied()))?;
         Ok(settings_source(&cmd.dns)?.base.index)
-    }
-
-    #[test]
-    fn sizes_take_binary_units() {
-        assert_eq!(bytes("b", "16Mi").unwrap(), 16 << 20);
-        assert_eq!(bytes("b", "512Ki").unwrap(), 512 << 10);
-        assert_eq!(bytes("b", "1000").unwrap(), 1000);
-        assert!(bytes("b", "16MB").unwrap_err().to_string().contains("unknown unit"));
-        assert!(bytes("b", "Mi").is_err());
     }
 
     #[test]

@@ -55,7 +55,8 @@ fn a_udp_worker_that_panics_is_restarted_and_ready_fails_while_it_is_down() {
     assert_eq!(ask(at, "web.ns1.svc.cluster.local."), None, "nobody reads the socket");
 
     server.fail_udp_worker(0, false);
-    until(Duration::from_secs(10), "the worker is back and answers", || {
+    // The pause before a restart grows to 5 s while the worker keeps panicking.
+    until(Duration::from_secs(20), "the worker is back and answers", || {
         ask(at, "web.ns1.svc.cluster.local.") == Some(1)
     });
     until(Duration::from_secs(5), "/ready says 200 again", || http_get(ready, "/ready").0 == 200);
