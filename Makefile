@@ -49,7 +49,7 @@ test-helm:
 NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
 PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(lab_bgp) or binary(announcer) \
 	or binary(nft_netlink) \
-	or binary(glibc) or (binary(kubernetes) and test(/^agent_/))
+	or binary(glibc) or (binary(kubernetes) and test(/^agent_/)) or (binary(dns_hostile) and test(/flood/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage
 unit:
 	@rm -rf $(RBAC_USAGE); rc=0; TIDEWAY_RBAC_USAGE=$(RBAC_USAGE) $(CARGO) nextest run --workspace --locked --no-fail-fast \

@@ -18,6 +18,7 @@
 #   ROUNDS=3      alternating tideway/Knot/floor rounds of the headline and fixed-rate runs
 #                 (medians reported)
 #   BENCH_DIR=... scratch directory (default: a new one under /tmp)
+#   TIDEWAY_BIN=... measure this tideway binary instead of building one (another build)
 #   SERVERS="tideway tideway-floor tideway-lowmem tideway-hickory knot"
 #                 tideway-lowmem: the same binary, its allocator told to return freed memory
 #                 at once; tideway-hickory: UDP through hickory-server's own socket loop
@@ -50,9 +51,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "building tideway (release)..." >&2
-(cd "$ROOT" && cargo build --release -p tideway >&2)
-TIDEWAY=$ROOT/target/release/tideway
+if [ -n "${TIDEWAY_BIN:-}" ]; then
+  TIDEWAY=$(realpath "$TIDEWAY_BIN")
+else
+  echo "building tideway (release)..." >&2
+  (cd "$ROOT" && cargo build --release -p tideway >&2)
+  TIDEWAY=$ROOT/target/release/tideway
+fi
 
 mkdir -p "$B/zones" "$B/knot/db" "$B/knot/run" "$B/results"
 python3 "$HERE/gen.py" "$B/zones/cluster.local.zone" "$B/queries.txt"

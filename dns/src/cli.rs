@@ -107,6 +107,17 @@ pub struct DnsArgs {
     /// reply).
     #[arg(long, default_value = "native")]
     pub udp_engine: String,
+    /// What the UDP workers' copies of their replies may take in memory, all workers together
+    /// (`16Mi`, `512Ki`, or bytes).
+    #[arg(long, default_value = "16Mi")]
+    pub replay_budget: String,
+    /// TCP connections open at once (Knot's `tcp-max-clients`); more wait in the kernel's
+    /// listen backlog until one closes.
+    #[arg(long, default_value_t = crate::tcp::DEFAULT_MAX_CLIENTS)]
+    pub tcp_max_clients: usize,
+    /// Close a TCP connection that takes longer than this to send a query or take a reply.
+    #[arg(long, default_value = "10s")]
+    pub tcp_idle_timeout: String,
     /// Skip the start-up forwarding-loop probe.
     #[arg(long)]
     pub no_loop_probe: bool,
@@ -176,6 +187,11 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         api_tls: args.tls.load()?,
         udp_sockets: workers,
         udp_engine,
+        replay_budget: crate::config::parse_size("--replay-budget", &args.replay_budget)?,
+        tcp: crate::tcp::TcpLimits {
+            max_clients: args.tcp_max_clients.max(1),
+            idle: duration("tcp-idle-timeout", &args.tcp_idle_timeout)?,
+        },
         loop_probe: !args.no_loop_probe,
         source_metrics: Some(source_metrics.clone()),
         ..ServerConfig::new(args.listen, settings)

@@ -11,9 +11,11 @@
 //! externalTtl: 5
 //! upstreams: [10.0.0.2, "10.0.0.3:5353"]   # instead of the resolv.conf
 //! resolvConf: /etc/resolv.conf
-//! forward: {timeout: 2s, maxConcurrent: 1000}
-//! cache: {success: 9984, denial: 9984, successMaxTtl: 3600, denialMaxTtl: 1800,
-//!         minTtl: 5, servfailTtl: 5, prefetch: 0, prefetchPercentage: 10}
+//! forward: {timeout: 2s, maxConcurrent: 1000, maxConcurrentPerClient: 100,
+//!           healthCheck: 500ms, maxFails: 2, randomizeCase: true}
+//! cache: {success: 9984, denial: 9984, successBytes: 8Mi, denialBytes: 2Mi,
+//!         successMaxTtl: 3600, denialMaxTtl: 1800, minTtl: 5, servfailTtl: 5,
+//!         prefetch: 0, prefetchPercentage: 10, serveStale: 1h}
 //! shuffle: true                # loadbalance round_robin
 //! refuseAny: true
 //! lameduck: 5s
@@ -120,6 +122,10 @@ struct FileSettings {
 struct FileForward {
     timeout: Option<String>,
     max_concurrent: Option<usize>,
+    max_concurrent_per_client: Option<usize>,
+    health_check: Option<String>,
+    max_fails: Option<u32>,
+    randomize_case: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -127,6 +133,9 @@ struct FileForward {
 struct FileCache {
     success: Option<usize>,
     denial: Option<usize>,
+    success_bytes: Option<String>,
+    denial_bytes: Option<String>,
+    serve_stale: Option<String>,
     success_max_ttl: Option<u32>,
     denial_max_ttl: Option<u32>,
     min_ttl: Option<u32>,
@@ -198,6 +207,25 @@ fn duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     parse_duration(s).map_err(|e| ConfigError::Invalid(format!("{field}: {e}")))
 }
 
+/// A size in bytes: a number with an optional `Ki`, `Mi` or `Gi`.
+pub fn parse_size(field: &str, value: &str) -> Result<usize, ConfigError> {
+    let (digits, unit) = value.split_at(value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len()));
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        other => {
+            return Err(ConfigError::Invalid(format!(
+                "{field}: unknown unit {other:?} in {value:?} (Ki, Mi or Gi)"
+            )));
+        }
+    };
+    let n: usize =
+        digits.parse().map_err(|_| ConfigError::Invalid(format!("{field}: invalid size {value:?}")))?;
+    n.checked_mul(1 << shift).ok_or_else(|| ConfigError::Invalid(format!("{field}: {value:?} is too large")))
+}
+
 /// `base` with the fields set in the settings file `path` applied, upstreams resolved.
 pub fn load_file(
     base: &Settings,
@@ -248,11 +276,28 @@ fn apply(
         if let Some(m) = fw.max_concurrent {
             s.forward.max_concurrent = m;
         }
+        if let Some(m) = fw.max_concurrent_per_client {
+            s.forward.max_concurrent_per_client = m;
+        }
+        if let Some(h) = fw.health_check {
+            s.forward.health_check = duration("forward.healthCheck", &h)?.max(Duration::from_millis(10));
+        }
+        s.forward.max_fails = fw.max_fails.unwrap_or(s.forward.max_fails);
+        s.forward.randomize_case = fw.randomize_case.unwrap_or(s.forward.randomize_case);
     }
     if let Some(c) = f.cache {
         let cs = &mut s.cache;
         cs.success_capacity = c.success.unwrap_or(cs.success_capacity);
         cs.denial_capacity = c.denial.unwrap_or(cs.denial_capacity);
+        if let Some(b) = c.success_bytes {
+            cs.success_bytes = parse_size("cache.successBytes", &b)?;
+        }
+        if let Some(b) = c.denial_bytes {
+            cs.denial_bytes = parse_size("cache.denialBytes", &b)?;
+        }
+        if let Some(d) = c.serve_stale {
+            cs.serve_stale = duration("cache.serveStale", &d)?;
+        }
         cs.success_max_ttl = c.success_max_ttl.unwrap_or(cs.success_max_ttl);
         cs.denial_max_ttl = c.denial_max_ttl.unwrap_or(cs.denial_max_ttl);
         cs.min_ttl = c.min_ttl.unwrap_or(cs.min_ttl);
@@ -330,8 +375,10 @@ mod tests {
     #[test]
     fn file_fields_override_the_base() {
         let s = parse(
-            "ttl: 30\npods: insecure\nupstreams: [10.0.0.2, '10.0.0.3:5353']\ncache: {success: 100, prefetch: 3}\n\
-             lameduck: 10s\nrefuseAny: false\ndnsService: dns/coredns\nforward: {timeout: 500ms}\n",
+            "ttl: 30\npods: insecure\nupstreams: [10.0.0.2, '10.0.0.3:5353']\n\
+             cache: {success: 100, prefetch: 3, successBytes: 1Mi, serveStale: 0s}\n\
+             lameduck: 10s\nrefuseAny: false\ndnsService: dns/coredns\n\
+             forward: {timeout: 500ms, maxConcurrentPerClient: 20, maxFails: 0, randomizeCase: false}\n",
         )
         .unwrap();
         assert_eq!(s.index.ttl, 30);
@@ -345,6 +392,11 @@ mod tests {
         );
         assert_eq!(s.lameduck, Duration::from_secs(10));
         assert_eq!(s.forward.timeout, Duration::from_millis(500));
+        assert_eq!((s.forward.max_concurrent_per_client, s.forward.max_fails), (20, 0));
+        assert!(!s.forward.randomize_case);
+        assert_eq!(s.forward.health_check, Duration::from_millis(500), "the default");
+        assert_eq!((s.cache.success_bytes, s.cache.denial_bytes), (1 << 20, 2 << 20));
+        assert_eq!(s.cache.serve_stale, Duration::ZERO);
         assert!(!s.options.refuse_any && s.options.shuffle);
     }
 
@@ -378,12 +430,24 @@ mod tests {
         assert!(parse("pods: maybe\n").unwrap_err().to_string().contains("unknown pods mode"));
         assert!(parse("upstreams: [nope]\n").unwrap_err().to_string().contains("invalid upstream"));
         assert!(parse("lameduck: soon\n").unwrap_err().to_string().contains("lameduck"));
+        assert!(
+            parse("cache: {successBytes: 8MB}\n").unwrap_err().to_string().contains("cache.successBytes")
+        );
         assert!(parse("ttl: 5\nunknown: 1\n").is_err(), "unknown fields are errors");
         let overlap = parse("externalZone: svc.cluster.local\n").unwrap_err().to_string();
         assert!(overlap.contains("overlaps the cluster zone"), "{overlap}");
         assert!(parse("externalZone: local\n").is_err(), "a zone holding the cluster zone");
         assert!(parse("externalTtl: 30\n").unwrap_err().to_string().contains("without externalZone"));
         assert!(parse("externalZone: example.org\nexternalTtl: 9999\n").is_err());
+    }
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("b", "16Mi").unwrap(), 16 << 20);
+        assert_eq!(parse_size("b", "512Ki").unwrap(), 512 << 10);
+        assert_eq!(parse_size("b", "1000").unwrap(), 1000);
+        assert!(parse_size("b", "16MB").unwrap_err().to_string().contains("unknown unit"));
+        assert!(parse_size("b", "Mi").is_err());
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //!                                                    |  ArcSwap
 //!  UDP: worker threads -----+                        v
 //!       (recvmmsg/sendmmsg) +--> handler::Core::decide --> answer::answer(index, query)
-//!  TCP: hickory-server -----+        |  (checks: opcode, class,   |-> Answer (authoritative)
-//!       (RequestHandler)             |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
+//!  TCP: tcp::serve ---------+        |  (checks: opcode, class,   |-> Answer (authoritative)
+//!       (capped, length-prefixed)    |   EDNS, ANY/AXFR, loop)    |-> Chase (ExternalName)
 //!                                    |                            '-> Forward
 //!                                    v
 //!                       Core::complete (async): forward::cache -> forward::Forwarder
@@ -19,7 +19,7 @@
 //!                                    v
 //!                       handler::wire::encode (TC for oversize UDP) --> client
 //!
-//!  ops: /health :8080, /ready :8181 (after sync), /metrics :9153 (CoreDNS names)
+//!  ops: /health :8080, /ready :8181 (after sync, every UDP worker up), /metrics :9153 (CoreDNS names)
 //! ```
 //!
 //! * [`view`]: what the server keeps of the cluster: per object the facts its records read,
@@ -29,8 +29,10 @@
 //! * [`answer`]: the pure decision function holding every spec and CoreDNS rule.
 //! * [`handler`]: hickory requests in, replies out; [`handler::DnsHandler`] is the
 //!   hickory-server `RequestHandler`.
-//! * [`forward`]: upstreams from a resolv.conf, the success/denial cache.
+//! * [`forward`]: upstreams from a resolv.conf, their health, limits per client and in all,
+//!   coalescing, 0x20, and the success/denial cache (bounded in bytes, served stale).
 //! * [`server`]: sockets, UDP workers, tasks, index updates, reload, lameduck, loop detection.
+//! * [`tcp`]: the TCP listener, its connection cap and its pause when descriptors run out.
 //! * [`config`], [`ops`], [`metrics`], [`cli`]: settings, health/ready, Prometheus, `tideway dns`.
 
 #![forbid(unsafe_code)]
@@ -45,5 +47,6 @@ pub mod metrics;
 pub mod ops;
 pub mod records;
 pub mod server;
+pub mod tcp;
 mod udp;
 pub mod view;

@@ -226,7 +226,11 @@ pub struct Metrics {
     pub(crate) forward_responses: Family<ToRcodeLabels, Counter>,
     pub(crate) forward_durations: HistogramFamily<ToRcodeLabels>,
     pub(crate) forward_max_concurrent_rejects: Counter,
+    pub(crate) forward_client_rejects: Counter,
+    pub(crate) forward_coalesced: Counter,
+    pub(crate) forward_healthcheck_failures: Family<ToLabels, Counter>,
     pub(crate) forward_healthcheck_broken: Counter,
+    pub(crate) cache_served_stale: Family<ServerLabels, Counter>,
     pub(crate) panics: Counter,
     pub(crate) reload_failed: Counter,
     pub(crate) index_services: Gauge,
@@ -268,7 +272,11 @@ impl Metrics {
             forward_responses: Family::default(),
             forward_durations: Family::new_with_constructor(duration_histogram),
             forward_max_concurrent_rejects: Counter::default(),
+            forward_client_rejects: Counter::default(),
+            forward_coalesced: Counter::default(),
+            forward_healthcheck_failures: Family::default(),
             forward_healthcheck_broken: Counter::default(),
+            cache_served_stale: Family::default(),
             panics: Counter::default(),
             reload_failed: Counter::default(),
             index_services: Gauge::default(),
@@ -339,6 +347,26 @@ impl Metrics {
             "coredns_forward_max_concurrent_rejects",
             "Counter of the number of queries rejected because the concurrent queries were at maximum",
             m.forward_max_concurrent_rejects.clone(),
+        );
+        r.register(
+            "tideway_dns_forward_client_rejects",
+            "Forwarded queries refused because their client had its share of the concurrent queries in flight",
+            m.forward_client_rejects.clone(),
+        );
+        r.register(
+            "tideway_dns_forward_coalesced",
+            "Forwarded queries answered by an identical query already in flight",
+            m.forward_coalesced.clone(),
+        );
+        r.register(
+            "coredns_forward_healthcheck_failures",
+            "Counter of the number of failed healthchecks",
+            m.forward_healthcheck_failures.clone(),
+        );
+        r.register(
+            "coredns_cache_served_stale",
+            "The number of requests served from stale cache entries",
+            m.cache_served_stale.clone(),
         );
         r.register(
             "coredns_forward_healthcheck_broken",

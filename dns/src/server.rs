@@ -18,10 +18,12 @@ use tokio::task::JoinSet;
 use crate::config::Settings;
 use crate::forward::Forwarder;
 use crate::forward::cache::Cache;
+use crate::handler::replay::ReplayBudget;
 use crate::handler::{Core, DnsHandler};
 use crate::metrics::Metrics;
 use crate::ops::{self, Readiness};
 use crate::records::RecordIndex;
+use crate::tcp::TcpLimits;
 use crate::udp::Answering;
 
 /// Which code receives UDP queries.
@@ -57,8 +59,10 @@ pub struct ServerConfig {
     pub udp_sockets: usize,
     /// UDP receive path.
     pub udp_engine: UdpEngine,
-    /// Idle timeout of TCP connections.
-    pub tcp_timeout: Duration,
+    /// What every UDP worker's replayed copies may take together, in bytes.
+    pub replay_budget: usize,
+    /// TCP connections: how many at once, and how long one may idle.
+    pub tcp: TcpLimits,
     /// Probe the upstreams for forwarding loops at start.
     pub loop_probe: bool,
     /// Serving settings.
@@ -79,7 +83,8 @@ impl ServerConfig {
             api_tls: None,
             udp_sockets: 1,
             udp_engine: UdpEngine::Native,
-            tcp_timeout: Duration::from_secs(10),
+            replay_budget: crate::handler::replay::BUDGET,
+            tcp: TcpLimits::default(),
             loop_probe: false,
             settings,
             source_metrics: None,
@@ -216,8 +221,11 @@ impl Server {
         let mut tasks = JoinSet::new();
 
         let mut hickory = hickory_server::Server::new(DnsHandler::new(Arc::clone(&core)));
-        hickory.register_listener(tcp, config.tcp_timeout, 64);
+        // TCP has a listener of its own (crate::tcp): hickory-server's takes every connection
+        // and spins on EMFILE.
+        tasks.spawn(crate::tcp::serve(tcp, Arc::clone(&core), config.tcp, shutdown_rx.clone()));
         let mut workers = Vec::new();
+        let budget = ReplayBudget::new(config.replay_budget, sockets.udp.len());
         for (i, udp) in sockets.udp.into_iter().enumerate() {
             match config.udp_engine {
                 UdpEngine::Hickory => {
@@ -230,7 +238,17 @@ impl Server {
                         _ => Answering::Server,
                     };
                     let runtime = tokio::runtime::Handle::current();
-                    let worker = crate::udp::Worker::start(udp, Arc::clone(&core), runtime, i, answering);
+                    let budget = Arc::clone(&budget);
+                    let ready = Arc::clone(&readiness);
+                    let worker = crate::udp::Worker::start(
+                        udp,
+                        Arc::clone(&core),
+                        runtime,
+                        i,
+                        answering,
+                        budget,
+                        ready,
+                    );
                     workers.push(worker.map_err(err)?);
                 }
             }
@@ -302,6 +320,15 @@ impl Server {
     /// The request path's shared state.
     pub fn core(&self) -> &Arc<Core> {
         &self.core
+    }
+
+    /// Makes UDP worker `index` panic, again after every restart while `on` (tests: a
+    /// worker that fails; nothing reaches it from the network).
+    #[doc(hidden)]
+    pub fn fail_udp_worker(&self, index: usize, on: bool) {
+        if let Some(w) = self.workers.get(index) {
+            w.fail(on);
+        }
     }
 
     /// Readiness as `/ready` reports it.

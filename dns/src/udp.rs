@@ -14,10 +14,16 @@
 //! thread sleeps in the kernel instead of cycling through an event loop. Several sockets share
 //! the port with `SO_REUSEPORT`, so the kernel spreads clients over the workers.
 //!
-//! Each worker keeps its own copies of the zone's replies ([`Replay`]): a query it answered
-//! before is answered again by copying bytes, without parsing or encoding. A burst's copies
+//! Each worker keeps its own copies of the zone's replies ([`Replay`]), within one budget for
+//! all workers ([`ReplayBudget`]): a query it answered before is answered again by copying
+//! bytes, without parsing or encoding. A burst's copies
 //! are looked up together before any is answered ([`Replay::arrived`]), so that their reads from
 //! memory overlap instead of each answer waiting for its own.
+//!
+//! A worker that panics is started again on its thread, after a pause that grows while it
+//! keeps panicking ([`supervise`]): until then its socket's share of the clients, which the
+//! kernel picks by the hash of their address and port, gets no answer, so `/ready` fails
+//! meanwhile ([`Readiness::worker_down`]).
 //!
 //! [`Answering::Floor`] answers every query with one fixed address record, with nothing in
 //! between but copying the ID and the question: the floor of this socket code, which
@@ -26,17 +32,19 @@
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg, sendto};
 
 use crate::handler::Core;
-use crate::handler::replay::Replay;
+use crate::handler::replay::{Replay, ReplayBudget};
 use crate::handler::wire::Handled;
+use crate::ops::Readiness;
 
 /// Datagrams per burst.
 const BATCH: usize = 32;
@@ -44,6 +52,13 @@ const BATCH: usize = 32;
 const QUERY_BUF: usize = 4096;
 /// How often a worker blocked in `recvmmsg` checks for shutdown.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
+/// The pause before a worker that panicked starts again; it doubles, up to
+/// [`RESTART_PAUSE_MAX`], while the worker keeps panicking.
+const RESTART_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause before a restart.
+const RESTART_PAUSE_MAX: Duration = Duration::from_secs(5);
+/// A worker that ran this long before it panicked starts again after the shortest pause.
+const STEADY: Duration = Duration::from_secs(60);
 
 /// How a worker answers.
 #[derive(Clone, Copy)]
@@ -61,32 +76,70 @@ const FLOOR_ANSWER: [u8; 16] = [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 96, 
 
 /// A running UDP worker.
 pub(crate) struct Worker {
-    stop: Arc<AtomicBool>,
+    control: Arc<Control>,
     thread: Option<JoinHandle<()>>,
 }
 
+/// What a worker's thread is told from outside.
+#[derive(Debug, Default)]
+struct Control {
+    /// Stop serving.
+    stop: AtomicBool,
+    /// Panic at the next turn of the loop (tests: a worker that fails).
+    fail: AtomicBool,
+}
+
+/// What a worker's thread serves with, kept across restarts.
+struct Job {
+    socket: Arc<UdpSocket>,
+    core: Arc<Core>,
+    runtime: tokio::runtime::Handle,
+    control: Arc<Control>,
+    answering: Answering,
+    budget: Arc<ReplayBudget>,
+    readiness: Arc<Readiness>,
+    index: usize,
+}
+
 impl Worker {
-    /// Starts a worker thread serving `socket`; async work goes to `runtime`.
+    /// Starts a worker thread serving `socket`; async work goes to `runtime`. While it is
+    /// down after a panic, `readiness` says so.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         socket: UdpSocket,
         core: Arc<Core>,
         runtime: tokio::runtime::Handle,
         index: usize,
         answering: Answering,
+        budget: Arc<ReplayBudget>,
+        readiness: Arc<Readiness>,
     ) -> io::Result<Worker> {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(WAKE_EVERY))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name(format!("dns-udp-{index}"))
-            .spawn(move || serve(&Arc::new(socket), &core, &runtime, &flag, answering))?;
-        Ok(Worker { stop, thread: Some(thread) })
+        let control = Arc::new(Control::default());
+        let job = Job {
+            socket: Arc::new(socket),
+            core,
+            runtime,
+            control: Arc::clone(&control),
+            answering,
+            budget,
+            readiness,
+            index,
+        };
+        let thread =
+            std::thread::Builder::new().name(format!("dns-udp-{index}")).spawn(move || supervise(&job))?;
+        Ok(Worker { control, thread: Some(thread) })
     }
 
     /// Asks the worker to stop; it notices within [`WAKE_EVERY`].
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.control.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the worker panic at its next turn, and keep doing so while `on` (tests).
+    pub(crate) fn fail(&self, on: bool) {
+        self.control.fail.store(on, Ordering::Relaxed);
     }
 
     /// Waits for the thread to end.
@@ -104,27 +157,82 @@ impl Drop for Worker {
     }
 }
 
+/// The pause before the restart that follows `panics` panics in a row.
+fn restart_pause(panics: u32) -> Duration {
+    RESTART_PAUSE.saturating_mul(1 << panics.saturating_sub(1).min(10)).min(RESTART_PAUSE_MAX)
+}
+
+/// What a panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("")
+}
+
+/// Serves `job` until told to stop, starting it again when it panics. Its copies went with
+/// the panic (their budget too): the restart begins with none.
+fn supervise(job: &Job) {
+    let mut panics = 0u32;
+    loop {
+        let started = Instant::now();
+        let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            serve(&job.socket, &job.core, &job.runtime, &job.control, job.answering, Arc::clone(&job.budget));
+        }));
+        let Err(panic) = served else { return };
+        job.core.metrics().panics.inc();
+        panics = if started.elapsed() >= STEADY { 1 } else { panics.saturating_add(1) };
+        let pause = restart_pause(panics);
+        job.readiness.worker_down();
+        tracing::error!(
+            worker = job.index,
+            panic = panic_message(panic.as_ref()),
+            ?pause,
+            "a UDP worker panicked; it starts again after a pause"
+        );
+        let until = Instant::now() + pause;
+        while !job.control.stop.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(WAKE_EVERY));
+        }
+        job.readiness.worker_up();
+        if job.control.stop.load(Ordering::Relaxed) {
+            return;
+        }
+    }
+}
+
 fn serve(
     socket: &Arc<UdpSocket>,
     core: &Arc<Core>,
     runtime: &tokio::runtime::Handle,
-    stop: &AtomicBool,
+    control: &Control,
     answering: Answering,
+    budget: Arc<ReplayBudget>,
 ) {
     let fd = socket.as_raw_fd();
-    let mut replay = Replay::default();
+    let mut replay = Replay::new(budget);
     let mut bufs = vec![0u8; BATCH * QUERY_BUF];
     let mut recv_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut send_headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut received: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut replies: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
-    while !stop.load(Ordering::Relaxed) {
+    while !control.stop.load(Ordering::Relaxed) {
+        assert!(!control.fail.load(Ordering::Relaxed), "a failure of the UDP worker, asked for by a test");
         received.clear();
         match receive(fd, &mut recv_headers, &mut bufs, &mut received) {
             Ok(()) => {}
-            // The read timeout (time to check `stop`), a signal, or an ICMP error from an
-            // earlier send to some other peer.
-            Err(Errno::EAGAIN | Errno::EINTR | Errno::ECONNREFUSED) => continue,
+            // The read timeout (time to check `stop`, and to sweep the copies of a worker
+            // nobody asks), a signal, or an ICMP error from an earlier send to some other peer.
+            Err(Errno::EAGAIN) => {
+                replay.tick(Instant::now());
+                continue;
+            }
+            Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "UDP receive failed");
                 std::thread::sleep(Duration::from_millis(10));
@@ -255,6 +363,16 @@ mod tests {
     use hickory_proto::rr::{Name, RecordType};
 
     use super::*;
+
+    #[test]
+    fn a_worker_that_keeps_panicking_waits_longer_each_time() {
+        let pauses: Vec<u128> = (1..=8).map(|n| restart_pause(n).as_millis()).collect();
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(restart_pause(u32::MAX), RESTART_PAUSE_MAX);
+        let text: Box<dyn std::any::Any + Send> = Box::new("boom");
+        let formatted: Box<dyn std::any::Any + Send> = Box::new(format!("boom {}", 2));
+        assert_eq!((panic_message(text.as_ref()), panic_message(formatted.as_ref())), ("boom", "boom 2"));
+    }
 
     #[test]
     fn the_floor_answers_any_question_with_one_address() {

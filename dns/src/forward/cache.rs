@@ -2,16 +2,20 @@
 //!
 //! Two caches with their own capacity and TTL cap: *success* (NOERROR with answers) and
 //! *denial* (NXDOMAIN, NODATA, and upstream SERVFAIL for a few seconds). TTLs in cached answers
-//! count down. When a cache is full an arbitrary entry is evicted (CoreDNS evicts a random
-//! one). With prefetch enabled, an entry asked for often enough is refreshed in the background
-//! shortly before it expires. The cluster zone is never cached: the record index is the
-//! source of truth and changes take effect at once.
+//! count down. Each cache is bounded in entries (CoreDNS's) and in bytes: an answer over TCP
+//! may be 64 KiB, so 9,984 of them would be 600 MiB. When a cache is full an entry is evicted:
+//! an expired one if the first few looked at hold one, else an arbitrary one (CoreDNS evicts a
+//! random one). With prefetch enabled, an entry asked for often enough is refreshed in the
+//! background shortly before it expires. An expired entry is kept for `serve_stale` and
+//! answered with TTL 0 when no upstream answers (CoreDNS's `serve_stale ... verify`). The
+//! cluster zone is never cached: the record index is the source of truth and changes take
+//! effect at once.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{DNSClass, LowerName, Record, RecordType};
@@ -19,6 +23,8 @@ use hickory_proto::rr::{DNSClass, LowerName, Record, RecordType};
 use crate::metrics::Metrics;
 
 const SHARDS: usize = 16;
+/// Entries looked at for an expired one before an arbitrary one is evicted.
+const EVICTION_LOOKS: usize = 8;
 
 /// Cache settings (CoreDNS defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +33,12 @@ pub struct CacheSettings {
     pub success_capacity: usize,
     /// Entries in the denial cache (0 disables it).
     pub denial_capacity: usize,
+    /// Bytes the success cache may take, about.
+    pub success_bytes: usize,
+    /// Bytes the denial cache may take, about.
+    pub denial_bytes: usize,
+    /// How long an expired entry is kept to answer (TTL 0) when no upstream does (0: never).
+    pub serve_stale: Duration,
     /// TTL cap for positive answers, seconds.
     pub success_max_ttl: u32,
     /// TTL cap for negative answers, seconds.
@@ -46,6 +58,9 @@ impl Default for CacheSettings {
         CacheSettings {
             success_capacity: 9984,
             denial_capacity: 9984,
+            success_bytes: 8 << 20,
+            denial_bytes: 2 << 20,
+            serve_stale: Duration::from_secs(3600),
             success_max_ttl: 3600,
             denial_max_ttl: 1800,
             min_ttl: 5,
@@ -82,6 +97,36 @@ pub struct Entry {
     denial: bool,
     hits: AtomicU32,
     prefetching: AtomicBool,
+    /// What it takes in memory, about.
+    bytes: usize,
+}
+
+impl Entry {
+    /// True when it expired at `now`.
+    fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.stored).as_secs() >= u64::from(self.ttl)
+    }
+
+    /// The records with their TTLs at most `left`.
+    fn hit(&self, left: u32, prefetch: bool) -> Hit {
+        let aged = |records: &[Record]| -> Vec<Record> {
+            records
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    r.ttl = r.ttl.min(left);
+                    r
+                })
+                .collect()
+        };
+        Hit {
+            rcode: self.rcode,
+            answers: aged(&self.answers),
+            authorities: aged(&self.authorities),
+            additionals: aged(&self.additionals),
+            prefetch,
+        }
+    }
 }
 
 /// A cache hit: the records with their TTLs counted down.
@@ -99,7 +144,29 @@ pub struct Hit {
     pub prefetch: bool,
 }
 
-type Shard = Mutex<HashMap<CacheKey, Arc<Entry>>>;
+/// Part of a cache: its entries and what they take.
+#[derive(Debug, Default)]
+struct Part {
+    entries: HashMap<CacheKey, Arc<Entry>>,
+    bytes: usize,
+}
+
+impl Part {
+    fn remove(&mut self, key: &CacheKey) -> Option<Arc<Entry>> {
+        let entry = self.entries.remove(key)?;
+        self.bytes -= entry.bytes;
+        Some(entry)
+    }
+
+    /// An entry to evict: an expired one among the first few, else the first.
+    fn victim(&self, now: Instant) -> Option<CacheKey> {
+        let mut looked = self.entries.iter().take(EVICTION_LOOKS);
+        let first = self.entries.keys().next().cloned();
+        looked.find(|(_, e)| e.expired(now)).map(|(k, _)| k.clone()).or(first)
+    }
+}
+
+type Shard = Mutex<Part>;
 
 /// The success and denial caches.
 pub struct Cache {
@@ -111,7 +178,18 @@ pub struct Cache {
 }
 
 fn shards() -> Vec<Shard> {
-    (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect()
+    (0..SHARDS).map(|_| Mutex::new(Part::default())).collect()
+}
+
+/// About what `records` take in memory: each one's struct and its wire form.
+fn records_bytes(records: &[Record]) -> usize {
+    records
+        .iter()
+        .map(|r| {
+            size_of::<Record>()
+                + hickory_proto::serialize::binary::BinEncodable::to_bytes(r).map_or(0, |b| b.len())
+        })
+        .sum()
 }
 
 impl Cache {
@@ -132,21 +210,24 @@ impl Cache {
         (self.hasher.hash_one(key) as usize) % SHARDS
     }
 
-    fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Arc<Entry>>> {
+    fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, Part> {
         shard.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Looks `key` up at `now`.
+    /// Looks `key` up at `now`: an entry that has not expired.
     pub fn get(&self, key: &CacheKey, now: Instant) -> Option<Hit> {
         let server = self.metrics.server_labels();
         self.metrics.cache_requests.get_or_create(&server).inc();
         let i = self.shard_of(key);
         for (caches, kind) in [(&self.success, "success"), (&self.denial, "denial")] {
-            let entry = Self::lock(&caches[i]).get(key).cloned();
+            let entry = Self::lock(&caches[i]).entries.get(key).cloned();
             let Some(entry) = entry else { continue };
             let age = now.saturating_duration_since(entry.stored).as_secs();
             let Some(left) = u64::from(entry.ttl).checked_sub(age).filter(|l| *l > 0) else {
-                Self::lock(&caches[i]).remove(key);
+                // Kept to be served stale, until that is over too.
+                if self.stale_for(&entry, now).is_none() {
+                    Self::lock(&caches[i]).remove(key);
+                }
                 continue;
             };
             let left = u32::try_from(left).unwrap_or(u32::MAX);
@@ -161,25 +242,30 @@ impl Cache {
             if prefetch {
                 self.metrics.cache_prefetches.get_or_create(&server).inc();
             }
-            let aged = |records: &[Record]| -> Vec<Record> {
-                records
-                    .iter()
-                    .map(|r| {
-                        let mut r = r.clone();
-                        r.ttl = r.ttl.min(left);
-                        r
-                    })
-                    .collect()
-            };
-            return Some(Hit {
-                rcode: entry.rcode,
-                answers: aged(&entry.answers),
-                authorities: aged(&entry.authorities),
-                additionals: aged(&entry.additionals),
-                prefetch,
-            });
+            return Some(entry.hit(left, prefetch));
         }
         self.metrics.cache_misses.get_or_create(&server).inc();
+        None
+    }
+
+    /// How long `entry` has been expired at `now`, while that is less than `serve_stale`.
+    fn stale_for(&self, entry: &Entry, now: Instant) -> Option<Duration> {
+        let expired = now.checked_duration_since(entry.stored + Duration::from_secs(u64::from(entry.ttl)))?;
+        (expired < self.settings.serve_stale).then_some(expired)
+    }
+
+    /// An expired entry for `key` kept for `serve_stale`, with TTL 0: what to answer when no
+    /// upstream does. A stale SERVFAIL is not served.
+    pub fn stale(&self, key: &CacheKey, now: Instant) -> Option<Hit> {
+        let i = self.shard_of(key);
+        for caches in [&self.success, &self.denial] {
+            let entry = Self::lock(&caches[i]).entries.get(key).cloned();
+            let Some(entry) = entry.filter(|e| e.rcode != ResponseCode::ServFail) else { continue };
+            if entry.expired(now) && self.stale_for(&entry, now).is_some() {
+                self.metrics.cache_served_stale.get_or_create(&self.metrics.server_labels()).inc();
+                return Some(entry.hit(0, false));
+            }
+        }
         None
     }
 
@@ -211,12 +297,21 @@ impl Cache {
             ResponseCode::ServFail if s.servfail_ttl > 0 => (true, s.servfail_ttl),
             _ => return,
         };
-        let (caches, capacity, kind) = if denial {
-            (&self.denial, s.denial_capacity, "denial")
+        let (caches, capacity, bytes, kind) = if denial {
+            (&self.denial, s.denial_capacity, s.denial_bytes, "denial")
         } else {
-            (&self.success, s.success_capacity, "success")
+            (&self.success, s.success_capacity, s.success_bytes, "success")
         };
         if capacity == 0 || ttl == 0 {
+            return;
+        }
+        let size = size_of::<Entry>()
+            + size_of::<CacheKey>()
+            + records_bytes(&response.answers)
+            + records_bytes(&response.authorities)
+            + records_bytes(&response.additionals);
+        let (per_shard, bytes_per_shard) = (capacity.div_ceil(SHARDS), bytes / SHARDS);
+        if size > bytes_per_shard {
             return;
         }
         let entry = Arc::new(Entry {
@@ -229,23 +324,23 @@ impl Cache {
             denial,
             hits: AtomicU32::new(0),
             prefetching: AtomicBool::new(false),
+            bytes: size,
         });
-        let per_shard = capacity.div_ceil(SHARDS);
         let mut shard = Self::lock(&caches[self.shard_of(&key)]);
-        if !shard.contains_key(&key)
-            && shard.len() >= per_shard
-            && let Some(victim) = shard.keys().next().cloned()
-        {
+        shard.remove(&key);
+        while shard.entries.len() >= per_shard || shard.bytes + size > bytes_per_shard {
+            let Some(victim) = shard.victim(now) else { break };
             shard.remove(&victim);
             self.metrics.cache_evictions.get_or_create(&self.metrics.cache_labels(kind)).inc();
         }
-        shard.insert(key, entry);
+        shard.bytes += size;
+        shard.entries.insert(key, entry);
         drop(shard);
         self.report_size(caches, kind);
     }
 
     fn report_size(&self, caches: &[Shard], kind: &'static str) {
-        let n: usize = caches.iter().map(|s| Self::lock(s).len()).sum();
+        let n: usize = caches.iter().map(|s| Self::lock(s).entries.len()).sum();
         self.metrics
             .cache_entries
             .get_or_create(&self.metrics.cache_labels(kind))
@@ -259,7 +354,13 @@ impl Cache {
 
     /// Number of entries (success, denial).
     pub fn len(&self) -> (usize, usize) {
-        let count = |c: &[Shard]| c.iter().map(|s| Self::lock(s).len()).sum();
+        let count = |c: &[Shard]| c.iter().map(|s| Self::lock(s).entries.len()).sum();
+        (count(&self.success), count(&self.denial))
+    }
+
+    /// What the entries take, about, in bytes (success, denial).
+    pub fn bytes(&self) -> (usize, usize) {
+        let count = |c: &[Shard]| c.iter().map(|s| Self::lock(s).bytes).sum();
         (count(&self.success), count(&self.denial))
     }
 
@@ -270,99 +371,5 @@ impl Cache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use hickory_proto::op::{MessageType, OpCode};
-    use hickory_proto::rr::rdata::{A, SOA};
-    use hickory_proto::rr::{Name, RData};
-    use prometheus_client::registry::Registry;
-    use std::time::Duration;
-
-    fn metrics() -> Arc<Metrics> {
-        Arc::new(Metrics::new("127.0.0.1:53".parse().unwrap(), &mut Registry::default()))
-    }
-
-    fn key(name: &str) -> CacheKey {
-        CacheKey {
-            name: LowerName::from(Name::from_ascii(name).unwrap()),
-            qtype: RecordType::A,
-            qclass: DNSClass::IN,
-            dnssec_ok: false,
-        }
-    }
-
-    fn response(rcode: ResponseCode, answer_ttl: Option<u32>, soa: Option<(u32, u32)>) -> Message {
-        let mut m = Message::new(1, MessageType::Response, OpCode::Query);
-        m.metadata.response_code = rcode;
-        let name = Name::from_ascii("www.example.com.").unwrap();
-        if let Some(ttl) = answer_ttl {
-            m.add_answer(Record::from_rdata(name.clone(), ttl, RData::A(A([192, 0, 2, 1].into()))));
-        }
-        if let Some((ttl, min)) = soa {
-            let soa = SOA::new(name.clone(), name.clone(), 1, 1, 1, 1, min);
-            m.add_authority(Record::from_rdata(name, ttl, RData::SOA(soa)));
-        }
-        m
-    }
-
-    #[test]
-    fn ttls_count_down_and_are_capped() {
-        let cache = Cache::new(CacheSettings { success_max_ttl: 60, ..Default::default() }, metrics());
-        let t0 = Instant::now();
-        cache.insert(key("a.example."), &response(ResponseCode::NoError, Some(300), None), t0);
-        let hit = cache.get(&key("A.Example."), t0 + Duration::from_secs(10)).expect("hit");
-        assert_eq!(hit.answers[0].ttl, 50, "capped at 60, 10 s elapsed");
-        assert!(cache.get(&key("a.example."), t0 + Duration::from_secs(61)).is_none(), "expired");
-        assert_eq!(cache.len(), (0, 0), "expired entries are dropped");
-    }
-
-    #[test]
-    fn denials_use_the_soa_minimum() {
-        let cache = Cache::new(CacheSettings::default(), metrics());
-        let t0 = Instant::now();
-        cache.insert(key("nx.example."), &response(ResponseCode::NXDomain, None, Some((3600, 30))), t0);
-        assert_eq!(cache.len(), (0, 1));
-        assert!(cache.get(&key("nx.example."), t0 + Duration::from_secs(29)).is_some());
-        assert!(cache.get(&key("nx.example."), t0 + Duration::from_secs(31)).is_none());
-        // REFUSED and truncated answers are not cached.
-        cache.insert(key("r.example."), &response(ResponseCode::Refused, None, None), t0);
-        let mut tc = response(ResponseCode::NoError, Some(30), None);
-        tc.metadata.truncation = true;
-        cache.insert(key("tc.example."), &tc, t0);
-        assert_eq!(cache.len(), (0, 0));
-    }
-
-    #[test]
-    fn capacity_is_bounded_per_cache() {
-        let cache = Cache::new(
-            CacheSettings { success_capacity: 32, denial_capacity: 16, ..Default::default() },
-            metrics(),
-        );
-        let t0 = Instant::now();
-        for i in 0..500 {
-            cache.insert(
-                key(&format!("s{i}.example.")),
-                &response(ResponseCode::NoError, Some(60), None),
-                t0,
-            );
-            cache.insert(
-                key(&format!("d{i}.example.")),
-                &response(ResponseCode::NXDomain, None, Some((60, 60))),
-                t0,
-            );
-        }
-        let (s, d) = cache.len();
-        assert!(s <= 32 && d <= 16 && s > 0 && d > 0, "{s} {d}");
-    }
-
-    #[test]
-    fn prefetch_fires_once_near_expiry_for_popular_entries() {
-        let cache = Cache::new(CacheSettings { prefetch_hits: 2, ..Default::default() }, metrics());
-        let t0 = Instant::now();
-        cache.insert(key("p.example."), &response(ResponseCode::NoError, Some(100), None), t0);
-        assert!(!cache.get(&key("p.example."), t0).unwrap().prefetch, "1 hit, fresh");
-        assert!(!cache.get(&key("p.example."), t0 + Duration::from_secs(50)).unwrap().prefetch, "not yet");
-        assert!(cache.get(&key("p.example."), t0 + Duration::from_secs(95)).unwrap().prefetch);
-        assert!(!cache.get(&key("p.example."), t0 + Duration::from_secs(96)).unwrap().prefetch, "once");
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

@@ -1,24 +1,37 @@
 //! Forwarding to upstream servers (CoreDNS's `forward . /etc/resolv.conf`) and the response
 //! cache in front of it.
 //!
-//! Each query goes to the upstreams in random order until one answers: UDP from a fresh
-//! ephemeral port (so the kernel's port randomization and a random ID protect against
-//! spoofing), retried over TCP when the answer is truncated. Concurrency is capped
-//! (`max_concurrent`, REFUSED above it) so a dead upstream cannot pile up tasks.
+//! A query goes to the upstreams that are not down ([`health`]), in random order, until one
+//! answers: UDP from a fresh ephemeral port, retried over TCP when the answer is truncated.
+//! Against spoofed answers: the kernel's port randomization, a random ID, and the question's
+//! case randomized (DNS 0x20, as Unbound's `use-caps-for-id`): only an answer whose question
+//! has exactly the case sent is taken, and the asker's case is written back. An upstream seen
+//! to answer in another case (some forwarders lower it) is asked in the asker's case from then on.
+//!
+//! Queries in flight are limited in all (`max_concurrent`, REFUSED above it, as CoreDNS) and
+//! per client ([`limits`]); identical ones share one exchange ([`coalesce`]), loop probes
+//! (HINFO) aside.
 
 pub mod cache;
+pub mod coalesce;
+mod exchange;
+pub mod health;
+pub mod limits;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
-use hickory_proto::rr::{DNSClass, Name, RecordType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UdpSocket};
+use hickory_proto::op::Message;
+use hickory_proto::rr::{DNSClass, LowerName, Name, Record, RecordType};
 
+use self::cache::CacheKey;
+use self::coalesce::Coalescer;
+pub use self::exchange::randomize_case;
+use self::exchange::{exchange, is_case_lost};
+use self::health::{Checks, Health};
+use self::limits::{Limits, Refused};
 use crate::metrics::{Metrics, ToLabels, ToRcodeLabels, rcode_label};
 
 /// At most this many upstreams are read from a resolv.conf (CoreDNS's limit).
@@ -46,7 +59,7 @@ pub enum ForwardError {
     /// No upstream is configured.
     #[error("no upstream servers configured")]
     NoUpstreams,
-    /// Too many queries are already in flight.
+    /// Too many queries are already in flight, in all or from this client.
     #[error("too many concurrent upstream queries")]
     Overloaded,
     /// Every upstream failed or timed out.
@@ -63,72 +76,175 @@ pub struct ForwardSettings {
     pub timeout: Duration,
     /// Queries in flight before new ones are refused (CoreDNS's `max_concurrent`).
     pub max_concurrent: usize,
+    /// Queries in flight from one client address before its new ones are refused (0: no
+    /// limit of its own).
+    pub max_concurrent_per_client: usize,
+    /// Between health checks of an upstream that left a query unanswered, and how long a
+    /// query waits before its upstream is checked (CoreDNS's `health_check`).
+    pub health_check: Duration,
+    /// Failed checks in a row before an upstream gets no more queries (CoreDNS's
+    /// `max_fails`; 0: never).
+    pub max_fails: u32,
+    /// Randomize the case of forwarded questions (DNS 0x20).
+    pub randomize_case: bool,
 }
 
 impl Default for ForwardSettings {
     fn default() -> Self {
-        ForwardSettings { upstreams: Vec::new(), timeout: Duration::from_secs(2), max_concurrent: 1000 }
+        ForwardSettings {
+            upstreams: Vec::new(),
+            timeout: Duration::from_secs(2),
+            max_concurrent: 1000,
+            max_concurrent_per_client: 100,
+            health_check: Duration::from_millis(500),
+            max_fails: 2,
+            randomize_case: true,
+        }
+    }
+}
+
+/// A question to forward, and who asks it.
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// Query name (the asker's case).
+    pub name: Name,
+    /// Query type.
+    pub qtype: RecordType,
+    /// Query class.
+    pub qclass: DNSClass,
+    /// DNSSEC OK bit of the asker's query.
+    pub dnssec_ok: bool,
+    /// The asker's address (its share of the slots).
+    pub client: IpAddr,
+}
+
+impl Question {
+    /// What its answer is cached and shared by.
+    pub fn key(&self) -> CacheKey {
+        CacheKey {
+            name: LowerName::new(&self.name),
+            qtype: self.qtype,
+            qclass: self.qclass,
+            dnssec_ok: self.dnssec_ok,
+        }
+    }
+}
+
+/// The upstreams of one version of the settings, with their health.
+struct Pool {
+    settings: ForwardSettings,
+    upstreams: Vec<Arc<Health>>,
+}
+
+impl Pool {
+    fn new(settings: ForwardSettings) -> Self {
+        let upstreams = settings.upstreams.iter().map(|&a| Health::new(a)).collect();
+        Pool { settings, upstreams }
+    }
+
+    fn checks(&self) -> Checks {
+        Checks { interval: self.settings.health_check, max_fails: self.settings.max_fails }
     }
 }
 
 /// Sends queries upstream.
 pub struct Forwarder {
-    settings: ArcSwap<ForwardSettings>,
-    inflight: AtomicUsize,
+    pool: ArcSwap<Pool>,
+    limits: Limits,
+    coalescer: Coalescer,
     metrics: Arc<Metrics>,
-}
-
-/// Decrements the in-flight count when a query ends, however it ends.
-struct Inflight<'a>(&'a AtomicUsize);
-
-impl Drop for Inflight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl Forwarder {
     /// A forwarder with `settings`.
     pub fn new(settings: ForwardSettings, metrics: Arc<Metrics>) -> Self {
-        Forwarder { settings: ArcSwap::from_pointee(settings), inflight: AtomicUsize::new(0), metrics }
+        Forwarder {
+            pool: ArcSwap::from_pointee(Pool::new(settings)),
+            limits: Limits::default(),
+            coalescer: Coalescer::default(),
+            metrics,
+        }
     }
 
-    /// Replaces the settings (reload); queries in flight finish with the old ones.
+    /// Replaces the settings (reload); queries in flight finish with the old ones. An
+    /// upstream kept keeps its health.
     pub fn set_settings(&self, settings: ForwardSettings) {
-        self.settings.store(Arc::new(settings));
+        let old = self.pool.load();
+        let mut pool = Pool::new(settings);
+        for up in &mut pool.upstreams {
+            if let Some(same) = old.upstreams.iter().find(|o| o.addr == up.addr) {
+                *up = Arc::clone(same);
+            }
+        }
+        self.pool.store(Arc::new(pool));
     }
 
     /// The current upstreams.
     pub fn upstreams(&self) -> Vec<SocketAddr> {
-        self.settings.load().upstreams.clone()
+        self.pool.load().settings.upstreams.clone()
     }
 
-    /// Resolves `name`/`qtype` upstream, trying the upstreams in random order.
-    pub async fn resolve(
-        &self,
-        name: &Name,
-        qtype: RecordType,
-        qclass: DNSClass,
-        dnssec_ok: bool,
-    ) -> Result<Message, ForwardError> {
-        let settings = self.settings.load_full();
-        if settings.upstreams.is_empty() {
+    /// The upstreams' health: each with its failed checks in a row and whether it is down.
+    pub fn health(&self) -> Vec<(SocketAddr, u32, bool)> {
+        let pool = self.pool.load();
+        let max_fails = pool.settings.max_fails;
+        pool.upstreams.iter().map(|h| (h.addr, h.fails(), h.is_down(max_fails))).collect()
+    }
+
+    /// Queries in flight, in all and from `client`.
+    pub fn in_flight(&self, client: IpAddr) -> (usize, usize) {
+        self.limits.in_flight(client)
+    }
+
+    /// Resolves `question` upstream; the answer's names that are the question's are in the
+    /// asker's case.
+    pub async fn resolve(&self, question: &Question) -> Result<Message, ForwardError> {
+        let pool = self.pool.load_full();
+        let s = &pool.settings;
+        if s.upstreams.is_empty() {
             return Err(ForwardError::NoUpstreams);
         }
-        if self.inflight.fetch_add(1, Ordering::Relaxed) >= settings.max_concurrent {
-            self.inflight.fetch_sub(1, Ordering::Relaxed);
-            self.metrics.forward_max_concurrent_rejects.inc();
-            return Err(ForwardError::Overloaded);
+        let _slot = self
+            .limits
+            .enter(question.client, s.max_concurrent, s.max_concurrent_per_client)
+            .map_err(|why| {
+                match why {
+                    Refused::Total => self.metrics.forward_max_concurrent_rejects.inc(),
+                    Refused::Client => self.metrics.forward_client_rejects.inc(),
+                };
+                ForwardError::Overloaded
+            })?;
+        // A loop probe (HINFO for a random name, CoreDNS's and ours) must go round a loop
+        // every time: met again on its way, it would wait for itself instead.
+        let (answer, shared) = if question.qtype == RecordType::HINFO {
+            (self.ask_upstreams(&pool, question).await, false)
+        } else {
+            self.coalescer.run(&question.key(), self.ask_upstreams(&pool, question)).await
+        };
+        if shared {
+            self.metrics.forward_coalesced.inc();
         }
-        let _guard = Inflight(&self.inflight);
-        let mut order = settings.upstreams.clone();
+        let mut answer = answer?;
+        respell(&mut answer, &question.name);
+        Ok(answer)
+    }
+
+    /// Asks the upstreams that are not down, in random order, until one answers.
+    async fn ask_upstreams(&self, pool: &Pool, question: &Question) -> Result<Message, ForwardError> {
+        let max_fails = pool.settings.max_fails;
+        let mut order: Vec<&Arc<Health>> = pool.upstreams.iter().filter(|h| !h.is_down(max_fails)).collect();
+        if order.is_empty() {
+            // Every upstream is down: the checks may be what is broken, so try them all.
+            self.metrics.forward_healthcheck_broken.inc();
+            order = pool.upstreams.iter().collect();
+        }
         rand::seq::SliceRandom::shuffle(&mut order[..], &mut rand::rng());
         let mut errors = Vec::new();
         for upstream in order {
-            let to = ToLabels { to: upstream.to_string() };
+            let to = ToLabels { to: upstream.addr.to_string() };
             self.metrics.forward_requests.get_or_create(&to).inc();
             let started = Instant::now();
-            match exchange(upstream, name, qtype, qclass, dnssec_ok, settings.timeout).await {
+            match self.ask(upstream, pool, question).await {
                 Ok(response) => {
                     let labels =
                         ToRcodeLabels { to: to.to, rcode: rcode_label(response.metadata.response_code) };
@@ -140,107 +256,78 @@ impl Forwarder {
                     return Ok(response);
                 }
                 Err(e) => {
-                    tracing::debug!(%upstream, error = %e, "upstream query failed");
-                    errors.push(format!("{upstream}: {e}"));
+                    tracing::debug!(upstream = %upstream.addr, error = %e, "upstream query failed");
+                    errors.push(format!("{}: {e}", upstream.addr));
                 }
             }
         }
-        self.metrics.forward_healthcheck_broken.inc();
         Err(ForwardError::Failed(errors.join("; ")))
     }
-}
 
-fn query_message(id: u16, name: &Name, qtype: RecordType, qclass: DNSClass, dnssec_ok: bool) -> Message {
-    let mut msg = Message::new(id, MessageType::Query, OpCode::Query);
-    msg.metadata.recursion_desired = true;
-    let mut q = Query::query(name.clone(), qtype);
-    q.set_query_class(qclass);
-    msg.add_query(q);
-    let mut edns = Edns::new();
-    edns.set_max_payload(EDNS_PAYLOAD);
-    edns.set_dnssec_ok(dnssec_ok);
-    msg.set_edns(edns);
-    msg
-}
-
-/// True when `response` answers the query we sent (ID and question match).
-fn matches(response: &Message, id: u16, name: &Name, qtype: RecordType) -> bool {
-    response.metadata.id == id
-        && response.metadata.message_type == MessageType::Response
-        && response.queries.first().is_some_and(|q| q.query_type() == qtype && q.name().eq_ignore_root(name))
-}
-
-/// One query to one upstream: UDP, then TCP if the answer was truncated.
-async fn exchange(
-    upstream: SocketAddr,
-    name: &Name,
-    qtype: RecordType,
-    qclass: DNSClass,
-    dnssec_ok: bool,
-    timeout: Duration,
-) -> std::io::Result<Message> {
-    let id: u16 = rand::random();
-    let bytes = query_message(id, name, qtype, qclass, dnssec_ok).to_vec().map_err(std::io::Error::other)?;
-    let response = tokio::time::timeout(timeout, exchange_udp(upstream, &bytes, id, name, qtype))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
-    if !response.metadata.truncation {
-        return Ok(response);
-    }
-    tokio::time::timeout(timeout, exchange_tcp(upstream, &bytes, id, name, qtype))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out over TCP"))?
-}
-
-async fn exchange_udp(
-    upstream: SocketAddr,
-    query: &[u8],
-    id: u16,
-    name: &Name,
-    qtype: RecordType,
-) -> std::io::Result<Message> {
-    let local: SocketAddr = match upstream {
-        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let socket = UdpSocket::bind(local).await?;
-    socket.connect(upstream).await?;
-    socket.send(query).await?;
-    let mut buf = vec![0u8; 65535];
-    loop {
-        let n = socket.recv(&mut buf).await?;
-        // Anything that is not the answer (stray or forged datagrams) is ignored.
-        if let Ok(msg) = Message::from_vec(&buf[..n])
-            && matches(&msg, id, name, qtype)
-        {
-            return Ok(msg);
+    /// One upstream's answer. A query it leaves unanswered for a health-check interval, or
+    /// that fails, has it checked; one it answers in another case is asked again in the
+    /// asker's case.
+    async fn ask(
+        &self,
+        upstream: &Arc<Health>,
+        pool: &Pool,
+        question: &Question,
+    ) -> std::io::Result<Message> {
+        let (s, checks) = (&pool.settings, pool.checks());
+        let randomize = s.randomize_case && upstream.keeps_case();
+        let attempt = exchange(upstream.addr, question, randomize, s.timeout);
+        tokio::pin!(attempt);
+        let slow = tokio::time::sleep(checks.interval);
+        let result = tokio::select! {
+            r = &mut attempt => r,
+            () = slow => {
+                upstream.suspect(checks, &self.metrics);
+                attempt.await
+            }
+        };
+        match result {
+            Err(e) if is_case_lost(&e) => {
+                if upstream.lost_case() {
+                    tracing::warn!(upstream = %upstream.addr, "the upstream does not keep the question's case; its questions are sent in the asker's case from now on");
+                }
+                exchange(upstream.addr, question, false, s.timeout).await
+            }
+            Err(e) => {
+                upstream.suspect(checks, &self.metrics);
+                Err(e)
+            }
+            ok => ok,
         }
     }
 }
 
-async fn exchange_tcp(
-    upstream: SocketAddr,
-    query: &[u8],
-    id: u16,
-    name: &Name,
-    qtype: RecordType,
-) -> std::io::Result<Message> {
-    let mut stream = TcpStream::connect(upstream).await?;
-    let len = u16::try_from(query.len()).map_err(std::io::Error::other)?;
-    let mut framed = Vec::with_capacity(query.len() + 2);
-    framed.extend_from_slice(&len.to_be_bytes());
-    framed.extend_from_slice(query);
-    stream.write_all(&framed).await?;
-    let mut len = [0u8; 2];
-    stream.read_exact(&mut len).await?;
-    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    stream.read_exact(&mut buf).await?;
-    let msg = Message::from_vec(&buf).map_err(std::io::Error::other)?;
-    if matches(&msg, id, name, qtype) { Ok(msg) } else { Err(std::io::Error::other("mismatched TCP answer")) }
+/// Writes `name`'s spelling into the question and the records owned by it.
+pub fn respell(msg: &mut Message, name: &Name) {
+    for q in &mut msg.queries {
+        if q.name().eq_ignore_root(name) && !q.name().eq_case(name) {
+            q.set_name(name.clone());
+        }
+    }
+    respell_records(&mut msg.answers, name);
+    respell_records(&mut msg.authorities, name);
+    respell_records(&mut msg.additionals, name);
+}
+
+/// Writes `name`'s spelling into `records` owned by it.
+pub fn respell_records(records: &mut [Record], name: &Name) {
+    for r in records {
+        if r.name.eq_ignore_root(name) && !r.name.eq_case(name) {
+            r.name = name.clone();
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use hickory_proto::op::{MessageType, OpCode, Query};
+    use hickory_proto::rr::RData;
+    use hickory_proto::rr::rdata::{A, CNAME};
+
     use super::*;
 
     #[test]
@@ -251,5 +338,22 @@ mod tests {
         assert_eq!(got, ["10.0.0.2:53", "[fe80::1]:53", "[2001:db8::53]:53"]);
         let many: String = (0..20).map(|i| format!("nameserver 10.0.0.{i}\n")).collect();
         assert_eq!(parse_resolv_conf(&many).len(), MAX_UPSTREAMS);
+    }
+
+    #[test]
+    fn the_askers_spelling_goes_into_the_question_and_the_records_it_owns() {
+        let name = |s: &str| Name::from_ascii(s).unwrap();
+        let mut m = Message::new(1, MessageType::Response, OpCode::Query);
+        m.add_query(Query::query(name("wWW.examPLE.test."), RecordType::A));
+        m.add_answer(Record::from_rdata(
+            name("www.example.test."),
+            5,
+            RData::CNAME(CNAME(name("Cdn.Test."))),
+        ));
+        m.add_answer(Record::from_rdata(name("Cdn.Test."), 5, RData::A(A::new(192, 0, 2, 1))));
+        respell(&mut m, &name("Www.Example.Test."));
+        assert_eq!(m.queries[0].name().to_string(), "Www.Example.Test.");
+        assert_eq!(m.answers[0].name.to_string(), "Www.Example.Test.");
+        assert_eq!(m.answers[1].name.to_string(), "Cdn.Test.", "another name keeps its spelling");
     }
 }

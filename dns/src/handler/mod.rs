@@ -7,6 +7,7 @@
 //! [`Core::complete`] finishes asynchronously. [`wire`] turns a reply into bytes (truncating
 //! for UDP) and [`hickory`] plugs the same path into hickory-server's `RequestHandler`.
 
+mod budget;
 mod hickory;
 pub mod replay;
 #[cfg(test)]
@@ -25,8 +26,8 @@ use tokio::sync::Notify;
 
 pub use self::hickory::DnsHandler;
 use crate::answer::{self, Answer, Gate, Outcome};
-use crate::forward::cache::{Cache, CacheKey};
-use crate::forward::{ForwardError, Forwarder};
+use crate::forward::cache::{Cache, Hit};
+use crate::forward::{ForwardError, Forwarder, Question, respell_records};
 use crate::metrics::{Metrics, Source};
 use crate::records::RecordIndex;
 
@@ -103,29 +104,8 @@ pub enum Step {
     },
 }
 
-/// A name to look up upstream.
-#[derive(Debug, Clone)]
-pub struct Upstream {
-    /// Query name (case kept).
-    pub name: Name,
-    /// Query type.
-    pub qtype: RecordType,
-    /// Query class.
-    pub qclass: DNSClass,
-    /// DNSSEC OK bit of the client's query.
-    pub dnssec_ok: bool,
-}
-
-impl Upstream {
-    fn key(&self) -> CacheKey {
-        CacheKey {
-            name: LowerName::new(&self.name),
-            qtype: self.qtype,
-            qclass: self.qclass,
-            dnssec_ok: self.dnssec_ok,
-        }
-    }
-}
+/// A name to look up upstream, and who asks.
+pub type Upstream = Question;
 
 /// Start-up loop detection (CoreDNS's `loop` plugin): a random name is sent upstream; if it
 /// comes back to us more than twice, the upstreams forward to us.
@@ -294,7 +274,8 @@ impl Core {
             }
         }
         let dnssec_ok = request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
-        let upstream = |name: Name| Upstream { name, qtype, qclass: query.query_class(), dnssec_ok };
+        let client = request.src().ip();
+        let upstream = |name: Name| Upstream { name, qtype, qclass: query.query_class(), dnssec_ok, client };
         let index = self.index.load();
         if answer::gate(&index, query, request.src().ip()) == Gate::NotProgrammed {
             self.metrics.not_programmed.inc();
@@ -339,7 +320,8 @@ impl Core {
         self.finish(reply)
     }
 
-    /// The cache, then upstream.
+    /// The cache, then upstream; when no upstream answers, what the cache kept of an expired
+    /// answer. Names the question owns are spelled as the asker spelled them.
     async fn lookup(self: &Arc<Self>, up: &Upstream) -> Result<Reply, ForwardError> {
         let key = up.key();
         let cache = self.cache.load_full();
@@ -348,23 +330,20 @@ impl Core {
                 let core = Arc::clone(self);
                 let up = up.clone();
                 tokio::spawn(async move {
-                    if let Ok(response) =
-                        core.forwarder.resolve(&up.name, up.qtype, up.qclass, up.dnssec_ok).await
-                    {
+                    if let Ok(response) = core.forwarder.resolve(&up).await {
                         core.cache.load().insert(up.key(), &response, Instant::now());
                     }
                 });
             }
-            return Ok(Reply {
-                rcode: hit.rcode,
-                authoritative: false,
-                answers: hit.answers,
-                authorities: hit.authorities,
-                additionals: hit.additionals,
-                source: Source::Cache,
-            });
+            return Ok(cached(hit, up));
         }
-        let response = self.forwarder.resolve(&up.name, up.qtype, up.qclass, up.dnssec_ok).await?;
+        let response = match self.forwarder.resolve(up).await {
+            Ok(response) => response,
+            Err(e @ (ForwardError::Failed(_) | ForwardError::Overloaded)) => {
+                return cache.stale(&key, Instant::now()).map(|hit| cached(hit, up)).ok_or(e);
+            }
+            Err(e) => return Err(e),
+        };
         cache.insert(key, &response, Instant::now());
         Ok(Reply {
             rcode: response.metadata.response_code,
@@ -383,6 +362,22 @@ impl Core {
         }
         reply
     }
+}
+
+/// A reply from the cache to `up`, whose names are spelled as `up` asked.
+fn cached(hit: Hit, up: &Upstream) -> Reply {
+    let mut reply = Reply {
+        rcode: hit.rcode,
+        authoritative: false,
+        answers: hit.answers,
+        authorities: hit.authorities,
+        additionals: hit.additionals,
+        source: Source::Cache,
+    };
+    for records in [&mut reply.answers, &mut reply.authorities, &mut reply.additionals] {
+        respell_records(records, &up.name);
+    }
+    reply
 }
 
 fn original_name(query: &LowerQuery) -> Name {

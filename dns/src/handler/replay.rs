@@ -20,7 +20,19 @@
 //! What is kept is only what [`super::wire::handle`] says the zone alone decided: no
 //! forwarded or cached upstream answer (their TTLs count down), no error of the server's
 //! own, no truncated reply. Every copy is dropped when [`Core::generation`] moves (a new
-//! index or options), and the whole store when it outgrows [`BUDGET`] (about 16 MiB).
+//! index or options).
+//!
+//! What a copy may take is bounded for all workers together ([`ReplayBudget`], 16 MiB unless
+//! told otherwise), not per worker: the workers are one per CPU and a node's CPUs are not the
+//! pod's memory. Every name in the zone has an answer (NXDOMAIN for the ones that do not
+//! exist), and the key keeps the case, so what clients may make a worker keep has no end: a
+//! pod asking for random names, or one name in random cases, asks for new copies at will.
+//! So a copy has to earn its room by being replayed. Every [`SWEEP_EVERY`], and whenever the
+//! budget is used up, a worker keeps only the copies replayed since the last sweep, moved into
+//! allocations of their own size, and gives the rest back to the allocator and the budget;
+//! when that frees less than a quarter, it starts over with nothing. A flood of names asked
+//! once (or twice) is gone within two sweeps, and the copies of the names the cluster's pods
+//! keep asking for outlive it.
 //!
 //! The lookup is laid out for the cache, since a worker's copies outgrow it: a small table
 //! from the hash of the query's bytes to a copy's place in one arena, where the copies lie
@@ -31,33 +43,42 @@
 
 use std::hash::Hasher;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use rustc_hash::{FxHashMap, FxHasher};
 
+#[path = "replay_addresses.rs"]
+mod addresses;
+
+use self::addresses::{Addresses, shuffled_addresses};
+use super::Core;
+pub use super::budget::ReplayBudget;
 use super::wire::{self, Decided, Handled};
-use super::{Core, shuffled_from};
 use crate::metrics::{Proto, Source};
 
-/// About the memory one worker's copies take before it starts over.
+/// The memory all workers' copies may take together unless told otherwise.
 pub const BUDGET: usize = 16 << 20;
-/// What one copy costs beyond its bytes in the arena: the table's slot and control byte,
-/// rounded up.
-const SLOT_COST: usize = 24;
+/// How often a worker drops the copies not replayed since the last time.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// The arena's first allocation; it then doubles, within the budget.
+const MIN_ARENA: usize = 16 << 10;
 /// Longer queries are not worth keeping (they carry options such as cookies).
 const MAX_QUERY: usize = 512;
 /// The header's TC bit (in its third byte).
 const TC: u8 = 0x02;
-/// Compression pointers followed before a name is taken as malformed.
-const MAX_HOPS: usize = 16;
 /// The length of a [`Head`] in the arena.
 const HEAD: usize = 12;
 /// A [`Head`]'s `shuffle` when there is nothing to shuffle.
 const NO_SHUFFLE: u32 = u32::MAX;
 /// The DO bit, kept beside the response code (12 bits) in a [`Head`].
 const HEAD_DO: u16 = 0x8000;
+/// The copy was replayed since the last sweep, kept beside the response code in a [`Head`].
+const HEAD_REPLAYED: u16 = 0x4000;
+/// Where the response code and its bits lie in a [`Head`].
+const HEAD_CODE_AT: usize = 6;
 
 /// One worker's replies.
 pub struct Replay {
@@ -69,9 +90,13 @@ pub struct Replay {
     arena: Vec<u8>,
     /// The addresses to shuffle of the copies that have some.
     shuffles: Vec<Addresses>,
-    /// What the copies take: the arena, the table's slots and the addresses to shuffle.
-    bytes: usize,
-    budget: usize,
+    /// What the offsets of `shuffles` take.
+    offsets_bytes: usize,
+    /// What this store holds of the budget: what its allocations take.
+    held: usize,
+    budget: Arc<ReplayBudget>,
+    /// When the copies not replayed were last dropped.
+    swept: Instant,
     hits: u64,
     /// When the burst being answered arrived.
     burst_arrived: Instant,
@@ -81,7 +106,13 @@ pub struct Replay {
 
 impl Default for Replay {
     fn default() -> Self {
-        Replay::with_budget(BUDGET)
+        Replay::new(ReplayBudget::new(BUDGET, 1))
+    }
+}
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        self.budget.give(self.held);
     }
 }
 
@@ -93,6 +124,8 @@ struct Head {
     decided: Decided,
     /// The copy's addresses in [`Replay::shuffles`], or [`NO_SHUFFLE`].
     shuffle: u32,
+    /// Replayed since the last sweep.
+    replayed: bool,
 }
 
 /// A copy as found in the arena.
@@ -103,27 +136,27 @@ struct Kept<'a> {
     reply: &'a [u8],
 }
 
-/// Where the addresses to shuffle lie: `len` bytes at each offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Addresses {
-    offsets: Box<[usize]>,
-    len: usize,
-}
-
 impl Replay {
-    /// A store that starts over once its copies take about `budget` bytes.
-    pub fn with_budget(budget: usize) -> Self {
+    /// A store taking its room from `budget`, shared with the other workers'.
+    pub fn new(budget: Arc<ReplayBudget>) -> Self {
         Replay {
             generation: 0,
             places: FxHashMap::default(),
             arena: Vec::new(),
             shuffles: Vec::new(),
-            bytes: 0,
+            offsets_bytes: 0,
+            held: 0,
             budget,
+            swept: Instant::now(),
             hits: 0,
             burst_arrived: Instant::now(),
             warming: Vec::new(),
         }
+    }
+
+    /// A store of its own that keeps about `budget` bytes at most.
+    pub fn with_budget(budget: usize) -> Self {
+        Replay::new(ReplayBudget::new(budget, 1))
     }
 
     /// Answers `query` from `src` over UDP: a copy of an earlier reply when there is one,
@@ -141,9 +174,10 @@ impl Replay {
         }
         let key = &query[2..];
         let hash = hash(key);
-        let found = self.places.get(&hash).map(|&at| self.kept(at)).filter(|kept| kept.query == key);
-        if let Some(kept) = found {
-            let reply = self.replay(&kept, core, query, src);
+        let found = self.places.get(&hash).copied().filter(|&at| self.kept(at).query == key);
+        if let Some(at) = found {
+            let reply = self.replay(&self.kept(at), core, query, src);
+            self.mark_replayed(at);
             self.hits += 1;
             return Handled::Respond(reply);
         }
@@ -161,6 +195,7 @@ impl Replay {
     /// answer time counts from here.
     pub fn arrived<'q>(&mut self, queries: impl IntoIterator<Item = &'q [u8]>) {
         self.burst_arrived = Instant::now();
+        self.tick(self.burst_arrived);
         self.warming.clear();
         for query in queries {
             if let Some(&at) = query.get(2..).and_then(|key| self.places.get(&hash(key))) {
@@ -180,6 +215,15 @@ impl Replay {
         }
     }
 
+    /// Sweeps when [`SWEEP_EVERY`] has passed since the last sweep: after each burst, and
+    /// when the worker has waited for one for a while.
+    pub fn tick(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.swept) >= SWEEP_EVERY {
+            self.sweep();
+            self.swept = now;
+        }
+    }
+
     /// The copy starting at `at` in the arena.
     fn kept(&self, at: u32) -> Kept<'_> {
         let at = at as usize;
@@ -190,6 +234,15 @@ impl Replay {
             head,
             query: &self.arena[query_at..reply_at],
             reply: &self.arena[reply_at..reply_at + usize::from(head.reply_len)],
+        }
+    }
+
+    /// Notes that the copy at `at` was replayed: it outlives the next sweep.
+    fn mark_replayed(&mut self, at: u32) {
+        let i = at as usize + HEAD_CODE_AT;
+        let code = u16::from_ne_bytes([self.arena[i], self.arena[i + 1]]);
+        if code & HEAD_REPLAYED == 0 {
+            self.arena[i..i + 2].copy_from_slice(&(code | HEAD_REPLAYED).to_ne_bytes());
         }
     }
 
@@ -211,8 +264,9 @@ impl Replay {
     }
 
     /// Keeps `reply` to `query` (its bytes after the ID) under `hash`, unless it cannot be
-    /// replayed by copying. A copy already under `hash` (another query whose hash collides)
-    /// is replaced; its bytes stay in the arena until the store starts over.
+    /// replayed by copying or there is no room for it. A copy already under `hash` (another
+    /// query whose hash collides) is replaced; its bytes stay in the arena until the next
+    /// sweep.
     fn keep(&mut self, hash: u64, query: &[u8], reply: &[u8], decided: Decided, shuffle: bool) {
         if reply.len() < 12 || reply[2] & TC != 0 {
             return;
@@ -226,10 +280,9 @@ impl Replay {
         } else {
             None
         };
-        let size =
-            HEAD + query.len() + reply.len() + SLOT_COST + addresses.as_ref().map_or(0, Addresses::size);
-        if self.bytes + size > self.budget {
-            self.clear();
+        let extra = addresses.as_ref().map_or(0, Addresses::heap_size);
+        if !self.make_room(HEAD + query.len() + reply.len(), extra) {
+            return;
         }
         let (Ok(at), Ok(next_shuffle)) =
             (u32::try_from(self.arena.len()), u32::try_from(self.shuffles.len()))
@@ -239,22 +292,122 @@ impl Replay {
         let shuffle = match addresses {
             Some(addresses) => {
                 self.shuffles.push(addresses);
+                self.offsets_bytes += extra;
                 next_shuffle
             }
             None => NO_SHUFFLE,
         };
-        Head { query_len, reply_len, decided, shuffle }.write(&mut self.arena);
+        Head { query_len, reply_len, decided, shuffle, replayed: false }.write(&mut self.arena);
         self.arena.extend_from_slice(query);
         self.arena.extend_from_slice(reply);
-        self.bytes += size;
         self.places.insert(hash, at);
+        // The table may have grown past what was reserved for it.
+        self.account();
     }
 
+    /// Takes room from the budget for a copy of `size` bytes in the arena and `extra` beside
+    /// it, and grows the arena for it. Without room, keeps only the copies replayed since the
+    /// last sweep; failing that, starts over. False when even an empty store has no room.
+    fn make_room(&mut self, size: usize, extra: usize) -> bool {
+        for attempt in 0..3 {
+            match attempt {
+                0 => {}
+                1 => {
+                    let before = self.held;
+                    self.sweep();
+                    if self.held > before - before / 4 {
+                        continue;
+                    }
+                }
+                _ => self.clear(),
+            }
+            let table = table_bytes(self.places.capacity(), self.places.len() + 1);
+            let shuffles = (self.shuffles.len() + 1).max(self.shuffles.capacity()) * size_of::<Addresses>();
+            let others = table + shuffles + self.offsets_bytes + extra;
+            let arena = self.arena_capacity_for(size, others);
+            let want = arena + others;
+            if want <= self.held || self.budget.take(want - self.held, self.held) {
+                self.held = self.held.max(want);
+                self.arena.reserve_exact(arena - self.arena.len());
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The arena's capacity once it holds `size` bytes more, beside `others` bytes of the
+    /// rest: as it is, else doubled, or near the end of the budget as far as it has room
+    /// (leaving a fifth for the table, which grows with the copies), but at least enough.
+    fn arena_capacity_for(&self, size: usize, others: usize) -> usize {
+        let (len, cap) = (self.arena.len(), self.arena.capacity());
+        if len + size <= cap {
+            return cap;
+        }
+        let room = self.budget.room(self.held).saturating_add(self.held).saturating_sub(others);
+        (cap * 2).max(MIN_ARENA).min(room / 5 * 4).max(len + size)
+    }
+
+    /// What the store's allocations take.
+    fn footprint(&self) -> usize {
+        self.arena.capacity()
+            + table_bytes(self.places.capacity(), self.places.len())
+            + self.shuffles.capacity() * size_of::<Addresses>()
+            + self.offsets_bytes
+    }
+
+    /// Makes what the store holds of the budget what its allocations take.
+    fn account(&mut self) {
+        let now = self.footprint();
+        if now > self.held {
+            self.budget.force(now - self.held);
+        } else {
+            self.budget.give(self.held - now);
+        }
+        self.held = now;
+    }
+
+    /// Keeps only the copies replayed since the last sweep, each now marked as not replayed,
+    /// in allocations of their size; the rest of the memory goes back.
+    fn sweep(&mut self) {
+        let (mut count, mut bytes) = (0, 0);
+        for &at in self.places.values() {
+            let kept = self.kept(at);
+            if kept.head.replayed {
+                count += 1;
+                bytes += HEAD + kept.query.len() + kept.reply.len();
+            }
+        }
+        let mut arena = Vec::with_capacity(bytes);
+        let mut places = FxHashMap::with_capacity_and_hasher(count, Default::default());
+        let mut shuffles = Vec::new();
+        let mut offsets_bytes = 0;
+        for (&hash, &at) in &self.places {
+            let kept = self.kept(at);
+            if !kept.head.replayed {
+                continue;
+            }
+            let mut head = Head { replayed: false, ..kept.head };
+            if let Some(addresses) = self.shuffles.get(head.shuffle as usize) {
+                offsets_bytes += addresses.heap_size();
+                head.shuffle = u32::try_from(shuffles.len()).unwrap_or(NO_SHUFFLE);
+                shuffles.push(addresses.clone());
+            }
+            let Ok(new_at) = u32::try_from(arena.len()) else { break };
+            head.write(&mut arena);
+            arena.extend_from_slice(kept.query);
+            arena.extend_from_slice(kept.reply);
+            places.insert(hash, new_at);
+        }
+        shuffles.shrink_to_fit();
+        (self.places, self.arena, self.shuffles, self.offsets_bytes) =
+            (places, arena, shuffles, offsets_bytes);
+        self.account();
+    }
+
+    /// Drops every copy and gives their memory back.
     fn clear(&mut self) {
-        self.places.clear();
-        self.arena.clear();
-        self.shuffles.clear();
-        self.bytes = 0;
+        (self.places, self.arena, self.shuffles, self.offsets_bytes) = Default::default();
+        self.account();
     }
 
     /// Queries answered with a copy.
@@ -271,11 +424,33 @@ impl Replay {
     pub fn is_empty(&self) -> bool {
         self.places.is_empty()
     }
+
+    /// What the store holds of the budget.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
+/// About what a hash table of `(u64, u32)` with room for `capacity` entries takes (its
+/// buckets and their control bytes), or will take once it holds `len`: it doubles when full.
+fn table_bytes(capacity: usize, len: usize) -> usize {
+    let capacity = if len > capacity { capacity.max(3) * 2 + 1 } else { capacity };
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    buckets * (size_of::<(u64, u32)>() + 1) + 16
 }
 
 impl Head {
     fn write(&self, arena: &mut Vec<u8>) {
-        let code = u16::from(self.decided.rcode) | if self.decided.dnssec_ok { HEAD_DO } else { 0 };
+        let code = u16::from(self.decided.rcode)
+            | if self.decided.dnssec_ok { HEAD_DO } else { 0 }
+            | if self.replayed { HEAD_REPLAYED } else { 0 };
         arena.extend_from_slice(&self.query_len.to_ne_bytes());
         arena.extend_from_slice(&self.reply_len.to_ne_bytes());
         arena.extend_from_slice(&u16::from(self.decided.qtype).to_ne_bytes());
@@ -286,35 +461,17 @@ impl Head {
     /// The head written at the start of `bytes` (at least [`HEAD`] of them).
     fn read(bytes: &[u8]) -> Head {
         let u16_at = |i: usize| u16::from_ne_bytes([bytes[i], bytes[i + 1]]);
-        let code = u16_at(6);
+        let code = u16_at(HEAD_CODE_AT);
         Head {
             query_len: u16_at(0),
             reply_len: u16_at(2),
             decided: Decided {
                 qtype: RecordType::from(u16_at(4)),
-                rcode: <ResponseCode as From<u16>>::from(code & !HEAD_DO),
+                rcode: <ResponseCode as From<u16>>::from(code & !(HEAD_DO | HEAD_REPLAYED)),
                 dnssec_ok: code & HEAD_DO != 0,
             },
             shuffle: u32::from_ne_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
-        }
-    }
-}
-
-impl Addresses {
-    /// What these take in memory.
-    fn size(&self) -> usize {
-        std::mem::size_of::<Addresses>() + self.offsets.len() * std::mem::size_of::<usize>()
-    }
-
-    /// Puts the addresses in a random order (Fisher–Yates).
-    fn shuffle(&self, bytes: &mut [u8]) {
-        for i in (1..self.offsets.len()).rev() {
-            let j = rand::random_range(0..=i);
-            if j != i {
-                let (a, b) = (self.offsets[j], self.offsets[i]);
-                let (head, tail) = bytes.split_at_mut(b);
-                head[a..a + self.len].swap_with_slice(&mut tail[..self.len]);
-            }
+            replayed: code & HEAD_REPLAYED != 0,
         }
     }
 }
@@ -324,90 +481,6 @@ fn hash(query: &[u8]) -> u64 {
     let mut h = FxHasher::default();
     h.write(query);
     h.finish()
-}
-
-/// The end of the name at `at` (a compression pointer ends it), and the name itself in wire
-/// form with the pointers followed; `None` when malformed.
-fn read_name(msg: &[u8], at: usize) -> Option<(usize, Vec<u8>)> {
-    let mut name = Vec::with_capacity(64);
-    let (mut pos, mut end, mut hops) = (at, None, 0);
-    loop {
-        let len = *msg.get(pos)?;
-        match len {
-            0 => {
-                name.push(0);
-                return Some((end.unwrap_or(pos + 1), name));
-            }
-            l if l & 0xc0 == 0xc0 => {
-                let target = usize::from(u16::from_be_bytes([l & 0x3f, *msg.get(pos + 1)?]));
-                end.get_or_insert(pos + 2);
-                hops += 1;
-                if hops > MAX_HOPS || target >= pos {
-                    return None;
-                }
-                pos = target;
-            }
-            l if l & 0xc0 != 0 => return None,
-            l => {
-                let label = msg.get(pos..pos + 1 + usize::from(l))?;
-                name.extend_from_slice(label);
-                pos += label.len();
-            }
-        }
-    }
-}
-
-/// One resource record of the answer section.
-#[derive(Debug)]
-struct Rr {
-    owner: Vec<u8>,
-    /// Type, class and TTL.
-    fixed: [u8; 8],
-    rdata: usize,
-    rdlen: usize,
-}
-
-impl Rr {
-    fn rtype(&self) -> RecordType {
-        RecordType::from(u16::from_be_bytes([self.fixed[0], self.fixed[1]]))
-    }
-}
-
-/// The answer section of `reply`.
-fn answer_records(reply: &[u8]) -> Option<Vec<Rr>> {
-    if reply.get(4..6)? != [0, 1] {
-        return None;
-    }
-    let count = u16::from_be_bytes([*reply.get(6)?, *reply.get(7)?]);
-    let mut at = read_name(reply, 12)?.0 + 4;
-    let mut records = Vec::with_capacity(usize::from(count));
-    for _ in 0..count {
-        let (owner_end, owner) = read_name(reply, at)?;
-        let fixed: [u8; 10] = reply.get(owner_end..owner_end + 10)?.try_into().ok()?;
-        let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
-        let rdata = owner_end + 10;
-        if rdata + rdlen > reply.len() {
-            return None;
-        }
-        let fixed: [u8; 8] = fixed[..8].try_into().ok()?;
-        records.push(Rr { owner, fixed, rdata, rdlen });
-        at = rdata + rdlen;
-    }
-    Some(records)
-}
-
-/// What a copy of `reply` must shuffle, as [`super::shuffle_addresses`] would: `Some(None)`
-/// when nothing, `Some(Some(addresses))` for addresses to shuffle in place, `None` when the
-/// reply needs a shuffle that moving addresses cannot do.
-fn shuffled_addresses(reply: &[u8]) -> Option<Option<Addresses>> {
-    let records = answer_records(reply)?;
-    let Some(start) = shuffled_from(&records, Rr::rtype) else { return Some(None) };
-    let tail = &records[start..];
-    let first = &tail[0];
-    let movable = matches!(first.rtype(), RecordType::A | RecordType::AAAA)
-        && tail.iter().all(|r| r.fixed == first.fixed && r.owner == first.owner && r.rdlen == first.rdlen);
-    let offsets = tail.iter().map(|r| r.rdata).collect();
-    movable.then_some(Some(Addresses { offsets, len: first.rdlen }))
 }
 
 #[cfg(test)]

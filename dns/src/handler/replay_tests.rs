@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::view::ClusterView;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -13,7 +14,8 @@ use tideway_core::cluster::Snapshot;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, mk_slice};
 
-use super::{Decided, HEAD, Head, NO_SHUFFLE, Replay, hash, read_name};
+use super::addresses::read_name;
+use super::{Decided, HEAD, Head, NO_SHUFFLE, Replay, ReplayBudget, SWEEP_EVERY, hash};
 use crate::forward::cache::{Cache, CacheSettings};
 use crate::forward::{ForwardSettings, Forwarder};
 use crate::handler::wire::{Handled, handle_bytes};
@@ -272,6 +274,7 @@ fn a_copys_head_reads_back_as_written() {
             reply_len: 1232,
             decided: Decided { qtype: RecordType::SRV, rcode: ResponseCode::NXDomain, dnssec_ok: false },
             shuffle: NO_SHUFFLE,
+            replayed: false,
         },
         Head {
             query_len: 512,
@@ -279,6 +282,7 @@ fn a_copys_head_reads_back_as_written() {
             // An extended code uses the top bits of the 12.
             decided: Decided { qtype: RecordType::AAAA, rcode: ResponseCode::BADCOOKIE, dnssec_ok: true },
             shuffle: 7,
+            replayed: true,
         },
     ];
     for head in heads {
@@ -311,8 +315,8 @@ fn a_random_walk_of_bursts_gets_the_full_paths_replies() {
     let types = [RecordType::A, RecordType::AAAA, RecordType::SRV, RecordType::ANY];
     let edns = [None, Some(1232)];
     let mut rng = StdRng::seed_from_u64(27);
-    // A small store, so that it starts over many times along the walk.
-    let mut replay = Replay::with_budget(8000);
+    // A small store, so that it sweeps and starts over many times along the walk.
+    let mut replay = Replay::with_budget(10000);
     let mut starts_over = 0;
     for step in 0..3000 {
         let burst: Vec<Vec<u8>> = (0..rng.random_range(1..9))
@@ -341,5 +345,74 @@ fn a_random_walk_of_bursts_gets_the_full_paths_replies() {
         }
     }
     assert!(replay.hits() > 2000, "a good part replayed: {}", replay.hits());
-    assert!(starts_over > 10, "the store started over {starts_over} times");
+    assert!(starts_over > 10, "the store swept or started over {starts_over} times");
+}
+
+/// A query for a name nobody asked before: NXDOMAIN, kept like any zone answer.
+fn random_name_query(i: u32) -> Vec<u8> {
+    query(1, &format!("n{i:08x}-{}.testns.svc.cluster.local.", "x".repeat(40)), RecordType::A, None)
+}
+
+#[test]
+fn workers_share_one_budget() {
+    let core = core();
+    let budget = ReplayBudget::new(64 << 10, 2);
+    let (mut a, mut b) = (Replay::new(Arc::clone(&budget)), Replay::new(Arc::clone(&budget)));
+    for i in 0..2000 {
+        let replay = if i % 2 == 0 { &mut a } else { &mut b };
+        bytes(replay.handle(&core, &random_name_query(i), src()));
+        assert_eq!(budget.used(), a.held() + b.held(), "what the stores hold is what they took");
+        assert!(budget.used() <= budget.limit(), "{} of {}", budget.used(), budget.limit());
+    }
+    assert!(a.held() > 0 && b.held() > 0);
+    drop(a);
+    assert_eq!(budget.used(), b.held(), "a store gives back what it held when it goes");
+}
+
+#[test]
+fn a_sweep_keeps_the_copies_replayed_since_the_last_and_gives_the_rest_back() {
+    let core = core();
+    let mut replay = Replay::default();
+    let hot = query(7, "svc1.testns.svc.cluster.local.", RecordType::A, None);
+    bytes(replay.handle(&core, &hot, src()));
+    for i in 0..3000 {
+        bytes(replay.handle(&core, &random_name_query(i), src()));
+    }
+    bytes(replay.handle(&core, &hot, src()));
+    let flooded = replay.held();
+    assert_eq!(replay.len(), 3001);
+    // Nothing happens before SWEEP_EVERY has passed.
+    replay.tick(Instant::now());
+    assert_eq!(replay.len(), 3001);
+    replay.tick(Instant::now() + SWEEP_EVERY);
+    assert_eq!(replay.len(), 1, "only the copy that was replayed");
+    assert!(replay.held() < flooded / 20, "{} bytes held after the sweep, {flooded} before", replay.held());
+    let full = bytes(handle_bytes(&core, &hot, src(), Proto::Udp));
+    let hits = replay.hits();
+    assert_eq!(bytes(replay.handle(&core, &hot, src())), full, "the kept copy still answers");
+    assert_eq!(replay.hits(), hits + 1);
+    // Its mark went with the sweep: not replayed since, it goes with the next.
+    replay.tick(Instant::now() + SWEEP_EVERY * 3);
+    assert_eq!(replay.len(), 1, "replayed once more since");
+    replay.tick(Instant::now() + SWEEP_EVERY * 5);
+    assert!(replay.is_empty());
+    assert_eq!(replay.held(), 0, "an empty store holds nothing");
+}
+
+#[test]
+fn a_flood_of_random_names_leaves_the_copies_asked_for_again() {
+    let core = core();
+    // About 40 copies' worth.
+    let mut replay = Replay::with_budget(12 << 10);
+    let hot = query(7, "svc1.testns.svc.cluster.local.", RecordType::A, None);
+    bytes(replay.handle(&core, &hot, src()));
+    for i in 0..5000 {
+        bytes(replay.handle(&core, &random_name_query(i), src()));
+        if i % 10 == 0 {
+            bytes(replay.handle(&core, &hot, src()));
+        }
+        assert!(replay.held() <= 12 << 10, "{} bytes at step {i}", replay.held());
+    }
+    // Asked every tenth query, it survived every sweep the full store made.
+    assert!(replay.hits() >= 495, "{} of 500 asked again were replayed", replay.hits());
 }

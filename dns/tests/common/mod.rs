@@ -154,7 +154,8 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 /// A tiny authoritative upstream: fixed A records, NXDOMAIN (with an SOA) for the rest,
-/// truncation over UDP when the answer is larger than the client's buffer.
+/// truncation over UDP when the answer is larger than the client's buffer, and no answer at
+/// all for names under `blackhole.test` (a domain whose servers are unreachable).
 pub struct Upstream {
     /// Its address (UDP and TCP).
     pub addr: SocketAddr,
@@ -182,6 +183,9 @@ fn zone() -> HashMap<LowerName, Vec<Record>> {
 fn respond(zone: &HashMap<LowerName, Vec<Record>>, bytes: &[u8], udp: bool) -> Option<Vec<u8>> {
     let req = Message::from_vec(bytes).ok()?;
     let q = req.queries.first()?.clone();
+    if Name::from_ascii("blackhole.test.").unwrap().zone_of(q.name()) {
+        return None;
+    }
     let mut resp = Message::new(req.metadata.id, MessageType::Response, req.metadata.op_code);
     resp.metadata.authoritative = true;
     resp.metadata.recursion_desired = req.metadata.recursion_desired;
