@@ -48,15 +48,31 @@ trap 'rm -rf "$out"' EXIT
 sets=(default ha-monitoring custom-dns self-signed-tls bgp)
 # `helm template` cannot look up the API server's address (apiServer.address=auto): every
 # render names one, and a render without it must fail saying what to set.
-API=(--set apiServer.address=192.0.2.10:6443)
-if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system 2>&1); then
+API=(--set apiServer.address=192.0.2.10:6443 --set gossip.key=a-gossip-key-for-the-snapshots-0123456789)
+if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system --set gossip.key=a-gossip-key-for-the-snapshots-0123456789 2>&1); then
   echo "helm template without apiServer.address rendered; it must fail naming the value"; exit 1
 elif ! grep -q 'set apiServer.address=HOST:PORT' <<<"$msg"; then
   echo "helm template without apiServer.address failed without naming it: $msg"; exit 1
 fi
-if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system --set apiServer.address=10.96.0.1 2>&1); then
+if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system --set apiServer.address=10.96.0.1 --set gossip.key=a-gossip-key-for-the-snapshots-0123456789 2>&1); then
   echo "apiServer.address without a port rendered"; exit 1
 fi
+# Nor the gossip key the cluster has: a render without gossip.key (or existingSecret) fails
+# naming it rather than make a new key each time; a short key is refused by the schema.
+if msg=$("$HELM" template tideway "$CHART" --namespace tideway-system --set apiServer.address=192.0.2.10:6443 2>&1); then
+  echo "helm template without gossip.key rendered; it must fail naming the value"; exit 1
+elif ! grep -q 'set gossip.key' <<<"$msg"; then
+  echo "helm template without gossip.key failed without naming it: $msg"; exit 1
+fi
+if "$HELM" template tideway "$CHART" --namespace tideway-system --set apiServer.address=192.0.2.10:6443 --set gossip.key=short >/dev/null 2>&1; then
+  echo "a gossip.key shorter than 32 characters rendered"; exit 1
+fi
+for own in "--set gossip.existingSecret=my-gossip"; do
+  # shellcheck disable=SC2086
+  r=$("$HELM" template tideway "$CHART" --namespace tideway-system --set apiServer.address=192.0.2.10:6443 $own)
+  grep -q 'secretName: my-gossip' <<<"$r" || { echo "gossip.existingSecret is not mounted"; exit 1; }
+  ! grep -q 'name: tideway-gossip' <<<"$r" || { echo "gossip.existingSecret still makes a Secret"; exit 1; }
+done
 for s in "${sets[@]}"; do
   args=("${API[@]}")
   [ "$s" = default ] || args+=(-f "$CHART/ci/$s-values.yaml")

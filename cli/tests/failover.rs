@@ -110,6 +110,10 @@ fn killing_the_announcing_agent_moves_the_address_while_its_node_stays_ready() {
         ["node-a", "node-b"].map(|n| server.api.get("Node", None, n).unwrap()).to_vec();
 
     let operator_kc = server.api.kubeconfig(&c.dir, Account::Operator).display().to_string();
+    // Every member seals its gossip with the same key.
+    let key = c.dir.join("gossip-key");
+    std::fs::write(&key, "the-failover-test-key-0123456789abcdef\n").unwrap();
+    let key = key.display().to_string();
     let operator = spawn(
         &c.client,
         &c,
@@ -121,6 +125,8 @@ fn killing_the_announcing_agent_moves_the_address_while_its_node_stays_ready() {
             &operator_kc,
             "--gossip-advertise-address",
             CONTROL,
+            "--gossip-key-file",
+            &key,
         ],
         "operator.log",
     );
@@ -129,7 +135,7 @@ fn killing_the_announcing_agent_moves_the_address_while_its_node_stays_ready() {
     for node in &c.nodes {
         let args = ["agent", "--node", &node.name, "--source", "kubernetes", "--kubeconfig", &agent_kc];
         let mut args = args.to_vec();
-        args.extend(["--min-sync-period", "100ms", "--sync-period", "2s"]);
+        args.extend(["--min-sync-period", "100ms", "--sync-period", "2s", "--gossip-key-file", &key]);
         procs.0.push(spawn(&node.ns, &c, &args, &format!("agent-{}.log", node.name)));
     }
     let logs = || {

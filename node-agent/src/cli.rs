@@ -83,6 +83,16 @@ pub struct AgentArgs {
     /// Do not join the liveness gossip (addresses then move on Node Ready alone).
     #[arg(long)]
     pub no_gossip: bool,
+    /// The cluster's gossip key: one secret a line (at least 32 characters), the first sealing
+    /// what this member sends, a second (the previous key, during a rotation) still accepted.
+    /// The same file on every member. Without it (and without `--gossip-insecure`) the agent
+    /// does not join the gossip.
+    #[arg(long, env = "TIDEWAY_GOSSIP_KEY_FILE")]
+    pub gossip_key_file: Option<PathBuf>,
+    /// Gossip without a key: anyone who reaches the port can then declare an agent down (its
+    /// addresses move) or a dead one alive.
+    #[arg(long)]
+    pub gossip_insecure: bool,
     /// Do not watch `networking.k8s.io/v1` ServiceCIDRs, for clusters before Kubernetes 1.33,
     /// which serve none (the watch would never list, and the agent never sync). nftables mode
     /// then drops no traffic to unallocated Service addresses.
@@ -124,6 +134,7 @@ async fn join_gossip(
     node: String,
     bind: SocketAddr,
     scale: f64,
+    keys: Option<tideway_sources::gossip::Keys>,
 ) -> Option<tokio::sync::watch::Receiver<tideway_sources::gossip::Members>> {
     use tideway_core::net::IpFamily;
     cluster.wait_synced().await;
@@ -143,6 +154,8 @@ async fn join_gossip(
         node: &node,
         role: tideway_sources::gossip::Role::Agent,
         timings: tideway_core::liveness::TIMINGS.scaled(scale),
+        keys,
+        refusals: Default::default(),
     };
     match tideway_sources::gossip::start(join, cluster).await {
         Ok(members) => Some(members),
@@ -172,6 +185,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     }
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let tls = args.tls.load()?;
+    let sealing = tideway_sources::gossip::sealing(args.gossip_key_file.as_deref(), args.gossip_insecure)?;
     let telemetry = tideway_telemetry::init("tideway-agent", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {
@@ -249,12 +263,13 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             full_sync_period: args.full_sync_period,
         };
         let fence = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        if !args.no_gossip {
+        let keys = if args.no_gossip { None } else { sealing.keys() };
+        if let Some(keys) = keys {
             let (cluster, node, bind, fence) =
                 (cluster.clone(), args.node.clone(), args.gossip_bind_address, fence.clone());
             let scale = args.gossip_time_scale;
             tokio::spawn(async move {
-                if let Some(members) = join_gossip(cluster.clone(), node, bind, scale).await {
+                if let Some(members) = join_gossip(cluster.clone(), node, bind, scale, keys).await {
                     crate::fencing::watch(cluster, members, fence).await;
                 }
             });

@@ -95,6 +95,13 @@ pub struct OperatorArgs {
     /// `--gossip-time-scale`: the same on every member.
     #[arg(long, env = "TIDEWAY_GOSSIP_TIME_SCALE", default_value = "1", value_parser = tideway_sources::gossip::parse_time_scale)]
     pub gossip_time_scale: f64,
+    /// The cluster's gossip key, as the agents' `--gossip-key-file` (the same file). Without
+    /// it (and without `--gossip-insecure`) the operator does not join the gossip.
+    #[arg(long, env = "TIDEWAY_GOSSIP_KEY_FILE")]
+    pub gossip_key_file: Option<PathBuf>,
+    /// Gossip without a key (anyone who reaches the agents' port can then move addresses).
+    #[arg(long)]
+    pub gossip_insecure: bool,
 }
 
 fn identity(args: &OperatorArgs) -> String {
@@ -112,6 +119,7 @@ const HTTP_GRACE: Duration = Duration::from_secs(5);
 pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let tls = args.tls.load()?;
+    let sealing = tideway_sources::gossip::sealing(args.gossip_key_file.as_deref(), args.gossip_insecure)?;
     let telemetry = tideway_telemetry::init("tideway-operator", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {
@@ -179,7 +187,8 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             resync_period: args.resync_period,
             ..LoopOptions::default()
         };
-        if let Some(advertise) = args.gossip_advertise_address {
+        let keys = args.gossip_advertise_address.and_then(|_| sealing.keys());
+        if let (Some(advertise), Some(keys)) = (args.gossip_advertise_address, keys) {
             let me = identity(args);
             let join = tideway_sources::gossip::Join {
                 bind: args.gossip_bind_address,
@@ -187,6 +196,8 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
                 node: &me,
                 role: tideway_sources::gossip::Role::Operator,
                 timings: tideway_core::liveness::TIMINGS.scaled(args.gossip_time_scale),
+                keys,
+                refusals: Default::default(),
             };
             match tideway_sources::gossip::start(join, cluster.clone()).await {
                 Ok(members) => {

@@ -103,6 +103,11 @@ async fn a_dead_agent_moves_the_address_while_its_node_stays_ready() {
     assert_eq!(announcer(&api), Some(second));
 }
 
+/// The cluster's gossip key.
+fn keys() -> Option<tideway_sources::gossip::Keys> {
+    Some(tideway_sources::gossip::Keys::parse("the-failover-test-key-0123456789abcdef").unwrap())
+}
+
 /// An agent's gossip member, on a runtime of its own so that stopping the runtime kills it as
 /// a process death would (its socket closes, it answers nothing).
 struct AgentMember(Option<tokio::runtime::Runtime>);
@@ -115,8 +120,15 @@ impl AgentMember {
         let rt = std::thread::spawn(move || {
             let rt =
                 tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-            let join =
-                Join { bind, advertise: bind.ip(), node: &node, role: GossipRole::Agent, timings: TIMINGS };
+            let join = Join {
+                bind,
+                advertise: bind.ip(),
+                node: &node,
+                role: GossipRole::Agent,
+                timings: TIMINGS,
+                keys: keys(),
+                refusals: Default::default(),
+            };
             rt.block_on(start(join, cluster)).expect("the agent's member binds");
             rt
         })
@@ -158,6 +170,8 @@ async fn the_gossip_finds_a_dead_agent_and_the_address_moves() {
             node: "op-0",
             role: GossipRole::Operator,
             timings: TIMINGS,
+            keys: keys(),
+            refusals: Default::default(),
         };
         if let Ok(members) = start(me, cluster.clone()).await {
             joined = Some((port, members));

@@ -6,6 +6,12 @@
 //! Members find each other through the Nodes the source lists: a member announces itself to a
 //! few Node addresses it does not know as alive each second (three at most), and the protocol
 //! spreads the rest.
+//!
+//! Every datagram travels sealed with the cluster's shared key ([`envelope`]: HMAC-SHA256, a
+//! send time and a per-sender counter against replay), and a member takes an agent's message
+//! only in the name of a Node it comes from ([`admit`]); what the member list says counts only
+//! agents whose identity fits a Node. Without a key (`--gossip-insecure`) anyone who reaches
+//! the port can declare an agent down or a dead one alive.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -22,7 +28,12 @@ use tokio::time::Instant;
 
 use crate::SharedCluster;
 
+pub mod admit;
+pub mod envelope;
 pub mod sim;
+
+pub use admit::{Refusal, Refusals};
+pub use envelope::{KeyError, Keys};
 
 /// The gossip port (memberlist's, as MetalLB's speakers use).
 pub const PORT: u16 = 7946;
@@ -106,11 +117,12 @@ pub struct Gossip {
     seq: u64,
     members: Members,
     rotation: usize,
+    guard: admit::Guard,
 }
 
 impl Gossip {
     /// `me`, with `timings`, for a cluster of about `nodes`.
-    pub fn new(me: Member, timings: &GossipTimings, nodes: usize) -> Gossip {
+    pub fn new(me: Member, timings: &GossipTimings, nodes: usize, keys: Option<Keys>) -> Gossip {
         let rng: rand::rngs::StdRng = rand::make_rng();
         let mut members = Members::default();
         if me.role == Role::Agent {
@@ -123,12 +135,24 @@ impl Gossip {
             seq: 0,
             members,
             rotation: 0,
+            guard: admit::Guard::new(keys),
         }
     }
 
-    /// Sends what the protocol asked for, schedules its timers, folds in its news.
-    async fn drain(&mut self, socket: &UdpSocket) {
+    /// Hands `datagram` from `from` to the protocol if [`admit`] takes it.
+    fn receive(&mut self, datagram: &[u8], from: SocketAddr, cluster: &SharedCluster) -> Result<(), Refusal> {
+        let message = self.guard.admit(datagram, from, &cluster.lock())?;
+        if let Err(e) = self.foca.handle_data(message, &mut self.runtime) {
+            tracing::debug!(error = %e, "gossip message ignored");
+        }
+        Ok(())
+    }
+
+    /// Sends what the protocol asked for, schedules its timers, folds in its news (of agents
+    /// whose identity fits a Node of `cluster`).
+    async fn drain(&mut self, socket: &UdpSocket, cluster: &SharedCluster) {
         while let Some((to, data)) = self.runtime.to_send() {
+            let data = self.guard.seal(&data);
             if let Err(e) = socket.send_to(&data, to.addr).await {
                 tracing::debug!(to = %to.addr, error = %e, "gossip not sent");
             }
@@ -138,12 +162,13 @@ impl Gossip {
             self.seq += 1;
             self.timers.insert((now + after, self.seq), timer);
         }
+        let state = cluster.lock();
         while let Some(n) = self.runtime.to_notify() {
             match n {
                 OwnedNotification::MemberUp(m) if m.role == Role::Agent => {
                     tracing::info!(node = %m.node, addr = %m.addr, "agent up");
                 }
-                OwnedNotification::MemberDown(m) if m.role == Role::Agent => {
+                OwnedNotification::MemberDown(m) if admit::is_node_agent(&m, &state) => {
                     tracing::warn!(node = %m.node, addr = %m.addr, "agent down");
                     self.members.down.insert(m.node.clone());
                 }
@@ -155,9 +180,10 @@ impl Gossip {
             .foca
             .iter_members()
             .map(|m| m.id())
-            .filter(|m| m.role == Role::Agent)
+            .filter(|m| admit::is_node_agent(m, &state))
             .map(|m| m.node.clone())
             .collect();
+        drop(state);
         if me.role == Role::Agent {
             active.insert(me.node.clone());
         }
@@ -194,10 +220,13 @@ pub async fn run(
     timings: GossipTimings,
     cluster: SharedCluster,
     out: watch::Sender<Members>,
+    keys: Option<Keys>,
+    refusals: std::sync::Arc<Refusals>,
 ) {
     let nodes = cluster.lock().nodes().count();
-    tracing::info!(member = ?me, "gossip started");
-    let mut g = Gossip::new(me, &timings, nodes);
+    tracing::info!(member = ?me, sealed = keys.is_some(), "gossip started");
+    let mut g = Gossip::new(me, &timings, nodes, keys);
+    let mut complaints = admit::Complaints::new(Duration::from_secs(60));
     let mut buf = vec![0u8; 65536];
     let mut join = tokio::time::interval(Duration::from_secs(1));
     join.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -207,9 +236,10 @@ pub async fn run(
             tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
         tokio::select! {
             r = socket.recv_from(&mut buf) => match r {
-                Ok((n, _)) => {
-                    if let Err(e) = g.foca.handle_data(&buf[..n], &mut g.runtime) {
-                        tracing::debug!(error = %e, "gossip message ignored");
+                Ok((n, from)) => {
+                    if let Err(why) = g.receive(&buf[..n], from, &cluster) {
+                        refusals.add(why);
+                        complaints.maybe_log(&refusals, from, why);
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "gossip receive"),
@@ -227,7 +257,7 @@ pub async fn run(
             }
             _ = join.tick() => g.join(&cluster),
         }
-        g.drain(&socket).await;
+        g.drain(&socket, &cluster).await;
         out.send_if_modified(|m| {
             if *m == g.members {
                 false
@@ -253,7 +283,7 @@ pub fn parse_time_scale(text: &str) -> Result<f64, BadTimeScale> {
 }
 
 /// Where and how a member joins the gossip.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Join<'a> {
     /// The UDP address it listens on.
     pub bind: SocketAddr,
@@ -265,6 +295,11 @@ pub struct Join<'a> {
     pub role: Role,
     /// The failure detector's timings ([`tideway_core::liveness::TIMINGS`], or scaled).
     pub timings: GossipTimings,
+    /// The cluster's keys (the same on every member); `None` sends and takes plain SWIM,
+    /// which anyone reaching the port can forge (`--gossip-insecure`).
+    pub keys: Option<Keys>,
+    /// Where refused datagrams are counted.
+    pub refusals: std::sync::Arc<Refusals>,
 }
 
 /// Joins the gossip as `join` says; what it learns goes to the returned receiver. A port that
@@ -273,7 +308,7 @@ pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<wa
     let socket = UdpSocket::bind(join.bind).await?;
     let me = Member::new(SocketAddr::new(join.advertise, join.bind.port()), join.node, join.role);
     let (tx, rx) = watch::channel(Members::default());
-    tokio::spawn(run(me, socket, join.timings, cluster, tx));
+    tokio::spawn(run(me, socket, join.timings, cluster, tx, join.keys, join.refusals));
     Ok(rx)
 }
 
@@ -291,5 +326,76 @@ pub async fn feed_liveness(cluster: SharedCluster, mut members: watch::Receiver<
                 }
             }
         });
+    }
+}
+
+/// How a member seals its gossip, as `--gossip-key-file` and `--gossip-insecure` say.
+#[derive(Debug, Clone)]
+pub enum Sealing {
+    /// With the cluster's keys.
+    Keyed(Keys),
+    /// Plain SWIM, asked for explicitly.
+    Insecure,
+    /// Neither a key nor `--gossip-insecure`: the member does not join.
+    Off,
+}
+
+/// A `--gossip-key-file` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// It cannot be read.
+    #[error("reading gossip key file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// What it holds is no key.
+    #[error("gossip key file {path}: {source}")]
+    Bad {
+        /// The file.
+        path: String,
+        /// Why.
+        source: KeyError,
+    },
+    /// Both a key and `--gossip-insecure`.
+    #[error("--gossip-key-file and --gossip-insecure exclude each other")]
+    Both,
+}
+
+/// The sealing `key_file` and `insecure` ask for.
+pub fn sealing(key_file: Option<&std::path::Path>, insecure: bool) -> Result<Sealing, KeyFileError> {
+    match (key_file, insecure) {
+        (Some(_), true) => Err(KeyFileError::Both),
+        (None, true) => Ok(Sealing::Insecure),
+        (None, false) => Ok(Sealing::Off),
+        (Some(p), false) => {
+            let path = p.display().to_string();
+            let text = std::fs::read_to_string(p)
+                .map_err(|source| KeyFileError::Read { path: path.clone(), source })?;
+            Keys::parse(&text).map(Sealing::Keyed).map_err(|source| KeyFileError::Bad { path, source })
+        }
+    }
+}
+
+impl Sealing {
+    /// The keys a [`Join`] takes, or `None` when the member is not to join (said in the log).
+    pub fn keys(self) -> Option<Option<Keys>> {
+        match self {
+            Sealing::Keyed(k) => Some(Some(k)),
+            Sealing::Insecure => {
+                tracing::warn!(
+                    "the liveness gossip is not sealed (--gossip-insecure): anyone who reaches its port can declare an agent down and move its addresses"
+                );
+                Some(None)
+            }
+            Sealing::Off => {
+                tracing::error!(
+                    "no --gossip-key-file: not joining the liveness gossip (addresses move on Node Ready alone); give the cluster's key, or --gossip-insecure"
+                );
+                None
+            }
+        }
     }
 }

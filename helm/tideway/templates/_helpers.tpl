@@ -108,3 +108,20 @@ podAntiAffinity:
 {{- end -}}
 {{- $address -}}
 {{- end -}}
+
+{{/* The Secret holding the gossip key (key `keys`). */}}
+{{- define "tideway.gossipSecret" -}}
+{{- .Values.gossip.existingSecret | default (printf "%s-gossip" (include "tideway.fullname" .)) -}}
+{{- end -}}
+
+{{/* The gossip key file, mounted read-only at /etc/tideway/gossip (volume + mount + flag). */}}
+{{- define "tideway.gossipArgs" -}}
+- --gossip-key-file=/etc/tideway/gossip/keys
+{{- end -}}
+{{- define "tideway.gossipMount" -}}
+- {name: gossip-key, mountPath: /etc/tideway/gossip, readOnly: true}
+{{- end -}}
+{{- define "tideway.gossipVolume" -}}
+- name: gossip-key
+  secret: {secretName: {{ include "tideway.gossipSecret" . }}, defaultMode: 0400}
+{{- end -}}

@@ -58,11 +58,13 @@ pub fn helm() -> Result<PathBuf, ChartError> {
     cache.filter(|p| p.is_file()).ok_or(ChartError::NoHelm)
 }
 
-/// The values the lab sets (pure): what no chart default can know about this cluster.
-pub fn values(plan: &Plan, api_server: &str) -> Vec<(String, String)> {
+/// The values the lab sets (pure): what no chart default can know about this cluster, and
+/// the gossip key the lab made (`helm template` cannot look one up).
+pub fn values(plan: &Plan, api_server: &str, gossip_key: &str) -> Vec<(String, String)> {
     let net = |(ip, len): (std::net::Ipv4Addr, u8)| format!("{ip}/{len}");
     vec![
         ("apiServer.address".into(), api_server.to_string()),
+        ("gossip.key".into(), gossip_key.to_string()),
         ("dns.service.clusterIP".into(), plan.dns_ip.to_string()),
         ("proxyConfig.clusterCIDRs[0]".into(), net(plan.pod_net)),
     ]
@@ -116,7 +118,8 @@ mod tests {
 
     #[test]
     fn the_lab_gives_the_api_server_the_dns_address_and_the_pod_network() {
-        let v = values(&Plan::default(), "172.18.0.2:6443");
+        let v = values(&Plan::default(), "172.18.0.2:6443", "k");
+        assert!(v.contains(&("gossip.key".into(), "k".into())));
         assert!(v.contains(&("apiServer.address".into(), "172.18.0.2:6443".into())));
         assert!(v.contains(&("dns.service.clusterIP".into(), "10.200.1.10".into())));
         assert!(v.contains(&("proxyConfig.clusterCIDRs[0]".into(), "10.10.0.0/16".into())));

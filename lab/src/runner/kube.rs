@@ -107,7 +107,8 @@ impl Lab {
     /// names.
     pub(super) fn kube_apply(&mut self, spec: &LabSpec) -> Result<(), LabError> {
         let api_server = self.api_server();
-        let values = chart::values(&self.plan, &api_server);
+        let key = std::fs::read_to_string(crate::token::gossip_key_path(self.dir.path())).unwrap_or_default();
+        let values = chart::values(&self.plan, &api_server, key.trim());
         let Some(side) = self.kube.as_mut() else { return Ok(()) };
         let client = side.client.clone();
         if !side.chart_applied {

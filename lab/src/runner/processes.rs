@@ -30,6 +30,7 @@ impl Lab {
         let source = format!("lab:{}", self.dir.path().display());
         let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let token = crate::token::path(self.dir.path()).display().to_string();
+        let gossip_key = crate::token::gossip_key_path(self.dir.path()).display().to_string();
         let tls = |name: &str| {
             let c = crate::certs::issued(self.dir.path(), name);
             [c.cert.display().to_string(), c.key.display().to_string()]
@@ -49,6 +50,8 @@ impl Lab {
                 "0.0.0.0:10249",
                 "--api-token-file",
                 &token,
+                "--gossip-key-file",
+                &gossip_key,
                 "--tls-cert",
                 &agent_tls[0],
                 "--tls-key",
@@ -117,6 +120,8 @@ impl Lab {
             &operator_tls[1],
             "--gossip-advertise-address",
             &advertise,
+            "--gossip-key-file",
+            &gossip_key,
         ];
         wanted.insert("operator".into(), self.exec_in(&self.names.operator(), &args));
         wanted
