@@ -110,6 +110,13 @@ impl FrrReload {
     }
 }
 
+/// `e` with every password of `config` masked.
+fn masked(mut e: CommandError, config: &str) -> CommandError {
+    e.stderr = tideway_core::bgp::frr::mask_passwords(&e.stderr, config);
+    e.lines = e.lines.iter().map(|l| tideway_core::bgp::frr::mask_passwords(l, config)).collect();
+    e
+}
+
 /// `ip forwarding`, `ipv6 forwarding`, or either with `no`.
 fn is_forwarding(line: &str) -> bool {
     let line = line.trim();
@@ -122,8 +129,13 @@ impl Routing for FrrReload {
         let path = self.config_path();
         let forwarding = self.forwarding()?;
         let written = std::fs::create_dir_all(&self.dir).and_then(|()| {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, format!("{config}{forwarding}"))?;
+            let _ = std::fs::remove_file(&tmp);
+            // It holds the peers' passwords: readable by root only.
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            f.write_all(format!("{config}{forwarding}").as_bytes())?;
             std::fs::rename(&tmp, &path)
         });
         written.map_err(|source| FrrError::Write { path: path.clone(), source })?;
@@ -133,7 +145,8 @@ impl Routing for FrrReload {
             args.extend(["--pathspace", ns.as_str()]);
         }
         args.push(&file);
-        exec::run(&self.program.display().to_string(), &args, None)?;
+        // What frr-reload.py says may echo a password line: masked before a status or a log.
+        exec::run(&self.program.display().to_string(), &args, None).map_err(|e| masked(e, config))?;
         Ok(())
     }
 
@@ -172,5 +185,21 @@ mod tests {
         assert_eq!(states[&up], PeerState { established: true, bfd: Some("up".into()) });
         assert_eq!(states[&active], PeerState { established: false, bfd: None });
         assert!(peer_states(&Value::Null, &Value::Null).is_empty());
+    }
+
+    /// frr-reload.py echoing the line it refused: the error a status and a log carry shows no
+    /// password.
+    #[test]
+    fn a_refused_configuration_is_reported_without_its_passwords() {
+        let config = "router bgp 64512\n neighbor 172.30.0.1 password s3cret!x\n";
+        let e = CommandError {
+            command: "frr-reload.py --reload /x".into(),
+            status: exec::CommandStatus::Exited(1),
+            stderr: "line 2: % Unknown command: neighbor 172.30.0.1 password s3cret!x".into(),
+            lines: vec![">     2:  neighbor 172.30.0.1 password s3cret!x".into()],
+        };
+        let said = FrrError::from(masked(e, config)).to_string();
+        assert!(!said.contains("s3cret!x"), "{said}");
+        assert!(said.contains("password ***"), "{said}");
     }
 }

@@ -18,8 +18,10 @@ pub fn bgp_secret(s: &k8s::Secret) -> Result<Option<BgpSecret>, ConvertError> {
     let name = s.metadata.name.clone().unwrap_or_default();
     let cx = Ctx::new("Secret", s.metadata.namespace.as_deref(), &name);
     match s.data.as_ref().and_then(|d| d.get("password")).map(|b| String::from_utf8(b.0.clone())) {
-        Some(Ok(password)) if !password.is_empty() => Ok(Some(BgpSecret { name, password })),
-        Some(Ok(_)) => Err(cx.err("data.password", "is empty")),
+        Some(Ok(password)) => match tideway_core::bgp::password_problem(&password) {
+            None => Ok(Some(BgpSecret { name, password })),
+            Some(why) => Err(cx.err("data.password", why)),
+        },
         Some(Err(_)) => Err(cx.err("data.password", "is not UTF-8")),
         None => Err(cx.err("data.password", "is required in a kubernetes.io/basic-auth Secret")),
     }
@@ -57,5 +59,15 @@ mod tests {
         );
         assert!(bgp_secret(&secret(BASIC_AUTH, Some(&[0xff]))).is_err());
         assert!(bgp_secret(&secret(BASIC_AUTH, Some(b""))).is_err());
+    }
+
+    /// A password FRR cannot carry is refused naming `data.password`, not showing it.
+    #[test]
+    fn a_password_frr_cannot_carry_is_refused_without_being_shown() {
+        for bad in ["s3cret\nrouter bgp 1\n", "two words", "x".repeat(81).as_str()] {
+            let e = bgp_secret(&secret(BASIC_AUTH, Some(bad.as_bytes()))).expect_err(bad).to_string();
+            assert!(e.starts_with("Secret tideway-system/bgp-auth: data.password: "), "{e}");
+            assert!(!e.contains(bad.trim_end()), "the password is shown: {e}");
+        }
     }
 }

@@ -172,3 +172,18 @@ fn address_family(out: &mut String, bgp: &NodeBgp, v6: bool) {
 fn word(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
+
+/// `text` (what FRR or `frr-reload.py` said about `config`) with every password of `config`
+/// replaced by `***`.
+pub fn mask_passwords(text: &str, config: &str) -> String {
+    let mut passwords: Vec<&str> = config
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "password").and_then(|_| words.next())
+        })
+        .collect();
+    // The longest first, so that one password inside another leaves nothing behind.
+    passwords.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    passwords.into_iter().fold(text.to_string(), |t, p| t.replace(p, "***"))
+}

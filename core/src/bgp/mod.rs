@@ -50,8 +50,25 @@ pub const DEFAULT_HOLD_TIME: u32 = 90;
 /// The BGP port.
 pub const DEFAULT_PORT: u16 = 179;
 
-/// A BGP session a node may open (MetalLB's `BGPPeer`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The longest password TCP MD5 takes (Linux's `TCP_MD5SIG_MAXKEYLEN`).
+pub const MAX_PASSWORD: usize = 80;
+
+/// Why FRR's configuration cannot carry `password` (it goes on a `neighbor ... password` line,
+/// one word: a line break would add configuration, a space would cut it), never showing it.
+pub fn password_problem(password: &str) -> Option<String> {
+    if password.is_empty() {
+        Some("is empty".into())
+    } else if password.len() > MAX_PASSWORD {
+        Some(format!("is {} bytes long; TCP MD5 takes at most {MAX_PASSWORD}", password.len()))
+    } else if !password.bytes().all(|b| b.is_ascii_graphic()) {
+        Some("must be printable ASCII without spaces (FRR's configuration cannot carry a space, a line break, a control or a non-ASCII character)".into())
+    } else {
+        None
+    }
+}
+
+/// A BGP session a node may open (MetalLB's `BGPPeer`). Its `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct BgpPeer {
     /// The object's name.
     pub name: String,
@@ -80,6 +97,26 @@ pub struct BgpPeer {
     pub password_secret: Option<String>,
     /// `nodeSelectors`: the nodes that open this session (empty: every node).
     pub node_selectors: Vec<LabelSelector>,
+}
+
+impl std::fmt::Debug for BgpPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BgpPeer")
+            .field("name", &self.name)
+            .field("my_asn", &self.my_asn)
+            .field("peer_asn", &self.peer_asn)
+            .field("address", &self.address)
+            .field("port", &self.port)
+            .field("source_address", &self.source_address)
+            .field("hold_time", &self.hold_time)
+            .field("keepalive_time", &self.keepalive_time)
+            .field("bfd_profile", &self.bfd_profile)
+            .field("ebgp_multihop", &self.ebgp_multihop)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("password_secret", &self.password_secret)
+            .field("node_selectors", &self.node_selectors)
+            .finish()
+    }
 }
 
 impl BgpPeer {
@@ -375,7 +412,7 @@ fn password_fault(peer: &BgpPeer) -> Option<Conflict> {
         (None, Some(secret)) => {
             Some(Conflict::PasswordUnread { peer: peer.name.clone(), secret: secret.clone() })
         }
-        (Some(pw), _) if pw.is_empty() || !pw.bytes().all(|b| b.is_ascii_graphic()) => {
+        (Some(pw), _) if password_problem(pw).is_some() => {
             Some(Conflict::BadPassword { peer: peer.name.clone() })
         }
         _ => None,

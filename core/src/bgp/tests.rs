@@ -332,3 +332,22 @@ fn community_names_are_looked_up_when_the_node_decides() {
         assert!(bad.parse::<CommunityRef>().is_err(), "{bad}");
     }
 }
+
+/// What FRR answers about a configuration may echo a `neighbor ... password ...` line: every
+/// password of the configuration is masked in it before it reaches a status or a log.
+#[test]
+fn passwords_are_masked_in_what_frr_answers() {
+    let config = " neighbor 172.18.0.1 password s3cret!x\n neighbor 172.18.0.2 password other~pw\n";
+    let answer = "line 12: % Unknown command: neighbor 172.18.0.1 password s3cret!x\nalso other~pw here";
+    let masked = super::frr::mask_passwords(answer, config);
+    assert!(!masked.contains("s3cret!x") && !masked.contains("other~pw"), "{masked}");
+    assert!(masked.contains("neighbor 172.18.0.1 password ***"), "{masked}");
+    assert_eq!(super::frr::mask_passwords("nothing secret", config), "nothing secret");
+}
+
+#[test]
+fn a_peers_debug_shows_no_password() {
+    let p = BgpPeer { password: Some("s3cret!x".into()), ..peer("a", 64513, "172.18.0.1") };
+    let shown = format!("{p:?}");
+    assert!(!shown.contains("s3cret!x") && shown.contains("password: Some(\"***\")"), "{shown}");
+}

@@ -283,6 +283,9 @@ pub fn bgp_peer(source: Source, meta: &ObjectMeta, s: &BGPPeerSpec) -> Result<Co
     }
     peer.node_selectors = selectors(&cx, "spec.nodeSelectors", &s.node_selectors)?;
     peer.password = s.password.clone().filter(|p| !p.is_empty());
+    if let Some(why) = peer.password.as_deref().and_then(tideway_core::bgp::password_problem) {
+        return Err(cx.err("spec.password", why));
+    }
     peer.password_secret = s.password_secret.as_ref().map(|r| r.name.clone()).filter(|n| !n.is_empty());
     if peer.password.is_some() && peer.password_secret.is_some() {
         return Err(cx.err("spec.passwordSecret", "cannot be given with spec.password: choose one"));

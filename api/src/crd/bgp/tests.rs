@@ -110,3 +110,23 @@ fn bfd_profiles_take_metallbs_defaults_and_bounds() {
     let e = bfd_profile(Source::Tideway, &o.metadata, &o.spec).unwrap_err();
     assert_eq!(e.field, "spec.minimumTtl", "{e}");
 }
+
+/// A password FRR's configuration cannot carry (a newline would add configuration lines, a
+/// space cuts it short, more than 80 bytes TCP MD5 cannot take) is refused, naming the field,
+/// never the password.
+#[test]
+fn a_password_frr_cannot_carry_is_refused_without_being_shown() {
+    let long = "x".repeat(81);
+    for bad in ["s3cret\nrouter bgp 1", "two words", "tab\there", "caf\u{e9}-pass", long.as_str()] {
+        let mut p: BGPPeer = yaml(PEER);
+        p.spec.password_secret = None;
+        p.spec.password = Some(bad.into());
+        let e = bgp_peer(Source::Tideway, &p.metadata, &p.spec).expect_err(bad).to_string();
+        assert!(e.contains("spec.password:"), "{e}");
+        assert!(!e.contains(bad), "the password is shown: {e}");
+    }
+    let mut p: BGPPeer = yaml(PEER);
+    p.spec.password_secret = None;
+    p.spec.password = Some("Str0ng!pass~word#".into());
+    assert!(bgp_peer(Source::Tideway, &p.metadata, &p.spec).is_ok());
+}
