@@ -73,6 +73,11 @@ pub struct AgentArgs {
     /// Serve `/api/v1/...` without a token on a non-loopback address too.
     #[arg(long)]
     pub api_anonymous_reads: bool,
+    /// How long a child process (`iptables-restore --wait`, `nft`, `ipset`, `vtysh`,
+    /// `frr-reload.py`, ...) may run before it is killed with an error naming it; `/livez`
+    /// fails while one runs past it, or was killed at it and has not succeeded since.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub command_deadline: Duration,
     /// How often the source file is checked for changes.
     #[arg(long, value_parser = parse_duration, default_value = "500ms")]
     pub file_poll_interval: Duration,
@@ -186,6 +191,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let tls = args.tls.load()?;
     let sealing = tideway_sources::gossip::sealing(args.gossip_key_file.as_deref(), args.gossip_insecure)?;
+    anyhow::ensure!(!args.command_deadline.is_zero(), "--command-deadline must be more than 0");
+    crate::exec::set_deadline(args.command_deadline);
     let telemetry = tideway_telemetry::init("tideway-agent", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {

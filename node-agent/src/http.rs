@@ -30,10 +30,18 @@ async fn healthz(State(s): State<HealthState>) -> impl IntoResponse {
     (code, axum::Json(s.health.body()))
 }
 
+/// `/livez`: 503 when a change waited too long, or a child process hangs past its deadline
+/// (named, with how long it ran), queued change or not.
 async fn livez(State(s): State<HealthState>) -> impl IntoResponse {
-    let code = if s.health.live() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let stuck = crate::exec::stuck();
+    let live = s.health.live() && stuck.is_none();
+    let code = if live { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     s.metrics.livez.get_or_create(&CodeLabel { code: code.as_u16().to_string() }).inc();
-    (code, axum::Json(s.health.body()))
+    let mut body = s.health.body();
+    if let Some(stuck) = stuck {
+        body["stuck"] = serde_json::Value::String(stuck);
+    }
+    (code, axum::Json(body))
 }
 
 /// `/readyz`: 200 once this node is programmed; else 503 naming what the agent waits for
