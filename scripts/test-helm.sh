@@ -118,6 +118,36 @@ assert "/var/run/frr" in host_paths(frr) & host_paths(agent), "FRR's sockets are
 args = agent["containers"][0]["args"]
 assert "--bgp" in args, args
 print("bgp: FRR on the host network beside the agents, sharing /var/run/frr, no API token")
+
+# The agents read the BGP password Secrets of their own namespace only: no grant on Secrets in
+# the release namespace (the TLS key, the gossip key, Helm's release Secrets) nor cluster-wide.
+# In a cluster: `kubectl auth can-i get secret tideway-tls -n tideway-system
+#   --as=system:serviceaccount:tideway-system:tideway-agent` says no.
+for s in ("bgp", "default"):
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{s}.yaml")) if d]
+    roles = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    grants = []  # (namespace or None for cluster-wide, resource)
+    for b in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(x.get("name") == "tideway-agent" and x.get("kind") == "ServiceAccount" for x in b.get("subjects", [])):
+            continue
+        ns = b["metadata"].get("namespace")
+        ref = b["roleRef"]
+        role = roles[(ref["kind"], ref["name"], ns if ref["kind"] == "Role" else None)]
+        for r in role["rules"]:
+            for res in r.get("resources", []):
+                grants.append((ns if b["kind"] == "RoleBinding" else None, res, tuple(r["verbs"])))
+    secrets = [g for g in grants if g[1] == "secrets"]
+    if s == "default":
+        assert not secrets, f"the agent reads Secrets without BGP: {secrets}"
+        continue
+    assert secrets, "the agent cannot read the BGP password Secrets"
+    for ns, _, verbs in secrets:
+        assert ns == "tideway-bgp-secrets", f"the agent reads Secrets in {ns or 'every namespace'}: {secrets}"
+    agent = daemonsets(s)["agent"]["containers"][0]["args"]
+    assert "--bgp-secret-namespace=tideway-bgp-secrets" in agent, agent
+    nss = [d for d in docs if d["kind"] == "Namespace" and d["metadata"]["name"] == "tideway-bgp-secrets"]
+    assert nss and nss[0]["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep", "the password Secrets' namespace is not made, or not kept on uninstall"
+print("bgp secrets: the agent reads Secrets in tideway-bgp-secrets only (none in the release namespace)")
 PY
 
 "$VENV/bin/python" - "$out" "$CHART" "${sets[@]}" <<'PY'

@@ -518,9 +518,13 @@ async fn agent_reads_both_groups_bgp_kinds(streams: bool) {
         json!({"apiVersion": "metallb.io/v1beta1", "kind": "Community",
             "metadata": {"name": "c", "namespace": "metallb-system"},
             "spec": {"communities": [{"name": "vpn-only", "value": "1234:1"}]}}),
-        // A peer's password Secret (base64 of "s3cret"), and a Secret of another type, not read.
+        // A peer's password Secret (base64 of "s3cret") in the chart's namespace for them, a
+        // Secret of another type there, not even listed, and the release's TLS key, which the
+        // agent may not read.
         json!({"kind": "Secret", "type": "kubernetes.io/basic-auth",
-            "metadata": {"name": "bgp-auth", "namespace": "tideway-system"}, "data": {"password": "czNjcmV0"}}),
+            "metadata": {"name": "bgp-auth", "namespace": "tideway-bgp-secrets"}, "data": {"password": "czNjcmV0"}}),
+        json!({"kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "stray", "namespace": "tideway-bgp-secrets"}, "data": {"tls.crt": ""}}),
         json!({"kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": "tideway-tls", "namespace": "tideway-system"}, "data": {"tls.crt": ""}}),
     ]);
@@ -532,7 +536,7 @@ async fn agent_reads_both_groups_bgp_kinds(streams: bool) {
     let client = kube_client(&api, &dir, Account::Agent).await;
     let source = KubeSource::new(client, role, SourceMetrics::default())
         .with_bgp(true)
-        .with_bgp_secrets(Some("tideway-system".into()))
+        .with_bgp_secrets(Some("tideway-bgp-secrets".into()))
         .with_metallb(Some("metallb-system".into()));
     let task = tokio::spawn(source.run(cluster.clone()));
     tokio::time::timeout(Duration::from_secs(15), cluster.wait_synced()).await.expect("synced");
@@ -544,6 +548,14 @@ async fn agent_reads_both_groups_bgp_kinds(streams: bool) {
     assert_eq!(cluster.lock().bgp().communities.len(), 1);
     assert_eq!(cluster.lock().bgp_secret("bgp-auth").map(|s| s.password.clone()).as_deref(), Some("s3cret"));
     assert!(cluster.invalid_objects().is_empty(), "the TLS Secret is not read: {:?}", cluster.errors());
+    let lists = api.requests_to("/api/v1/namespaces/tideway-bgp-secrets/secrets");
+    assert!(!lists.is_empty());
+    for r in &lists {
+        let selector = r.query.get("fieldSelector").map(String::as_str);
+        assert_eq!(selector, Some("type=kubernetes.io/basic-auth"), "{} {:?}", r.path, r.query);
+    }
+    assert!(api.requests_to("/api/v1/namespaces/tideway-system/secrets").is_empty());
+    assert!(api.requests_to("/api/v1/secrets").is_empty());
     assert!(!api.requests_to("/apis/metallb.io/v1beta2/namespaces/metallb-system/bgppeers").is_empty());
 
     api.delete("BGPPeer", None, "router");

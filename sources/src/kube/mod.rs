@@ -255,8 +255,20 @@ impl KubeSource {
         cluster: &SharedCluster,
         barrier: &SyncBarrier,
     ) {
+        self.spawn_in_with::<K>(tasks, namespace, WatchSpec::all(), cluster, barrier);
+    }
+
+    /// [`Self::spawn_in`] with a watch of its own (selectors).
+    fn spawn_in_with<K: Kind<Scope = kube::core::NamespaceResourceScope>>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        namespace: &str,
+        spec: WatchSpec,
+        cluster: &SharedCluster,
+        barrier: &SyncBarrier,
+    ) {
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        self.supervised(tasks, api, WatchSpec::all(), cluster, barrier);
+        self.supervised(tasks, api, spec, cluster, barrier);
     }
 
     /// Runs [`watch_kind`] in `tasks`, started again after a panic: the restart is logged,
@@ -397,7 +409,10 @@ impl KubeSource {
             self.spawn::<crd::LoadBalancerPool, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         }
         if let Some(ns) = secrets {
-            self.spawn_in::<Secret>(&mut tasks, ns, &cluster, &barrier);
+            // Only the password Secrets: the API server sends no other (a TLS key) at all.
+            let basic_auth =
+                watcher::Config::default().fields(&format!("type={}", tideway_api::convert::BASIC_AUTH));
+            self.spawn_in_with::<Secret>(&mut tasks, ns, WatchSpec::with(basic_auth), &cluster, &barrier);
         }
         if let Some(ns) = metallb_bgp {
             self.spawn_in::<crd::MetalLbBgpPeer>(&mut tasks, ns, &cluster, &barrier);

@@ -67,6 +67,8 @@ fn fields_match(selector: &str, obj: &Value) -> bool {
     selector.split(',').filter(|t| !t.is_empty()).all(|term| match term.split_once('=') {
         Some(("metadata.name", v)) => obj["metadata"]["name"].as_str() == Some(v),
         Some(("metadata.namespace", v)) => obj["metadata"]["namespace"].as_str() == Some(v),
+        // Secrets' type, as the API server selects it.
+        Some(("type", v)) => obj["type"].as_str() == Some(v),
         _ => false,
     })
 }
