@@ -335,6 +335,37 @@ mod drift {
         line.rsplit(' ').next().expect("handle").to_string()
     }
 
+    /// ClientIP affinity survives a full sync (hourly, and on every restart): the clients the
+    /// affinity sets hold, with what is left of their timeouts, are in the new table.
+    #[test]
+    fn a_full_sync_keeps_the_clients_of_clientip_affinity() {
+        require_root("nftables in a namespace");
+        let p = programs("basic.yaml");
+        let ns = Netns::create(&format!("twnl-aff-{}", std::process::id()));
+        let mut dp = applied(&ns, &p);
+        let sets: Value = serde_json::from_str(&ns.sh("nft -j list sets ip")).expect("json");
+        let affinity: Vec<String> = sets["nftables"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|o| o["set"]["name"].as_str())
+            .filter(|n| n.starts_with("affinity"))
+            .map(str::to_string)
+            .collect();
+        assert!(!affinity.is_empty(), "basic.yaml has a ClientIP Service");
+        for set in &affinity {
+            ns.sh(&format!("nft add element ip tideway {set} '{{ 10.244.9.9 timeout 600s expires 500s }}'"));
+        }
+        let want = p.clone();
+        ns.run(move || dp.apply(&want.desired(), Update::Full).expect("a full sync"));
+        for set in &affinity {
+            let listed = ns.sh(&format!("nft list set ip tideway {set}"));
+            assert!(listed.contains("10.244.9.9"), "the full sync dropped the client from {set}:\n{listed}");
+            // Its time left carried over (500 s when added), not started again at 600 s.
+            assert!(listed.contains("expires 8m"), "{listed}");
+        }
+    }
+
     #[test]
     fn every_fixture_reads_back_clean_after_full_and_incremental_applies() {
         require_root("reading nftables back over netlink");

@@ -226,8 +226,14 @@ impl Dataplane for Nftables {
                 self.connections_first(desired)?;
                 // A port and an endpoint each put about two elements in the maps.
                 let room_for = full_batch_room(2 * desired.size());
+                // The table is recreated: ClientIP affinity's clients are carried over.
+                let clients = self.netlink()?.affinity_clients().unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "cannot read the affinity sets; clients lose their endpoint");
+                    Default::default()
+                });
                 self.room = self.transaction(|nl| {
                     nl.apply_full(room_for, |apply| {
+                        apply.keep_clients(clients);
                         desired.stream(|skeleton, fragments| apply.family(skeleton, fragments));
                     })
                 })?;

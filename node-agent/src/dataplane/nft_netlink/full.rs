@@ -20,7 +20,10 @@ use tideway_core::render::nftables::capacity::{Room, capacity};
 
 use super::batch::{Batch, msg};
 use super::expr::{self, SetIndex};
-use super::{chain, elements, nfproto, sets, table};
+use super::{affinity, chain, elements, nfproto, sets, table};
+
+/// One family's affinity clients, by set name.
+pub(super) type Kept = std::collections::HashMap<String, Vec<affinity::Client>>;
 
 /// Elements of a set sent together once this many wait (about two full messages).
 const WAITING: usize = 1024;
@@ -98,7 +101,7 @@ impl<'p> Full<'p> {
 
     /// Writes one service fragment.
     pub(super) fn fragment(&mut self, b: &mut Batch, f: &Fragment) {
-        self.own_part(b, f);
+        self.own_part(b, f, None);
         for (s, e) in &f.elements {
             self.add_to(b, s, Cow::Borrowed(e));
         }
@@ -106,15 +109,16 @@ impl<'p> Full<'p> {
 
     /// Writes one service fragment, passed on for good: its elements for the base's sets
     /// wait for their message without being copied.
-    pub(super) fn fragment_owned(&mut self, b: &mut Batch, mut f: Fragment) {
-        self.own_part(b, &f);
+    /// A fragment, its affinity sets given back the clients they held (`kept`, by set name).
+    pub(super) fn fragment_owned(&mut self, b: &mut Batch, mut f: Fragment, kept: Option<&Kept>) {
+        self.own_part(b, &f, kept);
         for (s, e) in std::mem::take(&mut f.elements) {
             self.add_to(b, &s, Cow::Owned(e));
         }
     }
 
     /// A fragment's chains, its own sets, its rules and the rules it adds to the base's chains.
-    fn own_part(&mut self, b: &mut Batch, f: &Fragment) {
+    fn own_part(&mut self, b: &mut Batch, f: &Fragment, kept: Option<&Kept>) {
         let fresh: Vec<&Chain> =
             f.shared_chains.iter().filter(|c| self.chains.insert(c.name.clone())).collect();
         for c in f.chains.iter().chain(fresh.iter().copied()) {
@@ -134,6 +138,11 @@ impl<'p> Full<'p> {
                 self.room.declare(s, all.len());
                 if !all.is_empty() {
                     elements::elements(b, self.fam, TABLE, s, &all, Some(id), false);
+                }
+                let clients =
+                    kept.filter(|_| s.flags.dynamic_timeout.is_some()).and_then(|k| k.get(&*s.name));
+                if let Some(clients) = clients {
+                    affinity::restore(b, self.fam, &s.name, id, clients);
                 }
                 index.sets.insert(&s.name, (s, Some(id)));
             }

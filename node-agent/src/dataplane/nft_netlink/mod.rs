@@ -3,6 +3,7 @@
 //! this is several times faster than `nft -f`, whose parser dominates large updates; the
 //! messages match what `nft` sends for the same rules, so `nft list ruleset` reads the same.
 
+mod affinity;
 mod batch;
 mod elements;
 mod expr;
@@ -55,21 +56,32 @@ pub struct NftNetlink {
     seq: u32,
 }
 
+pub use affinity::{Client, Clients};
+
 /// A full apply being written: both families' programs, each streamed in.
 pub struct FullApply {
     batch: Batch,
     rooms: Vec<Room>,
+    clients: Clients,
 }
 
 impl FullApply {
+    /// The affinity sets' clients to write back into the sets of the same name the programs
+    /// declare ([`NftNetlink::affinity_clients`] read them before).
+    pub fn keep_clients(&mut self, clients: Clients) {
+        self.clients = clients;
+    }
+
     /// Writes one family's program: its node-level part (`skeleton`), then its service
     /// fragments, each dropped once written.
     pub fn family(&mut self, skeleton: &Program, fragments: &mut dyn Iterator<Item = Fragment>) {
-        let mut w = full::Full::start(&mut self.batch, skeleton);
+        let FullApply { batch, rooms, clients } = self;
+        let mut w = full::Full::start(batch, skeleton);
+        let kept = clients.get(&nfproto(skeleton.family));
         for f in fragments {
-            w.fragment_owned(&mut self.batch, f);
+            w.fragment_owned(batch, f, kept);
         }
-        self.rooms.push(w.finish(&mut self.batch));
+        rooms.push(w.finish(batch));
     }
 }
 
@@ -116,7 +128,11 @@ impl NftNetlink {
 
     /// The batch `write` writes, with room for `room_for` bytes.
     fn written(&self, room_for: usize, write: impl FnOnce(&mut FullApply)) -> FullApply {
-        let mut apply = FullApply { batch: Batch::with_capacity(self.seq, room_for), rooms: Vec::new() };
+        let mut apply = FullApply {
+            batch: Batch::with_capacity(self.seq, room_for),
+            rooms: Vec::new(),
+            clients: Clients::new(),
+        };
         write(&mut apply);
         apply
     }

@@ -25,26 +25,26 @@ const SUBSYS_NFTABLES: u16 = 10;
 const GETTABLE: u8 = 1;
 const GETCHAIN: u8 = 4;
 const GETRULE: u8 = 7;
-const GETSET: u8 = 10;
-const GETSETELEM: u8 = 13;
+pub(super) const GETSET: u8 = 10;
+pub(super) const GETSETELEM: u8 = 13;
 const GETGEN: u8 = 16;
 const NEWGEN: u16 = 15;
 const GEN_ID: u16 = 1;
 const NEWCHAIN: u16 = 3;
 const NEWRULE: u16 = 6;
-const NEWSET: u16 = 9;
-const NEWSETELEM: u16 = 12;
+pub(super) const NEWSET: u16 = 9;
+pub(super) const NEWSETELEM: u16 = 12;
 const NLM_F_ACK: u16 = 0x4;
 const RULE_EXPRESSIONS: u16 = 4;
 const RULE_USERDATA: u16 = 7;
 const SET_ANONYMOUS: u32 = 0x1;
-const SET_TIMEOUT: u32 = 0x10;
+pub(super) const SET_TIMEOUT: u32 = 0x10;
 const NF_DROP: u32 = 0;
 const DATA_VERDICT: u16 = 2;
 const ENOENT: i32 = 2;
 
 /// True when the kernel refused because the object asked for does not exist.
-fn is_missing(e: &DataplaneError) -> bool {
+pub(super) fn is_missing(e: &DataplaneError) -> bool {
     matches!(e, DataplaneError::Netlink(NetlinkError::Refused(r)) if r.iter().all(|r| r.errno == ENOENT))
 }
 /// Dumps torn by a concurrent change are asked again this many times.
@@ -81,15 +81,15 @@ fn chain_step(chain: Digest, rule: Digest) -> Digest {
 pub(super) const EMPTY_CHAIN: Digest = 0;
 
 /// The nfgenmsg header is followed by the attributes.
-fn body(payload: &[u8]) -> &[u8] {
+pub(super) fn body(payload: &[u8]) -> &[u8] {
     payload.get(4..).unwrap_or(&[])
 }
 
-fn string(v: &[u8]) -> String {
+pub(super) fn string(v: &[u8]) -> String {
     String::from_utf8_lossy(v).trim_end_matches('\0').to_string()
 }
 
-fn be32(v: &[u8]) -> u32 {
+pub(super) fn be32(v: &[u8]) -> u32 {
     v.get(..4).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
@@ -173,7 +173,7 @@ struct ElementSeen<'a> {
     interval_end: bool,
 }
 
-fn inner_value(v: &[u8]) -> &[u8] {
+pub(super) fn inner_value(v: &[u8]) -> &[u8] {
     attrs(v).find(|(t, _)| *t == attr::DATA_VALUE).map_or(&[], |(_, v)| v)
 }
 
@@ -241,7 +241,7 @@ impl NftNetlink {
 
     /// Runs a dump until it completes untorn; `each` sees every answer of the last attempt
     /// (it is reset by `start` before each attempt).
-    fn dump_all<S>(
+    pub(super) fn dump_all<S>(
         &mut self,
         kind: u8,
         family: u8,
