@@ -9,7 +9,7 @@
 //!
 //! Every datagram travels sealed with the cluster's shared key ([`envelope`]: HMAC-SHA256, a
 //! send time and a per-sender counter against replay), and a member takes an agent's message
-//! only in the name of a Node it comes from ([`admit`]); what the member list says counts only
+//! only at an address of the Node it names ([`admit`]); what the member list says counts only
 //! agents whose identity fits a Node. Without a key (`--gossip-insecure`) anyone who reaches
 //! the port can declare an agent down or a dead one alive.
 
@@ -139,9 +139,9 @@ impl Gossip {
         }
     }
 
-    /// Hands `datagram` from `from` to the protocol if [`admit`] takes it.
-    fn receive(&mut self, datagram: &[u8], from: SocketAddr, cluster: &SharedCluster) -> Result<(), Refusal> {
-        let message = self.guard.admit(datagram, from, &cluster.lock())?;
+    /// Hands `datagram` to the protocol if [`admit`] takes it.
+    fn receive(&mut self, datagram: &[u8], cluster: &SharedCluster) -> Result<(), Refusal> {
+        let message = self.guard.admit(datagram, &cluster.lock())?;
         if let Err(e) = self.foca.handle_data(message, &mut self.runtime) {
             tracing::debug!(error = %e, "gossip message ignored");
         }
@@ -237,7 +237,7 @@ pub async fn run(
         tokio::select! {
             r = socket.recv_from(&mut buf) => match r {
                 Ok((n, from)) => {
-                    if let Err(why) = g.receive(&buf[..n], from, &cluster) {
+                    if let Err(why) = g.receive(&buf[..n], &cluster) {
                         refusals.add(why);
                         complaints.maybe_log(&refusals, from, why);
                     }

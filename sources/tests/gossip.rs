@@ -215,3 +215,30 @@ async fn forged_datagrams_are_counted_as_unsealed() {
     let r = refusals.clone();
     eventually("the forgery refused", move || (r.get("malformed") == 1).then_some(())).await;
 }
+
+/// An agent reading only its own Node from the API server (as in a cluster) still takes the
+/// other agents' sealed messages (their Nodes unknown to it), so nobody is declared down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_knowing_only_its_own_node_hears_the_others() {
+    let cluster = cluster();
+    let port = free_port();
+    let view = start(join(OPERATOR, port, "op-0", Role::Operator, Arc::default()), cluster.clone())
+        .await
+        .expect("binds");
+    let (a, b) = (NODES[0], NODES[1]);
+    start(join(a.1, port, a.0, Role::Agent, Arc::default()), cluster.clone()).await.expect("binds");
+    let own = SharedCluster::new();
+    own.update(|s| s.apply_node(mk_node(b.0, b.1, "z1")));
+    own.mark_synced();
+    let refusals = Arc::new(Refusals::default());
+    let b_view = start(join(b.1, port, b.0, Role::Agent, refusals.clone()), own).await.expect("binds");
+    let both: BTreeSet<String> = [a.0, b.0].map(String::from).into();
+    let v = view.clone();
+    eventually("the operator sees both agents", move || (v.borrow().active == both).then_some(())).await;
+    tokio::time::sleep(TIMINGS.worst_detection() * 3).await;
+    let seen = view.borrow().clone();
+    assert_eq!(seen.active.len(), 2, "{seen:?}");
+    assert!(seen.down.is_empty(), "{seen:?}");
+    assert_eq!(refusals.all(), Default::default(), "node-b refused datagrams");
+    assert_eq!(b_view.borrow().active, [b.0.to_string()].into(), "node-b counts only Nodes it knows");
+}

@@ -1,7 +1,11 @@
 //! Which datagrams a member takes: sealed with the cluster's key ([`super::envelope`]), new,
-//! and from a sender whose identity fits the Nodes: an agent speaks for the Node it names, from
-//! one of that Node's addresses. The operator (at its pod IP, which no Node lists) is taken on
-//! its key alone; it announces nothing and no quorum counts it.
+//! and from a sender whose identity fits the Nodes: an agent speaks for a Node at one of that
+//! Node's addresses. A member that does not know the Node named (an agent reading only its own
+//! Node from the API server) takes it on its key; the member list counts only agents whose
+//! identity fits a Node it knows. The datagram's source address is not checked: the host picks
+//! it by route (towards a pod IP, often an overlay interface's address, not the Node's), and
+//! it is spoofed as easily as any. The operator (at its pod IP, which no Node lists) is taken
+//! on its key alone; it announces nothing and no quorum counts it.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -23,7 +27,7 @@ pub enum Refusal {
     /// No SWIM header inside.
     #[error("not a SWIM message")]
     Undecodable,
-    /// An agent's identity that no Node fits, or sent from an address not its Node's.
+    /// An agent's identity naming a Node at an address that Node does not have.
     #[error("sender is no Node's agent")]
     Stranger,
 }
@@ -101,13 +105,8 @@ impl Guard {
         envelope::seal(keys, Stamp { epoch: self.epoch, counter: self.counter, sent_ms: now_ms() }, message)
     }
 
-    /// The SWIM message in `datagram` from `from`, if it is to be taken.
-    pub fn admit<'a>(
-        &mut self,
-        datagram: &'a [u8],
-        from: SocketAddr,
-        state: &ClusterState,
-    ) -> Result<&'a [u8], Refusal> {
+    /// The SWIM message in `datagram`, if it is to be taken.
+    pub fn admit<'a>(&mut self, datagram: &'a [u8], state: &ClusterState) -> Result<&'a [u8], Refusal> {
         let now = now_ms();
         let (stamp, message) = match &self.keys {
             Some(keys) => {
@@ -118,7 +117,7 @@ impl Guard {
         };
         let header = PostcardCodec.decode_header(message).map_err(|_| Refusal::Undecodable)?;
         let src: Member = header.src;
-        if src.role == Role::Agent && !(is_node_agent(&src, state) && node_has(state, &src.node, from.ip())) {
+        if src.role == Role::Agent && state.node(&src.node).is_some() && !is_node_agent(&src, state) {
             return Err(Refusal::Stranger);
         }
         if let Some(stamp) = stamp {
