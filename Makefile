@@ -48,7 +48,7 @@ test-helm:
 # root (network namespaces, kernel rules); nextest's closing line counts what was left out.
 NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
 PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(lab_bgp) or binary(announcer) \
-	or binary(nft_netlink) \
+	or binary(nft_netlink) or binary(control_plane) or binary(lab_kube) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/)) or (binary(dns_hostile) and test(/flood/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage
 unit:
@@ -94,4 +94,4 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm unit check-rbac test-scale test-api test-ipvs
+test: deps lint purity check-generated test-helm kube unit check-rbac test-scale test-api test-ipvs
