@@ -51,6 +51,8 @@ PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or bi
 	or binary(nft_netlink) or binary(control_plane) or binary(lab_kube) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/)) or (binary(dns_hostile) and test(/flood/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage
+# The kube lab's tests use kubectl: the machine's, else the one test-helm installs.
+export KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),$(HOME)/.cache/tideway/tools/kubectl)
 unit:
 	@rm -rf $(RBAC_USAGE); rc=0; TIDEWAY_RBAC_USAGE=$(RBAC_USAGE) $(CARGO) nextest run --workspace --locked --no-fail-fast \
 		-E 'not ($(NOT_ON_THIS_KERNEL))$(if $(filter 1,$(TIDEWAY_SKIP_PRIVILEGED)), and not ($(PRIVILEGED)),)' || rc=$$?; \

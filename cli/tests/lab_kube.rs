@@ -155,6 +155,18 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
 
     a_new_node_needs_the_api_servers_address(&lab);
 
+    // `lab replace` deletes what the lab applied and the file no longer names.
+    let without_svc3: String =
+        DEMO.split("\n---").filter(|doc| !doc.contains("name: svc3}")).collect::<Vec<_>>().join("\n---");
+    assert!(!without_svc3.contains("name: svc3}"), "the demo's svc3 is named as the test expects");
+    lab.change("replace", &without_svc3);
+    eventually(patience(30.0), || match kubectl(&lab, &["get", "service", "svc3"]) {
+        Err(e) if e.contains("NotFound") => Ok(()),
+        other => Err(format!("svc3 still there: {other:?}")),
+    })
+    .unwrap();
+    assert!(kubectl(&lab, &["get", "service", "svc1"]).is_ok(), "svc1 kept");
+
     // A node down: the controller-manager marks it NotReady (Unknown), as the audit log shows.
     let node = "myk8s-worker3";
     ok(tideway(&["lab", "node", node, "down", "--name", &lab.name]), "lab node down");
