@@ -3,18 +3,51 @@
 //! may perform the verb on the resource (RBAC decides, e.g. `patch` on
 //! `proxyconfigs.tideway.io`). The operator's ServiceAccount needs `create` on both reviews
 //! (the `system:auth-delegator` ClusterRole grants it). [`CachedReview`] reuses answers briefly.
+//!
+//! ```text
+//!  token --sha256--> token answers (10 s admitted, 5 s refused) --miss--> one TokenReview
+//!                    per token in flight, at most 4 reviews in flight in all --> Subject
+//!  (Subject, Access) --> access answers (LRU, same lifetimes) --miss--> one SubjectAccessReview
+//! ```
+//!
+//! * [`cache`]: the bounded, expiring map of answers (pure).
+//! * [`cached`]: [`CachedReview`]: the two caches, one review in flight per question, the
+//!   bound on reviews in flight.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+pub mod cache;
+mod cached;
+
+use std::collections::BTreeMap;
+
+pub use cached::{CachedReview, NEGATIVE_TTL, REVIEW_TTL};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use sha2::{Digest, Sha256};
 use tideway_api::auth::{Access, Authorizer, Caller, Denied};
-use tokio::time::Instant;
+
+/// Who holds a token, as a TokenReview says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Subject {
+    /// The user name (`system:serviceaccount:ns:sa`).
+    pub username: String,
+    /// The user's UID, if the authenticator gives one.
+    pub uid: Option<String>,
+    /// The user's groups.
+    pub groups: Vec<String>,
+    /// What else the authenticator says about the user.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The two questions a token's check asks the API server: each edge of [`CachedReview`].
+#[async_trait::async_trait]
+pub trait Reviewer: Send + Sync {
+    /// Who holds `token` ([`Denied::BadToken`] for nobody).
+    async fn token(&self, token: &str) -> Result<Subject, Denied>;
+    /// Whether `who` may perform `access` ([`Denied::Forbidden`] if not).
+    async fn access(&self, who: &Subject, access: &Access) -> Result<(), Denied>;
+}
 
 /// Checks tokens with the API server.
 #[derive(Clone)]
@@ -48,8 +81,8 @@ fn because(reason: Option<String>) -> String {
 }
 
 #[async_trait::async_trait]
-impl Authorizer for KubeReview {
-    async fn authorize(&self, token: &str, access: &Access) -> Result<Caller, Denied> {
+impl Reviewer for KubeReview {
+    async fn token(&self, token: &str) -> Result<Subject, Denied> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
@@ -73,13 +106,21 @@ impl Authorizer for KubeReview {
                 self.audiences.join(" or ")
             )));
         }
-        let username = user.username.clone().unwrap_or_default();
+        Ok(Subject {
+            username: user.username.unwrap_or_default(),
+            uid: user.uid,
+            groups: user.groups.unwrap_or_default(),
+            extra: user.extra.unwrap_or_default(),
+        })
+    }
+
+    async fn access(&self, who: &Subject, access: &Access) -> Result<(), Denied> {
         let sar = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
-                user: Some(username.clone()),
-                groups: user.groups,
-                uid: user.uid,
-                extra: user.extra,
+                user: Some(who.username.clone()),
+                groups: (!who.groups.is_empty()).then(|| who.groups.clone()),
+                uid: who.uid.clone(),
+                extra: (!who.extra.is_empty()).then(|| who.extra.clone()),
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(access.group.into()),
                     resource: Some(access.resource.into()),
@@ -98,122 +139,22 @@ impl Authorizer for KubeReview {
         if !status.allowed {
             let reason = because(status.reason.or(status.evaluation_error));
             return Err(Denied::Forbidden {
-                user: username,
+                user: who.username.clone(),
                 verb: access.verb,
                 resource: access.resource,
                 reason,
             });
         }
-        Ok(Caller { user: username })
+        Ok(())
     }
 }
 
-/// How long an answer is reused for the same token and access.
-pub const REVIEW_TTL: Duration = Duration::from_secs(10);
-
-/// Answers kept at most; past it, expired ones go, then all.
-const MAX_CACHED: usize = 4096;
-
-type Key = ([u8; 32], Access);
-/// Answers by key, with when each was given.
-type Answers = HashMap<Key, (Instant, Result<Caller, Denied>)>;
-
-/// An authorizer whose answers are reused for [`REVIEW_TTL`]: a client polling the API costs
-/// two reviews per token and access every ten seconds, not two per call. Entries are keyed by
-/// the token's SHA-256, so no token is kept; an authorizer that could not be asked
-/// ([`Denied::Unavailable`]) is asked again next time.
-pub struct CachedReview<A> {
-    inner: A,
-    answers: Mutex<Answers>,
-}
-
-impl<A: Authorizer> CachedReview<A> {
-    /// Caches `inner`'s answers.
-    pub fn new(inner: A) -> CachedReview<A> {
-        CachedReview { inner, answers: Mutex::default() }
-    }
-
-    fn answers(&self) -> std::sync::MutexGuard<'_, Answers> {
-        self.answers.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
+/// Every call reviewed afresh (no cache): a TokenReview, then a SubjectAccessReview.
 #[async_trait::async_trait]
-impl<A: Authorizer> Authorizer for CachedReview<A> {
+impl Authorizer for KubeReview {
     async fn authorize(&self, token: &str, access: &Access) -> Result<Caller, Denied> {
-        let key: Key = (Sha256::digest(token.as_bytes()).into(), access.clone());
-        let now = Instant::now();
-        if let Some((at, answer)) = self.answers().get(&key)
-            && now < *at + REVIEW_TTL
-        {
-            return answer.clone();
-        }
-        let answer = self.inner.authorize(token, access).await;
-        if !matches!(answer, Err(Denied::Unavailable(_))) {
-            let mut answers = self.answers();
-            if answers.len() >= MAX_CACHED {
-                answers.retain(|_, (at, _)| now < *at + REVIEW_TTL);
-                if answers.len() >= MAX_CACHED {
-                    answers.clear();
-                }
-            }
-            answers.insert(key, (now, answer.clone()));
-        }
-        answer
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use super::*;
-
-    /// Admits `good`, refuses other tokens, or is unreachable; counts the questions.
-    struct Counting {
-        asked: AtomicUsize,
-        down: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl Authorizer for Counting {
-        async fn authorize(&self, token: &str, _access: &Access) -> Result<Caller, Denied> {
-            self.asked.fetch_add(1, Ordering::SeqCst);
-            if self.down.load(Ordering::SeqCst) {
-                return Err(Denied::Unavailable("down".into()));
-            }
-            match token {
-                "good" => Ok(Caller { user: "u".into() }),
-                _ => Err(Denied::BadToken(String::new())),
-            }
-        }
-    }
-
-    fn access(verb: &'static str) -> Access {
-        Access { verb, group: "tideway.io", resource: "proxyconfigs", namespace: None, name: None }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn answers_are_reused_per_token_and_access_for_a_while() {
-        let cached = CachedReview::new(Counting { asked: AtomicUsize::new(0), down: Default::default() });
-        let asked = || cached.inner.asked.load(Ordering::SeqCst);
-        for _ in 0..3 {
-            assert!(cached.authorize("good", &access("list")).await.is_ok());
-            assert!(cached.authorize("bad", &access("list")).await.is_err());
-        }
-        assert_eq!(asked(), 2, "one review per token");
-        assert!(cached.authorize("good", &access("patch")).await.is_ok());
-        assert_eq!(asked(), 3, "another access is reviewed");
-        tokio::time::advance(REVIEW_TTL).await;
-        assert!(cached.authorize("good", &access("list")).await.is_ok());
-        assert_eq!(asked(), 4, "reviewed again once expired");
-        cached.inner.down.store(true, Ordering::SeqCst);
-        assert!(cached.authorize("other", &access("list")).await.is_err());
-        assert!(cached.authorize("other", &access("list")).await.is_err());
-        assert_eq!(asked(), 6, "an unreachable reviewer is asked again");
-        assert!(
-            !format!("{:?}", cached.answers().keys().collect::<Vec<_>>()).contains("good"),
-            "no token kept"
-        );
+        let who = Reviewer::token(self, token).await?;
+        Reviewer::access(self, &who, access).await?;
+        Ok(Caller { user: who.username })
     }
 }
