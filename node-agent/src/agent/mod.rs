@@ -111,7 +111,8 @@ pub struct Agent {
     hc_servers: HealthServers,
     /// One announcer per interface answering for this node's addresses.
     announcers: BTreeMap<String, Announcer>,
-    queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
+    /// Where each programmed plan is published for the REST API.
+    publisher: Option<query::Publisher>,
     unprogrammed: unprogrammed::Unprogrammed,
     /// Set while this agent reaches neither a majority of the nodes nor the API server
     /// (`tideway_core::liveness::fencing`): it then answers for no address.
@@ -180,7 +181,7 @@ impl Agent {
             last_full: None,
             leftovers_checked: false,
             retiring: Vec::new(),
-            queries: None,
+            publisher: None,
             status,
             hc_servers: HealthServers::new(health.clone()),
             metrics,
@@ -385,6 +386,7 @@ impl Agent {
         self.health.updated();
         let synced = Synced { mode, full, elapsed: started.elapsed(), deleted, hc_errors, config, version };
         self.record_success(&planned, synced);
+        self.publish(mode, &planned.ruleset);
         self.planned = Some(planned);
         Ok(())
     }
