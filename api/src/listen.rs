@@ -47,7 +47,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Connections served at once; more are closed as soon as accepted.
     pub max_connections: usize,
-    /// Counts the connections closed because `max_connections` were open.
+    /// Counts the connections closed because `max_connections` were open (by default the
+    /// process's counter, [`register`]ed as `tideway_http_connections_refused_total`).
     pub refused: Counter,
 }
 
@@ -59,13 +60,28 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections per listener.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// Connections refused by every listener of the process whose limits count there (the
+/// default ones).
+static REFUSED: std::sync::LazyLock<Counter> = std::sync::LazyLock::new(Counter::default);
+
+/// Registers `tideway_http_connections_refused_total`: connections the process's listeners
+/// closed at once because they were full.
+pub fn register(registry: &mut prometheus_client::registry::Registry) {
+    registry.register(
+        "tideway_http_connections_refused",
+        "HTTP connections closed as soon as accepted because their listener held its maximum",
+        REFUSED.clone(),
+    );
+}
+
 impl Default for Limits {
+    /// The limits every component serves with, counting refusals in the process's counter.
     fn default() -> Self {
         Limits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
-            refused: Counter::default(),
+            refused: REFUSED.clone(),
         }
     }
 }

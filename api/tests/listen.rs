@@ -60,7 +60,7 @@ fn short(max_connections: usize) -> Limits {
         header_read_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_secs(30),
         max_connections,
-        ..Limits::default()
+        refused: Default::default(),
     }
 }
 

@@ -180,6 +180,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
+        tideway_api::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
