@@ -181,6 +181,16 @@ async fn questions_are_answered_while_the_sync_loop_is_blocked() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(text.contains("10.96.0.2"), "the new plan once programmed: {text}");
+    // Later syncs change their own copy of the plan, never the one answered from.
+    cluster.update(|s| s.delete_service(&tideway_core::model::ServiceName::new("demo", "api")));
+    for _ in 0..200 {
+        text = call(&router, "GET", "/api/v1/ruleset", "").await.2;
+        if !text.contains("10.96.0.2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!text.contains("10.96.0.2") && text.contains("10.96.0.1"), "the Service gone: {text}");
 }
 
 /// The REST API on loopback, over real TCP: no token, no answer (any local process reaches

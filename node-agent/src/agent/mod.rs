@@ -113,6 +113,10 @@ pub struct Agent {
     announcers: BTreeMap<String, Announcer>,
     /// Where each programmed plan is published for the REST API.
     publisher: Option<query::Publisher>,
+    /// A copy of the plan last published, made on a blocking thread for the next sync to
+    /// change in place.
+    /// The plan copied is kept beside it: the copy replaces only that very plan.
+    spare: Option<(Arc<tideway_core::plan::Ruleset>, tokio::task::JoinHandle<tideway_core::plan::Ruleset>)>,
     unprogrammed: unprogrammed::Unprogrammed,
     /// Set while this agent reaches neither a majority of the nodes nor the API server
     /// (`tideway_core::liveness::fencing`): it then answers for no address.
@@ -182,6 +186,7 @@ impl Agent {
             leftovers_checked: false,
             retiring: Vec::new(),
             publisher: None,
+            spare: None,
             status,
             hc_servers: HealthServers::new(health.clone()),
             metrics,
@@ -303,7 +308,8 @@ impl Agent {
         span.record("mode", mode.to_string());
         span.record("changed_services", self.pending.len());
 
-        // Plan.
+        // Plan (on a private copy of the plan the REST API holds, made off the loop).
+        self.take_spare().await;
         let Planning { mut planned, full, whole, changes: change_sets } = self.plan(&node, full_wanted);
 
         // Apply.
