@@ -278,7 +278,10 @@ fn an_https_listener_closes_half_open_connections_and_holds_its_cap() {
                 Ok(_) if started.elapsed() < within => {}
                 Ok(_) => return false,
                 Err(e) => {
-                    return !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
+                    return !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    );
                 }
             }
         }
