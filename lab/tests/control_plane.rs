@@ -162,7 +162,9 @@ async fn the_control_plane_comes_up_as_kubeadm_leaves_a_cluster() {
     let nodes_b = Api::<Node>::all(cp.client(&cp.node_kubeconfig("node-b")).await.unwrap());
     for (api, name) in [(&nodes_a, "node-a"), (&nodes_b, "node-b")] {
         let n: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-        api.create(&PostParams::default(), &n).await.unwrap_or_else(|e| panic!("{name} registers itself: {e}"));
+        api.create(&PostParams::default(), &n)
+            .await
+            .unwrap_or_else(|e| panic!("{name} registers itself: {e}"));
     }
     let heartbeat = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
         "reason": "KubeletReady", "message": "posted", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
