@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
+# Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube
 
@@ -25,12 +27,12 @@ purity:
 
 # Regenerate committed artifacts (CRDs, golden rulesets, rendered chart snapshots).
 generated: build
-	./target/debug/tideway crdgen --dir helm/tideway/crds
+	$(TARGET_DIR)/debug/tideway crdgen --dir helm/tideway/crds
 	UPDATE_GOLDEN=1 $(CARGO) test -p tideway-tests --test golden --test frr
 	UPDATE_SNAPSHOTS=1 ./scripts/test-helm.sh
 
 check-generated: build
-	d=$$(mktemp -d) && ./target/debug/tideway crdgen --dir $$d && diff -ru helm/tideway/crds $$d; s=$$?; rm -rf $$d; exit $$s
+	d=$$(mktemp -d) && $(TARGET_DIR)/debug/tideway crdgen --dir $$d && diff -ru helm/tideway/crds $$d; s=$$?; rm -rf $$d; exit $$s
 
 # The lab's Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kube-proxy, kubeadm) as one binary, target/kube/tideway-kube, built from kube/
