@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
+# Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube
 
@@ -25,12 +27,12 @@ purity:
 
 # Regenerate committed artifacts (CRDs, golden rulesets, rendered chart snapshots).
 generated: build
-	./target/debug/tideway crdgen --dir helm/tideway/crds
+	$(TARGET_DIR)/debug/tideway crdgen --dir helm/tideway/crds
 	UPDATE_GOLDEN=1 $(CARGO) test -p tideway-tests --test golden --test frr
 	UPDATE_SNAPSHOTS=1 ./scripts/test-helm.sh
 
 check-generated: build
-	d=$$(mktemp -d) && ./target/debug/tideway crdgen --dir $$d && diff -ru helm/tideway/crds $$d; s=$$?; rm -rf $$d; exit $$s
+	d=$$(mktemp -d) && $(TARGET_DIR)/debug/tideway crdgen --dir $$d && diff -ru helm/tideway/crds $$d; s=$$?; rm -rf $$d; exit $$s
 
 # The lab's Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kube-proxy, kubeadm) as one binary, target/kube/tideway-kube, built from kube/
@@ -48,9 +50,11 @@ test-helm:
 # root (network namespaces, kernel rules); nextest's closing line counts what was left out.
 NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
 PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(lab_bgp) or binary(announcer) \
-	or binary(nft_netlink) \
+	or binary(nft_netlink) or binary(control_plane) or binary(lab_kube) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/)) or (binary(dns_hostile) and test(/flood/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage
+# The kube lab's tests use kubectl: the machine's, else the one test-helm installs.
+export KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),$(HOME)/.cache/tideway/tools/kubectl)
 unit:
 	@rm -rf $(RBAC_USAGE); rc=0; TIDEWAY_RBAC_USAGE=$(RBAC_USAGE) $(CARGO) nextest run --workspace --locked --no-fail-fast \
 		-E 'not ($(NOT_ON_THIS_KERNEL))$(if $(filter 1,$(TIDEWAY_SKIP_PRIVILEGED)), and not ($(PRIVILEGED)),)' || rc=$$?; \
@@ -94,4 +98,4 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm unit check-rbac test-scale test-api test-ipvs
+test: deps lint purity check-generated test-helm kube unit check-rbac test-scale test-api test-ipvs

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds tideway-kube (kube/: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kube-proxy and kubeadm in one binary) into a cache outside the clone, keyed by the sha256 of
-# kube/go.mod, kube/go.sum, kube/*.go and the build flags, then links target/kube/tideway-kube
+# kube/go.mod, kube/go.sum, kube/*.go and the build flags, then links CARGO_TARGET_DIR/kube/tideway-kube (target/ by default)
 # to it with one symlink per command beside it. A cache hit builds nothing. Uses the default Go
 # build and module caches; modules come from the Go module proxy.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 GO=${GO:-go}
 CACHE="${TIDEWAY_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tideway/kube}"
-OUT="$ROOT/target/kube"
+OUT="${CARGO_TARGET_DIR:-$ROOT/target}/kube"
 COMMANDS=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubeadm)
 
 cd kube

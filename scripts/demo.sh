@@ -13,12 +13,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 ./scripts/install-deps.sh
 cargo build -p tideway
-T=./target/debug/tideway
+T=${CARGO_TARGET_DIR:-./target}/debug/tideway
 # The tour writes `tideway ...`: make that name reach this build, unless another tideway
 # already answers to it (then the tour's commands need the path printed at the end).
 on_path=$(command -v tideway || true)
 if [ -z "$on_path" ] || [ "$(readlink -f "$on_path")" = "$(readlink -f "$T")" ]; then
-  ln -sf "$PWD/target/debug/tideway" /usr/local/bin/tideway
+  ln -sf "$(realpath "${CARGO_TARGET_DIR:-$PWD/target}")/debug/tideway" /usr/local/bin/tideway
   T=tideway
 fi
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
@@ -38,4 +38,4 @@ sleep 2
 step "$T" lab status
 step "$T" lab exec myk8s-worker -- nft list map ip tideway service-ips
 printf '\nThe lab keeps running: try the commands above, `%s lab status`, and `%s lab down` to remove it.\n' "$T" "$T"
-[ "$T" = tideway ] || printf '(`tideway` on your PATH is %s, not this build: use %s)\n' "$on_path" "$PWD/target/debug/tideway"
+[ "$T" = tideway ] || printf '(`tideway` on your PATH is %s, not this build: use %s)\n' "$on_path" "$(realpath "${CARGO_TARGET_DIR:-$PWD/target}")/debug/tideway"

@@ -16,7 +16,7 @@ if [ ! -x "$VENV/bin/st" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q schemathesis
 fi
-BIN=./target/debug/tideway
+BIN=${CARGO_TARGET_DIR:-./target}/debug/tideway
 NAME=apitest
 $BIN lab down --name "$NAME" >/dev/null 2>&1 || true
 trap '$BIN lab down --name "$NAME" >/dev/null 2>&1 || true' EXIT

@@ -81,15 +81,23 @@ for s in "${sets[@]}"; do
 done
 echo "helm lint: ${#sets[@]} value sets clean"
 
+# The single tls.secretName of earlier versions is refused with what replaced it, not ignored.
+if err=$("$HELM" template tideway "$CHART" --namespace tideway-system "${API[@]}" --set tls.secretName=old 2>&1); then
+  echo "tls.secretName was taken"; exit 1
+elif ! grep -q "tls.operator.secretName, tls.agent.secretName and tls.dns.secretName" <<<"$err"; then
+  echo "tls.secretName refused without saying what replaced it: $err"; exit 1
+fi
+echo "tls.secretName: refused, naming tls.operator/agent/dns.secretName"
+
 # NOTES say where the CA is exactly when the REST APIs serve HTTPS.
 for s in "${sets[@]}"; do
   args=("${API[@]}")
   [ "$s" = default ] || args+=(-f "$CHART/ci/$s-values.yaml")
   notes=$("$HELM" install --dry-run tideway "$CHART" --namespace tideway-system "${args[@]}" | sed -n '/^NOTES:/,$p')
   case "$s" in
-    self-signed-tls) want="get secret tideway-tls" ;;
-    ha-monitoring) want="get secret tideway-tls" ;;
-    *) want="" ;;
+    bgp) want="" ;;
+    ha-monitoring) want="get secret tideway-operator-cert" ;;
+    *) want="get secret tideway-operator-tls" ;;
   esac
   if [ -n "$want" ] && ! grep -qF "$want" <<<"$notes"; then
     echo "NOTES ($s values) do not say where the CA is:"; echo "$notes" | tail -8; exit 1
@@ -356,11 +364,12 @@ command -v openssl >/dev/null || {
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openssl >/dev/null
 }
 "$VENV/bin/python" - "$out" "${sets[@]}" <<'PY'
-# The pairs the chart makes (Secrets annotated tideway.io/server-names): the certificate is
-# signed by the Secret's CA and carries exactly the names of the annotation (subject
-# alternative names), among them every serverName a ServiceMonitor checks; the key is the
-# certificate's, every copy holds the same pair, and every pod mounting it finds it in its own
-# namespace.
+# The pairs the chart makes (Secrets annotated tideway.io/server-names), one per component:
+# each certificate is signed by the chart's CA (the Secret annotated tideway.io/ca, whose
+# certificate every pair's ca.crt is) and carries exactly the name of its annotation (subject
+# alternative names), among them every serverName a ServiceMonitor checks; each key is its
+# certificate's; no two components share a key; every pod mounting a Secret finds it in its own
+# namespace, and mounts only its own component's Secret; every Secret made is kept on uninstall.
 import base64, os, subprocess, sys, tempfile
 import yaml
 
@@ -373,55 +382,71 @@ def openssl(*args):
 
 for s in sets:
     docs = [d for d in yaml.safe_load_all(open(os.path.join(out, f"{s}.yaml"))) if d]
-    made = [d for d in docs if d["kind"] == "Secret"
-            and "tideway.io/server-names" in (d["metadata"].get("annotations") or {})]
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    made = [d for d in secrets if "tideway.io/server-names" in (d["metadata"].get("annotations") or {})]
+    cas = [d for d in secrets if (d["metadata"].get("annotations") or {}).get("tideway.io/ca") == "true"]
     if not made:
+        if cas:
+            failures.append(f"{s}: a CA made for no certificate")
         continue
-    secrets = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in made}
-    made_name = made[0]["metadata"]["name"]
+    if len(cas) != 1:
+        failures.append(f"{s}: {len(cas)} CA Secrets, not one")
+        continue
+    for d in made + cas:
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") != "keep":
+            failures.append(f"{s}: Secret {d['metadata']['name']} is not kept on uninstall")
+    at = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in made}
+    by_name = {d["metadata"]["name"]: d for d in made}
     for d in docs:
         if d["kind"] not in ("Deployment", "DaemonSet"):
             continue
         for v in d["spec"]["template"]["spec"].get("volumes") or []:
             name = (v.get("secret") or {}).get("secretName")
-            if name == made_name and (d["metadata"]["namespace"], name) not in secrets:
+            if name in by_name and (d["metadata"]["namespace"], name) not in at:
                 failures.append(f"{s}: {d['kind']} {d['metadata']['name']} mounts Secret {name}, "
                                 f"not made in {d['metadata']['namespace']}")
-    if len({tuple(sorted(d["data"].items())) for d in made}) > 1:
-        failures.append(f"{s}: the copies of the generated Secret differ")
+            if name in by_name and d["kind"] == "DaemonSet" and not name.endswith("-agent-tls"):
+                failures.append(f"{s}: the agents mount {name}, another component's key")
+            if name == cas[0]["metadata"]["name"]:
+                failures.append(f"{s}: {d['metadata']['name']} mounts the CA's key")
+    if len({d["data"]["tls.key"] for d in made}) != len(made):
+        failures.append(f"{s}: two components share a key")
     want = {e["tlsConfig"]["serverName"] for d in docs if d["kind"] == "ServiceMonitor"
             for e in d["spec"]["endpoints"] if "serverName" in e.get("tlsConfig", {})}
-    d = made[0]
-    checked += 1
-    names = set(d["metadata"]["annotations"]["tideway.io/server-names"].split(","))
+    names = {d["metadata"]["annotations"]["tideway.io/server-names"] for d in made}
     if want - names:
-        failures.append(f"{s}: the certificate lacks {sorted(want - names)}, which a ServiceMonitor checks")
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = {}
-        for key in ("ca.crt", "tls.crt", "tls.key"):
-            paths[key] = os.path.join(tmp, key)
-            open(paths[key], "wb").write(base64.b64decode(d["data"][key]))
-        code, so, se = openssl("verify", "-CAfile", paths["ca.crt"], paths["tls.crt"])
-        if code != 0:
-            failures.append(f"{s}: tls.crt is not signed by ca.crt: {so}{se}")
-        code, so, se = openssl("x509", "-in", paths["tls.crt"], "-noout", "-ext", "subjectAltName")
-        sans = {n.strip().removeprefix("DNS:") for line in so.splitlines()[1:] for n in line.split(",") if n.strip()}
-        if code != 0 or sans != names:
-            failures.append(f"{s}: subject alternative names {sorted(sans)}, not {sorted(names)}: {se}")
-        _, cert_key, _ = openssl("x509", "-in", paths["tls.crt"], "-noout", "-pubkey")
-        code, key_pub, se = openssl("pkey", "-in", paths["tls.key"], "-pubout")
-        if code != 0 or not cert_key or cert_key != key_pub:
-            failures.append(f"{s}: tls.key is not the key of tls.crt: {se}")
-        _, so, _ = openssl("x509", "-in", paths["ca.crt"], "-noout", "-ext", "basicConstraints")
-        if "CA:TRUE" not in so:
-            failures.append(f"{s}: ca.crt is not a CA: {so}")
+        failures.append(f"{s}: no certificate carries {sorted(want - names)}, which a ServiceMonitor checks")
+    for d in made:
+        checked += 1
+        name = d["metadata"]["annotations"]["tideway.io/server-names"]
+        if d["data"]["ca.crt"] != cas[0]["data"]["tls.crt"]:
+            failures.append(f"{s}: {d['metadata']['name']}'s ca.crt is not the chart's CA")
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = {}
+            for key in ("ca.crt", "tls.crt", "tls.key"):
+                paths[key] = os.path.join(tmp, key)
+                open(paths[key], "wb").write(base64.b64decode(d["data"][key]))
+            code, so, se = openssl("verify", "-CAfile", paths["ca.crt"], paths["tls.crt"])
+            if code != 0:
+                failures.append(f"{s}: {d['metadata']['name']}: tls.crt is not signed by ca.crt: {so}{se}")
+            code, so, se = openssl("x509", "-in", paths["tls.crt"], "-noout", "-ext", "subjectAltName")
+            sans = {n.strip().removeprefix("DNS:") for line in so.splitlines()[1:] for n in line.split(",") if n.strip()}
+            if code != 0 or sans != {name}:
+                failures.append(f"{s}: subject alternative names {sorted(sans)}, not {name}: {se}")
+            _, cert_key, _ = openssl("x509", "-in", paths["tls.crt"], "-noout", "-pubkey")
+            code, key_pub, se = openssl("pkey", "-in", paths["tls.key"], "-pubout")
+            if code != 0 or not cert_key or cert_key != key_pub:
+                failures.append(f"{s}: {d['metadata']['name']}: tls.key is not the key of tls.crt: {se}")
+            _, so, _ = openssl("x509", "-in", paths["ca.crt"], "-noout", "-ext", "basicConstraints")
+            if "CA:TRUE" not in so:
+                failures.append(f"{s}: ca.crt is not a CA: {so}")
 if failures:
     print("\n".join(failures))
     sys.exit(1)
 if checked == 0:
-    print("certificates: no value set makes a self-signed pair")
+    print("certificates: no value set makes a pair")
     sys.exit(1)
-print(f"certificates: {checked} self-signed pair(s) signed by their CA, carrying every checked name, key matching")
+print(f"certificates: {checked} pair(s), one per component, signed by the chart's CA, carrying every checked name, keys matching and not shared")
 PY
 
 # The snapshots hold the generated key material masked: it is new on every render.

@@ -48,20 +48,15 @@ async fn bounded(req: axum::extract::Request, next: axum::middleware::Next) -> R
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves: HTTPS with `tls`, else plain HTTP.
+/// Serves `router` on `listener` until `shutdown` resolves: HTTPS with `tls`, else plain HTTP,
+/// within the default [`crate::listen::Limits`].
 pub async fn serve(
     listener: TcpListener,
     tls: Option<Arc<crate::tls::Tls>>,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    match tls {
-        None => axum::serve(listener, router).with_graceful_shutdown(shutdown).await,
-        Some(tls) => {
-            let listener = crate::tls::TlsListener::new(listener, tls, crate::tls::RELOAD_EVERY)?;
-            axum::serve(listener, router).with_graceful_shutdown(shutdown).await
-        }
-    }
+    crate::listen::serve(listener, tls, router, crate::listen::Limits::default(), shutdown).await
 }
 
 /// HTTP servers that stop together: each serves until [`Servers::stop`], which stops them
@@ -85,11 +80,22 @@ impl Servers {
 
     /// Serves `router` on `listener` ([`serve`]) until [`Servers::stop`].
     pub fn serve(&mut self, listener: TcpListener, tls: Option<Arc<crate::tls::Tls>>, router: Router) {
+        self.serve_within(listener, tls, router, crate::listen::Limits::default());
+    }
+
+    /// Serves `router` on `listener` within `limits` until [`Servers::stop`].
+    pub fn serve_within(
+        &mut self,
+        listener: TcpListener,
+        tls: Option<Arc<crate::tls::Tls>>,
+        router: Router,
+        limits: crate::listen::Limits,
+    ) {
         let mut stop = self.stop.subscribe();
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        self.tasks.spawn(serve(listener, tls, router, stopped));
+        self.tasks.spawn(crate::listen::serve(listener, tls, router, limits, stopped));
     }
 
     /// Stops accepting everywhere and waits for the calls in flight, at most `grace`; returns

@@ -10,6 +10,8 @@
 //! * [`convert`]: one conversion per kind, returning a [`ConvertError`] naming object and field.
 //! * [`manifest`]: multi-document YAML into a [`tideway_core::cluster::Snapshot`].
 //! * [`http`]: the `/metrics` route and server helper every component mounts.
+//! * [`listen`]: the accept loop of every HTTP listener: header-read and idle timeouts, a cap
+//!   on connections.
 //! * [`problem`], [`openapi`]: REST errors as problem details, and OpenAPI documents built
 //!   from the handlers' types.
 //! * [`bodies`]: REST request bodies beyond merge patches (a packet to trace), checked into
@@ -31,6 +33,7 @@ pub mod crd;
 pub mod duration;
 mod error;
 pub mod http;
+pub mod listen;
 pub mod manifest;
 pub mod merge_patch;
 pub mod openapi;

@@ -6,8 +6,8 @@
 //! waiting for a handshake.
 //!
 //! ```text
-//!  TcpListener --accept--> first byte 0x16? --yes--> TLS handshake --> axum (TlsListener)
-//!                                          --no---> "400: this port speaks HTTPS", close
+//!  accepted (crate::listen) --> first byte 0x16? --yes--> TLS handshake --> HTTP/1.1
+//!                                                --no---> "400: this port speaks HTTPS", close
 //!  a connection, RELOAD_EVERY after the last look: re-read the files; a changed, valid pair
 //!  replaces the one served (an invalid one is logged and the old pair kept)
 //! ```
@@ -23,17 +23,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 /// How often, at most, a new connection makes the certificate files be read again (the
 /// kubelet updates a mounted Secret within about a minute of cert-manager renewing it).
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
-
-/// How long a client may take to start and finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The TLS record type of a handshake: the first byte a TLS client sends.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -184,105 +180,82 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
-/// A listener whose connections are TLS streams, handshaken off the accept path so a slow
-/// or silent client holds up no one else. Dropping it stops accepting.
+/// The TLS half of [`crate::listen::serve`]: the acceptor, and when the files were last read.
 #[derive(Debug)]
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    accepting: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Serves TLS with `tls` on `listener`, re-reading the certificate files when a connection
-    /// arrives `reload_every` or more after the last look.
-    pub fn new(listener: TcpListener, tls: Arc<Tls>, reload_every: Duration) -> io::Result<TlsListener> {
-        let local = listener.local_addr()?;
-        let (tx, ready) = mpsc::channel(64);
-        let accepting = tokio::spawn(accept_loop(listener, tls, reload_every, tx));
-        Ok(TlsListener { ready, local, accepting })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accepting.abort();
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
+pub(crate) struct TlsAccept {
     tls: Arc<Tls>,
-    reload_every: Duration,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let acceptor = tls.acceptor();
-    let mut checked = Instant::now();
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                // The files matter only when someone connects: look at them then, not on a timer.
-                if checked.elapsed() >= reload_every {
-                    // Reading the files is blocking I/O: on a blocking thread.
-                    let t = tls.clone();
-                    if let Err(e) = tokio::task::spawn_blocking(move || t.reload_logged()).await {
-                        tracing::warn!(error = %e, "checking the certificate files failed; serving the previous pair");
-                    }
-                    checked = Instant::now();
-                }
-                tokio::spawn(handshake(acceptor.clone(), stream, peer, ready.clone()));
-            }
-            // Out of descriptors and the like: wait rather than spin.
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+    acceptor: Handshaker,
+    checked: Instant,
+}
+
+impl TlsAccept {
+    pub(crate) fn new(tls: Arc<Tls>) -> Self {
+        let acceptor = Handshaker(tls.acceptor());
+        TlsAccept { tls, acceptor, checked: Instant::now() }
+    }
+
+    /// The files matter only when someone connects: a connection arriving [`RELOAD_EVERY`]
+    /// or more after the last look makes them be read again (on a blocking thread).
+    pub(crate) async fn reload_if_due(&mut self) {
+        if self.checked.elapsed() < RELOAD_EVERY {
+            return;
         }
+        let t = Arc::clone(&self.tls);
+        if let Err(e) = tokio::task::spawn_blocking(move || t.reload_logged()).await {
+            tracing::warn!(error = %e, "checking the certificate files failed; serving the previous pair");
+        }
+        self.checked = Instant::now();
+    }
+
+    pub(crate) fn acceptor(&self) -> Handshaker {
+        self.acceptor.clone()
+    }
+}
+
+/// Makes a TLS stream of a TCP connection.
+#[derive(Clone)]
+pub(crate) struct Handshaker(TlsAcceptor);
+
+impl std::fmt::Debug for Handshaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Handshaker")
     }
 }
 
 /// What a plain-HTTP client reads from a TLS port.
 const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 51\r\n\r\nthis port speaks HTTPS: use an https:// URL here.\r\n";
 
-async fn handshake(
-    acceptor: TlsAcceptor,
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
-        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
-        Ok(Ok(1)) => {
-            let _ = stream.write_all(PLAIN_HTTP_ANSWER).await;
-            let _ = stream.shutdown().await;
-            return;
+impl Handshaker {
+    /// The TLS stream, if the client starts and finishes a handshake within `timeout`; a
+    /// client speaking plain HTTP is answered [`PLAIN_HTTP_ANSWER`].
+    pub(crate) async fn handshake(
+        &self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        timeout: Duration,
+    ) -> Option<TlsStream<TcpStream>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut first = [0u8; 1];
+        match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+            Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
+            Ok(Ok(1)) => {
+                let _ = stream.write_all(PLAIN_HTTP_ANSWER).await;
+                let _ = stream.shutdown().await;
+                return None;
+            }
+            _ => return None,
         }
-        _ => return,
-    }
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => {
-            let _ = ready.send((tls, peer)).await;
+        match tokio::time::timeout_at(deadline, self.0.accept(stream)).await {
+            Ok(Ok(tls)) => Some(tls),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                None
+            }
         }
-        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accept loop only ends when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
     }
 }
 

@@ -823,7 +823,10 @@ fn rest_api(mode: &str) {
     require(mode);
     let b = Battery::start(&format!("api-{mode}"), mode, &[]);
     let node = b.node(0);
-    let curl = |args: &str| node.sh(&format!("curl -sS -m 10 {args}"));
+    let curl = |args: &str| node.sh(&format!("curl -sS -m 10 -H 'authorization: Bearer {API_TOKEN}' {args}"));
+    let refused =
+        node.sh("curl -sS -m 10 -o /dev/null -w '%{http_code}' http://127.0.0.1:10249/api/v1/ruleset");
+    assert_eq!(refused.trim(), "401", "no token, no answer on loopback either");
     // From a pod that is not one of the endpoints (an endpoint reaching itself is masqueraded).
     let body = r#"{"src": "10.244.1.99", "dst": "10.96.0.10", "port": 80}"#;
     let out = curl(&format!(

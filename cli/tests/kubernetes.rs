@@ -30,6 +30,11 @@ fn agent_programs_from_the_kubernetes_api_and_reports_its_node() {
     let mut args: Vec<&str> = args.to_vec();
     let kc = kubeconfig.display().to_string();
     args.extend([kc.as_str(), "--min-sync-period", "100ms", "--sync-period", "2s"]);
+    // The REST API takes the tests' token (it needs one on loopback too).
+    let token_file = c.path("api-token");
+    std::fs::write(&token_file, API_TOKEN).unwrap();
+    let token_file = token_file.display().to_string();
+    args.extend(["--api-token-file", token_file.as_str()]);
     c.spawn_on(0, &args, "agent.log", &[]);
 
     // RBAC denies EndpointSlices: not synced, so the kernel is not touched.

@@ -239,3 +239,78 @@ fn traces_reach_an_https_collector_verified_with_its_ca() {
     reconcile.unwrap_or_else(|e| panic!("no reconcile span at the collector: {e}\n{log}"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An HTTPS listener against clients that never finish: one that connects and sends nothing,
+/// one that starts a handshake (the first byte of a ClientHello) and stops, and one that
+/// finishes the handshake but sends half a request line are all closed after the header
+/// timeout; and past the cap, a connection is closed at once, before any handshake.
+#[test]
+fn an_https_listener_closes_half_open_connections_and_holds_its_cap() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    use tideway_api::listen::Limits;
+
+    let dir = test_dir("half-open");
+    let ca = certs::make_ca(&dir).unwrap();
+    let cert = certs::issue(&dir, "server", &["localhost"], &[]).unwrap();
+    let tls = std::sync::Arc::new(tideway_api::tls::Tls::load(&cert.cert, &cert.key).unwrap());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_secs(30),
+        max_connections: 3,
+        refused: Default::default(),
+    };
+    let refused = limits.refused.clone();
+    let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+    runtime.spawn(tideway_api::listen::serve(listener, Some(tls), router, limits, std::future::pending()));
+
+    // Whether the server closed `c` within `within` (end of stream or reset).
+    let closed_within = |c: &mut std::net::TcpStream, within: Duration| {
+        c.set_read_timeout(Some(within)).unwrap();
+        let mut buf = [0u8; 512];
+        let started = Instant::now();
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) if started.elapsed() < within => {}
+                Ok(_) => return false,
+                Err(e) => {
+                    return !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    );
+                }
+            }
+        }
+    };
+    let silent = std::net::TcpStream::connect(addr).unwrap();
+    let mut started = std::net::TcpStream::connect(addr).unwrap();
+    started.write_all(&[0x16]).unwrap();
+    // A whole handshake, then half a request line (`-quiet` ignores the end of its input: it
+    // holds the connection until the server closes it).
+    let mut half = Command::new("sh")
+        .args(["-c", &format!(
+            "printf 'GET / HT' | openssl s_client -quiet -connect {addr} -servername localhost -CAfile {} >/dev/null 2>&1",
+            path(&ca)
+        )])
+        .spawn()
+        .expect("openssl");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(matches!(half.try_wait(), Ok(None)), "the handshaken client is held before the timeout");
+    let mut extra = std::net::TcpStream::connect(addr).unwrap();
+    assert!(closed_within(&mut extra, Duration::from_millis(300)), "a fourth connection is served");
+    assert_eq!(refused.get(), 1, "counted");
+    for (mut c, what) in [(silent, "a silent client"), (started, "a handshake never finished")] {
+        assert!(closed_within(&mut c, Duration::from_secs(3)), "{what} is still held");
+    }
+    let finished = eventually(patience(5.0), || match half.try_wait() {
+        Ok(Some(_)) => Ok(()),
+        _ => Err("still connected".to_string()),
+    });
+    let _ = half.kill();
+    finished.expect("a handshaken client with half a request line is closed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,5 +1,5 @@
 //! Planner benchmarks: compile + render of 10,000 Services x 10 endpoints, full and after a
-//! one-endpoint change, per backend.
+//! one-endpoint change, per backend; and the copy of such a plan.
 //!
 //! `cargo bench -p tideway-core --bench planner`
 
@@ -68,5 +68,15 @@ fn one_change(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, full, one_change);
+/// What an incremental sync pays while the agent's REST API holds the plan published before
+/// it: one copy of the plan (copy on write), next to the sync's own plan and diff above.
+fn published_copy(c: &mut Criterion) {
+    let ruleset = compile(&synthetic_cluster(SERVICES, ENDPOINTS), &mk_node_context());
+    let mut g = c.benchmark_group("published_plan_10k_x10");
+    g.sample_size(20);
+    g.bench_function("copy", |b| b.iter(|| black_box(ruleset.clone())));
+    g.finish();
+}
+
+criterion_group!(benches, full, one_change, published_copy);
 criterion_main!(benches);

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, PostParams};
 use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
@@ -63,7 +63,7 @@ async fn the_control_plane_comes_up_as_kubeadm_leaves_a_cluster() {
     netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
     let mut config = ControlPlaneConfig::new(dir.clone(), Some(ns.clone()), ADDRESS).expect("make kube");
     config.service_cidr = "10.96.0.0/16".into();
-    config.nodes = vec!["node-a".into()];
+    config.nodes = vec!["node-a".into(), "node-b".into()];
     let cp = ControlPlane::start(config).await.expect("the control plane");
     eprintln!("control plane ready after {:.1} s", cp.ready_after.as_secs_f64());
     assert_eq!(cp.version, "v1.37.2");
@@ -150,10 +150,34 @@ async fn the_control_plane_comes_up_as_kubeadm_leaves_a_cluster() {
 
     // The node's identity is the Node authorizer's: it may read its own Node, not list Secrets.
     let node = cp.client(&cp.node_kubeconfig("node-a")).await.unwrap();
-    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::all(node);
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::all(node.clone());
     match secrets.list(&ListParams::default()).await {
         Err(kube::Error::Api(e)) => assert_eq!(e.code, 403, "{e:?}"),
         other => panic!("a node listed every Secret: {other:?}"),
+    }
+
+    // Each node writes its own Node's status and no other's (NodeRestriction): node-a's
+    // credentials are refused on node-b's status.
+    let nodes_a = Api::<Node>::all(node);
+    let nodes_b = Api::<Node>::all(cp.client(&cp.node_kubeconfig("node-b")).await.unwrap());
+    for (api, name) in [(&nodes_a, "node-a"), (&nodes_b, "node-b")] {
+        let n: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        api.create(&PostParams::default(), &n)
+            .await
+            .unwrap_or_else(|e| panic!("{name} registers itself: {e}"));
+    }
+    let heartbeat = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "reason": "KubeletReady", "message": "posted", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    let patch = kube::api::Patch::Strategic(&heartbeat);
+    let params = kube::api::PatchParams::default();
+    nodes_a.patch_status("node-a", &params, &patch).await.expect("node-a writes its own status");
+    match nodes_a.patch_status("node-b", &params, &patch).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 403, "{e:?}");
+            assert!(e.message.contains("node-b"), "{e:?}");
+        }
+        other => panic!("node-a wrote node-b's status: {other:?}"),
     }
 
     // Every request above is in the audit log, with who made it.

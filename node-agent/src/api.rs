@@ -1,7 +1,9 @@
 //! The agent's REST API under `/api/v1` (on the metrics port, loopback by default): what is
-//! programmed and why. Questions go to the running sync loop ([`crate::agent::query`]) and are
-//! answered from what it last programmed; errors are problem details; `/openapi.json`
-//! describes every operation from the types below.
+//! programmed and why. Questions are answered from the plan the sync loop last published
+//! ([`crate::agent::query`]), off the loop, on a blocking thread: a question never waits for a
+//! sync, nor a sync for a question. Every call needs a bearer token (`get` on
+//! `nodeproxystates`), on loopback too, unless the agent runs with `--api-anonymous-reads`.
+//! Errors are problem details; `/openapi.json` describes every operation from the types below.
 //!
 //! * `GET /api/v1/status`: mode, config, last sync, counts, drift, what it waits for.
 //! * `GET /api/v1/ruleset?family=ipv4|ipv6`: the rules, as `nft`/`iptables-save` would print.
@@ -9,7 +11,6 @@
 //! * `GET /api/v1/services/{namespace}/{name}`: a Service's frontends and endpoints here.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -26,15 +27,12 @@ use tideway_api::openapi::{Answer, OpenApi, path_parameter, query_parameter};
 use tideway_api::problem::{Problem, query_params};
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::AgentStatus;
-use crate::agent::query::{Programmed, Query};
+use crate::agent::query::{Programmed, Published};
 
 /// Request bodies are small; anything larger is refused before it is read.
 const BODY_LIMIT: usize = 16 << 10;
-/// How long a question may wait for the sync loop (a large full sync is seconds).
-const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
 /// Where a packet goes.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -75,22 +73,26 @@ struct FamilyParam {
 
 #[derive(Clone)]
 struct Api {
-    queries: mpsc::Sender<Query>,
+    programmed: Programmed,
     status: Arc<RwLock<AgentStatus>>,
 }
 
 impl Api {
-    /// Asks the sync loop; a missing answer is a 503 saying why.
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Option<T>>) -> Query) -> Result<T, Problem> {
-        let (tx, rx) = oneshot::channel();
+    /// `answer` of the plan last programmed, on a blocking thread (lowering a large plan is
+    /// CPU work); before the first sync, a 503 saying so.
+    async fn ask<T: Send + 'static>(
+        &self,
+        answer: impl FnOnce(&Published) -> T + Send + 'static,
+    ) -> Result<(String, String, T), Problem> {
         let unavailable = |why: &str| Problem::new(StatusCode::SERVICE_UNAVAILABLE, why);
-        self.queries.send(make(tx)).await.map_err(|_| unavailable("the agent is stopping"))?;
-        match tokio::time::timeout(ANSWER_WITHIN, rx).await {
-            Err(_) => Err(unavailable("the agent is busy syncing; ask again")),
-            Ok(Err(_)) => Err(unavailable("the agent is stopping")),
-            Ok(Ok(None)) => Err(unavailable("nothing is programmed yet: the first sync has not finished")),
-            Ok(Ok(Some(answer))) => Ok(answer),
-        }
+        let Some(published) = self.programmed.borrow().clone() else {
+            return Err(unavailable("nothing is programmed yet: the first sync has not finished"));
+        };
+        let (node, mode) = (published.node.clone(), published.mode.to_string());
+        let answer = tokio::task::spawn_blocking(move || answer(&published))
+            .await
+            .map_err(|e| Problem::new(StatusCode::INTERNAL_SERVER_ERROR, format!("answering failed: {e}")))?;
+        Ok((node, mode, answer))
     }
 }
 
@@ -108,21 +110,15 @@ async fn ruleset(
         Some("ipv6") => IpFamily::V6,
         Some(other) => return Err(Problem::bad_field("family", format!("{other:?}: expected ipv4 or ipv6"))),
     };
-    let Programmed { answer, .. } = api.ask(|tx| Query::Ruleset(family, tx)).await?;
+    let (_, _, answer) = api.ask(move |p| p.ruleset_text(family)).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], answer).into_response())
 }
 
 async fn trace(State(api): State<Api>, body: Result<Bytes, BytesRejection>) -> Result<Response, Problem> {
     let packet = trace_packet(body)?;
-    let p = api.ask(|tx| Query::Trace(packet, tx)).await?;
-    let paths = p.answer.paths.iter().filter_map(|path| serde_json::to_value(path).ok()).collect();
-    let answer = TraceAnswer {
-        node: p.node,
-        mode: p.mode.to_string(),
-        verdict: p.answer.verdict,
-        paths,
-        text: p.answer.text,
-    };
+    let (node, mode, traced) = api.ask(move |p| p.trace(&packet)).await?;
+    let paths = traced.paths.iter().filter_map(|path| serde_json::to_value(path).ok()).collect();
+    let answer = TraceAnswer { node, mode, verdict: traced.verdict, paths, text: traced.text };
     Ok(axum::Json(answer).into_response())
 }
 
@@ -131,13 +127,13 @@ async fn service(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
     let key = ServiceName::new(&namespace, &name);
-    let p = api.ask(|tx| Query::Service(key, tx)).await?;
-    if p.answer.is_empty() {
-        let why = format!("no port of Service {namespace}/{name} is programmed on {}", p.node);
+    let (node, mode, found) = api.ask(move |p| p.service(&key)).await?;
+    if found.is_empty() {
+        let why = format!("no port of Service {namespace}/{name} is programmed on {node}");
         return Err(Problem::new(StatusCode::NOT_FOUND, why));
     }
-    let ports = p.answer.iter().filter_map(|port| serde_json::to_value(port).ok()).collect();
-    let answer = ServiceAnswer { node: p.node, mode: p.mode.to_string(), namespace, name, ports };
+    let ports = found.iter().filter_map(|port| serde_json::to_value(port).ok()).collect();
+    let answer = ServiceAnswer { node, mode, namespace, name, ports };
     Ok(axum::Json(answer).into_response())
 }
 
@@ -186,9 +182,9 @@ pub fn openapi() -> serde_json::Value {
     doc.build()
 }
 
-/// What a request to the REST API needs a token for when the API listens off loopback: `get`
-/// on the node's `nodeproxystates` (what the agent reports), for the trace too (it changes
-/// nothing).
+/// What a request to the REST API needs a token for (on loopback too, unless
+/// `--api-anonymous-reads`): `get` on the node's `nodeproxystates` (what the agent reports),
+/// for the trace too (it changes nothing).
 pub fn access_of(_method: &axum::http::Method, path: &str) -> Option<tideway_api::auth::Access> {
     path.starts_with("/api/v1/").then_some(tideway_api::auth::Access {
         verb: "get",
@@ -199,8 +195,9 @@ pub fn access_of(_method: &axum::http::Method, path: &str) -> Option<tideway_api
     })
 }
 
-/// The REST API: questions go to the sync loop on `queries`; the status is read from `status`.
-pub fn router(queries: mpsc::Sender<Query>, status: Arc<RwLock<AgentStatus>>) -> Router {
+/// The REST API: questions are answered from the plan last published on `programmed`; the
+/// status is read from `status`.
+pub fn router(programmed: Programmed, status: Arc<RwLock<AgentStatus>>) -> Router {
     Router::new()
         .route("/api/v1/status", get(agent_status))
         .route("/api/v1/ruleset", get(ruleset))
@@ -208,7 +205,7 @@ pub fn router(queries: mpsc::Sender<Query>, status: Arc<RwLock<AgentStatus>>) ->
         .route("/api/v1/services/{namespace}/{name}", get(service))
         .merge(tideway_api::openapi::router(openapi()))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(Api { queries, status })
+        .with_state(Api { programmed, status })
 }
 
 /// Unknown paths as problems.

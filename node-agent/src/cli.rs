@@ -60,9 +60,10 @@ pub struct AgentArgs {
     /// HTTPS on `--metrics-bind-address` (`/healthz` stays plain HTTP).
     #[command(flatten)]
     pub tls: tideway_api::tls::TlsArgs,
-    /// A file holding the bearer token the REST API needs when it listens off loopback.
+    /// A file holding the bearer token the REST API (`/api/v1/...`) needs, on loopback too.
     /// Without it, `--source kubernetes` checks tokens with TokenReview and
-    /// SubjectAccessReview (verb `get` on `nodeproxystates`).
+    /// SubjectAccessReview (verb `get` on `nodeproxystates`); with neither, the API answers
+    /// no one (unless `--api-anonymous-reads`).
     #[arg(long)]
     pub api_token_file: Option<PathBuf>,
     /// With `--source kubernetes`: accept only tokens issued for this audience (mint one with
@@ -70,7 +71,8 @@ pub struct AgentArgs {
     /// accepts, API-server credentials included.
     #[arg(long)]
     pub api_audience: Option<String>,
-    /// Serve `/api/v1/...` without a token on a non-loopback address too.
+    /// Serve `/api/v1/...` without a token (any local process, or anyone who reaches a
+    /// non-loopback address, may then read the rules and trace packets). Off by default.
     #[arg(long)]
     pub api_anonymous_reads: bool,
     /// How long a child process (`iptables-restore --wait`, `nft`, `ipset`, `vtysh`,
@@ -199,6 +201,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
+        tideway_api::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
@@ -251,13 +254,14 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("binding {}", args.metrics_bind_address))?;
         let health_router =
             crate::http::health_router(health.clone(), metrics.clone(), status.clone(), cluster.clone());
-        let (queries, answering) = crate::agent::query::channel();
-        let mut metrics_router = crate::http::metrics_router(registry, status.clone(), queries);
-        if !args.api_anonymous_reads && !args.metrics_bind_address.ip().is_loopback() {
-            let auth = tideway_api::auth::choose(args.api_token_file.as_deref(), review)
-                .context("reading --api-token-file")?;
-            metrics_router = tideway_api::auth::require_tokens(metrics_router, auth, crate::api::access_of);
+        let (publisher, programmed) = crate::agent::query::channel();
+        let metrics_router = crate::http::metrics_router(registry, status.clone(), programmed);
+        if !args.api_anonymous_reads && args.api_token_file.is_none() && review.is_none() {
+            tracing::warn!("the REST API answers no one: start with --api-token-file, --source kubernetes or --api-anonymous-reads");
         }
+        let auth =
+            tideway_api::auth::choose(args.api_token_file.as_deref(), review).context("reading --api-token-file")?;
+        let metrics_router = crate::http::guarded(metrics_router, args.api_anonymous_reads, auth);
         let mut servers = tideway_api::http::Servers::new();
         servers.serve(healthz, None, health_router);
         servers.serve(metrics_listener, tls, metrics_router);
@@ -281,7 +285,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 }
             });
         }
-        let mut agent = Agent::new(opts, cluster, status, metrics, health).answering(answering).fenced_by(fence);
+        let mut agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).fenced_by(fence);
         if args.bgp {
             let frr = FrrReload { program: args.frr_reload.clone(), dir: args.frr_dir.clone(), pathspace: args.frr_pathspace.clone() };
             agent = agent.with_bgp(Arc::new(frr));

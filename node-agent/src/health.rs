@@ -1,5 +1,6 @@
 //! Health: the proxy's own `/healthz` state (kube-proxy semantics) and one HTTP server per
-//! `healthCheckNodePort`, answering 200 while the node has a ready local endpoint.
+//! `healthCheckNodePort`, answering 200 while the node has a ready local endpoint, within the
+//! limits of every listener ([`tideway_api::listen`]: 10 s for a request head, 256 connections).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -11,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tideway_api::listen::Limits;
 use tideway_core::model::ServiceName;
 use tideway_core::plan::HealthCheck;
 use tokio::net::TcpListener;
@@ -159,8 +161,9 @@ impl HealthServers {
                 match TcpListener::bind(SocketAddr::new(*ip, port)).await {
                     Ok(listener) => {
                         let router = Router::new().fallback(answer).with_state(state.clone());
+                        let (limits, stop) = (Limits::default(), std::future::pending());
                         tasks.push(tokio::spawn(async move {
-                            let _ = axum::serve(listener, router).await;
+                            let _ = tideway_api::listen::serve(listener, None, router, limits, stop).await;
                         }));
                     }
                     Err(e) => {

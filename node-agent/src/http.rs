@@ -86,13 +86,27 @@ async fn proxy_mode(State(status): State<Arc<RwLock<AgentStatus>>>) -> String {
 pub fn metrics_router(
     registry: Arc<Registry>,
     agent: Arc<RwLock<AgentStatus>>,
-    queries: tokio::sync::mpsc::Sender<crate::agent::query::Query>,
+    programmed: crate::agent::query::Programmed,
 ) -> Router {
     let plain = Router::new()
         .route("/proxyMode", get(proxy_mode))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(agent.clone())
         .merge(tideway_api::http::metrics_router(registry))
-        .merge(crate::api::router(queries, agent));
+        .merge(crate::api::router(programmed, agent));
     tideway_api::http::with_timeout(crate::api::fallback(plain))
+}
+
+/// `router` with its REST API (`/api/v1/...`) answering only to tokens `auth` admits, on
+/// loopback too (any local process reaches loopback), unless `anonymous_reads`. `/metrics`,
+/// `/proxyMode` and `/healthz` stay open.
+pub fn guarded(
+    router: Router,
+    anonymous_reads: bool,
+    auth: Arc<dyn tideway_api::auth::Authorizer>,
+) -> Router {
+    if anonymous_reads {
+        return router;
+    }
+    tideway_api::auth::require_tokens(router, auth, crate::api::access_of)
 }

@@ -39,6 +39,12 @@ fn cluster() -> SharedCluster {
 
 /// The metrics port's router over a running agent; the cluster is marked synced when `sync`.
 fn api(sync: bool) -> (axum::Router, SharedCluster) {
+    let (router, cluster, _kernel) = api_on_kernel(sync);
+    (router, cluster)
+}
+
+/// [`api`], with the in-memory kernel the agent programs.
+fn api_on_kernel(sync: bool) -> (axum::Router, SharedCluster, SharedKernel) {
     let cluster = cluster();
     if sync {
         cluster.mark_synced();
@@ -49,13 +55,14 @@ fn api(sync: bool) -> (axum::Router, SharedCluster) {
     let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
     let opts = AgentOptions::for_node("node-a");
     let kernel = SharedKernel::default();
-    let (queries, answering) = query::channel();
+    let (publisher, programmed) = query::channel();
+    let k = kernel.clone();
     let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics, health)
-        .with_dataplanes(Box::new(move |s: &ProxySettings| kernel.dataplane(s)))
-        .answering(answering);
+        .with_dataplanes(Box::new(move |s: &ProxySettings| k.dataplane(s)))
+        .answering(publisher);
     tokio::spawn(agent.run(std::future::pending()));
-    let router = tideway_node_agent::http::metrics_router(Arc::new(registry), status, queries);
-    (router, cluster)
+    let router = tideway_node_agent::http::metrics_router(Arc::new(registry), status, programmed);
+    (router, cluster, kernel)
 }
 
 async fn call(router: &axum::Router, method: &str, uri: &str, body: &str) -> (StatusCode, String, String) {
@@ -132,6 +139,97 @@ async fn ruleset_trace_and_service_answer_from_what_is_programmed() {
 
     let (status, st) = json_call(&router, "GET", "/api/v1/status", "").await;
     assert_eq!((status, st["node"].as_str()), (StatusCode::OK, Some("node-a")));
+}
+
+/// A sync stuck in the kernel (its apply blocked) holds up no question: the ruleset and the
+/// trace are answered at once from what was last programmed, and the new plan once programmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_are_answered_while_the_sync_loop_is_blocked() {
+    let (router, cluster, kernel) = api_on_kernel(true);
+    programmed(&router).await;
+    // A thread holds the kernel: the next apply blocks until it lets go.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+    let k = kernel.clone();
+    let holder = std::thread::spawn(move || {
+        let _held = k.lock();
+        let _ = locked.send(());
+        let _ = released.recv_timeout(Duration::from_secs(30));
+    });
+    is_locked.recv().expect("the kernel held");
+    cluster.update(|s| {
+        s.apply_service(mk_service("demo", "api").cluster_ip("10.96.0.2").port("http", Tcp, 80).build())
+    });
+    // Past the minimum sync period: the next sync is blocked in the kernel.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let within = Duration::from_secs(2);
+    let ruleset = tokio::time::timeout(within, call(&router, "GET", "/api/v1/ruleset", "")).await;
+    let (status, _, text) = ruleset.expect("the ruleset answered while a sync is blocked");
+    assert_eq!(status, StatusCode::OK);
+    assert!(text.contains("10.96.0.1") && !text.contains("10.96.0.2"), "what was programmed: {text}");
+    let body = json!({"src": "10.244.1.9", "dst": "10.96.0.1", "port": 80}).to_string();
+    let traced = tokio::time::timeout(within, json_call(&router, "POST", "/api/v1/trace", &body)).await;
+    assert_eq!(traced.expect("the trace answered while a sync is blocked").0, StatusCode::OK);
+    release.send(()).expect("let go of the kernel");
+    holder.join().expect("the holder");
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = call(&router, "GET", "/api/v1/ruleset", "").await.2;
+        if text.contains("10.96.0.2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(text.contains("10.96.0.2"), "the new plan once programmed: {text}");
+    // Later syncs change their own copy of the plan, never the one answered from.
+    cluster.update(|s| s.delete_service(&tideway_core::model::ServiceName::new("demo", "api")));
+    for _ in 0..200 {
+        text = call(&router, "GET", "/api/v1/ruleset", "").await.2;
+        if !text.contains("10.96.0.2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!text.contains("10.96.0.2") && text.contains("10.96.0.1"), "the Service gone: {text}");
+}
+
+/// The REST API on loopback, over real TCP: no token, no answer (any local process reaches
+/// loopback), unless the agent runs with `--api-anonymous-reads`; `/metrics` stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_loopback_the_api_needs_a_token_unless_anonymous_reads() {
+    use tideway_api::auth::StaticToken;
+    let (router, _cluster) = api(true);
+    programmed(&router).await;
+    let serve = |anonymous: bool| {
+        let auth = Arc::new(StaticToken::new("t0k", "me"));
+        let router = tideway_node_agent::http::guarded(router.clone(), anonymous, auth);
+        async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(tideway_api::http::serve(listener, None, router, std::future::pending()));
+            addr
+        }
+    };
+    let guarded = serve(false).await;
+    assert_eq!(http_get(guarded, "/api/v1/ruleset", None).await, 401);
+    assert_eq!(http_get(guarded, "/api/v1/status", None).await, 401);
+    assert_eq!(http_get(guarded, "/api/v1/ruleset", Some("nope")).await, 401);
+    assert_eq!(http_get(guarded, "/api/v1/ruleset", Some("t0k")).await, 200);
+    assert_eq!(http_get(guarded, "/metrics", None).await, 200);
+    let open = serve(true).await;
+    assert_eq!(http_get(open, "/api/v1/ruleset", None).await, 200);
+}
+
+/// The status code of `GET path` over TCP, with `token` as the bearer if given.
+async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).await.unwrap();
+    answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test]

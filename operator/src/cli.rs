@@ -126,6 +126,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
+        tideway_api::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
         let restarts = source_metrics.clone();
         let status = Arc::new(RwLock::new(OperatorStatus::default()));

@@ -389,6 +389,41 @@ async fn reviews_with_an_audience_take_only_tokens_minted_for_it() {
     assert!(any.authorize("tideway-token", &access).await.is_err(), "a Tideway token is no API credential");
 }
 
+/// 2,000 calls with one bad token, each naming another object, and 2,000 with a good one:
+/// the API server sees a TokenReview or two per token, not one per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_calls_costs_the_api_server_a_handful_of_reviews() {
+    use tideway_api::auth::{Access, Authorizer, Denied};
+    use tideway_sources::kube::{CachedReview, KubeReview};
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("review-flood");
+    api.add_token("alice-token", "alice", &[]);
+    api.grant("alice", "get", "tideway.io", "nodeproxystates");
+    let client = kube_client(&api, &dir, Account::Agent).await;
+    let cached = CachedReview::new(KubeReview::new(client));
+    let get = |name: String| Access {
+        verb: "get",
+        group: "tideway.io",
+        resource: "nodeproxystates",
+        namespace: None,
+        name: Some(name),
+    };
+    let bad = (0..2000).map(|i| {
+        let access = get(format!("node-{i}"));
+        let cached = &cached;
+        async move { cached.authorize("stolen", &access).await }
+    });
+    let answers = futures::future::join_all(bad).await;
+    assert!(answers.iter().all(|a| matches!(a, Err(Denied::BadToken(_)))), "{:?}", answers.first());
+    let node_a = get("node-a".into());
+    let good = (0..2000).map(|_| cached.authorize("alice-token", &node_a));
+    assert!(futures::future::join_all(good).await.iter().all(Result::is_ok));
+    let token_reviews = api.requests_to("/apis/authentication.k8s.io/v1/tokenreviews").len();
+    let access_reviews = api.requests_to("/apis/authorization.k8s.io/v1/subjectaccessreviews").len();
+    assert!(token_reviews <= 4, "{token_reviews} TokenReviews for 4,000 calls");
+    assert!(access_reviews <= 2, "{access_reviews} SubjectAccessReviews for 2,000 calls");
+}
+
 /// How often the source asked `path` for the whole state (a list, or a streamed one).
 fn first_views(api: &FakeApi, path: &str) -> usize {
     api.requests_to(path).iter().filter(|r| r.is_first_view()).count()

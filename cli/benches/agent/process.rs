@@ -138,7 +138,10 @@ fn run(component: Component, n: usize, from: From) -> ProcessFigures {
     let other = std::env::var_os("TIDEWAY_BIN").map(std::path::PathBuf::from);
     let bin = other.as_deref().unwrap_or(std::path::Path::new(env!("CARGO_BIN_EXE_tideway")));
     let mut args = match component {
-        Component::Agent => vec!["agent", "--node", NODE, "--sync-period", CHECK_EVERY],
+        // The bench reads the agent's status over its REST API, on its own namespace's loopback.
+        Component::Agent => {
+            vec!["agent", "--node", NODE, "--sync-period", CHECK_EVERY, "--api-anonymous-reads"]
+        }
         // Nothing is forwarded: an upstream that is never asked, and no probe of it.
         Component::Dns => vec![
             "dns",

@@ -169,6 +169,9 @@ pub(crate) fn start_agent_with(
     let node = c.nodes[i].name.clone();
     let source = format!("file:{}", c.path(file).display());
     let log = format!("agent-{node}.log");
+    let token_file = c.path("api-token");
+    std::fs::write(&token_file, API_TOKEN).expect("write the API token");
+    let token_file = token_file.display().to_string();
     c.spawn_on(
         i,
         &[
@@ -183,24 +186,35 @@ pub(crate) fn start_agent_with(
             sync,
             "--file-poll-interval",
             "100ms",
+            "--api-token-file",
+            &token_file,
         ],
         &log,
         env,
     )
 }
 
-/// GETs `path` from the agent's status port inside node `ns`.
+/// The bearer token the agents of these tests take on their REST API.
+pub(crate) const API_TOKEN: &str = "test-api-token";
+
+/// GETs `path` from the agent's status port inside node `ns`, with the agents' token.
 pub(crate) fn agent_get(ns: &Netns, path: &str) -> Result<String, String> {
-    http_get(ns, "127.0.0.1:10249".parse().expect("addr"), path).map(|(_, body)| body)
+    get_with(ns, "127.0.0.1:10249".parse().expect("addr"), path, Some(API_TOKEN)).map(|(_, body)| body)
 }
 
 /// A plain HTTP/1.0 GET from inside `ns`: (status code, body).
 pub(crate) fn http_get(ns: &Netns, addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    get_with(ns, addr, path, None)
+}
+
+/// [`http_get`], with `token` as the bearer if given.
+fn get_with(ns: &Netns, addr: SocketAddr, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
     let path = path.to_string();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     ns.run(move || {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(Duration::from_secs(3))).ok();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").map_err(|e| e.to_string())?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n{auth}\r\n").map_err(|e| e.to_string())?;
         let mut text = String::new();
         s.read_to_string(&mut text).map_err(|e| e.to_string())?;
         let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no status line")?;

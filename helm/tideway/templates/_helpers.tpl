@@ -50,13 +50,21 @@ podAntiAffinity:
 {{- end -}}
 {{- end -}}
 
-{{/* The Secret HTTPS is served with: tls.secretName, else the generated `<fullname>-tls` when
-     tls.enabled, else empty (plain HTTP). */}}
+{{/* The Secret component COMPONENT ("operator", "agent", "dns") serves HTTPS with: include
+     with (list . COMPONENT). tls.COMPONENT.secretName, else the generated
+     `<fullname>-COMPONENT-tls` when tls.enabled, else empty (plain HTTP). Each component has
+     its own certificate and key: the agents on every node hold only theirs. */}}
 {{- define "tideway.tlsSecret" -}}
-{{- if .Values.tls.secretName -}}
-{{- .Values.tls.secretName -}}
-{{- else if .Values.tls.enabled -}}
-{{- printf "%s-tls" (include "tideway.fullname" .) -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- if $root.Values.tls.secretName -}}
+{{- fail "tls.secretName was replaced by one Secret per component: tls.operator.secretName, tls.agent.secretName and tls.dns.secretName (see the chart README, \"Upgrading\")" -}}
+{{- end -}}
+{{- $own := (index $root.Values.tls $component).secretName -}}
+{{- if $own -}}
+{{- $own -}}
+{{- else if $root.Values.tls.enabled -}}
+{{- printf "%s-%s-tls" (include "tideway.fullname" $root) $component -}}
 {{- end -}}
 {{- end -}}
 
@@ -75,7 +83,7 @@ podAntiAffinity:
 {{- end -}}
 
 {{/* HTTPS: the flags, the mount and the volume of a container serving it (include them inside
-     `if include "tideway.tlsSecret" .`). */}}
+     `if include "tideway.tlsSecret" (list . COMPONENT)`). */}}
 {{- define "tideway.tlsArgs" -}}
 - --tls-cert=/etc/tideway/tls/tls.crt
 - --tls-key=/etc/tideway/tls/tls.key
@@ -85,6 +93,7 @@ podAntiAffinity:
 - {name: tls, mountPath: /etc/tideway/tls, readOnly: true}
 {{- end -}}
 
+{{/* The volume of COMPONENT's Secret: include with (list . COMPONENT). */}}
 {{- define "tideway.tlsVolume" -}}
 - name: tls
   secret: {secretName: {{ include "tideway.tlsSecret" . }}}

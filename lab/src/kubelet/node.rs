@@ -206,7 +206,7 @@ pub async fn register(client: &kube::Client, cfg: &KubeletConfig, m: &Machine) -
         }
         Err(e) => return Err(e),
     }
-    let current = nodes.get_status(&cfg.node_name).await?;
+    let current = nodes.get(&cfg.node_name).await?;
     write_status(&nodes, cfg, m, &current).await
 }
 
@@ -252,7 +252,7 @@ pub async fn heartbeat(client: kube::Client, cfg: KubeletConfig, m: Machine) {
             tracing::warn!(error = %e, "could not renew the node's lease");
             continue;
         }
-        match nodes.get_status(&cfg.node_name).await {
+        match nodes.get(&cfg.node_name).await {
             Ok(current) => {
                 let cur = serde_json::to_value(&current.status).unwrap_or_default();
                 let wanted = node_status(&cfg, &m, &cur, &now());

@@ -178,7 +178,7 @@ impl Lab {
                 tracing::warn!(node = %n.name, error = %e, "cannot write the kubelet's configuration");
                 continue;
             }
-            let argv = self.exec_in(
+            let argv = self.exec_in_net(
                 &self.names.node(&n.name),
                 &["lab", "kubelet", "--config", &path.display().to_string()],
             );

@@ -15,6 +15,17 @@ impl Lab {
         v
     }
 
+    /// The argv that runs `tideway ARGS` in network namespace `ns` and nothing else of it: the
+    /// host's mount namespace stays, so the namespaces the process makes (`ip netns add`, as the
+    /// lab's kubelet does for its pods) are the host's too. `ip netns exec` would give it a mount
+    /// namespace of its own, where they could not be entered from outside.
+    pub(super) fn exec_in_net(&self, ns: &str, args: &[&str]) -> Vec<String> {
+        let mut v = vec!["nsenter".to_string(), format!("--net=/run/netns/{ns}"), "--".into()];
+        v.push(self.bin.display().to_string());
+        v.extend(args.iter().map(|a| a.to_string()));
+        v
+    }
+
     pub(super) fn log(&self, label: &str) -> PathBuf {
         self.dir.path().join("logs").join(format!("{}.log", label.replace('/', "_")))
     }

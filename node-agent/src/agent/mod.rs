@@ -111,7 +111,12 @@ pub struct Agent {
     hc_servers: HealthServers,
     /// One announcer per interface answering for this node's addresses.
     announcers: BTreeMap<String, Announcer>,
-    queries: Option<tokio::sync::mpsc::Receiver<query::Query>>,
+    /// Where each programmed plan is published for the REST API.
+    publisher: Option<query::Publisher>,
+    /// A copy of the plan last published, made on a blocking thread for the next sync to
+    /// change in place.
+    /// The plan copied is kept beside it: the copy replaces only that very plan.
+    spare: Option<(Arc<tideway_core::plan::Ruleset>, tokio::task::JoinHandle<tideway_core::plan::Ruleset>)>,
     unprogrammed: unprogrammed::Unprogrammed,
     /// Set while this agent reaches neither a majority of the nodes nor the API server
     /// (`tideway_core::liveness::fencing`): it then answers for no address.
@@ -180,7 +185,8 @@ impl Agent {
             last_full: None,
             leftovers_checked: false,
             retiring: Vec::new(),
-            queries: None,
+            publisher: None,
+            spare: None,
             status,
             hc_servers: HealthServers::new(health.clone()),
             metrics,
@@ -302,7 +308,8 @@ impl Agent {
         span.record("mode", mode.to_string());
         span.record("changed_services", self.pending.len());
 
-        // Plan.
+        // Plan (on a private copy of the plan the REST API holds, made off the loop).
+        self.take_spare().await;
         let Planning { mut planned, full, whole, changes: change_sets } = self.plan(&node, full_wanted);
 
         // Apply.
@@ -385,6 +392,7 @@ impl Agent {
         self.health.updated();
         let synced = Synced { mode, full, elapsed: started.elapsed(), deleted, hc_errors, config, version };
         self.record_success(&planned, synced);
+        self.publish(mode, &planned.ruleset);
         self.planned = Some(planned);
         Ok(())
     }

@@ -2,6 +2,8 @@
 //! plans on top of them — every Service again (a full sync, rendering whole programs) or only
 //! the changed ones (change sets, the fragments before re-derived from the plans before).
 
+use std::sync::Arc;
+
 use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{NodeContext, Ruleset, compile};
@@ -15,7 +17,9 @@ use crate::dataplane::Desired;
 /// of each family's program (base and counts; the rules themselves are the plans).
 pub(super) struct Planned {
     pub(super) node: NodeContext,
-    pub(super) ruleset: Ruleset,
+    /// Shared with the REST API's last published answer: changed in place when not shared,
+    /// else copied on write.
+    pub(super) ruleset: Arc<Ruleset>,
     pub(super) programs: [ProgramState; 2],
 }
 
@@ -46,7 +50,7 @@ pub(super) struct Planning {
 
 impl Planning {
     /// A full sync of `ruleset` for `node`, rendered whole unless the mode streams it.
-    fn full(node: NodeContext, ruleset: Ruleset) -> Planning {
+    fn full(node: NodeContext, ruleset: Arc<Ruleset>) -> Planning {
         let mode = node.settings.mode;
         let _render = tracing::info_span!("render", full = true).entered();
         if mode == ProxyMode::Nftables {
@@ -74,7 +78,8 @@ impl Agent {
         };
         let state = self.cluster.lock();
         let plan_span = tracing::info_span!("plan", full = false, services = self.pending.len());
-        let changed = plan_span.in_scope(|| planned.ruleset.update(&state, &self.pending));
+        let changed =
+            plan_span.in_scope(|| Arc::make_mut(&mut planned.ruleset).update(&state, &self.pending));
         drop(state);
         let _render = tracing::info_span!("render", full = false, fragments = changed.len()).entered();
         let mut changes = Vec::new();
@@ -96,6 +101,6 @@ impl Agent {
         }
         let ruleset = tracing::info_span!("plan", full = true).in_scope(|| compile(&state, node));
         drop(state);
-        Planning::full(node.clone(), ruleset)
+        Planning::full(node.clone(), Arc::new(ruleset))
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Agent, query};
+use super::Agent;
 
 /// How long the first lists may take before the agent says what it waits for.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
@@ -63,7 +63,6 @@ impl Agent {
                     }
                     self.set_status(|s| s.waiting_for = what);
                 }
-                Some(q) = query::next(&mut self.queries) => self.answer(q),
                 _ = &mut shutdown => return,
             }
         }
@@ -81,10 +80,6 @@ impl Agent {
                 tokio::select! {
                     _ = self.cluster.changed() => dirty = self.relevant_changes_pending(),
                     _ = tokio::time::sleep_until(wake) => {}
-                    Some(q) = query::next(&mut self.queries) => {
-                        self.answer(q);
-                        continue;
-                    }
                     _ = &mut shutdown => return,
                 }
             }
@@ -95,10 +90,6 @@ impl Agent {
                 tokio::select! {
                     _ = self.cluster.changed() => dirty = self.relevant_changes_pending(),
                     _ = tokio::time::sleep_until(at) => {}
-                    Some(q) = query::next(&mut self.queries) => {
-                        self.answer(q);
-                        continue;
-                    }
                     _ = &mut shutdown => return,
                 }
             }
@@ -106,12 +97,9 @@ impl Agent {
             if dirty || retry_due {
                 if let Some(t) = last_start {
                     let earliest = t + min_period;
-                    loop {
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(earliest) => break,
-                            Some(q) = query::next(&mut self.queries) => self.answer(q),
-                            _ = &mut shutdown => return,
-                        }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(earliest) => {}
+                        _ = &mut shutdown => return,
                     }
                 }
                 last_start = Some(Instant::now());

@@ -26,6 +26,9 @@ pub enum ClientError {
     Client(#[source] kube::Error),
 }
 
+/// How long [`failing_fast_client`] waits for a connection to the API server.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Builds a client from `kubeconfig` when given, else by inference.
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
     Client::try_from(config(kubeconfig).await?).map_err(ClientError::Client)
@@ -34,10 +37,13 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
 /// As [`client`], but a 429, 503 or 504 answer comes back at once instead of being retried by
 /// kube's default layer (up to 15 times over minutes, unseen by the caller): the node agent's
 /// self-fencing must learn of an API outage within seconds. Its watches back off on their own
-/// and its report loop retries its writes.
+/// and its report loop retries its writes. A connection not made within 5 s
+/// fails too: an address nothing answers, such as the `kubernetes`
+/// Service's ClusterIP on a node not programmed yet, is named in `/readyz` within seconds.
 pub async fn failing_fast_client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
     let mut config = config(kubeconfig).await?;
     config.default_retry = false;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
     Client::try_from(config).map_err(ClientError::Client)
 }
 

@@ -28,7 +28,7 @@ mod errors;
 mod kinds;
 mod lease;
 mod reach;
-mod review;
+pub mod review;
 mod status;
 mod watching;
 mod writer;
@@ -53,7 +53,7 @@ pub use client::{ClientError, client, failing_fast_client, server_url, unanswere
 pub use errors::{ErrorCause, ErrorLog, classify, classify_request};
 pub use kinds::{Holds, Kind, Reader};
 pub use lease::{KubeLease, record as lease_record};
-pub use review::{CachedReview, KubeReview, REVIEW_TTL};
+pub use review::{CachedReview, KubeReview, NEGATIVE_TTL, REVIEW_TTL, Reviewer, Subject};
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
 pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 

@@ -1,0 +1,390 @@
+//! `tideway lab up --kube` end to end (root, and the control plane `make kube` builds): the
+//! demo's traffic served through Tideway's Pods, which the real API server, controllers and
+//! scheduler placed and the lab's kubelets run; what a platform engineer checks with `kubectl`
+//! (the pinned release, etcd in `livez`, the controllers' leader Leases, slices written by the
+//! EndpointSlice controller); a node taken down turned NotReady by the controller-manager, seen
+//! in the API server's audit log; and every Tideway component authenticated as its chart
+//! ServiceAccount with a token bound to its Pod; and a new node, its kernel empty, programmed only
+//! when the agent is given the API server's address (the `kubernetes` Service's ClusterIP is
+//! served by nothing there yet).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const DEMO: &str = include_str!("../../examples/demo.yaml");
+/// The release `kube/go.mod` pins.
+const GO_MOD: &str = include_str!("../../kube/go.mod");
+
+mod lab_support;
+
+use lab_support::*;
+
+/// The Kubernetes release kube/go.mod requires (`k8s.io/kubernetes vX.Y.Z`).
+fn pinned_release() -> String {
+    GO_MOD
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
+        .map(|v| v.trim().to_string())
+        .expect("kube/go.mod requires k8s.io/kubernetes")
+}
+
+/// kubectl with the lab's admin kubeconfig.
+fn kubectl(lab: &TestLab, args: &[&str]) -> Result<String, String> {
+    let kubeconfig =
+        PathBuf::from(lab.status()["kubeconfig"].as_str().expect("a kube lab names its kubeconfig"));
+    let out = Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(args)
+        .output()
+        .map_err(|e| format!("kubectl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+fn kubectl_json(lab: &TestLab, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl(lab, &all).unwrap()).unwrap()
+}
+
+/// The API server's audit events (one JSON object per line).
+fn audit(lab: &TestLab) -> Vec<Value> {
+    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
+    let text = std::fs::read_to_string(dir.join("kube/audit.log")).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+#[test]
+fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
+    let lab = TestLab::up_with("kdemo", DEMO, &["--kube"]);
+
+    // The demo's traffic, through the agents the chart's DaemonSet put on every node.
+    for svc in ["svc1", "svc2", "svc3"] {
+        let lb = eventually(patience(180.0), || {
+            let s = lab.status();
+            let svc = s["services"].as_array().into_iter().flatten().find(|x| x["name"] == svc).cloned();
+            let svc = svc.ok_or("no such Service yet")?;
+            svc["externalIPs"][0].as_str().map(str::to_string).ok_or_else(|| format!("no address yet: {svc}"))
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+        wait_serving_within(&lab, "mypc", &lb, 1, patience(180.0));
+    }
+    let cip = lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc3").unwrap()["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dig = eventually(patience(60.0), || {
+        let out = lab.exec("webpod1", &["dig", "+search", "+short", "+time=2", "+tries=1", "svc3"]);
+        let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if got == cip { Ok(got) } else { Err(format!("dig svc3 from webpod1: {got:?}, want {cip}")) }
+    });
+    dig.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+
+    // What kubectl says of the control plane.
+    let version = kubectl_json(&lab, &["version"]);
+    assert_eq!(version["serverVersion"]["gitVersion"], pinned_release().as_str(), "{version}");
+    let livez = kubectl(&lab, &["get", "--raw", "/livez?verbose"]).unwrap();
+    assert!(livez.lines().any(|l| l == "[+]etcd ok"), "{livez}");
+    for lease in ["kube-controller-manager", "kube-scheduler"] {
+        let l = kubectl_json(&lab, &["-n", "kube-system", "get", "lease", lease]);
+        let holder = l["spec"]["holderIdentity"].as_str().unwrap_or_default();
+        assert!(!holder.is_empty(), "{lease} has no holder: {l}");
+    }
+    let services = kubectl_json(&lab, &["get", "services", "-A"]);
+    let selected: Vec<(String, String)> = services["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["spec"]["selector"].is_object())
+        .map(|s| {
+            (
+                s["metadata"]["namespace"].as_str().unwrap().into(),
+                s["metadata"]["name"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert!(selected.iter().any(|(_, n)| n == "svc1"), "{selected:?}");
+    let slices = kubectl_json(&lab, &["get", "endpointslices", "-A"]);
+    for (ns, name) in &selected {
+        let mine: Vec<&Value> = slices["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["metadata"]["namespace"] == ns.as_str())
+            .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == name.as_str())
+            .collect();
+        assert!(!mine.is_empty(), "{ns}/{name} has no EndpointSlice");
+        for s in mine {
+            assert_eq!(
+                s["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+                "endpointslice-controller.k8s.io",
+                "{ns}/{name}: {s}"
+            );
+        }
+    }
+
+    // Every Tideway component, as its chart ServiceAccount, with a token bound to its Pod.
+    let pods = kubectl_json(&lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/instance=tideway"]);
+    let accounts: std::collections::BTreeSet<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let ns = p["metadata"]["namespace"].as_str().unwrap();
+            format!("system:serviceaccount:{ns}:{}", p["spec"]["serviceAccountName"].as_str().unwrap())
+        })
+        .collect();
+    assert!(accounts.len() >= 3, "operator, agent and DNS accounts: {accounts:?}");
+    let events = audit(&lab);
+    for account in &accounts {
+        let bound = events.iter().filter(|e| e["user"]["username"] == account.as_str()).find(|e| {
+            let extra = &e["user"]["extra"];
+            extra["authentication.kubernetes.io/pod-name"][0].is_string()
+                && extra["authentication.kubernetes.io/credential-id"][0]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("JTI="))
+        });
+        assert!(bound.is_some(), "no request by {account} with a pod-bound token in the audit log");
+    }
+
+    a_new_node_needs_the_api_servers_address(&lab);
+
+    // `lab replace` deletes what the lab applied and the file no longer names.
+    let without_svc3: String =
+        DEMO.split("\n---").filter(|doc| !doc.contains("name: svc3}")).collect::<Vec<_>>().join("\n---");
+    assert!(!without_svc3.contains("name: svc3}"), "the demo's svc3 is named as the test expects");
+    lab.change("replace", &without_svc3);
+    eventually(patience(30.0), || match kubectl(&lab, &["get", "service", "svc3"]) {
+        Err(e) if e.contains("NotFound") => Ok(()),
+        other => Err(format!("svc3 still there: {other:?}")),
+    })
+    .unwrap();
+    assert!(kubectl(&lab, &["get", "service", "svc1"]).is_ok(), "svc1 kept");
+
+    // A node down: the controller-manager marks it NotReady (Unknown), as the audit log shows.
+    let node = "myk8s-worker3";
+    ok(tideway(&["lab", "node", node, "down", "--name", &lab.name]), "lab node down");
+    eventually(patience(120.0), || {
+        let n = kubectl_json(&lab, &["get", "node", node]);
+        let ready = n["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready");
+        let ready = ready.cloned().unwrap_or_default();
+        if ready["status"] == "Unknown" { Ok(()) } else { Err(format!("{node} Ready is {ready}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    let marked = audit(&lab).into_iter().find(|e| {
+        e["objectRef"]["resource"] == "nodes"
+            && e["objectRef"]["subresource"] == "status"
+            && e["objectRef"]["name"] == node
+            && matches!(e["verb"].as_str(), Some("update" | "patch"))
+            && e["user"]["username"]
+                .as_str()
+                .is_some_and(|u| u.contains("node-controller") || u == "system:kube-controller-manager")
+            && e["responseStatus"]["code"] == 200
+    });
+    assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
+}
+
+/// `wait_serving` with a patience of its own (Pods start after the scheduler places them).
+fn wait_serving_within(lab: &TestLab, from: &str, url: &str, pods: usize, within: std::time::Duration) {
+    let mut seen = std::collections::BTreeSet::new();
+    eventually(within, || {
+        if let Ok(who) = lab.curl(from, url) {
+            seen.insert(who);
+        }
+        if seen.len() >= pods {
+            Ok(())
+        } else {
+            Err(format!("{url} from {from}: answered by {seen:?} so far"))
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+}
+
+/// Runs `cmd` (argv) and asserts it succeeded.
+fn run(cmd: &[&str]) -> String {
+    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A namespace of the test's, and what it added to a node's, removed also when the test fails.
+struct EmptyNode {
+    ns: String,
+    via: String,
+    agent: Option<std::process::Child>,
+}
+
+impl EmptyNode {
+    fn stop_agent(&mut self) {
+        if let Some(mut child) = self.agent.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EmptyNode {
+    fn drop(&mut self) {
+        self.stop_agent();
+        let _ = Command::new("ip").args(["netns", "delete", &self.ns]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "exec", &self.via, "nft", "delete", "table", "ip", "tw_empty_node"])
+            .status();
+    }
+}
+
+/// The item the chart's `apiServer.address` answers: a node whose kernel holds no rules yet
+/// (a new or rebooted node, kube-proxy gone) reaches the API server only at its own address.
+/// The test's "node" is a namespace of its own behind a lab node, which masquerades it to the
+/// node network and drops what it sends to the Service range, so only its own rules could serve
+/// a ClusterIP. Its agent runs as the chart runs it: in-cluster configuration (the
+/// ServiceAccount files, `KUBERNETES_SERVICE_HOST/PORT`), the agent's ServiceAccount.
+fn a_new_node_needs_the_api_servers_address(lab: &TestLab) {
+    let status = lab.status();
+    let node =
+        status["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "myk8s-worker3").unwrap().clone();
+    let via = node["namespace"].as_str().unwrap().to_string();
+    let ns = format!("tw-empty{}", std::process::id());
+    let mut empty = EmptyNode { ns: ns.clone(), via: via.clone(), agent: None };
+    run(&["ip", "netns", "add", &ns]);
+    run(&[
+        "ip",
+        "link",
+        "add",
+        "tw-empty0",
+        "netns",
+        &ns,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "tw-empty1",
+        "netns",
+        &via,
+    ]);
+    for (inside, link, addr) in [(&ns, "tw-empty0", "10.99.0.2/30"), (&via, "tw-empty1", "10.99.0.1/30")] {
+        run(&["ip", "-n", inside, "addr", "add", addr, "dev", link]);
+        run(&["ip", "-n", inside, "link", "set", link, "up"]);
+    }
+    run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+    run(&["ip", "-n", &ns, "route", "add", "default", "via", "10.99.0.1"]);
+    run(&["ip", "netns", "exec", &via, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    let rules = "table ip tw_empty_node {
+        chain pre { type filter hook prerouting priority -400; ip saddr 10.99.0.0/30 ip daddr 10.200.0.0/16 drop; }
+        chain post { type nat hook postrouting priority 100; ip saddr 10.99.0.0/30 masquerade; }
+    }";
+    let nft = Command::new("ip")
+        .args(["netns", "exec", &via, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(rules.as_bytes())?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(nft.success(), "nft in {via}");
+
+    // The agent's in-cluster files: a token of its ServiceAccount, the cluster's CA.
+    let secrets = lab.dir.join("empty-node-serviceaccount");
+    std::fs::create_dir_all(&secrets).unwrap();
+    let token =
+        kubectl(lab, &["-n", "tideway-system", "create", "token", "tideway-agent", "--duration=1h"]).unwrap();
+    std::fs::write(secrets.join("token"), token.trim()).unwrap();
+    std::fs::write(secrets.join("namespace"), "tideway-system").unwrap();
+    let ca = kubectl(
+        lab,
+        &["config", "view", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}"],
+    )
+    .unwrap();
+    let ca = Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(ca.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    std::fs::write(secrets.join("ca.crt"), ca.stdout).unwrap();
+    std::fs::create_dir_all("/run/secrets/kubernetes.io/serviceaccount").unwrap();
+
+    let start_agent = |host: &str, port: &str| {
+        let script = format!(
+            "mount --bind {} /run/secrets/kubernetes.io/serviceaccount && exec nsenter --net=/run/netns/{ns} \
+             env KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} {BIN} agent --node=myk8s-worker3 \
+             --source=kubernetes --mode=iptables --no-gossip --healthz-bind-address=127.0.0.1:10256 \
+             --metrics-bind-address=127.0.0.1:10249",
+            secrets.display()
+        );
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(lab.dir.join(format!("empty-node-agent-{host}.log"))).unwrap())
+            .spawn()
+            .expect("unshare (util-linux)")
+    };
+    let readyz = || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "curl",
+                "-s",
+                "--max-time",
+                "2",
+                "-w",
+                " %{http_code}",
+                "http://127.0.0.1:10256/readyz",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let programmed = || run(&["ip", "netns", "exec", &ns, "iptables-save", "-t", "nat"]);
+    let cip =
+        status["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc1").unwrap()["clusterIP"]
+            .as_str()
+            .unwrap()
+            .to_string();
+
+    // Without the API server's address: the `kubernetes` Service's ClusterIP, which nothing on
+    // this node serves. The agent says so, and programs nothing.
+    empty.agent = Some(start_agent("10.200.1.1", "443"));
+    let said = eventually(patience(40.0), || {
+        let r = readyz();
+        if r.ends_with(" 503") && r.contains("10.200.1.1") { Ok(r) } else { Err(format!("readyz: {r:?}")) }
+    })
+    .unwrap();
+    assert!(said.contains("does not answer"), "{said}");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!programmed().contains(&cip), "programmed without an API server: {}", programmed());
+    empty.stop_agent();
+
+    // With it: the agent lists, programs the node, and a ClusterIP answers from there.
+    empty.agent = Some(start_agent("172.18.0.2", "6443"));
+    eventually(patience(60.0), || {
+        let r = readyz();
+        if r.ends_with(" 200") { Ok(()) } else { Err(format!("readyz: {r:?}")) }
+    })
+    .unwrap();
+    assert!(programmed().contains(&cip), "{}", programmed());
+    let served = eventually(patience(20.0), || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "curl", "-s", "--max-time", "2", &format!("http://{cip}")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("Hostname: webpod") { Ok(text) } else { Err(format!("curl {cip}: {text:?}")) }
+    });
+    served.unwrap();
+}
