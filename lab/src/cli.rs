@@ -486,18 +486,23 @@ fn detached(
     let mut child = cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
     let started = Instant::now();
     let mut shown = 0;
-    loop {
+    let show_log = |shown: &mut usize| {
         let text = std::fs::read_to_string(dir.join("lab.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        for l in &lines[shown.min(lines.len())..] {
+        for l in &lines[(*shown).min(lines.len())..] {
             println!("{l}");
         }
-        shown = lines.len();
+        *shown = lines.len();
         let _ = std::io::stdout().flush();
+    };
+    loop {
+        show_log(&mut shown);
         if dir.join("ready").exists() {
             return Ok(0);
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // What it wrote between the last look and its end.
+            show_log(&mut shown);
             bail!("lab up stopped ({status}); its log is above");
         }
         if started.elapsed() > Duration::from_secs(180) {

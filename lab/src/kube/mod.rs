@@ -144,7 +144,8 @@ pub fn binary() -> Result<PathBuf, KubeError> {
     let exe = std::env::current_exe()?;
     // Beside the build (`make kube` writes CARGO_TARGET_DIR/kube), else in the repository's target.
     let repository = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
-    let mut candidates = exe.ancestors().skip(1).chain([repository.as_path()]).map(|d| d.join("kube").join("tideway-kube"));
+    let mut candidates =
+        exe.ancestors().skip(1).chain([repository.as_path()]).map(|d| d.join("kube").join("tideway-kube"));
     let found = candidates.find(|p| p.exists());
     found.ok_or_else(|| KubeError::NoBinary(format!("target/kube/tideway-kube above {}", exe.display())))
 }
