@@ -190,22 +190,6 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
 }
 
-/// `wait_serving` with a patience of its own (Pods start after the scheduler places them).
-fn wait_serving_within(lab: &TestLab, from: &str, url: &str, pods: usize, within: std::time::Duration) {
-    let mut seen = std::collections::BTreeSet::new();
-    eventually(within, || {
-        if let Ok(who) = lab.curl(from, url) {
-            seen.insert(who);
-        }
-        if seen.len() >= pods {
-            Ok(())
-        } else {
-            Err(format!("{url} from {from}: answered by {seen:?} so far"))
-        }
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
-}
-
 /// Runs `cmd` (argv) and asserts it succeeded.
 fn run(cmd: &[&str]) -> String {
     let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

@@ -213,8 +213,13 @@ pub(crate) fn split(lab: &TestLab, from: &str, url: &str, n: usize) -> BTreeMap<
 /// readiness probes pass and their endpoints are programmed: a curl right then may be
 /// refused, as it would be by kube-proxy for a Service without ready endpoints.
 pub(crate) fn wait_serving(lab: &TestLab, from: &str, url: &str, pods: usize) {
+    wait_serving_within(lab, from, url, pods, patience(30.0));
+}
+
+/// [`wait_serving`] with a patience of its own.
+pub(crate) fn wait_serving_within(lab: &TestLab, from: &str, url: &str, pods: usize, within: Duration) {
     let mut seen = std::collections::BTreeSet::new();
-    eventually(patience(30.0), || {
+    eventually(within, || {
         if let Ok(who) = lab.curl(from, url) {
             seen.insert(who);
         }
