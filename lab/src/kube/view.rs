@@ -135,12 +135,9 @@ impl KubeView {
                 let ingress = s.status.as_ref().and_then(|st| st.load_balancer.as_ref()).and_then(|lb| lb.ingress.clone());
                 let key = (ns.clone(), name.clone());
                 json!({
-                    "namespace": ns, "name": name, "type": spec.type_.unwrap_or_else(|| "ClusterIP".into()),
+                    "namespace": ns, "name": name, "type": spec.type_.as_deref().unwrap_or("ClusterIP"),
                     "clusterIP": spec.cluster_ip, "externalTrafficPolicy": spec.external_traffic_policy,
-                    "ports": spec.ports.unwrap_or_default().iter().map(|p| match p.node_port {
-                        Some(np) => format!("{}:{np}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
-                        None => format!("{}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
-                    }).collect::<Vec<_>>(),
+                    "ports": service_ports(&spec),
                     "externalIPs": ingress.unwrap_or_default().iter().filter_map(|i| i.ip.clone()).collect::<Vec<_>>(),
                     "announcer": announcers.get(&key),
                     "readyEndpoints": ready.get(&key).copied().unwrap_or(0),
@@ -182,4 +179,18 @@ impl KubeView {
         });
         out
     }
+}
+
+/// A Service's ports as `lab status` shows them: `PORT/PROTO`, `PORT:NODEPORT/PROTO`.
+pub(crate) fn service_ports(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> Vec<String> {
+    let ports = spec.ports.iter().flatten();
+    ports
+        .map(|p| {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            match p.node_port {
+                Some(np) => format!("{}:{np}/{proto}", p.port),
+                None => format!("{}/{proto}", p.port),
+            }
+        })
+        .collect()
 }

@@ -44,12 +44,9 @@ impl Lab {
             let key = format!("{ns}_{name}");
             let spec = s.spec.clone().unwrap_or_default();
             json!({
-                "namespace": ns, "name": name, "type": spec.type_.unwrap_or_else(|| "ClusterIP".into()),
+                "namespace": ns, "name": name, "type": spec.type_.as_deref().unwrap_or("ClusterIP"),
                 "clusterIP": spec.cluster_ip, "externalTrafficPolicy": spec.external_traffic_policy,
-                "ports": spec.ports.unwrap_or_default().iter().map(|p| match p.node_port {
-                    Some(np) => format!("{}:{np}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
-                    None => format!("{}/{}", p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())),
-                }).collect::<Vec<_>>(),
+                "ports": crate::kube::view::service_ports(&spec),
                 "externalIPs": self.writes.ingress.get(&key).map(|i| i["ingress"].as_array().cloned().unwrap_or_default().iter().filter_map(|x| x["ip"].as_str().map(str::to_string)).collect::<Vec<_>>()).unwrap_or_default(),
                 "announcer": self.writes.announcements.get(&key).map(|a| a["spec"]["node"].clone()).unwrap_or(Value::Null),
                 "readyEndpoints": self.world.ready_endpoints.get(&(ns.clone(), name.clone())).copied().unwrap_or(0),
