@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube image test-image
 
 demo: build
 	./scripts/demo.sh
@@ -40,6 +40,16 @@ check-generated: build
 kube:
 	./scripts/build-kube.sh
 
+# Tideway's OCI image from Debian's packages and the release binary, without a registry or an
+# engine: target/image/tideway-VERSION.oci.tar and its SBOM (image/ holds the recipe).
+image:
+	./scripts/build-image.sh
+
+# The image built twice (same bytes), read by skopeo, loaded and run by podman, imported by
+# containerd as `kind load` does, its SBOM checked against its layer.
+test-image:
+	./scripts/test-image.sh
+
 # The Helm chart: lint, strict schema validation of every rendered object, RBAC, snapshots.
 test-helm:
 	./scripts/test-helm.sh
@@ -50,7 +60,7 @@ test-helm:
 # root (network namespaces, kernel rules); nextest's closing line counts what was left out.
 NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
 PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(lab_bgp) or binary(announcer) \
-	or binary(nft_netlink) or binary(control_plane) or binary(lab_kube) \
+	or binary(nft_netlink) or binary(control_plane) or binary(crd_admission) or binary(lab_kube) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/)) or (binary(dns_hostile) and test(/flood/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage
 # The kube lab's tests use kubectl: the machine's, else the one test-helm installs.
@@ -98,4 +108,4 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm kube unit check-rbac test-scale test-api test-ipvs
+test: deps lint purity check-generated test-helm kube unit check-rbac test-scale test-image test-api test-ipvs

@@ -15,8 +15,11 @@ set -euo pipefail
 #     configuration without resetting sessions
 #   ipvsadm, qemu-system-x86, linux-image-amd64, busybox-static, python3-venv: the IPVS tests,
 #     which boot Debian's kernel in a VM with virtme-ng (the host kernel has no IPVS)
+#   mmdebstrap: `make image` unpacks the image's packages with it; skopeo, podman, umoci, runc,
+#     containerd: the image tests read, load, run and import it as its users do
 PACKAGES=(nftables iptables ipset conntrack iproute2 dnsutils musl-tools procps curl openssl util-linux frr frr-pythontools
-  ipvsadm qemu-system-x86 linux-image-amd64 busybox-static python3-venv)
+  ipvsadm qemu-system-x86 linux-image-amd64 busybox-static python3-venv
+  mmdebstrap umoci skopeo podman runc containerd)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi

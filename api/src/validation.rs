@@ -137,20 +137,19 @@ fn rule(rule: String, message: &str, field: &str) -> serde_json::Value {
     json!({"rule": rule, "message": message, "fieldPath": field})
 }
 
-/// `field`, when set, is a duration of at most [`MAX_DURATION`] (and more than 0 if `positive`).
-fn duration_rule(field: &str, positive: bool) -> serde_json::Value {
+/// The duration at `path` is at most [`MAX_DURATION`] (and more than 0 if `positive`): a rule on
+/// the field itself, so that the API server names the field also when the value is no duration
+/// at all (`duration()` fails, and an evaluation error is reported at the rule's own node).
+fn duration_rule(path: &'static str, positive: bool) -> Constraint {
+    let field = path.rsplit('.').next().unwrap_or(path);
     let max = MAX_DURATION_TEXT;
-    let low = if positive { format!("duration(self.{field}) > duration('0s') && ") } else { String::new() };
-    let message = if positive {
-        format!("{field} must be more than 0s and at most 24h")
+    let (low, message) = if positive {
+        ("duration(self) > duration('0s') && ", format!("{field} must be more than 0s and at most 24h"))
     } else {
-        format!("{field} must be at most 24h")
+        ("", format!("{field} must be at most 24h"))
     };
-    rule(
-        format!("!has(self.{field}) || ({low}duration(self.{field}) <= duration('{max}'))"),
-        &message,
-        &format!(".{field}"),
-    )
+    let rule = json!({"rule": format!("{low}duration(self) <= duration('{max}')"), "message": message});
+    Constraint { path, keywords: json!({"x-kubernetes-validations": [rule]}) }
 }
 
 /// A Linux interface name.
@@ -204,8 +203,6 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
         Constraint {
             path: "spec",
             keywords: json!({"x-kubernetes-validations": [
-                duration_rule("syncPeriod", true),
-                duration_rule("minSyncPeriod", false),
                 rule(
                     format!("duration(has(self.minSyncPeriod) ? self.minSyncPeriod : '{min_sync}') <= \
                              duration(has(self.syncPeriod) ? self.syncPeriod : '{sync}')"),
@@ -230,14 +227,11 @@ pub(crate) fn proxy_config_constraints() -> Vec<Constraint> {
                 ),
             ]}),
         },
-        Constraint {
-            path: "spec.ipvs",
-            keywords: json!({"x-kubernetes-validations": [
-                duration_rule("tcpTimeout", false),
-                duration_rule("tcpFinTimeout", false),
-                duration_rule("udpTimeout", false),
-            ]}),
-        },
+        duration_rule("spec.syncPeriod", true),
+        duration_rule("spec.minSyncPeriod", false),
+        duration_rule("spec.ipvs.tcpTimeout", false),
+        duration_rule("spec.ipvs.tcpFinTimeout", false),
+        duration_rule("spec.ipvs.udpTimeout", false),
     ];
     out.extend(selector(
         "spec.nodeSelector",

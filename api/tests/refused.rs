@@ -6,10 +6,7 @@ use serde_json::Value;
 use support::{cel_check, schema_of};
 
 mod support;
-use tideway_api::crd::{
-    BFDProfile, BGPAdvertisement, BGPPeer, Community, LoadBalancerPool, ProxyConfig, Source, bfd_profile,
-    bgp_advertisement, bgp_peer, community_aliases, load_balancer_pool, proxy_config,
-};
+use tideway_api::crd::{CHECKED_KINDS, check};
 
 /// One refused object: its name, the field it names, what in the schema refuses it, the object.
 struct Refused {
@@ -39,34 +36,8 @@ fn refused() -> Vec<Refused> {
 
 /// The conversion's error for `object`, as (field, message).
 fn conversion_error(object: &Value) -> Option<(String, String)> {
-    let err = match object["kind"].as_str() {
-        Some("ProxyConfig") => {
-            let pc: ProxyConfig = serde_json::from_value(object.clone()).expect("decodes");
-            proxy_config(&pc).err()
-        }
-        Some("LoadBalancerPool") => {
-            let pool: LoadBalancerPool = serde_json::from_value(object.clone()).expect("decodes");
-            load_balancer_pool(&pool).err()
-        }
-        Some("BGPPeer") => {
-            let o: BGPPeer = serde_json::from_value(object.clone()).expect("decodes");
-            bgp_peer(Source::Tideway, &o.metadata, &o.spec).err()
-        }
-        Some("BGPAdvertisement") => {
-            let o: BGPAdvertisement = serde_json::from_value(object.clone()).expect("decodes");
-            bgp_advertisement(Source::Tideway, &o.metadata, &o.spec).err()
-        }
-        Some("BFDProfile") => {
-            let o: BFDProfile = serde_json::from_value(object.clone()).expect("decodes");
-            bfd_profile(Source::Tideway, &o.metadata, &o.spec).err()
-        }
-        Some("Community") => {
-            let o: Community = serde_json::from_value(object.clone()).expect("decodes");
-            community_aliases(Source::Tideway, &o.metadata, &o.spec).err()
-        }
-        other => panic!("unexpected kind {other:?}"),
-    };
-    err.map(|e| (e.field, e.message))
+    assert!(CHECKED_KINDS.iter().any(|k| object["kind"] == *k), "unexpected kind {}", object["kind"]);
+    check(object).err().map(|e| (e.field, e.message))
 }
 
 #[test]
@@ -108,9 +79,7 @@ fn accepted() -> Vec<Value> {
         include_str!("../../examples/demo.yaml"),
     ] {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("parses");
-        let checked =
-            ["ProxyConfig", "LoadBalancerPool", "BGPPeer", "BGPAdvertisement", "BFDProfile", "Community"];
-        out.extend(docs.into_iter().filter(|d| checked.iter().any(|k| d["kind"] == *k)));
+        out.extend(docs.into_iter().filter(|d| CHECKED_KINDS.iter().any(|k| d["kind"] == *k)));
     }
     assert!(out.len() >= 12, "{} objects", out.len());
     out

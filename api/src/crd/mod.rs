@@ -10,6 +10,7 @@
 //! | [`BGPPeer`], [`BGPAdvertisement`], [`BFDProfile`], [`Community`] | cluster | users | agents |
 
 mod bgp;
+mod check;
 mod conditions;
 mod l2_announcement;
 mod load_balancer_pool;
@@ -24,6 +25,7 @@ pub use bgp::{
     Community, CommunityAlias, CommunitySpec, SecretReference, Source, bfd_profile, bgp_advertisement,
     bgp_peer, community_aliases,
 };
+pub use check::{CHECKED_KINDS, check};
 pub use conditions::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 pub use l2_announcement::{

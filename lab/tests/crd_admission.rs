@@ -1,0 +1,158 @@
+//! CRD admission on the real API server (root; needs `make kube`): the chart's CRDs are
+//! accepted (the server computes their CEL rules' cost and refuses a CRD over its budget), and
+//! then, object by object, what `api/tests/refused.yaml` says of each bad value holds there:
+//! `schema` and `cel` entries are refused by the server with a message naming the field;
+//! `conversion` entries are stored by the server, and what the server gives back is refused by
+//! the components' conversion, naming the field. `accepted.yaml` and the examples' objects are
+//! accepted by both. `api/tests/refused.rs` checks the same list against the conversion and a
+//! CEL interpreter without a server.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use kube::Error;
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+use tideway_api::crd::{CHECKED_KINDS, check};
+use tideway_lab::kube::apply::{Applier, ApplyError};
+use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
+use tideway_lab::netns;
+
+const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 1, 2);
+
+/// Removes the namespace and directory the test made, also when it fails.
+struct Cleanup {
+    ns: String,
+    dir: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        netns::remove(&self.ns);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo(path)).unwrap();
+    text.split("\n---")
+        .filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')))
+        .map(|d| serde_saphyr::from_str::<Value>(d.trim_start_matches("---")).unwrap())
+        .filter(Value::is_object)
+        .collect()
+}
+
+fn annotation(object: &Value, key: &str) -> String {
+    object["metadata"]["annotations"][key].as_str().unwrap_or_default().to_string()
+}
+
+fn name(object: &Value) -> String {
+    object["metadata"]["name"].as_str().unwrap_or_default().to_string()
+}
+
+/// The server's refusal of `object`, if it refused it: (HTTP code, message).
+async fn admitted(applier: &mut Applier, object: &Value) -> Result<(), (u16, String)> {
+    match applier.apply(object).await {
+        Ok(()) => Ok(()),
+        Err(ApplyError::Refused { error, .. }) => match *error {
+            Error::Api(s) => Err((s.code, s.message)),
+            other => panic!("{}: {other}", name(object)),
+        },
+        Err(other) => panic!("{}: {other}", name(object)),
+    }
+}
+
+/// What the server stored of `object`, as JSON.
+async fn stored(client: &kube::Client, object: &Value) -> Value {
+    let (group, version) = object["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+    let kind = object["kind"].as_str().unwrap();
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<DynamicObject> = match caps.scope {
+        kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), "default", &resource),
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    serde_json::to_value(api.get(&name(object)).await.unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_api_server_admits_as_the_crds_say() {
+    let id = std::process::id();
+    let ns = format!("tw-adm{id}-n-cp");
+    let dir = std::env::temp_dir().join(format!("tideway-crd-admission-{id}"));
+    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
+    std::fs::create_dir_all(&dir).unwrap();
+    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
+    let config = ControlPlaneConfig::new(dir.clone(), Some(ns.clone()), ADDRESS).expect("make kube");
+    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
+    let mut applier = Applier::new(admin.clone(), "tideway-admission-test");
+
+    // The chart's CRDs: accepted (structural, CEL within the cost budget) and Established.
+    let (mut crds, mut files) = (0, 0);
+    for entry in std::fs::read_dir(repo("helm/tideway/crds")).unwrap() {
+        let path = entry.unwrap().path();
+        files += 1;
+        for crd in documents(path.strip_prefix(repo("")).unwrap().to_str().unwrap()) {
+            if let Err((code, message)) = admitted(&mut applier, &crd).await {
+                panic!("{}: the server refused the CRD ({code}): {message}", name(&crd));
+            }
+            crds += 1;
+        }
+    }
+    assert!(crds == files && crds >= 8, "{crds} CRDs in {files} files");
+
+    let mut wrong = Vec::new();
+    let (mut by_schema, mut by_cel, mut by_conversion) = (0, 0, 0);
+    for object in documents("api/tests/refused.yaml") {
+        let (field, by) =
+            (annotation(&object, "test.tideway.io/field"), annotation(&object, "test.tideway.io/refused-by"));
+        let answer = admitted(&mut applier, &object).await;
+        match (by.as_str(), answer) {
+            ("schema" | "cel", Err((422, message))) if message.contains(&field) => {
+                if by == "schema" {
+                    by_schema += 1
+                } else {
+                    by_cel += 1
+                }
+            }
+            ("schema" | "cel", answer) => wrong.push(format!(
+                "{} ({by}): the server answered {answer:?}, naming not {field}",
+                name(&object)
+            )),
+            ("conversion", Ok(())) => {
+                let back = stored(&admin, &object).await;
+                match check(&back) {
+                    Err(e) if e.field.starts_with(&field) => by_conversion += 1,
+                    other => {
+                        wrong.push(format!("{}: stored, then the conversion said {other:?}", name(&object)))
+                    }
+                }
+            }
+            (_, answer) => wrong.push(format!("{} ({by}): the server answered {answer:?}", name(&object))),
+        }
+    }
+    eprintln!(
+        "refused by the server's schema: {by_schema}, by its CEL rules: {by_cel}; stored and refused by the conversion: {by_conversion}"
+    );
+    assert!(wrong.is_empty(), "{} of refused.yaml:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(by_schema >= 10 && by_cel >= 10 && by_conversion >= 1, "{by_schema} {by_cel} {by_conversion}");
+
+    let mut accepted = 0;
+    for path in ["api/tests/accepted.yaml", "examples/cluster.yaml", "examples/demo.yaml"] {
+        for object in documents(path).into_iter().filter(|d| CHECKED_KINDS.iter().any(|k| d["kind"] == *k)) {
+            if let Err(answer) = admitted(&mut applier, &object).await {
+                panic!("{path}: {}: the server refused it: {answer:?}", name(&object));
+            }
+            let back = stored(&admin, &object).await;
+            assert!(check(&back).is_ok(), "{path}: {}: {:?}", name(&object), check(&back));
+            accepted += 1;
+        }
+    }
+    assert!(accepted >= 12, "{accepted} accepted");
+    eprintln!("accepted by the server and the conversion: {accepted}");
+}
