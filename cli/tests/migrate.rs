@@ -1,7 +1,8 @@
 //! `tideway migrate` as a user runs it: kubeadm's kube-proxy ConfigMap, kubeadm's Corefile and
 //! MetalLB's objects as `kubectl get -o json` prints them, written out as Tideway objects and
 //! chart values. The objects load through the same manifest loader the file source uses, and
-//! the pools are the ones the operator makes of MetalLB's own objects.
+//! the pools are the ones the operator makes of MetalLB's own objects. `migrate_cluster.rs`
+//! reads the same kinds from a real API server set up by kubeadm.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -124,81 +125,4 @@ fn migrate_to(dir: &Path, args: &[&std::ffi::OsStr]) -> (String, String, String,
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("written");
     let table = stdout.split_once("\n\n").map_or(stdout.clone(), |(_, t)| t.to_string());
     (read("objects.yaml"), read("values.yaml"), table, stderr)
-}
-
-/// `--kubeconfig` reads the same inputs from a running cluster (kubeadm's ConfigMaps in
-/// kube-system, MetalLB's objects in metallb-system, served as the API server serves them) and
-/// writes exactly what the files give; a cluster without them is told so.
-#[test]
-fn a_running_cluster_migrates_as_its_files_do() {
-    let server = tideway_tests::fake_api::BackgroundApi::start(None);
-    let corefile = std::fs::read_to_string(fixture("tests/fixtures/Corefile")).expect("Corefile");
-    let coredns = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "coredns", "namespace": "kube-system"}, "data": {"Corefile": corefile}});
-    let kube_proxy =
-        std::fs::read_to_string(fixture("tests/fixtures/kube-proxy-configmap.yaml")).expect("fixture");
-    server.preload_yaml(&kube_proxy);
-    server.preload_yaml(&metallb_documents());
-    server.api.preload([coredns]);
-    let dir = out_dir("cluster");
-    std::fs::create_dir_all(&dir).expect("test directory");
-    let admin = tideway_tests::fake_api::Account::ClusterAdmin;
-    let kubeconfig = server.api.kubeconfig(&dir, admin);
-    let from_cluster = migrate_to(&dir.join("cluster"), &["--kubeconfig".as_ref(), kubeconfig.as_os_str()]);
-
-    let files = [
-        ("--kube-proxy-config", fixture("tests/fixtures/kube-proxy-configmap.yaml")),
-        ("--corefile", fixture("tests/fixtures/Corefile")),
-        ("--metallb", fixture("../operator/tests/fixtures/metallb-objects.json")),
-    ];
-    let args: Vec<&std::ffi::OsStr> = files.iter().flat_map(|(f, p)| [f.as_ref(), p.as_os_str()]).collect();
-    let from_files = migrate_to(&dir.join("files"), &args);
-    assert!(from_cluster.0.contains("kind: LoadBalancerPool"), "{}", from_cluster.0);
-    assert_eq!(from_cluster.0, from_files.0, "objects.yaml");
-    assert_eq!(from_cluster.1, from_files.1, "values.yaml");
-    assert_eq!(from_cluster.2, from_files.2, "the table");
-    assert_eq!(from_cluster.3, "", "everything was found");
-    let asked: Vec<String> = server.api.requests().iter().map(|r| r.path.clone()).collect();
-    assert!(asked.iter().any(|p| p == "/api/v1/namespaces/kube-system/configmaps/kube-proxy"), "{asked:?}");
-
-    // A cluster without kube-proxy, CoreDNS or MetalLB: each is named, nothing is made up.
-    let empty = tideway_tests::fake_api::BackgroundApi::start(None);
-    let kubeconfig = empty.api.kubeconfig(&dir, admin);
-    let (objects, values, _, stderr) = migrate_to(
-        &dir.join("empty"),
-        &["--from-cluster".as_ref(), "--kubeconfig".as_ref(), kubeconfig.as_os_str()],
-    );
-    assert_eq!((objects.as_str(), values.trim()), ("", "{}"));
-    for absent in ["kube-system/kube-proxy", "kube-system/coredns", "IPAddressPools"] {
-        assert!(stderr.contains(absent), "{absent} not named: {stderr}");
-    }
-
-    // MetalLB's CRDs not installed (the API server answers 404 for its kinds): named as
-    // absent, not an error; the rest converts.
-    empty.preload_yaml(&kube_proxy);
-    for kind in ["IPAddressPool", "L2Advertisement"] {
-        empty.api.unserve(kind);
-    }
-    let (objects, _, _, stderr) = migrate_to(
-        &dir.join("no-metallb"),
-        &["--from-cluster".as_ref(), "--kubeconfig".as_ref(), kubeconfig.as_os_str()],
-    );
-    assert!(objects.contains("kind: ProxyConfig"), "{objects}");
-    assert!(stderr.contains("MetalLB not installed"), "{stderr}");
-
-    // A user the API server does not let read kube-system's ConfigMaps: refused, saying which
-    // object and why, and nothing is written.
-    let denied = empty.api.kubeconfig(&dir, tideway_tests::fake_api::Account::Dns);
-    let out = Command::new(BIN)
-        .args(["migrate", "--from-cluster", "--kubeconfig"])
-        .arg(&denied)
-        .arg("--out")
-        .arg(dir.join("denied"))
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a forbidden read passed: {stderr}");
-    assert!(stderr.contains("ConfigMap kube-system/kube-proxy") && stderr.contains("forbidden"), "{stderr}");
-    assert!(!dir.join("denied").join("objects.yaml").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
