@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fake_api;
+pub mod fault_proxy;
 pub mod frr;
 pub mod netns;
 

@@ -35,6 +35,8 @@ pub struct Flags {
     pub cluster_name: String,
     /// `--node-monitor-grace-period`.
     pub grace: Duration,
+    /// More API server flags, after its own.
+    pub apiserver_extra: Vec<String>,
 }
 
 /// The four processes in start order (stop in the reverse).
@@ -96,7 +98,7 @@ impl Flags {
     /// address (the default endpoint reconciler then makes it the `kubernetes` Service's
     /// endpoint).
     pub fn apiserver(&self) -> Vec<String> {
-        self.argv(
+        let mut argv = self.argv(
             "kube-apiserver",
             vec![
                 format!("--advertise-address={}", self.address),
@@ -133,7 +135,9 @@ impl Flags {
                 "--allow-privileged=true".into(),
                 "--enable-bootstrap-token-auth=true".into(),
             ],
-        )
+        );
+        argv.extend(self.apiserver_extra.iter().cloned());
+        argv
     }
 
     /// kube-controller-manager: every controller kubeadm runs (with the bootstrap signer and
@@ -264,6 +268,7 @@ mod tests {
             service_cidr: "10.200.1.0/24".into(),
             cluster_name: "tideway-lab".into(),
             grace: Duration::from_secs(8),
+            apiserver_extra: Vec::new(),
         }
     }
 

@@ -109,6 +109,8 @@ pub struct ControlPlaneConfig {
     pub binary: PathBuf,
     /// The cluster's name in kubeconfigs.
     pub cluster_name: String,
+    /// Flags the API server gets after its own (a test's `--watch-cache-sizes`, say).
+    pub apiserver_flags: Vec<String>,
 }
 
 impl ControlPlaneConfig {
@@ -130,6 +132,7 @@ impl ControlPlaneConfig {
             nodes: Vec::new(),
             binary: binary()?,
             cluster_name: "tideway-lab".into(),
+            apiserver_flags: Vec::new(),
         })
     }
 }
@@ -229,6 +232,7 @@ impl ControlPlane {
             service_cidr: self.config.service_cidr.clone(),
             cluster_name: self.config.cluster_name.clone(),
             grace: self.config.grace,
+            apiserver_extra: self.config.apiserver_flags.clone(),
         }
     }
 
