@@ -114,15 +114,3 @@ fn bad_input_is_named_and_nothing_is_written() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to migrate"));
     let _ = std::fs::remove_dir_all(&dir);
 }
-
-/// `tideway migrate` with `args` and `--out dir`: the objects, the values and the table (the
-/// output after the line naming the files).
-fn migrate_to(dir: &Path, args: &[&std::ffi::OsStr]) -> (String, String, String, String) {
-    let out = Command::new(BIN).arg("migrate").args(args).arg("--out").arg(dir).output().expect("runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("written");
-    let table = stdout.split_once("\n\n").map_or(stdout.clone(), |(_, t)| t.to_string());
-    (read("objects.yaml"), read("values.yaml"), table, stderr)
-}
