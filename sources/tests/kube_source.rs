@@ -366,29 +366,6 @@ async fn rbac_denied_report_is_a_clear_error() {
     assert!(api.get("NodeProxyState", None, "node-a").is_none());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reviews_with_an_audience_take_only_tokens_minted_for_it() {
-    use tideway_api::auth::{Access, Authorizer, Denied};
-    use tideway_sources::kube::KubeReview;
-    let api = FakeApi::start().await;
-    let dir = tempdir::Dir::new("audience");
-    api.add_token("api-token", "alice", &[]);
-    api.add_token_for("tideway-token", "alice", &[], &["tideway"]);
-    api.grant("alice", "get", "tideway.io", "nodeproxystates");
-    let client = kube_client(&api, &dir, Account::Agent).await;
-    let access =
-        Access { verb: "get", group: "tideway.io", resource: "nodeproxystates", namespace: None, name: None };
-    let scoped = KubeReview::new(client.clone()).with_audiences(vec!["tideway".into()]);
-    assert_eq!(scoped.authorize("tideway-token", &access).await.map(|c| c.user), Ok("alice".into()));
-    let leaked = scoped.authorize("api-token", &access).await;
-    assert!(matches!(leaked, Err(Denied::BadToken(_))), "an API-server token is refused: {leaked:?}");
-    let reviews = api.requests_to("/apis/authentication.k8s.io/v1/tokenreviews");
-    assert_eq!(reviews.last().expect("a review").body["spec"]["audiences"], json!(["tideway"]));
-    let any = KubeReview::new(client);
-    assert!(any.authorize("api-token", &access).await.is_ok(), "without an audience: the API server's");
-    assert!(any.authorize("tideway-token", &access).await.is_err(), "a Tideway token is no API credential");
-}
-
 /// 2,000 calls with one bad token, each naming another object, and 2,000 with a good one:
 /// the API server sees a TokenReview or two per token, not one per call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

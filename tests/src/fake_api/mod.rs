@@ -5,11 +5,13 @@
 //! schema and CEL (`lab/tests/crd_admission.rs`), watches, streamed first views and 410 Gone
 //! after a real compaction (`lab/tests/watches.rs`, with [`crate::fault_proxy`] for cut and
 //! hung connections), `tideway migrate --from-cluster` against kubeadm's ConfigMaps and
-//! MetalLB's CRDs (`cli/tests/migrate_cluster.rs`), and the lab in kube mode
+//! MetalLB's CRDs (`cli/tests/migrate_cluster.rs`), TokenReviews and SubjectAccessReviews of
+//! tokens the server mints, by audience and RBAC (`lab/tests/reviews.rs`), and the lab in kube mode
 //! (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
-//!   that time out every 200 ms, an outage answering 503, a server that cannot stream lists;
+//!   that time out every 200 ms, an outage answering 503, a server that cannot stream lists,
+//!   counting the reviews a flood of calls costs;
 //! * `make check-rbac`, which reads the grants this server used to authorize each request by
 //!   the chart's roles (the real server's audit log does not say which rule allowed one);
 //! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
