@@ -1,6 +1,8 @@
 //! The test API server enforces what an API server does, seen through `kube::Client`: field
 //! ownership per manager with server-side apply (409 conflicts unless forced, fields a
-//! manager stops applying removed, no-op applies free), and `resourceVersion` preconditions.
+//! manager stops applying removed, no-op applies free), and `resourceVersion` preconditions:
+//! the same assertions `lab/tests/server_side_apply.rs` makes of the real API server, so that
+//! the tests still on the imitation meet the answers a cluster gives.
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -30,14 +32,14 @@ async fn apply_conflicts_ownership_and_preconditions() {
     let apply = |m: &str| PatchParams::apply(m);
 
     let first = pcs
-        .patch("default", &apply("ops"), &Patch::Apply(obj(json!({"mode": "nftables", "logLevel": "info"}))))
+        .patch("default", &apply("ops"), &Patch::Apply(obj(json!({"mode": "nftables", "syncPeriod": "30s"}))))
         .await
         .unwrap();
     assert_eq!(first.metadata.generation, Some(1));
     let rv = first.metadata.resource_version.clone();
     // The same configuration again changes nothing: same resourceVersion.
     let again = pcs
-        .patch("default", &apply("ops"), &Patch::Apply(obj(json!({"mode": "nftables", "logLevel": "info"}))))
+        .patch("default", &apply("ops"), &Patch::Apply(obj(json!({"mode": "nftables", "syncPeriod": "30s"}))))
         .await
         .unwrap();
     assert_eq!(again.metadata.resource_version, rv, "a no-op apply writes nothing");
@@ -59,7 +61,7 @@ async fn apply_conflicts_ownership_and_preconditions() {
         forced.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
     assert_eq!(managers, ["gitops", "ops"]);
 
-    // ops stops applying logLevel: it goes (nobody else owns it); mode stays with gitops.
+    // ops stops applying syncPeriod: it goes (nobody else owns it); mode stays with gitops.
     let dropped = pcs.patch("default", &apply("ops"), &Patch::Apply(obj(json!({})))).await.unwrap();
     assert_eq!(dropped.data["spec"], json!({"mode": "iptables"}));
 
