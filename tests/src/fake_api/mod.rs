@@ -8,7 +8,8 @@
 //! MetalLB's CRDs (`cli/tests/migrate_cluster.rs`), TokenReviews and SubjectAccessReviews of
 //! tokens the server mints, by audience and RBAC (`lab/tests/reviews.rs`), server-side apply's
 //! conflicts and a real `kubectl edit` (`lab/tests/server_side_apply.rs`, whose assertions
-//! `sources/tests/api_server.rs` holds this server to), and the lab in kube mode
+//! `sources/tests/api_server.rs` holds this server to), the agent's reach of a killed API
+//! server and an RBAC denial (`lab/tests/api_faults.rs`), and the lab in kube mode
 //! (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
