@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -15,6 +16,7 @@ pub struct FaultProxy {
     pub addr: SocketAddr,
     cut: watch::Sender<u64>,
     held: watch::Sender<bool>,
+    arrived_held: AtomicUsize,
 }
 
 impl FaultProxy {
@@ -23,10 +25,14 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port on 127.0.0.1");
         let (cut, _) = watch::channel(0);
         let (held, _) = watch::channel(false);
-        let proxy = Arc::new(FaultProxy { addr: listener.local_addr().expect("bound"), cut, held });
+        let addr = listener.local_addr().expect("bound");
+        let proxy = Arc::new(FaultProxy { addr, cut, held, arrived_held: AtomicUsize::new(0) });
         let p = proxy.clone();
         tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
+                if *p.held.borrow() {
+                    p.arrived_held.fetch_add(1, Ordering::Relaxed);
+                }
                 tokio::spawn(carry(inbound, target, p.cut.subscribe(), p.held.subscribe()));
             }
         });
@@ -41,6 +47,11 @@ impl FaultProxy {
     /// Makes new connections hang (`true`) or go through again (`false`, also for the ones held).
     pub fn hold(&self, on: bool) {
         self.held.send_replace(on);
+    }
+
+    /// How many connections arrived while new ones were held (the client kept trying).
+    pub fn arrived_held(&self) -> usize {
+        self.arrived_held.load(Ordering::Relaxed)
     }
 }
 
