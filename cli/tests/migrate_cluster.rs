@@ -6,7 +6,6 @@
 //! MetalLB's CRDs and a user who may not read them are each told so. (`migrate.rs` checks
 //! the conversion itself from files.)
 
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,27 +13,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use tideway_lab::kube::apply::Applier;
-use tideway_lab::kube::pki::{self, rewrite_server};
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
+use tideway_lab::kube::pki::{self};
+use tideway_lab::kube::standalone::Standalone;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tideway");
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 2, 2);
 /// MetalLB's release whose CRDs are applied (its Go module carries config/crd/bases).
 const METALLB: &str = "go.universe.tf/metallb@v0.16.2";
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -85,16 +69,14 @@ fn metallb_crds(scratch: &Path) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_cluster_set_up_by_kubeadm_migrates_as_its_objects_do_as_files() {
-    let id = std::process::id();
-    let ns = format!("tw-mig{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-migrate-cluster-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let mut config = ControlPlaneConfig::new(dir.join("cp"), Some(ns.clone()), ADDRESS).expect("make kube");
-    config.service_cidr = "10.96.0.0/16".into();
-    config.pod_cidr = "10.244.0.0/16".into();
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("mig", |config| {
+        config.service_cidr = "10.96.0.0/16".into();
+        config.pod_cidr = "10.244.0.0/16".into();
+    })
+    .await
+    .expect("a control plane (root; make kube)");
+    let dir = standalone.dir.clone();
+    let cp = &standalone.cp;
     let admin = dir.join("admin.conf");
     cp.write_host_kubeconfig(&admin).unwrap();
     let client = cp.client(&cp.admin_kubeconfig()).await.unwrap();
@@ -111,12 +93,7 @@ async fn a_real_cluster_set_up_by_kubeadm_migrates_as_its_objects_do_as_files() 
 
     // A user the API server does not let read kube-system's ConfigMaps (a client certificate
     // kubeadm signs, with no role bound): refused, naming the object, and nothing is written.
-    let kubeadm = pki::kubeadm(&tideway_lab::kube::binary().unwrap());
-    let mut argv = kubeadm.clone();
-    argv.extend(["kubeconfig", "user", "--client-name", "tideway-nobody", "--config"].map(String::from));
-    argv.push(cp.layout().kubeadm_config().display().to_string());
-    let nobody = dir.join("nobody.conf");
-    std::fs::write(&nobody, rewrite_server(&run(&argv), &cp.host_url())).unwrap();
+    let nobody = standalone.kubeconfig_for("tideway-nobody", &[], &cp.host_url()).unwrap();
     let out = Command::new(BIN)
         .args(["migrate", "--from-cluster", "--kubeconfig"])
         .arg(&nobody)
@@ -130,6 +107,7 @@ async fn a_real_cluster_set_up_by_kubeadm_migrates_as_its_objects_do_as_files() 
     assert!(!dir.join("denied").join("objects.yaml").exists());
 
     // kubeadm's addons, as `kubeadm init` installs them.
+    let kubeadm = pki::kubeadm(&tideway_lab::kube::binary().unwrap());
     for addon in ["kube-proxy", "coredns"] {
         let mut argv = kubeadm.clone();
         argv.extend(["init", "phase", "addon", addon, "--config"].map(String::from));

@@ -4,8 +4,6 @@
 //! certificate's names, the leader Leases, `kube-public/cluster-info` readable anonymously,
 //! the `kubernetes` Service's endpoint, PodSecurity `baseline`, and the audit log.
 
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,23 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, PostParams};
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
-
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use tideway_lab::kube::standalone::Standalone;
 
 fn get(client: &kube::Client, path: &str) -> impl std::future::Future<Output = Result<String, kube::Error>> {
     let req = http::Request::get(path).body(Vec::new()).unwrap();
@@ -55,16 +37,13 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_control_plane_comes_up_as_kubeadm_leaves_a_cluster() {
-    let id = std::process::id();
-    let ns = format!("tw-kcp{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-control-plane-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let mut config = ControlPlaneConfig::new(dir.clone(), Some(ns.clone()), ADDRESS).expect("make kube");
-    config.service_cidr = "10.96.0.0/16".into();
-    config.nodes = vec!["node-a".into(), "node-b".into()];
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("kcp", |config| {
+        config.service_cidr = "10.96.0.0/16".into();
+        config.nodes = vec!["node-a".into(), "node-b".into()];
+    })
+    .await
+    .expect("a control plane (root; make kube)");
+    let (cp, dir) = (&standalone.cp, standalone.dir.join("cp"));
     eprintln!("control plane ready after {:.1} s", cp.ready_after.as_secs_f64());
     assert_eq!(cp.version, "v1.37.2");
 

@@ -7,7 +7,6 @@
 //! accepted by both. `api/tests/refused.rs` checks the same list against the conversion and a
 //! CEL interpreter without a server.
 
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use kube::Error;
@@ -15,23 +14,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use tideway_api::crd::{CHECKED_KINDS, check};
 use tideway_lab::kube::apply::{Applier, ApplyError};
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
-
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 1, 2);
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use tideway_lab::kube::standalone::Standalone;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
@@ -81,14 +64,9 @@ async fn stored(client: &kube::Client, object: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_api_server_admits_as_the_crds_say() {
-    let id = std::process::id();
-    let ns = format!("tw-adm{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-crd-admission-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let config = ControlPlaneConfig::new(dir.clone(), Some(ns.clone()), ADDRESS).expect("make kube");
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("adm", |_| {}).await.expect("a control plane (root; make kube)");
+    let _dir = standalone.dir.clone();
+    let cp = &standalone.cp;
     let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
     let mut applier = Applier::new(admin.clone(), "tideway-admission-test");
 

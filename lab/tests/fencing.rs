@@ -6,8 +6,7 @@
 //! shows no write of it after its renew deadline, also once its network comes back; the
 //! standby takes over once the Lease expires and assigns what was created meanwhile.
 
-use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -17,10 +16,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tideway_core::operator::lease::{Elector, LeaseTimings};
+use tideway_lab::kube::ControlPlane;
 use tideway_lab::kube::apply::Applier;
-use tideway_lab::kube::pki::{self, rewrite_server};
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
+use tideway_lab::kube::standalone::Standalone;
 use tideway_operator::election::Lead;
 use tideway_operator::metrics::Metrics;
 use tideway_operator::reconcile::{LoopOptions, OperatorStatus};
@@ -31,21 +29,6 @@ use tideway_tests::fault_proxy::FaultProxy;
 use tideway_tests::until;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 7, 2);
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn leads(lead: &watch::Receiver<Lead>) -> bool {
     lead.borrow().leads_at(Instant::now())
@@ -59,20 +42,10 @@ struct Operator {
     proxy: Arc<FaultProxy>,
 }
 
-async fn operator(cp: &ControlPlane, dir: &Path, who: &str, timings: LeaseTimings) -> Operator {
-    let kubeadm = pki::kubeadm(&tideway_lab::kube::binary().unwrap());
-    let mut argv = kubeadm;
-    argv.extend(
-        ["kubeconfig", "user", "--org", "kubeadm:cluster-admins", "--client-name", who, "--config"]
-            .map(String::from),
-    );
-    argv.push(cp.layout().kubeadm_config().display().to_string());
-    let out = std::process::Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let proxy = FaultProxy::start(cp.host_endpoint()).await;
-    let kubeconfig = dir.join(format!("{who}.conf"));
-    let text = rewrite_server(&String::from_utf8_lossy(&out.stdout), &format!("https://{}", proxy.addr));
-    std::fs::write(&kubeconfig, text).unwrap();
+async fn operator(standalone: &Standalone, who: &str, timings: LeaseTimings) -> Operator {
+    let proxy = FaultProxy::start(standalone.cp.host_endpoint()).await;
+    let server = format!("https://{}", proxy.addr);
+    let kubeconfig = standalone.kubeconfig_for(who, &["kubeadm:cluster-admins"], &server).unwrap();
     let c = client(Some(&kubeconfig)).await.expect("client");
     let cluster = SharedCluster::new();
     tokio::spawn(KubeSource::new(c.clone(), Role::Operator, SourceMetrics::default()).run(cluster.clone()));
@@ -131,22 +104,11 @@ fn load_balancer(name: &str) -> Service {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_leader_sends_no_write_after_its_renew_deadline_and_a_standby_takes_over() {
-    let id = std::process::id();
-    let ns = format!("tw-fen{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-fencing-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let config = ControlPlaneConfig::new(dir.join("cp"), Some(ns.clone()), ADDRESS).expect("make kube");
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("fen", |_| {}).await.expect("a control plane (root; make kube)");
+    let cp = &standalone.cp;
     let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
+    standalone.apply_crds(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway/crds")).await.unwrap();
     let mut applier = Applier::new(admin.clone(), "tideway-test");
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway/crds");
-    for entry in std::fs::read_dir(crds).unwrap() {
-        let crd: Value =
-            serde_saphyr::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
-        applier.apply(&crd).await.unwrap();
-    }
     for name in ["tideway-system", "demo"] {
         let n: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &n).await.unwrap();
@@ -168,9 +130,9 @@ async fn a_cut_off_leader_sends_no_write_after_its_renew_deadline_and_a_standby_
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(200),
     };
-    let a = operator(&cp, &dir, "op-a", t).await;
+    let a = operator(&standalone, "op-a", t).await;
     until("op-a leads", || leads(&a.lead)).await;
-    let b = operator(&cp, &dir, "op-b", t).await;
+    let b = operator(&standalone, "op-b", t).await;
 
     // Services keep coming, one every 50 ms, for both operators to see.
     let services: Api<Service> = Api::namespaced(admin.clone(), "demo");
@@ -186,7 +148,7 @@ async fn a_cut_off_leader_sends_no_write_after_its_renew_deadline_and_a_standby_
     // op-a writes as the leader; it is cut off right after a renewal, with its whole renew
     // deadline left to try writing.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while writes(&cp, "op-a").is_empty() {
+    while writes(cp, "op-a").is_empty() {
         assert!(Instant::now() < deadline, "op-a never wrote");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -225,10 +187,10 @@ async fn a_cut_off_leader_sends_no_write_after_its_renew_deadline_and_a_standby_
     assert!(!leads(&a.lead) && leads(&b.lead), "op-a does not take the Lease back");
 
     let term = a.last_term.lock().unwrap().expect("op-a led");
-    let a_writes = writes(&cp, "op-a");
+    let a_writes = writes(cp, "op-a");
     let late: Vec<_> = a_writes.iter().filter(|(at, _)| *at > term).collect();
     assert!(late.is_empty(), "op-a wrote after its renew deadline: {late:?}");
-    let b_first = writes(&cp, "op-b").iter().map(|(at, _)| *at).min().expect("op-b wrote");
+    let b_first = writes(cp, "op-b").iter().map(|(at, _)| *at).min().expect("op-b wrote");
     assert!(b_first > term, "op-b wrote only after op-a's term ended");
     let since = |t: SystemTime| {
         t.duration_since(cut).map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())

@@ -4,33 +4,14 @@
 //! without Tideway's audience) for a ServiceAccount that RBAC lets read NodeProxyStates and
 //! nothing else.
 
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
-
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::json;
 use tideway_api::auth::{Access, Authorizer, Denied};
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
+use tideway_lab::kube::standalone::Standalone;
 use tideway_sources::kube::KubeReview;
-
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 4, 2);
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Creates `object` (any kind) as the admin.
 async fn create(
@@ -63,14 +44,9 @@ async fn token(accounts: &Api<ServiceAccount>, audiences: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_api_server_reviews_tokens_by_audience_and_access_by_rbac() {
-    let id = std::process::id();
-    let ns = format!("tw-rev{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-reviews-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let config = ControlPlaneConfig::new(dir.join("cp"), Some(ns.clone()), ADDRESS).expect("make kube");
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("rev", |_| {}).await.expect("a control plane (root; make kube)");
+    let _dir = standalone.dir.clone();
+    let cp = &standalone.cp;
     let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
 
     create(&admin, "v1", "Namespace", "namespaces", None, json!({"metadata": {"name": "tw"}})).await;

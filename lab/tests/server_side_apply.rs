@@ -5,31 +5,14 @@
 //! next apply without force is a conflict naming `kubectl-edit`. The imitation API server's
 //! version of these assertions (`sources/tests/api_server.rs`) is held to the same answers.
 
-use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tideway_lab::kube::apply::Applier;
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
-
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 5, 2);
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use tideway_lab::kube::standalone::Standalone;
 
 fn configs(c: kube::Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("tideway.io", "v1alpha1", "ProxyConfig");
@@ -61,14 +44,9 @@ fn kubectl() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_conflicts_ownership_preconditions_and_kubectl_edit() {
-    let id = std::process::id();
-    let ns = format!("tw-ssa{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-ssa-real-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let config = ControlPlaneConfig::new(dir.join("cp"), Some(ns.clone()), ADDRESS).expect("make kube");
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("ssa", |_| {}).await.expect("a control plane (root; make kube)");
+    let dir = standalone.dir.clone();
+    let cp = &standalone.cp;
     let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
     let crd_file =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway/crds/proxyconfigs.tideway.io.yaml");

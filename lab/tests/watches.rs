@@ -8,38 +8,22 @@
 //!   reports exactly what changed meanwhile, nothing lost, nothing twice.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tideway_core::model::ServiceName;
+use tideway_lab::kube::ControlPlane;
 use tideway_lab::kube::pki::rewrite_server;
-use tideway_lab::kube::{ControlPlane, ControlPlaneConfig, standalone_namespace};
-use tideway_lab::netns;
+use tideway_lab::kube::standalone::Standalone;
 use tideway_sources::SharedCluster;
 use tideway_sources::kube::{KubeSource, Role, client};
 use tideway_sources::metrics::SourceMetrics;
 use tideway_tests::fault_proxy::FaultProxy;
 
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 3, 2);
 /// How often the API server compacts etcd's history (its default is 5 minutes).
 const COMPACTION: Duration = Duration::from_secs(1);
-
-/// Removes the namespace and directory the test made, also when it fails.
-struct Cleanup {
-    ns: String,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::remove(&self.ns);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn service(name: &str, port: i32) -> Service {
     serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns1"},
@@ -81,19 +65,17 @@ fn audited(cp: &ControlPlane, resource: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_nothing() {
-    let id = std::process::id();
-    let ns = format!("tw-wat{id}-n-cp");
-    let dir = std::env::temp_dir().join(format!("tideway-watches-{id}"));
-    let _cleanup = Cleanup { ns: ns.clone(), dir: dir.clone() };
-    std::fs::create_dir_all(&dir).unwrap();
-    netns::run(&standalone_namespace(&ns, ADDRESS)).expect("a namespace (root)");
-    let mut config = ControlPlaneConfig::new(dir.join("cp"), Some(ns.clone()), ADDRESS).expect("make kube");
-    config.service_cidr = "10.96.0.0/16".into();
-    config.apiserver_flags = vec![
-        "--watch-cache-sizes=services#0".into(),
-        format!("--etcd-compaction-interval={}s", COMPACTION.as_secs()),
-    ];
-    let cp = ControlPlane::start(config).await.expect("the control plane");
+    let standalone = Standalone::start("wat", |config| {
+        config.service_cidr = "10.96.0.0/16".into();
+        config.apiserver_flags = vec![
+            "--watch-cache-sizes=services#0".into(),
+            format!("--etcd-compaction-interval={}s", COMPACTION.as_secs()),
+        ];
+    })
+    .await
+    .expect("a control plane (root; make kube)");
+    let dir = standalone.dir.clone();
+    let cp = &standalone.cp;
     let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let ns1 = serde_json::from_value(json!({"metadata": {"name": "ns1"}})).unwrap();
@@ -121,7 +103,7 @@ async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_
     // First views: streamed (`sendInitialEvents`), also for Services, whose watch cache is off:
     // a 1.37 server streams from etcd then. (kube-runtime's watches ask timeoutSeconds=290.)
     for resource in ["endpointslices", "services"] {
-        let asked = audited(&cp, resource);
+        let asked = audited(cp, resource);
         let streamed = |r: &String| r.starts_with("watch 200") && r.contains("sendInitialEvents=true");
         assert!(
             asked.iter().any(|r| streamed(r) && r.contains("timeoutSeconds=290")),

@@ -24,6 +24,7 @@ pub mod chart;
 pub mod control_plane;
 pub mod objects;
 pub mod pki;
+pub mod standalone;
 pub mod view;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -83,6 +84,17 @@ pub enum KubeError {
     /// The API server refused a request.
     #[error("the API server: {0}")]
     Api(#[from] kube::Error),
+    /// An object could not be applied.
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
+    /// A manifest that is not YAML.
+    #[error("{path}: {message}")]
+    Manifest {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// How to run a control plane.

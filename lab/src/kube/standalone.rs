@@ -1,0 +1,100 @@
+//! A control plane in a network namespace of its own, with no lab topology: what each test of
+//! Tideway's Kubernetes edge starts (one per test process). Dropped, it stops the control
+//! plane, removes the namespace and its files.
+//!
+//!   Standalone::start("watches", |config| ...)  -> the control plane, ready
+//!     .admin()                 a client with kubeadm's admin credentials (through the host's forward)
+//!     .kubeconfig_for(user, groups, server)   a client certificate kubeadm signs
+//!     .apply_crds(dir)         every CustomResourceDefinition in a directory, served
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::apply::Applier;
+use super::pki::{self, rewrite_server};
+use super::{ControlPlane, ControlPlaneConfig, KubeError, standalone_namespace};
+use crate::netns;
+
+/// The API server's address inside the namespace (each namespace has its own).
+pub const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
+
+/// A running control plane in namespace `tw-TAG<pid>-n-cp`, files under the temporary directory.
+pub struct Standalone {
+    /// The control plane.
+    pub cp: ControlPlane,
+    /// Its directory (the test may keep files there too).
+    pub dir: PathBuf,
+    ns: String,
+}
+
+impl Standalone {
+    /// Starts a control plane for test `tag`, its configuration changed by `configure` first.
+    pub async fn start(
+        tag: &str,
+        configure: impl FnOnce(&mut ControlPlaneConfig),
+    ) -> Result<Standalone, KubeError> {
+        let id = std::process::id();
+        let ns = format!("tw-{tag}{id}-n-cp");
+        let dir = std::env::temp_dir().join(format!("tideway-{tag}-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        netns::run(&standalone_namespace(&ns, ADDRESS)).map_err(|e| KubeError::Command {
+            command: format!("ip netns add {ns}"),
+            message: e.to_string(),
+        })?;
+        let mut config = ControlPlaneConfig::new(dir.join("cp"), Some(ns.clone()), ADDRESS)?;
+        configure(&mut config);
+        match ControlPlane::start(config).await {
+            Ok(cp) => Ok(Standalone { cp, dir, ns }),
+            Err(e) => {
+                netns::remove(&ns);
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// A client with kubeadm's admin credentials (`kubeadm:cluster-admins`).
+    pub async fn admin(&self) -> Result<kube::Client, KubeError> {
+        self.cp.client(&self.cp.admin_kubeconfig()).await
+    }
+
+    /// Writes a kubeconfig for `user` in `groups` (a client certificate kubeadm signs) that talks
+    /// to `server` (the host's forward, or a proxy in front of it), as `dir/USER.conf`.
+    pub fn kubeconfig_for(&self, user: &str, groups: &[&str], server: &str) -> Result<PathBuf, KubeError> {
+        let mut argv = pki::kubeadm(&super::binary()?);
+        argv.extend(["kubeconfig", "user", "--client-name", user].map(String::from));
+        for g in groups {
+            argv.extend(["--org".to_string(), g.to_string()]);
+        }
+        argv.extend(["--config".to_string(), self.cp.layout().kubeadm_config().display().to_string()]);
+        let text = pki::run(&argv)?;
+        let path = self.dir.join(format!("{user}.conf"));
+        pki::write_private(&path, &rewrite_server(&text, server))?;
+        Ok(path)
+    }
+
+    /// Applies every CustomResourceDefinition in `dir` (one per YAML file) and waits until each
+    /// is served; how many.
+    pub async fn apply_crds(&self, dir: &Path) -> Result<usize, KubeError> {
+        let mut applier = Applier::new(self.admin().await?, "tideway-test");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| Some(e.ok()?.path())).collect();
+        files.sort();
+        for file in &files {
+            let bad = |message: String| KubeError::Manifest { path: file.display().to_string(), message };
+            let crd: Value =
+                serde_saphyr::from_str(&std::fs::read_to_string(file)?).map_err(|e| bad(e.to_string()))?;
+            applier.apply(&crd).await?;
+        }
+        Ok(files.len())
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        self.cp.stop();
+        netns::remove(&self.ns);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
