@@ -19,7 +19,7 @@
 //! * `make check-rbac`, which reads the grants this server used to authorize each request by
 //!   the chart's roles (the real server's audit log does not say which rule allowed one);
 //! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
-//!   operator's `kube`, `fencing`, `failover` and `metallb`, the CLI's `kubernetes` and
+//!   operator's `kube`, `failover` and `metallb`, the CLI's `kubernetes` and
 //!   `failover`, and the benchmarks that count requests.
 //!
 //! It speaks just enough of the REST protocol for
