@@ -10,7 +10,8 @@
 //! conflicts and a real `kubectl edit` (`lab/tests/server_side_apply.rs`, whose assertions
 //! `sources/tests/api_server.rs` holds this server to), the agent's reach of a killed API
 //! server and an RBAC denial (`lab/tests/api_faults.rs`), fenced leadership over real Leases
-//! with the audit log's arrival times (`lab/tests/fencing.rs`), and the lab in kube mode
+//! with the audit log's arrival times (`lab/tests/fencing.rs`), 429s from API Priority and
+//! Fairness (`lab/tests/throttled.rs`), and the lab in kube mode
 //! (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
