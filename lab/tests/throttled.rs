@@ -20,15 +20,6 @@ use tideway_sources::metrics::SourceMetrics;
 
 const USER: &str = "tideway-throttled";
 
-fn counter(registry: &prometheus_client::registry::Registry, needle: &str) -> f64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
-    text.lines()
-        .filter(|l| l.contains(needle) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_throttled_by_priority_and_fairness_backs_off_syncs_and_stays_reachable() {
     let standalone = Standalone::start("apf", |config| {
@@ -81,7 +72,7 @@ async fn a_source_throttled_by_priority_and_fairness_backs_off_syncs_and_stays_r
     let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
     let task = tokio::spawn(KubeSource::new(client, role, metrics).run(cluster.clone()));
     let deadline = Instant::now() + Duration::from_secs(60);
-    while counter(&registry, "code=\"429\"") < 1.0 {
+    while tideway_tests::metrics::sum(&registry, "code=\"429\"") < 1.0 {
         assert!(Instant::now() < deadline, "the source was never answered 429");
         assert!(cluster.api_reachable(), "a 429 read as unreachable");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -96,7 +87,10 @@ async fn a_source_throttled_by_priority_and_fairness_backs_off_syncs_and_stays_r
         .expect("synced after the flood");
     assert!(cluster.lock().node("node-a").is_some());
     assert!(cluster.api_reachable());
-    eprintln!("429s answered to the source's watches: {}", counter(&registry, "code=\"429\""));
+    eprintln!(
+        "429s answered to the source's watches: {}",
+        tideway_tests::metrics::sum(&registry, "code=\"429\"")
+    );
     // The server says so too: 429s to that user in its audit log.
     let audit = std::fs::read_to_string(standalone.cp.layout().audit_log()).unwrap();
     let throttled = audit

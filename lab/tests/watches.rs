@@ -36,15 +36,6 @@ fn names(cluster: &SharedCluster) -> BTreeSet<String> {
     cluster.lock().services().map(|s| s.name.to_string()).filter(|n| n.starts_with("ns1/")).collect()
 }
 
-fn counter(registry: &prometheus_client::registry::Registry, needle: &str) -> f64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
-    text.lines()
-        .filter(|l| l.contains(needle) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The verbs and request URIs the audit log records for `resource` (a watch when it starts).
 fn audited(cp: &ControlPlane, resource: &str) -> Vec<String> {
     let text = std::fs::read_to_string(cp.layout().audit_log()).unwrap_or_default();
@@ -130,7 +121,7 @@ async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_
         config_maps.create(&PostParams::default(), &cm).await.unwrap();
         tokio::time::sleep(COMPACTION * 2).await;
     }
-    let gone_before = counter(&registry, "reason=\"gone\"");
+    let gone_before = tideway_tests::metrics::sum(&registry, "reason=\"gone\"");
     proxy.hold(false);
 
     let want: BTreeSet<String> = services
@@ -142,8 +133,14 @@ async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_
         .map(|s| format!("ns1/{}", s.metadata.name.as_deref().unwrap()))
         .collect();
     tideway_tests::until("the view caught up", || names(&cluster) == want).await;
-    tideway_tests::until("the 410 counted", || counter(&registry, "reason=\"gone\"") > gone_before).await;
-    assert!(counter(&registry, "tideway_source_relists_total{kind=\"Service\"}") >= 1.0, "and a relist");
+    tideway_tests::until("the 410 counted", || {
+        tideway_tests::metrics::sum(&registry, "reason=\"gone\"") > gone_before
+    })
+    .await;
+    assert!(
+        tideway_tests::metrics::sum(&registry, "tideway_source_relists_total{kind=\"Service\"}") >= 1.0,
+        "and a relist"
+    );
     let changed: BTreeSet<String> =
         cluster.lock().take_changes().services.iter().map(|s| s.to_string()).collect();
     let mut expected: BTreeSet<String> = (5..22).map(|i| format!("ns1/s{i}")).collect();

@@ -62,15 +62,6 @@ fn names(cluster: &SharedCluster) -> BTreeSet<String> {
     cluster.lock().services().map(|s| s.name.to_string()).collect()
 }
 
-fn counter(registry: &prometheus_client::registry::Registry, needle: &str) -> f64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
-    text.lines()
-        .filter(|l| l.contains(needle) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() {
     let api = FakeApi::start().await;
@@ -120,10 +111,10 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
     assert_eq!(web_ip.to_string(), "10.96.0.20");
     // The relist is counted right after its state is stored, on the source's own task.
     until("the relist counted", || {
-        counter(&registry, "tideway_source_relists_total{kind=\"Service\"}") >= 1.0
+        tideway_tests::metrics::sum(&registry, "tideway_source_relists_total{kind=\"Service\"}") >= 1.0
     })
     .await;
-    assert!(counter(&registry, "reason=\"gone\"") >= 1.0, "the 410 is counted");
+    assert!(tideway_tests::metrics::sum(&registry, "reason=\"gone\"") >= 1.0, "the 410 is counted");
     task.abort();
 }
 
@@ -208,7 +199,10 @@ async fn agent_source_selects_like_kube_proxy_and_syncs_only_after_every_kind() 
     );
 
     // RBAC denies EndpointSlices: the other kinds arrive, but the state is not synced.
-    until("the 403 is counted", || counter(&registry, "reason=\"forbidden\",code=\"403\"") >= 1.0).await;
+    until("the 403 is counted", || {
+        tideway_tests::metrics::sum(&registry, "reason=\"forbidden\",code=\"403\"") >= 1.0
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!cluster.is_synced(), "not synced before every kind is listed");
     api.forbid("EndpointSlice", false);
@@ -443,7 +437,10 @@ async fn a_watch_from_a_compacted_version_relists_and_reports_only_what_changed(
         .map(|s| format!("ns1/{}", s["metadata"]["name"].as_str().unwrap()))
         .collect();
     until("the view caught up", || names(&cluster) == want).await;
-    assert!(counter(&registry, "reason=\"gone\"") >= 1.0, "the watch was answered 410 Gone");
+    assert!(
+        tideway_tests::metrics::sum(&registry, "reason=\"gone\"") >= 1.0,
+        "the watch was answered 410 Gone"
+    );
     assert!(first_views(&api, "/api/v1/services") > lists_before, "and the source listed again");
     assert_eq!(cluster.lock().services().count(), want.len(), "each Service once");
     let changed: BTreeSet<String> =

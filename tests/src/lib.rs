@@ -10,6 +10,7 @@
 pub mod fake_api;
 pub mod fault_proxy;
 pub mod frr;
+pub mod metrics;
 pub mod netns;
 
 use std::path::{Path, PathBuf};
