@@ -106,7 +106,7 @@ fn load_balancer(name: &str) -> Service {
 async fn a_cut_off_leader_sends_no_write_after_its_renew_deadline_and_a_standby_takes_over() {
     let standalone = Standalone::start("fen", |_| {}).await.expect("a control plane (root; make kube)");
     let cp = &standalone.cp;
-    let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
     standalone.apply_crds(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway/crds")).await.unwrap();
     let mut applier = Applier::new(admin.clone(), "tideway-test");
     for name in ["tideway-system", "demo"] {

@@ -45,9 +45,8 @@ async fn token(accounts: &Api<ServiceAccount>, audiences: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_api_server_reviews_tokens_by_audience_and_access_by_rbac() {
     let standalone = Standalone::start("rev", |_| {}).await.expect("a control plane (root; make kube)");
-    let _dir = standalone.dir.clone();
     let cp = &standalone.cp;
-    let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
 
     create(&admin, "v1", "Namespace", "namespaces", None, json!({"metadata": {"name": "tw"}})).await;
     create(

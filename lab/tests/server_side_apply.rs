@@ -47,7 +47,7 @@ async fn server_side_apply_conflicts_ownership_preconditions_and_kubectl_edit() 
     let standalone = Standalone::start("ssa", |_| {}).await.expect("a control plane (root; make kube)");
     let dir = standalone.dir.clone();
     let cp = &standalone.cp;
-    let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
     let crd_file =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway/crds/proxyconfigs.tideway.io.yaml");
     let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(crd_file).unwrap()).unwrap();

@@ -67,7 +67,7 @@ async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_
     .expect("a control plane (root; make kube)");
     let dir = standalone.dir.clone();
     let cp = &standalone.cp;
-    let admin = cp.client(&cp.admin_kubeconfig()).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let ns1 = serde_json::from_value(json!({"metadata": {"name": "ns1"}})).unwrap();
     namespaces.create(&PostParams::default(), &ns1).await.unwrap();
