@@ -64,15 +64,16 @@ echo "== runc runs it (bundle by umoci unpack from the image's config)"
 # CAP_SYS_RESOURCE (a sandboxed CI machine) refuses to set; the bundle below leaves them out.
 skopeo copy --quiet "oci-archive:$archive" "oci:$t/oci:image"
 umoci unpack --image "$t/oci:image" "$t/bundle" >/dev/null
+cp "$t/bundle/config.json" "$t/image-config.json"
 n=0
 run() { # run USER CAPABILITIES ARGS...: the image's process as USER with CAPABILITIES added
     local user=$1 caps=$2
     shift 2
     n=$((n + 1))
-    python3 - "$t/bundle/config.json" "$user" "$caps" "$@" <<'PY2'
+    python3 - "$t/image-config.json" "$t/bundle/config.json" "$user" "$caps" "$@" <<'PY2'
 import json, sys
-path, user, caps, *args = sys.argv[1:]
-spec = json.load(open(path))
+image, path, user, caps, *args = sys.argv[1:]
+spec = json.load(open(image))  # each run starts from the spec umoci made of the image
 process = spec["process"]
 process.pop("rlimits", None)
 process["terminal"] = False
