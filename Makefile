@@ -30,9 +30,11 @@ generated: build
 	$(TARGET_DIR)/debug/tideway crdgen --dir helm/tideway/crds
 	UPDATE_GOLDEN=1 $(CARGO) test -p tideway-tests --test golden --test frr
 	UPDATE_SNAPSHOTS=1 ./scripts/test-helm.sh
+	./scripts/gen-runtime-defaults.sh
 
 check-generated: build
 	d=$$(mktemp -d) && $(TARGET_DIR)/debug/tideway crdgen --dir $$d && diff -ru helm/tideway/crds $$d; s=$$?; rm -rf $$d; exit $$s
+	./scripts/gen-runtime-defaults.sh --check
 
 # The lab's Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kube-proxy, kubeadm) as one binary, target/kube/tideway-kube, built from kube/
@@ -47,7 +49,7 @@ image:
 
 # The image built twice (same bytes), read by skopeo, loaded and run by podman, imported by
 # containerd as `kind load` does, its SBOM checked against its layer.
-test-image:
+test-image: image
 	./scripts/test-image.sh
 
 # The Helm chart: lint, strict schema validation of every rendered object, RBAC, snapshots.
@@ -108,4 +110,5 @@ bench-dns:
 fuzz-dns:
 	./dns/fuzz/run.sh 60
 
-test: deps lint purity check-generated test-helm kube unit check-rbac test-scale test-image test-api test-ipvs
+# `image` comes before `unit`: the kube lab's test runs Pods from it.
+test: deps lint purity check-generated test-helm kube image unit check-rbac test-scale test-image test-api test-ipvs

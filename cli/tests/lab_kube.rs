@@ -154,6 +154,7 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     }
 
     a_new_node_needs_the_api_servers_address(&lab);
+    pods_run_from_a_loaded_image_under_their_security_context(&lab);
 
     // `lab replace` deletes what the lab applied and the file no longer names.
     let without_svc3: String =
@@ -188,6 +189,85 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
             && e["responseStatus"]["code"] == 200
     });
     assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
+}
+
+/// The archive `make image` writes (`TIDEWAY_IMAGE_ARCHIVE` names another).
+fn image_archive() -> PathBuf {
+    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/image")
+        .join(format!("tideway-{}.oci.tar", env!("CARGO_PKG_VERSION")));
+    let path = std::env::var_os("TIDEWAY_IMAGE_ARCHIVE").map_or(default, PathBuf::from);
+    assert!(path.exists(), "{}: no image archive; build it with `make image`", path.display());
+    path
+}
+
+/// A container's output, where the lab's kubelet keeps it (it serves no `kubectl logs`).
+fn container_log(lab: &TestLab, pod: &Value, container: &str) -> String {
+    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
+    let (node, name) = (pod["spec"]["nodeName"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
+    let log = dir.join(format!("nodes/{node}/pods/default_{name}/containers/{container}.log"));
+    std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()))
+}
+
+fn waiting_reason(lab: &TestLab, pod: &str) -> Result<String, String> {
+    let p = kubectl_json(lab, &["get", "pod", pod]);
+    p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{pod} is not waiting: {}", p["status"]))
+}
+
+/// `tideway lab load image` makes the image `make image` built available, as `kind load
+/// image-archive` does; the lab's kubelet runs Pods naming it under runc with the spec a CRI
+/// runtime writes: the user, capabilities, seccomp and no_new_privs the Pod asks for, a
+/// read-only `/proc/sys` and root filesystem, a ConfigMap volume, env; probes run in the
+/// container; traffic reaches it through Tideway; `imagePullPolicy: Always` fails as a pull
+/// without a registry, and runAsNonRoot refuses root as kubelet does.
+fn pods_run_from_a_loaded_image_under_their_security_context(lab: &TestLab) {
+    let loaded = ok(
+        tideway(&["lab", "load", "image", image_archive().to_str().unwrap(), "--name", &lab.name]),
+        "lab load image",
+    );
+    assert!(loaded.contains("loaded ghcr.io/tideway-net/tideway:0.1.0"), "{loaded}");
+    let pods = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/image-pods.yaml");
+    kubectl(lab, &["apply", "-f", pods.to_str().unwrap()]).unwrap();
+
+    let check = eventually(patience(60.0), || {
+        let p = kubectl_json(lab, &["get", "pod", "imgcheck"]);
+        if p["status"]["phase"] == "Succeeded" { Ok(p) } else { Err(format!("imgcheck: {}", p["status"])) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    let out = container_log(lab, &check, "c");
+    for line in [
+        "Uid: 65532\t65532\t65532\t65532",
+        "CapEff: 0000000000000000",
+        "NoNewPrivs: 1",
+        "Seccomp: 2",
+        "sysctl=refused",
+        "rootfs=refused",
+        "key=from-a-configmap",
+        "foo=bar host=imgcheck",
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in imgcheck's output:\n{out}");
+    }
+
+    let lb = eventually(patience(60.0), || {
+        let s = kubectl_json(lab, &["get", "service", "imgweb"]);
+        s["status"]["loadBalancer"]["ingress"][0]["ip"].as_str().map(str::to_string).ok_or(format!("{s}"))
+    })
+    .unwrap();
+    wait_serving_within(lab, "mypc", &format!("http://{lb}/"), 1, patience(60.0));
+    let web = kubectl_json(lab, &["get", "pod", "imgweb"]);
+    assert_eq!(
+        web["status"]["containerStatuses"][0]["restartCount"], 0,
+        "its exec liveness probe passes: {web}"
+    );
+    assert_eq!(
+        eventually(patience(30.0), || waiting_reason(lab, "imgalways")).unwrap_or_default(),
+        "ErrImagePull"
+    );
+    let refused = eventually(patience(30.0), || waiting_reason(lab, "imgroot")).unwrap_or_default();
+    assert_eq!(refused, "CreateContainerConfigError");
 }
 
 /// Runs `cmd` (argv) and asserts it succeeded.

@@ -180,6 +180,13 @@ enum LabCommand {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Make an image available to every node of a kube lab, as `kind load image-archive`
+    /// does: a Pod naming it runs it as a container under runc.
+    Load {
+        /// What to load.
+        #[command(subcommand)]
+        what: LoadCommand,
+    },
     /// Run the lab's kubelet for one node (started by the lab, inside the node's namespace).
     #[command(hide = true)]
     Kubelet {
@@ -197,6 +204,21 @@ enum LabCommand {
     /// Remove everything the lab made (idempotent; works after a crash).
     Down {
         /// The lab (default: every lab).
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LoadCommand {
+    /// An OCI image archive (`make image` writes one), under the names it carries.
+    Image {
+        /// The archive.
+        file: PathBuf,
+        /// Another name for it (`registry/repository:tag`).
+        #[arg(long = "as")]
+        reference: Vec<String>,
+        /// The lab (default: the only one running).
         #[arg(long)]
         name: Option<String>,
     },
@@ -296,6 +318,14 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         LabCommand::Pod { pod, state, name } => pod_readiness(name, pod, state == "unready"),
+        LabCommand::Load { what: LoadCommand::Image { file, reference, name } } => {
+            let lab = pick(name.clone())?;
+            let store = crate::images::Store::new(lab_dir(&lab).join("images"));
+            for n in store.load(file, reference)? {
+                println!("loaded {n} into lab {lab}");
+            }
+            Ok(0)
+        }
         LabCommand::Kubelet { config } => crate::kubelet::main(config),
         LabCommand::Container { spec } => crate::kubelet::runtime::run_helper(spec),
         LabCommand::Down { name } => down(name.as_deref()),
@@ -359,6 +389,7 @@ fn down(name: Option<&str>) -> anyhow::Result<i32> {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        crate::kubelet::runc::remove_all(&dir);
         let removed = netns::remove_all(&format!("tw-{n}-"));
         crate::frr::remove_run_dirs(&format!("tw-{n}-"));
         let _ = std::fs::remove_dir_all(&dir);

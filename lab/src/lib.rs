@@ -28,6 +28,7 @@ pub mod cli;
 pub mod control;
 pub mod faults;
 pub mod frr;
+pub mod images;
 pub mod kube;
 pub mod kubelet;
 pub mod netns;

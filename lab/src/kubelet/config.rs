@@ -64,6 +64,10 @@ pub struct KubeletConfig {
     /// Image repositories that mean the built-in whoami server.
     #[serde(default = "default_whoami_images")]
     pub whoami_images: Vec<String>,
+    /// The lab's image store (`tideway lab load image`): a container whose image was loaded
+    /// there runs from it under runc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_dir: Option<PathBuf>,
     /// The node's state directory (`/run/tideway-lab/LAB/nodes/NODE`): pods, volumes, IPAM,
     /// and the node's own `hostPath`s.
     pub state_dir: PathBuf,

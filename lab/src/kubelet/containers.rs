@@ -174,7 +174,7 @@ impl Ctr {
         out: &UnboundedSender<ProbeMsg>,
     ) {
         let Some(p) = &self.process else { return };
-        let pid = p.record.pid;
+        let target = p.view_pid();
         let kinds: Vec<(Kind, Option<&k8s_openapi::api::core::v1::Probe>)> = if self.started {
             vec![
                 (Kind::Readiness, self.spec.readiness_probe.as_ref()),
@@ -195,7 +195,8 @@ impl Ctr {
                 out.send(ProbeMsg { uid: uid.clone(), container: container.clone(), generation, kind, ok })
                     .is_ok()
             };
-            let task = probe::worker(kind, check, probe::schedule(spec), pid, flag.to_path_buf(), send);
+            let task =
+                probe::worker(kind, check, probe::schedule(spec), target.clone(), flag.to_path_buf(), send);
             self.probes.push(tokio::spawn(task));
         }
     }

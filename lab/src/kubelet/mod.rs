@@ -16,8 +16,11 @@
 //!     volumes    emptyDir, hostPath, configMap, secret, downwardAPI, projected (the
 //!                ServiceAccount token from TokenRequest, bound to the Pod, with the node's
 //!                credentials; kube-root-ca.crt; namespace), written as kubelet writes them
-//!     containers through `tideway lab container` (a private mount namespace with the volumes
-//!                at their mountPaths): whoami for the lab's images, `tideway` for Tideway's,
+//!     containers an image loaded by `tideway lab load image` runs under runc, with the OCI
+//!                spec a CRI runtime writes (oci, runc: securityContext, read-only /proc/sys,
+//!                seccomp, a fresh overlay per start); otherwise through `tideway lab
+//!                container` (a private mount namespace with the volumes at their
+//!                mountPaths): whoami for the lab's images, `tideway` for Tideway's,
 //!                ErrImagePull for the rest; env with $(VAR), fieldRef and the Service links;
 //!                probes; restartPolicy with kubelet's back-off
 //!     status     phase, podIP(s), hostIP(s), conditions, containerStatuses, as kubelet writes
@@ -30,9 +33,10 @@
 //!
 //! What it does not do: no eviction (no pressure is ever reported), no resource accounting,
 //! requests or limits, no cgroups, no image pulls (only the images above run), no CRI, no
-//! static or mirror pods, no Events, no `securityContext` (every process runs as root with the
-//! host's capabilities), no user or PID namespaces, no `/etc/hosts`, no envFrom or
-//! configMapKeyRef/secretKeyRef, no CSI or persistent volumes, and no kubelet API on 10250:
+//! static or mirror pods, no Events, `securityContext` only for containers from loaded images
+//! (the others run as root with the host's capabilities), no user namespaces, no pause
+//! container (each runc container has PID and IPC namespaces of its own), no `/etc/hosts`, no
+//! envFrom or configMapKeyRef/secretKeyRef, no CSI or persistent volumes, and no kubelet API on 10250:
 //! `kubectl logs`, `exec`, `attach` and `port-forward` fail against it (the container's output
 //! is in `<state>/pods/NS_POD/containers/NAME.log`). Pods on a node with its own network share
 //! the host's filesystem but for their volumes.
@@ -48,13 +52,16 @@
 pub mod config;
 pub mod containers;
 pub mod env;
+pub mod from_image;
 pub mod ipam;
 pub mod launch;
 pub mod mounts;
 pub mod node;
+pub mod oci;
 pub mod pods;
 pub mod probe;
 pub mod projection;
+pub mod runc;
 pub mod runtime;
 pub mod sandbox;
 pub mod status;

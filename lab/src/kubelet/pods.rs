@@ -5,7 +5,7 @@
 //! when it leaves the node.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -13,9 +13,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::config::ImageKind;
 use super::config::KubeletConfig;
 use super::containers::{Ctr, ProbeMsg, restarts};
 use super::env::{Runtime, environment};
+use super::from_image::{self, Placement};
 use super::launch::{Launch, launch};
 use super::mounts::{ContainerSpec, Mount};
 use super::probe::Kind;
@@ -290,18 +292,23 @@ impl Worker {
                 return;
             }
         };
-        let processes = match launch(ctx.cfg, &self.name, &c.spec, &env) {
-            Launch::Run(p) => p,
-            Launch::Refused { reason, message } => {
-                let since = *c.refused_since.get_or_insert_with(Instant::now);
-                let reason = if reason == "ErrImagePull" && since.elapsed() >= Duration::from_secs(10) {
-                    "ImagePullBackOff".to_string()
-                } else {
-                    reason
-                };
-                c.state = State::Waiting { reason, message };
-                return;
-            }
+        let refuse = |c: &mut Ctr, reason: String, message: String| {
+            let since = *c.refused_since.get_or_insert_with(Instant::now);
+            let reason = if reason == "ErrImagePull" && since.elapsed() >= Duration::from_secs(10) {
+                "ImagePullBackOff".to_string()
+            } else {
+                reason
+            };
+            c.state = State::Waiting { reason, message };
+        };
+        let image = match ctx.cfg.image_kind(c.spec.image.as_deref().unwrap_or_default()) {
+            ImageKind::Whoami => None,
+            _ => from_image::loaded(ctx.cfg, &c.spec),
+        };
+        let processes = match (&image, launch(ctx.cfg, &self.name, &c.spec, &env)) {
+            (Some(_), _) => Vec::new(),
+            (None, Launch::Run(p)) => p,
+            (None, Launch::Refused { reason, message }) => return refuse(c, reason, message),
         };
         let mut mounts = match container_mounts(&pod, &c.spec, &dir, &ctx.cfg.state_dir) {
             Ok(m) => m,
@@ -314,6 +321,22 @@ impl Worker {
         if resolv.exists() {
             mounts.push(Mount { source: resolv, target: "/etc/resolv.conf".into(), read_only: true });
         }
+        let runc = match &image {
+            None => None,
+            Some(img) => {
+                let netns_path = (!self.host_network).then(|| Path::new("/run/netns").join(&netns));
+                let at = Placement {
+                    pod_dir: &dir,
+                    uid: &uid,
+                    netns: netns_path.as_deref(),
+                    hostname: hostname.as_deref(),
+                };
+                match from_image::bundle(ctx.cfg, &pod, &c.spec, img, &env, &mounts, &at) {
+                    Ok(r) => Some(r),
+                    Err((reason, message)) => return refuse(c, reason, message),
+                }
+            }
+        };
         let files = runtime::files(&dir, &c.spec.name);
         let spec = ContainerSpec {
             processes,
@@ -324,11 +347,18 @@ impl Worker {
             scratch: files.scratch.clone(),
         };
         let started = (|| -> std::io::Result<Process> {
-            std::fs::create_dir_all(&files.scratch)?;
-            std::fs::write(&files.spec, serde_json::to_vec_pretty(&spec).map_err(std::io::Error::other)?)?;
-            let argv = runtime::helper_argv(&netns, &ctx.cfg.tideway_binary, &files.spec);
+            let argv = match &runc {
+                Some(r) => r.run_argv(),
+                None => {
+                    std::fs::create_dir_all(&files.scratch)?;
+                    let text = serde_json::to_vec_pretty(&spec).map_err(std::io::Error::other)?;
+                    std::fs::write(&files.spec, text)?;
+                    runtime::helper_argv(&netns, &ctx.cfg.tideway_binary, &files.spec)
+                }
+            };
             let n = c.restart_count + i32::from(c.last.is_some());
-            let p = Process::spawn(&argv, &files.log, &uid, now(), n)?;
+            let mut p = Process::spawn(&argv, &files.log, &uid, now(), n)?;
+            p.record.runc = runc.clone();
             std::fs::write(&files.record, serde_json::to_vec(&p.record).map_err(std::io::Error::other)?)?;
             Ok(p)
         })();

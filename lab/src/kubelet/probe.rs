@@ -164,15 +164,36 @@ impl Counter {
     }
 }
 
+/// The process whose namespaces an exec probe enters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// This one.
+    Pid(i32),
+    /// The one whose pid a runtime wrote here (a runc container's first process).
+    PidFile(PathBuf),
+}
+
+impl Target {
+    fn pid(&self) -> Result<i32, String> {
+        match self {
+            Target::Pid(p) => Ok(*p),
+            Target::PidFile(f) => std::fs::read_to_string(f)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or_else(|| format!("the container has not started yet ({} is not written)", f.display())),
+        }
+    }
+}
+
 /// Runs `check` once within `timeout`; whether it passed (and why not).
-pub async fn run(check: &Check, timeout: Duration, pid: i32) -> Result<(), String> {
-    match tokio::time::timeout(timeout, run_inner(check, pid)).await {
+pub async fn run(check: &Check, timeout: Duration, target: &Target) -> Result<(), String> {
+    match tokio::time::timeout(timeout, run_inner(check, target)).await {
         Ok(r) => r,
         Err(_) => Err(format!("timed out after {timeout:?}")),
     }
 }
 
-async fn run_inner(check: &Check, pid: i32) -> Result<(), String> {
+async fn run_inner(check: &Check, target: &Target) -> Result<(), String> {
     match check {
         Check::Tcp(addr) => TcpStream::connect(addr).await.map(drop).map_err(|e| e.to_string()),
         Check::Http { tls, addr, path, host } => {
@@ -192,6 +213,7 @@ async fn run_inner(check: &Check, pid: i32) -> Result<(), String> {
             if status_passes(&line) { Ok(()) } else { Err(format!("HTTP probe failed: {line}")) }
         }
         Check::Exec(argv) => {
+            let pid = target.pid()?;
             let out = tokio::process::Command::new("nsenter")
                 .args(["--target", &pid.to_string(), "--mount", "--net", "--uts", "--"])
                 .args(argv)
@@ -279,7 +301,7 @@ pub async fn worker(
     kind: Kind,
     check: Check,
     schedule: Schedule,
-    pid: i32,
+    target: Target,
     unready_flag: PathBuf,
     out: impl Fn(bool) -> bool + Send + 'static,
 ) {
@@ -294,7 +316,7 @@ pub async fn worker(
         let result = if kind == Kind::Readiness && unready_flag.exists() {
             Err("the pod is flagged unready".to_string())
         } else {
-            run(&check, schedule.timeout, pid).await
+            run(&check, schedule.timeout, &target).await
         };
         if let Err(why) = &result {
             tracing::debug!(?kind, %why, "probe failed");

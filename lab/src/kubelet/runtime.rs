@@ -13,6 +13,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use super::mounts::ContainerSpec;
+use super::runc::Runc;
 
 /// What the kubelet records of a running container (`containers/NAME.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +30,9 @@ pub struct Record {
     pub started_at: String,
     /// The container's restarts so far.
     pub restart_count: i32,
+    /// The runc container, for a container from a loaded image (`pid` is then runc's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runc: Option<Runc>,
 }
 
 /// How a container process ended.
@@ -109,6 +113,7 @@ impl Process {
             start_ticks: start_ticks(pid).unwrap_or(0),
             started_at,
             restart_count,
+            runc: None,
         };
         Ok(Process { record, child: Some(child), stop: None })
     }
@@ -122,13 +127,33 @@ impl Process {
         })
     }
 
-    /// Whether it ended, and how; sends SIGKILL once a stop's wait is over.
+    /// Whether it ended, and how; sends SIGKILL once a stop's wait is over. A runc container
+    /// that ended is deleted.
     pub fn poll(&mut self) -> Option<ExitInfo> {
         if let Some(stop) = self.stop
             && Instant::now() >= stop.kill_at
         {
             self.signal(Signal::SIGKILL);
         }
+        let exit = self.exit();
+        if exit.is_some()
+            && let Some(r) = &self.record.runc
+        {
+            r.delete();
+        }
+        exit
+    }
+
+    /// The pid that sees what the container sees (for exec probes): a runc container's first
+    /// process once runc wrote it, else the process itself.
+    pub fn view_pid(&self) -> super::probe::Target {
+        match &self.record.runc {
+            Some(r) => super::probe::Target::PidFile(r.pid_file()),
+            None => super::probe::Target::Pid(self.record.pid),
+        }
+    }
+
+    fn exit(&mut self) -> Option<ExitInfo> {
         match &mut self.child {
             Some(c) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -144,8 +169,12 @@ impl Process {
         }
     }
 
-    /// Sends `sig` to the container's process group.
+    /// Sends `sig` to the container's process group (SIGKILL also to a runc container's
+    /// processes, in whichever session they are).
     pub fn signal(&self, sig: Signal) {
+        if let (Signal::SIGKILL, Some(r)) = (sig, &self.record.runc) {
+            r.kill();
+        }
         let _ = killpg(Pid::from_raw(self.record.pid), sig);
     }
 
@@ -235,6 +264,7 @@ mod tests {
             start_ticks,
             started_at: String::new(),
             restart_count: 0,
+            runc: None,
         };
         let mut p = Process::adopt(record(ticks)).expect("adopted");
         assert_eq!(p.poll(), None, "still running");

@@ -161,6 +161,7 @@ impl Lab {
             tideway_binary: self.bin.clone(),
             tideway_images: vec![TIDEWAY_IMAGE.to_string()],
             whoami_images: WHOAMI_IMAGES.iter().map(|s| s.to_string()).collect(),
+            images_dir: Some(self.dir.path().join("images")),
             state_dir,
         }
     }

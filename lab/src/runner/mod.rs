@@ -547,6 +547,7 @@ impl Lab {
         if let Some(mut side) = self.kube.take() {
             side.control_plane.stop();
         }
+        crate::kubelet::runc::remove_all(self.dir.path());
         netns::remove_all(&self.names.prefix());
         crate::frr::remove_run_dirs(&self.names.prefix());
     }
