@@ -28,6 +28,11 @@ pub struct AgentArgs {
     /// Logging and tracing.
     #[command(flatten)]
     pub log: tideway_telemetry::LogArgs,
+    /// Where kernel settings are written: `/proc/sys`, or where the host's `/proc/sys/net` is
+    /// mounted below `DIR/net` in a container whose own `/proc/sys` is read-only (the chart:
+    /// `/host/proc/sys`).
+    #[arg(long, default_value = "/proc/sys")]
+    pub sysctl_dir: PathBuf,
     /// This node's name (a Node object in the source).
     #[arg(long)]
     pub node: String,
@@ -195,6 +200,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     let sealing = tideway_sources::gossip::sealing(args.gossip_key_file.as_deref(), args.gossip_insecure)?;
     anyhow::ensure!(!args.command_deadline.is_zero(), "--command-deadline must be more than 0");
     crate::exec::set_deadline(args.command_deadline);
+    crate::sysctl::set_root(&args.sysctl_dir);
     let telemetry = tideway_telemetry::init("tideway-agent", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {

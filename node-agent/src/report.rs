@@ -63,6 +63,7 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         invalid_objects: status.invalid_objects.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         missing_interfaces: status.missing_interfaces.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         bgp: status.bgp.as_ref().map(bgp_report),
+        unset_sysctls: status.unset_sysctls.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
     }
 }
 

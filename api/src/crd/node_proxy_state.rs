@@ -96,6 +96,11 @@ pub struct NodeProxyStateStatus {
     /// What the node says over BGP (absent: its agent speaks no BGP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<NodeBgpStatus>,
+    /// Kernel settings the node's rules need and its agent could not set, each as
+    /// `name=value: why` (`net.ipv4.conf.all.route_localnet=1: Read-only file system`): the
+    /// agent's container cannot write them. The ProxyConfig's `SysctlsSet` condition names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unset_sysctls: Vec<String>,
 }
 
 /// `status.bgp`: the node's BGP sessions and advertisements.
@@ -161,6 +166,7 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         announcing: state.announcing.iter().map(ToString::to_string).collect(),
         invalid_objects: state.invalid_objects.clone(),
         missing_interfaces: state.missing_interfaces.clone(),
+        unset_sysctls: state.unset_sysctls.clone(),
         bgp: state.bgp.as_ref().map(|b| NodeBgpStatus {
             sessions: i64::from(b.sessions),
             established: i64::from(b.established),
@@ -214,6 +220,7 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         announcing,
         invalid_objects: st.invalid_objects,
         missing_interfaces: st.missing_interfaces,
+        unset_sysctls: st.unset_sysctls,
         bgp: st.bgp.map(|b| BgpReport {
             sessions: count32(b.sessions),
             established: count32(b.established),
@@ -263,6 +270,7 @@ mod tests {
             announcing: vec!["172.18.255.200".parse().unwrap()],
             invalid_objects: vec!["ProxyConfig default: spec.syncPeriod: must be at most 24h".into()],
             missing_interfaces: vec!["vlan100".into()],
+            unset_sysctls: vec!["net.ipv4.conf.all.route_localnet=1: Read-only file system".into()],
             bgp: Some(BgpReport {
                 sessions: 2,
                 established: 1,

@@ -51,6 +51,8 @@ pub struct NodeProxyState {
     pub missing_interfaces: Vec<String>,
     /// What the node says over BGP (None: its agent speaks no BGP).
     pub bgp: Option<BgpReport>,
+    /// Kernel settings the node's rules need and its agent could not set (`name=value: why`).
+    pub unset_sysctls: Vec<String>,
 }
 
 /// What a node's agent says over BGP, as it reports it.

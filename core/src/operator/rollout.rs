@@ -1,6 +1,6 @@
 //! ProxyConfig rollout: which nodes each config selects, how many of them report it
 //! programmed, which fail, and the conditions a user reads (`Ready`, `Progressing`,
-//! `Degraded`, and `Conflict` when two configs tie for a node).
+//! `Degraded`, `SysctlsSet`, and `Conflict` when two configs tie for a node).
 
 use std::collections::BTreeMap;
 
@@ -47,6 +47,9 @@ pub struct ConfigStatus {
     pub conditions: Vec<Condition>,
     /// Other configs tied with this one for some node, and one such node each.
     pub ties: BTreeMap<String, String>,
+    /// Up to [`MAX_FAILURES`] kernel settings selected nodes need and could not set: the node
+    /// and `name=value: why`.
+    pub unset_sysctls: Vec<(String, String)>,
 }
 
 /// How one selected node stands.
@@ -110,7 +113,13 @@ pub fn rollout<'a>(
         let Some(winner) = resolve_proxy_config(configs, &node.labels) else { continue };
         let st = out.get_mut(&winner.name).expect("every config has a status");
         st.selected += 1;
-        match standing(winner, state_of(&node.name)) {
+        let state = state_of(&node.name);
+        for unset in state.map(|s| s.unset_sysctls.as_slice()).unwrap_or_default() {
+            if st.unset_sysctls.len() < MAX_FAILURES {
+                st.unset_sysctls.push((node.name.clone(), unset.clone()));
+            }
+        }
+        match standing(winner, state) {
             NodeStanding::Programmed => st.programmed += 1,
             NodeStanding::Pending => {}
             NodeStanding::Failing(why) => {
@@ -169,7 +178,27 @@ fn conditions(name: &str, st: &ConfigStatus, invalid: Option<&String>) -> Vec<Co
             Condition::new("Degraded", true, "NodesFailing", format!("{n} of {sel} nodes report errors"))
         }
     };
-    let mut out = vec![ready, progressing, degraded];
+    let sysctls = match st.unset_sysctls.first() {
+        None => Condition::new(
+            "SysctlsSet",
+            true,
+            "AllSet",
+            "the selected nodes set every kernel setting they need",
+        ),
+        Some((node, why)) => Condition::new(
+            "SysctlsSet",
+            false,
+            "SysctlRefused",
+            format!(
+                "node {node}: {why}{}; mount the host's /proc/sys/net as the chart does, or run the agent privileged",
+                match st.unset_sysctls.len() - 1 {
+                    0 => String::new(),
+                    n => format!(" (and {n} more)"),
+                }
+            ),
+        ),
+    };
+    let mut out = vec![ready, progressing, degraded, sysctls];
     if let Some((other, node)) = st.ties.iter().next() {
         let (winner, loser) =
             if name < other.as_str() { (name, other.as_str()) } else { (other.as_str(), name) };
@@ -252,7 +281,24 @@ mod tests {
         let l = &out["legacy"];
         assert_eq!((l.selected, l.programmed, l.failing), (1, 1, 0));
         assert!(cond(l, "Ready").status && !cond(l, "Progressing").status && !cond(l, "Degraded").status);
-        assert!(l.ties.is_empty() && l.conditions.len() == 3);
+        assert!(l.ties.is_empty() && l.conditions.len() == 4);
+        assert!(cond(l, "SysctlsSet").status);
+    }
+
+    #[test]
+    fn a_sysctl_a_node_could_not_set_is_named_in_a_condition() {
+        let configs = [cfg("default", 1, None, ProxyMode::Iptables)];
+        let nodes = [node("a", "x"), node("b", "x")];
+        let refused = "net.ipv4.conf.all.route_localnet=1: Read-only file system (os error 30)";
+        let mut b = report("b", "default", 1, ProxyMode::Iptables, None);
+        b.unset_sysctls = vec![refused.into()];
+        let states: BTreeMap<&str, NodeProxyState> =
+            [("a", report("a", "default", 1, ProxyMode::Iptables, None)), ("b", b)].into();
+        let out = rollout(&configs, &BTreeMap::new(), &nodes, |n| states.get(n));
+        let c = cond(&out["default"], "SysctlsSet");
+        assert!(!c.status && c.reason == "SysctlRefused", "{c:?}");
+        assert!(c.message.starts_with(&format!("node b: {refused}")), "{c:?}");
+        assert_eq!(out["default"].programmed, 2, "the rules are programmed all the same");
     }
 
     #[test]

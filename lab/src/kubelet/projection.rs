@@ -65,14 +65,26 @@ impl Volumes {
     ) -> Result<(), VolumeError> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let ctx = Ctx { client, pod, ns, rt, rotation };
+        let fs_group = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|c| c.fs_group)
+            .map(|g| g as u32);
         for v in pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default() {
             let dir = volume_dir(pod_dir, &v.name);
             if !self.prepared {
                 prepare_local(v, &dir, state)?;
+                if let (Some(g), Some(_)) = (fs_group, &v.empty_dir) {
+                    set_ownership(&dir, g, false)?;
+                }
             }
             let Some(payload) = self.payload(&ctx, v).await? else { continue };
             if self.written.get(&v.name) != Some(&payload) {
                 write_atomically(&dir, &payload)?;
+                if let Some(g) = fs_group {
+                    set_ownership(&dir, g, true)?;
+                }
                 self.written.insert(v.name.clone(), payload);
             }
         }
@@ -246,6 +258,29 @@ fn downward(
 
 /// Makes an emptyDir's directory, or a hostPath as its `type` asks (`FileOrCreate` makes an
 /// empty file, the rest a directory when missing).
+/// What kubelet does to a volume of a pod with an fsGroup: every file and directory (not
+/// followed through symlinks) belongs to the group, which may read it (and write it, unless
+/// `read_only`); directories get the setgid bit, so new files inherit the group.
+pub fn set_ownership(dir: &Path, gid: u32, read_only: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(dir, None, Some(gid))?;
+    let mut mask = if read_only { 0o440 } else { 0o660 };
+    if meta.is_dir() {
+        mask |= 0o2110;
+        for e in std::fs::read_dir(dir)? {
+            set_ownership(&e?.path(), gid, read_only)?;
+        }
+    }
+    std::fs::set_permissions(
+        dir,
+        std::fs::Permissions::from_mode((meta.permissions().mode() | mask) & 0o7777),
+    )
+}
+
 fn prepare_local(v: &Volume, dir: &Path, state: &Path) -> Result<(), VolumeError> {
     if v.empty_dir.is_some() || super::volumes::is_api_volume(v) {
         std::fs::create_dir_all(dir)?;
@@ -273,6 +308,24 @@ fn prepare_local(v: &Volume, dir: &Path, state: &Path) -> Result<(), VolumeError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_fs_group_may_read_what_only_root_could() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("tideway-fsgroup-{}", std::process::id()));
+        let key = super::super::volumes::File { data: b"k".to_vec(), mode: 0o400 };
+        write_atomically(&dir, &[("keys".to_string(), key)].into_iter().collect()).unwrap();
+        set_ownership(&dir, 65532, true).unwrap();
+        let file = std::fs::metadata(dir.join("keys")).unwrap();
+        assert_eq!(
+            (file.permissions().mode() & 0o7777, file.gid()),
+            (0o440, 65532),
+            "defaultMode 0400 + group read"
+        );
+        let top = std::fs::metadata(&dir).unwrap();
+        assert_eq!(top.permissions().mode() & 0o2000, 0o2000, "setgid: new files keep the group");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn tokens_are_replaced_at_four_fifths_of_their_life_or_at_the_rotation_period() {

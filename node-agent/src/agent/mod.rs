@@ -373,9 +373,11 @@ impl Agent {
         if full {
             self.last_full = Some(Instant::now());
         }
+        let mut unset = self.dataplane.as_ref().map(|d| d.unset_sysctls()).unwrap_or_default();
         if planned.ruleset.families.get(&IpFamily::V4).is_some_and(|f| f.localhost_node_ports) {
-            enable_route_localnet();
+            unset.extend(enable_route_localnet());
         }
+        self.set_status(|s| s.unset_sysctls = unset);
         let mut deleted = 0;
         if udp_changed && planned.ruleset.tally().udp > 0 {
             match blocking(|| crate::conntrack::clean(&planned.ruleset)) {
@@ -469,13 +471,16 @@ impl Agent {
     }
 }
 
-/// Localhost NodePorts need `route_localnet` (kube-proxy sets it once, and never back).
-fn enable_route_localnet() {
+/// Localhost NodePorts need `route_localnet` (kube-proxy sets it once, and never back); why
+/// it could not be set.
+fn enable_route_localnet() -> Option<String> {
     match crate::sysctl::ensure(crate::sysctl::ROUTE_LOCALNET, "1") {
         Ok(true) => tracing::info!("set route_localnet=1 to serve NodePorts on 127.0.0.1"),
         Ok(false) => {}
         Err(e) => {
-            tracing::warn!(error = %e, "cannot set route_localnet; NodePorts on 127.0.0.1 will not answer")
+            tracing::error!(error = %e, "cannot set route_localnet; NodePorts on 127.0.0.1 will not answer");
+            return Some(e.to_string());
         }
     }
+    None
 }

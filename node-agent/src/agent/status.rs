@@ -76,6 +76,9 @@ pub struct AgentStatus {
     pub fenced: bool,
     /// What this node says over BGP (None: the agent speaks no BGP).
     pub bgp: Option<BgpStatus>,
+    /// Kernel settings the programmed rules need and the agent could not set (`name=value:
+    /// why`): a container whose `/proc/sys` is read-only, say.
+    pub unset_sysctls: Vec<String>,
 }
 
 /// What the agent's BGP speaker applied, and what it could not.

@@ -35,6 +35,8 @@ pub struct Ipvs {
     draining: BTreeMap<(VsKey, RsKey), Instant>,
     /// When the cleanup after a mode switch started.
     retiring: Option<Instant>,
+    /// The sysctls the last full apply could not set, and why.
+    unset_sysctls: Vec<String>,
 }
 
 fn key(vs: &VirtualServer) -> VsKey {
@@ -58,7 +60,14 @@ fn scheduler_module(s: &str) -> String {
 impl Ipvs {
     /// An IPVS backend writing its rules with `iptables`.
     pub fn new(iptables: Iptables, settings: IpvsSettings) -> Self {
-        Ipvs { iptables, settings, netlink: None, draining: BTreeMap::new(), retiring: None }
+        Ipvs {
+            iptables,
+            settings,
+            netlink: None,
+            draining: BTreeMap::new(),
+            retiring: None,
+            unset_sysctls: Vec::new(),
+        }
     }
 
     fn nl(&mut self) -> Result<&mut IpvsNetlink, DataplaneError> {
@@ -68,8 +77,8 @@ impl Ipvs {
         Ok(self.netlink.as_mut().expect("just opened"))
     }
 
-    /// Kernel modules and sysctls IPVS mode needs (best effort: a missing module fails later,
-    /// with a clearer error).
+    /// Kernel modules and sysctls IPVS mode needs (a missing module fails later, with a clearer
+    /// error; a sysctl that cannot be set is reported in the node's status).
     fn prepare(&mut self) {
         for m in ["ip_vs", &scheduler_module(self.settings.scheduler.as_str()), "nf_conntrack"] {
             if !std::path::Path::new("/sys/module").join(m).exists() {
@@ -86,8 +95,12 @@ impl Ipvs {
             sysctls.push(("net/ipv4/conf/all/arp_ignore", "1"));
             sysctls.push(("net/ipv4/conf/all/arp_announce", "2"));
         }
+        self.unset_sysctls.clear();
         for (k, v) in sysctls {
-            let _ = std::fs::write(format!("/proc/sys/{k}"), v);
+            if let Err(e) = crate::sysctl::ensure(k, v) {
+                tracing::error!(error = %e, "cannot set a sysctl IPVS mode needs");
+                self.unset_sysctls.push(e.to_string());
+            }
         }
         let (t, f, u) = (
             self.settings.tcp_timeout.as_secs() as u32,
@@ -476,6 +489,10 @@ impl Dataplane for Ipvs {
         }
         let sets = exec::run("ipset", &["list", "-n"], None).unwrap_or_default();
         Ok(sets.lines().any(|n| n.starts_with("KUBE-") && (n.contains("CLUSTER-IP") || n.contains("IPVS"))))
+    }
+
+    fn unset_sysctls(&self) -> Vec<String> {
+        self.unset_sysctls.clone()
     }
 }
 

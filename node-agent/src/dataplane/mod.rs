@@ -178,6 +178,11 @@ pub trait Dataplane: Send {
 
     /// True when objects of this backend exist in the kernel (leftovers of an earlier run).
     fn present(&mut self) -> Result<bool, DataplaneError>;
+
+    /// The kernel settings this backend needs and could not set (`name=value: why`).
+    fn unset_sysctls(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Makes the dataplane for a mode's settings: [`for_settings`] in a real agent, a
