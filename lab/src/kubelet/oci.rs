@@ -286,13 +286,17 @@ fn environment(input: &Input<'_>) -> Vec<String> {
     out
 }
 
-/// A name's id in a passwd or group file (`name:x:ID:...`).
-fn lookup(file: &str, name: &str) -> Option<(i64, Option<i64>)> {
-    file.lines().find_map(|l| {
+/// The entries of a passwd or group file: name, id and (passwd) primary group.
+fn entries(file: &str) -> impl Iterator<Item = (&str, i64, Option<i64>)> {
+    file.lines().filter_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
-        (f.first() == Some(&name))
-            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3).and_then(|g| g.parse().ok()))))?
+        Some((*f.first()?, f.get(2)?.parse().ok()?, f.get(3).and_then(|g| g.parse().ok())))
     })
+}
+
+/// A name's id and primary group in a passwd or group file.
+fn lookup(file: &str, name: &str) -> Option<(i64, Option<i64>)> {
+    entries(file).find(|(n, _, _)| *n == name).map(|(_, id, gid)| (id, gid))
 }
 
 fn user(input: &Input<'_>, sec: &Security<'_>) -> Result<(i64, i64, Vec<i64>), OciError> {
@@ -300,24 +304,14 @@ fn user(input: &Input<'_>, sec: &Security<'_>) -> Result<(i64, i64, Vec<i64>), O
     let (u, g) = image_user.split_once(':').map_or((image_user.as_str(), None), |(u, g)| (u, Some(g)));
     let (image_uid, passwd_gid) = match u {
         "" => (0, None),
-        n if n.parse::<i64>().is_ok() => {
-            let uid = n.parse().expect("numeric");
-            (
-                uid,
-                input.passwd.lines().find_map(|l| {
-                    let f: Vec<&str> = l.split(':').collect();
-                    (f.get(2).and_then(|x| x.parse::<i64>().ok()) == Some(uid))
-                        .then(|| f.get(3)?.parse().ok())?
-                }),
-            )
+        n if let Ok(uid) = n.parse::<i64>() => {
+            (uid, entries(input.passwd).find(|(_, id, _)| *id == uid).and_then(|(_, _, gid)| gid))
         }
         name => {
             if sec.run_as_user().is_none() && sec.run_as_non_root() {
                 return Err(OciError::NonNumericUser(name.into()));
             }
-            let (uid, gid) = lookup(input.passwd, name)
-                .ok_or(OciError::UnknownName { kind: "user", name: name.into() })?;
-            (uid, gid)
+            lookup(input.passwd, name).ok_or(OciError::UnknownName { kind: "user", name: name.into() })?
         }
     };
     let image_gid = match g {
