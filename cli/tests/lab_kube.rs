@@ -62,7 +62,8 @@ fn audit(lab: &TestLab) -> Vec<Value> {
 
 #[test]
 fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
-    let lab = TestLab::up_with("kdemo", DEMO, &["--kube"]);
+    let archive = image_archive();
+    let lab = TestLab::up_with("kdemo", DEMO, &["--kube", "--image", archive.to_str().unwrap()]);
 
     // The demo's traffic, through the agents the chart's DaemonSet put on every node.
     for svc in ["svc1", "svc2", "svc3"] {
@@ -85,6 +86,7 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
         if got == cip { Ok(got) } else { Err(format!("dig svc3 from webpod1: {got:?}, want {cip}")) }
     });
     dig.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    tideway_runs_from_its_image_with_the_charts_security_context(&lab);
 
     // What kubectl says of the control plane.
     let version = kubectl_json(&lab, &["version"]);
@@ -189,6 +191,70 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
             && e["responseStatus"]["code"] == 200
     });
     assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
+}
+
+/// Tideway's Pods (the agents, DNS, the operator) run as runc containers from the image `lab
+/// up --image` loaded, not as the build's binary; each agent, unprivileged, set its node's
+/// `route_localnet` through the host's `/proc/sys/net` the chart mounts (a fresh network
+/// namespace starts with 0), and says it left none unset.
+fn tideway_runs_from_its_image_with_the_charts_security_context(lab: &TestLab) {
+    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
+    let pods = kubectl_json(lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/instance=tideway"]);
+    let mut components = std::collections::BTreeSet::new();
+    for p in pods["items"].as_array().unwrap() {
+        let (uid, node) = (p["metadata"]["uid"].as_str().unwrap(), p["spec"]["nodeName"].as_str().unwrap());
+        for c in p["spec"]["containers"].as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            let root = dir.join("nodes").join(node).join("runc");
+            let state = Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["state", &format!("{uid}-{name}")])
+                .output()
+                .unwrap();
+            let state: Value = serde_json::from_slice(&state.stdout).unwrap_or_else(|_| {
+                panic!(
+                    "{} {name}: no runc container ({})",
+                    p["metadata"]["name"],
+                    String::from_utf8_lossy(&state.stderr)
+                )
+            });
+            assert_eq!(state["status"], "running", "{} {name}: {state}", p["metadata"]["name"]);
+            components
+                .insert(p["metadata"]["labels"]["app.kubernetes.io/component"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(components, ["agent", "dns", "operator"].map(String::from).into(), "{pods}");
+    for n in lab.status()["nodes"].as_array().unwrap() {
+        let node = n["name"].as_str().unwrap();
+        let out = lab.exec(node, &["cat", "/proc/sys/net/ipv4/conf/all/route_localnet"]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "{node}: route_localnet");
+    }
+    let states = eventually(patience(60.0), || {
+        let s = kubectl_json(lab, &["get", "nodeproxystates", "-A"]);
+        let items = s["items"].as_array().cloned().unwrap_or_default();
+        let reported = items.iter().filter(|i| i["status"].is_object()).count();
+        if reported == lab.status()["nodes"].as_array().unwrap().len() {
+            Ok(items)
+        } else {
+            Err(format!("{s}"))
+        }
+    })
+    .unwrap_or_else(|e| panic!("every node's state: {e}\n{}", lab.diagnose()));
+    for st in states {
+        let unset = st["status"]["unsetSysctls"].as_array().cloned().unwrap_or_default();
+        assert!(unset.is_empty(), "{}: {unset:?}", st["metadata"]["name"]);
+    }
+    eventually(patience(30.0), || {
+        let configs = kubectl_json(lab, &["get", "proxyconfigs", "-A"]);
+        let items = configs["items"].as_array().cloned().unwrap_or_default();
+        let set = |c: &Value| {
+            let conditions = c["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            conditions.iter().any(|c| c["type"] == "SysctlsSet" && c["status"] == "True")
+        };
+        if !items.is_empty() && items.iter().all(set) { Ok(()) } else { Err(format!("{configs}")) }
+    })
+    .unwrap_or_else(|e| panic!("every ProxyConfig's SysctlsSet: {e}"));
 }
 
 /// The archive `make image` writes (`TIDEWAY_IMAGE_ARCHIVE` names another).

@@ -57,6 +57,11 @@ enum LabCommand {
         /// of at 80 % of their lifetime (tests).
         #[arg(long, value_parser = tideway_api::duration::parse_duration, hide = true)]
         token_rotation: Option<Duration>,
+        /// With --kube: load this image archive (`make image` writes it) before the chart is
+        /// applied, so the chart's Pods run from it as containers under runc (without it they
+        /// run the build's `tideway`).
+        #[arg(long, requires = "kube")]
+        image: Option<PathBuf>,
         /// Set by `--detach` for the process it starts: the lab directory is already prepared.
         #[arg(long, hide = true)]
         background: bool,
@@ -283,6 +288,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             node_monitor_grace_period,
             kube,
             token_rotation,
+            image,
             background,
         } => {
             let opts = UpOptions {
@@ -290,6 +296,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
                 detach: *detach,
                 grace: node_monitor_grace_period.unwrap_or(NODE_MONITOR_GRACE),
                 kube: kube.then_some(*token_rotation),
+                image: image.clone(),
                 background: *background,
             };
             up(file.as_deref(), opts, name)
@@ -441,11 +448,13 @@ struct UpOptions {
     grace: Duration,
     /// A kube lab, with the kubelets' token rotation period if any.
     kube: Option<Option<Duration>>,
+    /// An image archive to load before the chart's Pods start.
+    image: Option<PathBuf>,
     background: bool,
 }
 
 fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
-    let UpOptions { mode, detach, grace, kube, background } = opts;
+    let UpOptions { mode, detach, grace, kube, image, background } = opts;
     require_root()?;
     if mode.as_deref() == Some("ipvs") {
         require_ipvs()?;
@@ -472,6 +481,9 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
         netns::remove_all(&format!("tw-{name}-"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        if let Some(archive) = &image {
+            load_tideway_image(&dir, archive)?;
+        }
     }
     let bin = std::env::current_exe().context("locating the tideway binary")?;
     if detach {
@@ -486,6 +498,23 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     let code = rt.block_on(crate::up::serve(lab, spec, true));
     let _ = std::fs::remove_dir_all(&dir);
     code
+}
+
+/// Loads `archive` into the image store of lab directory `dir`; it must carry the chart's
+/// image, or the chart's Pods would silently run something else.
+fn load_tideway_image(dir: &Path, archive: &Path) -> anyhow::Result<()> {
+    let store = crate::images::Store::new(dir.join("images"));
+    let names = store.load(archive, &[]).with_context(|| format!("loading {}", archive.display()))?;
+    let chart_image = format!("{}:{}", crate::kubelet::config::TIDEWAY_IMAGE, env!("CARGO_PKG_VERSION"));
+    if store.find(&chart_image).is_none() {
+        bail!(
+            "{} holds {}, not the chart's image {chart_image} (`make image` builds it)",
+            archive.display(),
+            names.join(", ")
+        );
+    }
+    println!("loaded {} for the chart's Pods", names.join(", "));
+    Ok(())
 }
 
 /// Runs `lab up` in a new session, waits until it says it is ready, prints its tour.

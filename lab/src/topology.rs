@@ -131,6 +131,8 @@ pub(crate) fn sysctls(ns: &str, settings: &[&str]) -> Cmd {
 }
 
 /// A node: attached to the LAN, forwarding, with routes to every other node's pod CIDR.
+/// `route_localnet` starts off, as on a fresh node, whatever the host's (a new namespace copies
+/// the host's IPv4 settings): the agent turns it on for localhost NodePorts.
 pub fn node_up(n: &Names, plan: &Plan, node: &NodeState, others: &[NodeState]) -> Vec<Cmd> {
     let ns = n.node(&node.name);
     let mut out = attach(n, plan, &ns, &ifname('n', &node.name), node.ip);
@@ -140,7 +142,7 @@ pub fn node_up(n: &Names, plan: &Plan, node: &NodeState, others: &[NodeState]) -
             "net.ipv4.ip_forward=1",
             "net.ipv4.conf.all.rp_filter=2",
             "net.ipv4.conf.default.rp_filter=2",
-            "net.ipv4.conf.all.route_localnet=1",
+            "net.ipv4.conf.all.route_localnet=0",
             "net.ipv4.conf.all.send_redirects=0",
             "net.ipv4.icmp_ratelimit=0",
         ],

@@ -30,7 +30,7 @@ pub struct AgentArgs {
     pub log: tideway_telemetry::LogArgs,
     /// Where kernel settings are written: `/proc/sys`, or where the host's `/proc/sys/net` is
     /// mounted below `DIR/net` in a container whose own `/proc/sys` is read-only (the chart:
-    /// `/host/proc/sys`).
+    /// `/run/tideway/host/proc/sys`).
     #[arg(long, default_value = "/proc/sys")]
     pub sysctl_dir: PathBuf,
     /// This node's name (a Node object in the source).

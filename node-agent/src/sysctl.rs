@@ -1,7 +1,8 @@
 //! Kernel settings the rules depend on, written under `/proc/sys` (the decision to need one
 //! is core's; this only writes it). In a container `/proc/sys` is read-only unless it is
-//! privileged; the chart mounts the host's `/proc/sys/net` at `/host/proc/sys/net` instead (as
-//! Cilium does) and says so with `--sysctl-dir /host/proc/sys`. Every setting here is under
+//! privileged; the chart mounts the host's `/proc/sys/net` at `/run/tideway/host/proc/sys/net`
+//! instead (as Cilium does at `/host/proc/sys/net`) and says so with `--sysctl-dir
+//! /run/tideway/host/proc/sys`. Every setting here is under
 //! `net/`, which the kernel resolves in the network namespace of the process that writes it.
 
 use std::path::{Path, PathBuf};

@@ -158,7 +158,9 @@ pub struct ProxyConfigStatus {
     /// Up to ten failing nodes and their errors.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<NodeFailure>,
-    /// `Ready`, `Progressing` and `Degraded`, with reasons.
+    /// `Ready`, `Progressing`, `Degraded`, `SysctlsSet` (false names a node that could not
+    /// set a kernel setting it needs) and, while two configs tie for a node, `Conflict`; with
+    /// reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -2,7 +2,8 @@
 //! the pod's `restartPolicy` with kubelet's back-off (the first restart at once, then 10 s
 //! doubling to 5 min; reset after 10 min of running), and seen as kubelet reports it.
 
-use std::path::Path;
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Container;
@@ -63,6 +64,19 @@ pub struct Ctr {
     ran_since: Option<Instant>,
     /// When a refused image was first reported (ErrImagePull, then ImagePullBackOff).
     pub refused_since: Option<Instant>,
+}
+
+/// Where a pod's probes look.
+#[derive(Debug, Clone)]
+pub struct ProbeSite {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its address (the node's on the host network).
+    pub ip: IpAddr,
+    /// The `tideway` binary (the lab's probe helper).
+    pub tideway: String,
+    /// The file `lab pod unready` writes to fail its readiness.
+    pub flag: PathBuf,
 }
 
 impl Ctr {
@@ -165,14 +179,8 @@ impl Ctr {
     }
 
     /// Starts its probes (readiness and liveness at once, or after a startup probe passes).
-    pub fn start_probes(
-        &mut self,
-        uid: &str,
-        ip: std::net::IpAddr,
-        tideway: &str,
-        flag: &Path,
-        out: &UnboundedSender<ProbeMsg>,
-    ) {
+    pub fn start_probes(&mut self, site: &ProbeSite, out: &UnboundedSender<ProbeMsg>) {
+        let ProbeSite { uid, ip, tideway, flag } = site;
         let Some(p) = &self.process else { return };
         let target = p.view_pid();
         let kinds: Vec<(Kind, Option<&k8s_openapi::api::core::v1::Probe>)> = if self.started {
@@ -185,7 +193,7 @@ impl Ctr {
         };
         for (kind, spec) in kinds {
             let Some(spec) = spec else { continue };
-            let Some(check) = probe::check(spec, &self.spec, ip, tideway) else {
+            let Some(check) = probe::check(spec, &self.spec, *ip, tideway) else {
                 tracing::warn!(container = %self.spec.name, ?kind, "a probe the lab's kubelet cannot run");
                 continue;
             };
@@ -195,8 +203,7 @@ impl Ctr {
                 out.send(ProbeMsg { uid: uid.clone(), container: container.clone(), generation, kind, ok })
                     .is_ok()
             };
-            let task =
-                probe::worker(kind, check, probe::schedule(spec), target.clone(), flag.to_path_buf(), send);
+            let task = probe::worker(kind, check, probe::schedule(spec), target.clone(), flag.clone(), send);
             self.probes.push(tokio::spawn(task));
         }
     }

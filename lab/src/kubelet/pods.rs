@@ -15,7 +15,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::config::ImageKind;
 use super::config::KubeletConfig;
-use super::containers::{Ctr, ProbeMsg, restarts};
+use super::containers::{Ctr, ProbeMsg, ProbeSite, restarts};
 use super::env::{Runtime, environment};
 use super::from_image::{self, Placement};
 use super::launch::{Launch, launch};
@@ -281,8 +281,7 @@ impl Worker {
         let hostname =
             (!self.host_network).then(|| spec_of(&pod).hostname.unwrap_or_else(|| self.name.clone()));
         let resolv = dir.join("resolv.conf");
-        let flag = dir.join("unready");
-        let ip = if self.host_network { ctx.cfg.node_ip().unwrap_or(self.ip) } else { self.ip };
+        let site = self.probe_site(ctx.cfg);
         let c = if init { &mut self.init[i] } else { &mut self.containers[i] };
         let env = match environment(&pod, &c.spec, &services, &rt) {
             Ok(e) => e,
@@ -366,13 +365,7 @@ impl Worker {
             Ok(p) => {
                 tracing::info!(pod = %self.name, container = %c.spec.name, pid = p.record.pid, "container started");
                 c.running(p, &now());
-                c.start_probes(
-                    &uid,
-                    IpAddr::V4(ip),
-                    &ctx.cfg.tideway_binary.display().to_string(),
-                    &flag,
-                    ctx.probes,
-                );
+                c.start_probes(&site, ctx.probes);
             }
             Err(e) => {
                 c.state = State::Waiting { reason: "RunContainerError".into(), message: e.to_string() };
@@ -383,9 +376,7 @@ impl Worker {
 
     /// A probe's verdict.
     pub fn on_probe(&mut self, msg: &ProbeMsg, ctx: &Ctx<'_>) {
-        let flag = self.dir.join("unready");
-        let ip = if self.host_network { ctx.cfg.node_ip().unwrap_or(self.ip) } else { self.ip };
-        let uid = self.uid.clone();
+        let site = self.probe_site(ctx.cfg);
         let Some(c) = self.containers.iter_mut().find(|c| c.spec.name == msg.container) else { return };
         if c.restart_count != msg.generation || c.process.is_none() {
             return;
@@ -394,19 +385,25 @@ impl Worker {
             (Kind::Readiness, ok) => c.probe_ready = ok,
             (Kind::Startup, true) => {
                 c.started = true;
-                c.start_probes(
-                    &uid,
-                    IpAddr::V4(ip),
-                    &ctx.cfg.tideway_binary.display().to_string(),
-                    &flag,
-                    ctx.probes,
-                );
+                c.start_probes(&site, ctx.probes);
             }
             (Kind::Liveness | Kind::Startup, false) => {
                 tracing::info!(pod = %self.name, container = %c.spec.name, kind = ?msg.kind, "probe failed; restarting the container");
                 c.stop();
             }
             (Kind::Liveness, true) => {}
+        }
+    }
+
+    /// Where this pod's probes look: its address (the node's on the host network), the flag
+    /// file `lab pod unready` writes.
+    fn probe_site(&self, cfg: &KubeletConfig) -> ProbeSite {
+        let ip = if self.host_network { cfg.node_ip().unwrap_or(self.ip) } else { self.ip };
+        ProbeSite {
+            uid: self.uid.clone(),
+            ip: IpAddr::V4(ip),
+            tideway: cfg.tideway_binary.display().to_string(),
+            flag: self.dir.join("unready"),
         }
     }
 

@@ -7,8 +7,10 @@
 //!                                              in ..<timestamp>/, ..data -> it, NAME -> ..data/NAME,
 //!                                              so a rotating token is never read half-written)
 //!  <state>/hostpath/<path>                     a hostPath: the node's own filesystem ...
-//!  /lib/modules, /run/xtables.lock             ... except these, the host's (shared by every
-//!                                              node, as the kernel and the iptables lock are)
+//!  /lib/modules, /run/xtables.lock,            ... except these, the host's (shared by every
+//!  /proc/sys/net                               node, as the kernel and the iptables lock are;
+//!                                              /proc/sys/net shows the netns of whoever opens
+//!                                              it, so a node's agent sees its node's)
 //! ```
 
 use std::collections::BTreeMap;
@@ -20,7 +22,7 @@ use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
 use super::mounts::Mount;
 
 /// hostPaths that are the host's own on every node.
-pub const HOST_PATHS: [&str; 2] = ["/lib/modules", "/run/xtables.lock"];
+pub const HOST_PATHS: [&str; 3] = ["/lib/modules", "/run/xtables.lock", "/proc/sys/net"];
 
 /// Why a volume cannot be set up (the pod waits in `ContainerCreating`, as kubelet's
 /// `FailedMount`).
@@ -202,11 +204,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_paths_are_the_nodes_own_but_for_the_kernel_and_the_iptables_lock() {
+    fn host_paths_are_the_nodes_own_but_for_the_kernel_its_net_sysctls_and_the_iptables_lock() {
         let s = Path::new("/run/tideway-lab/t/nodes/w1");
         assert_eq!(host_path(s, "/var/run/frr"), s.join("hostpath/var/run/frr"));
         assert_eq!(host_path(s, "/lib/modules"), Path::new("/lib/modules"));
         assert_eq!(host_path(s, "/run/xtables.lock"), Path::new("/run/xtables.lock"));
+        assert_eq!(host_path(s, "/proc/sys/net"), Path::new("/proc/sys/net"));
+        assert_eq!(host_path(s, "/proc/sys/kernel"), s.join("hostpath/proc/sys/kernel"));
         assert_eq!(host_path(s, "/../etc/x"), s.join("hostpath/etc/x"), "no way out of the node");
     }
 
