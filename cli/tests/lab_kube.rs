@@ -63,7 +63,11 @@ fn audit(lab: &TestLab) -> Vec<Value> {
 #[test]
 fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     let archive = image_archive();
-    let lab = TestLab::up_with("kdemo", DEMO, &["--kube", "--image", archive.to_str().unwrap()]);
+    let lab = TestLab::up_with(
+        "kdemo",
+        DEMO,
+        &["--kube", "--image", archive.to_str().unwrap(), "--token-rotation", &format!("{ROTATION}s")],
+    );
 
     // The demo's traffic, through the agents the chart's DaemonSet put on every node.
     for svc in ["svc1", "svc2", "svc3"] {
@@ -191,6 +195,48 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
             && e["responseStatus"]["code"] == 200
     });
     assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
+    the_agents_and_the_operator_move_to_their_rotated_tokens(&lab, &accounts);
+}
+
+/// How often the kubelets rewrite projected tokens here (seconds).
+const ROTATION: u64 = 20;
+
+/// The kubelets rewrite each Pod's projected token every [`ROTATION`] seconds (a new token,
+/// a new JTI); the agents and the operator read the new file and authenticate with it, as the
+/// audit log shows: more than one credential for the same Pod. (kube-rs re-reads a token file
+/// once its copy is a minute old.) The DNS server only lists and watches: a watch
+/// authenticates once, at its start, and lasts up to five minutes, so its next token shows
+/// later than this test waits.
+fn the_agents_and_the_operator_move_to_their_rotated_tokens(
+    lab: &TestLab,
+    accounts: &std::collections::BTreeSet<String>,
+) {
+    let writers: Vec<&String> = accounts
+        .iter()
+        .filter(|a| a.ends_with(":tideway-agent") || a.ends_with(":tideway-operator"))
+        .collect();
+    assert_eq!(writers.len(), 2, "the agent's and the operator's accounts: {accounts:?}");
+    eventually(patience(150.0), || {
+        let events = audit(lab);
+        for account in &writers {
+            let mut by_pod: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+                Default::default();
+            for e in events.iter().filter(|e| e["user"]["username"] == account.as_str()) {
+                let extra = &e["user"]["extra"];
+                if let (Some(pod), Some(jti)) = (
+                    extra["authentication.kubernetes.io/pod-name"][0].as_str(),
+                    extra["authentication.kubernetes.io/credential-id"][0].as_str(),
+                ) {
+                    by_pod.entry(pod.to_string()).or_default().insert(jti.to_string());
+                }
+            }
+            if !by_pod.values().any(|jtis| jtis.len() >= 2) {
+                return Err(format!("{account}: no Pod has used a second token yet: {by_pod:?}"));
+            }
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
 }
 
 /// Tideway's Pods (the agents, DNS, the operator) run as runc containers from the image `lab
