@@ -5,7 +5,8 @@
 //!   (`--watch-cache-sizes=services#0`, so that nothing but etcd's history serves their
 //!   watches), as the audit log records them;
 //! * a watch away while the server compacted its history comes back to 410 Gone, relists, and
-//!   reports exactly what changed meanwhile, nothing lost, nothing twice.
+//!   reports exactly what changed meanwhile, nothing lost, nothing twice;
+//! * a server without the WatchList feature: lists, then watches from the list's version.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -149,5 +150,54 @@ async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_
     assert_eq!(changed, expected, "what changed meanwhile, and only that");
     let s1 = cluster.lock().service(&ServiceName::new("ns1", "s1")).unwrap().ports[0].port;
     assert_eq!(s1, 8081);
+    task.abort();
+}
+
+/// An API server without the WatchList feature (`--feature-gates=WatchList=false`) refuses a
+/// watch that asks to stream its first list (422); every kind's watch then lists and watches
+/// as before streaming existed, and the source serves the same view and changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_watch_list_the_source_lists_then_watches() {
+    let standalone = Standalone::start("wlf", |config| {
+        config.service_cidr = "10.96.0.0/16".into();
+        config.apiserver_flags = vec!["--feature-gates=WatchList=false".into()];
+    })
+    .await
+    .expect("a control plane (root; make kube)");
+    let cp = &standalone.cp;
+    let admin = standalone.admin().await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let ns1 = serde_json::from_value(json!({"metadata": {"name": "ns1"}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns1).await.unwrap();
+    let services: Api<Service> = Api::namespaced(admin.clone(), "ns1");
+    for i in 0..3 {
+        services.create(&PostParams::default(), &service(&format!("s{i}"), 80)).await.unwrap();
+    }
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = SourceMetrics::new(&mut registry);
+    let cluster = SharedCluster::new();
+    let role = Role::Dns { pods: false, node_states: false };
+    let kubeconfig = standalone.dir.join("host.conf");
+    cp.write_host_kubeconfig(&kubeconfig).unwrap();
+    let source = KubeSource::new(client(Some(&kubeconfig)).await.unwrap(), role, metrics);
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(30), cluster.wait_synced()).await.expect("synced");
+    assert_eq!(names(&cluster).len(), 3);
+
+    let asked = audited(cp, "services");
+    let refused = |r: &String| r.starts_with("watch 422") && r.contains("sendInitialEvents=true");
+    assert!(asked.iter().any(refused), "the streamed list refused: {asked:#?}");
+    assert!(asked.iter().any(|r| r.starts_with("list 200")), "then a list: {asked:#?}");
+
+    cluster.lock().take_changes();
+    services.create(&PostParams::default(), &service("s3", 80)).await.unwrap();
+    services.delete("s0", &DeleteParams::default()).await.unwrap();
+    let want: BTreeSet<String> = ["ns1/s1", "ns1/s2", "ns1/s3"].map(String::from).into();
+    tideway_tests::until("the watch saw the changes", || names(&cluster) == want).await;
+    let plain_watch = |r: &String| {
+        r.starts_with("watch 200") && !r.contains("sendInitialEvents") && r.contains("resourceVersion=")
+    };
+    assert!(audited(cp, "services").iter().any(plain_watch), "a watch from the list's version");
     task.abort();
 }
