@@ -32,6 +32,18 @@ fn service(name: &str, port: i32) -> Service {
     .unwrap()
 }
 
+/// Namespace `ns1` with Services `s0`..`s{count-1}`; its Services' API.
+async fn ns1_with_services(admin: &kube::Client, count: usize) -> Api<Service> {
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let ns1 = serde_json::from_value(json!({"metadata": {"name": "ns1"}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns1).await.unwrap();
+    let services: Api<Service> = Api::namespaced(admin.clone(), "ns1");
+    for i in 0..count {
+        services.create(&PostParams::default(), &service(&format!("s{i}"), 80)).await.unwrap();
+    }
+    services
+}
+
 /// The Services of `ns1` (`default/kubernetes` aside).
 fn names(cluster: &SharedCluster) -> BTreeSet<String> {
     cluster.lock().services().map(|s| s.name.to_string()).filter(|n| n.starts_with("ns1/")).collect()
@@ -69,13 +81,7 @@ async fn watches_on_the_real_api_server_stream_relist_after_compaction_and_miss_
     let dir = standalone.dir.clone();
     let cp = &standalone.cp;
     let admin = standalone.admin().await.unwrap();
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let ns1 = serde_json::from_value(json!({"metadata": {"name": "ns1"}})).unwrap();
-    namespaces.create(&PostParams::default(), &ns1).await.unwrap();
-    let services: Api<Service> = Api::namespaced(admin.clone(), "ns1");
-    for i in 0..5 {
-        services.create(&PostParams::default(), &service(&format!("s{i}"), 80)).await.unwrap();
-    }
+    let services = ns1_with_services(&admin, 5).await;
 
     // The DNS source, through the proxy.
     let proxy = FaultProxy::start(cp.host_endpoint()).await;
@@ -166,13 +172,7 @@ async fn without_watch_list_the_source_lists_then_watches() {
     .expect("a control plane (root; make kube)");
     let cp = &standalone.cp;
     let admin = standalone.admin().await.unwrap();
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let ns1 = serde_json::from_value(json!({"metadata": {"name": "ns1"}})).unwrap();
-    namespaces.create(&PostParams::default(), &ns1).await.unwrap();
-    let services: Api<Service> = Api::namespaced(admin.clone(), "ns1");
-    for i in 0..3 {
-        services.create(&PostParams::default(), &service(&format!("s{i}"), 80)).await.unwrap();
-    }
+    let services = ns1_with_services(&admin, 3).await;
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SourceMetrics::new(&mut registry);
