@@ -45,7 +45,7 @@ fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-sets=(default ha-monitoring custom-dns self-signed-tls bgp)
+sets=(default ha-monitoring custom-dns self-signed-tls bgp beside-kube-proxy)
 # `helm template` cannot look up the API server's address (apiServer.address=auto): every
 # render names one, and a render without it must fail saying what to set.
 API=(--set apiServer.address=192.0.2.10:6443 --set gossip.key=a-gossip-key-for-the-snapshots-0123456789)

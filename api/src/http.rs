@@ -98,6 +98,32 @@ impl Servers {
         self.tasks.spawn(crate::listen::serve(listener, tls, router, limits, stopped));
     }
 
+    /// Serves `router` at `addr` once it can be bound: a port another process holds (kube-proxy's
+    /// 10256 and 10249, while both run during a migration) is retried every
+    /// [`BIND_RETRY`] until it is free or [`Servers::stop`]. `conflict` hears why the port
+    /// cannot be bound (`Some`, once per distinct error) and that it is bound (`None`).
+    pub fn serve_when_bound(
+        &mut self,
+        addr: std::net::SocketAddr,
+        tls: Option<Arc<crate::tls::Tls>>,
+        router: Router,
+        conflict: impl Fn(Option<String>) + Send + Sync + 'static,
+    ) {
+        let mut stop = self.stop.subscribe();
+        let mut stop_serving = stop.clone();
+        self.tasks.spawn(async move {
+            let listener = tokio::select! {
+                l = bind_retrying(addr, &conflict) => l,
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            };
+            conflict(None);
+            let stopped = async move {
+                let _ = stop_serving.wait_for(|s| *s).await;
+            };
+            crate::listen::serve(listener, tls, router, crate::listen::Limits::default(), stopped).await
+        });
+    }
+
     /// Stops accepting everywhere and waits for the calls in flight, at most `grace`; returns
     /// how many servers still had calls running then (they are dropped).
     pub async fn stop(mut self, grace: std::time::Duration) -> usize {
@@ -111,6 +137,34 @@ impl Servers {
         })
         .await;
         if finished.is_ok() { 0 } else { self.tasks.len() }
+    }
+}
+
+/// How often [`Servers::serve_when_bound`] tries a port it could not bind.
+pub const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Binds `addr`, retrying every [`BIND_RETRY`]; each new reason it fails is logged and told to
+/// `conflict`.
+async fn bind_retrying(addr: std::net::SocketAddr, conflict: &impl Fn(Option<String>)) -> TcpListener {
+    let mut told = None;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => {
+                if told.is_some() {
+                    tracing::info!(%addr, "bound at last");
+                }
+                return l;
+            }
+            Err(e) => {
+                let why = format!("{addr}: {e}");
+                if told.as_ref() != Some(&why) {
+                    tracing::warn!(%addr, error = %e, retry = ?BIND_RETRY, "cannot bind; another process may hold the port (kube-proxy?); retrying");
+                    conflict(Some(why.clone()));
+                    told = Some(why);
+                }
+                tokio::time::sleep(BIND_RETRY).await;
+            }
+        }
     }
 }
 
@@ -134,6 +188,38 @@ mod tests {
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[header::CONTENT_TYPE], "application/problem+json");
         assert_eq!(call("/fast").await.unwrap().status(), StatusCode::OK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_port_held_by_another_process_is_retried_until_it_is_free() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let mut servers = Servers::new();
+        let router = Router::new().route("/healthz", get(|| async { "ok" }));
+        servers.serve_when_bound(addr, None, router, move |c| tx.send(c).unwrap());
+        let first = heard.recv().await.unwrap().expect("a conflict");
+        assert!(first.starts_with(&format!("{addr}: ")) && first.contains("in use"), "{first}");
+        tokio::time::sleep(BIND_RETRY * 3).await;
+        assert!(heard.try_recv().is_err(), "the same conflict is told once");
+        drop(holder);
+        assert_eq!(heard.recv().await.unwrap(), None, "bound once the port is free");
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{answer}");
+        assert_eq!(servers.stop(std::time::Duration::from_secs(1)).await, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_ends_the_retries() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut servers = Servers::new();
+        servers.serve_when_bound(holder.local_addr().unwrap(), None, Router::new(), |_| {});
+        tokio::time::sleep(BIND_RETRY * 2).await;
+        assert_eq!(servers.stop(std::time::Duration::from_secs(1)).await, 0);
     }
 
     /// A server whose `/slow` answers when the test says so; the test is told when it started.

@@ -561,6 +561,77 @@ fn mode_switch(from: &str, to: &str) {
     b.spread(b.pod(0, 0), WEB, 4);
 }
 
+/// `tideway agent --cleanup` on a node its stopped agent programmed leaves no object of any
+/// mode behind, in either iptables backend; run again, it finds nothing.
+fn cleanup(mode: &str) {
+    require(mode);
+    let mut b = Battery::start(&format!("cl-{mode}"), mode, &[]);
+    b.c.stop(b.agents[0]);
+    let node = b.node(0);
+    assert!(!leftovers(node, mode).is_empty(), "the agent left its {mode} rules programmed on stop");
+    let run = || {
+        let out = node.try_sh(&format!("{} agent --cleanup 2>&1", env!("CARGO_BIN_EXE_tideway")));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "--cleanup failed: {text}");
+        text
+    };
+    let first = run();
+    let removed = if mode == "iptables" { "iptables-" } else { mode };
+    assert!(first.lines().any(|l| l.starts_with(removed) && l.ends_with(": removed")), "{first}");
+    for m in ["nftables", "iptables", "ipvs"] {
+        assert_eq!(leftovers(node, m), Vec::<String>::new(), "{m} objects left after --cleanup\n{first}");
+    }
+    let saved = node.sh(
+        "iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; iptables-legacy-save 2>/dev/null || true",
+    );
+    // KUBE-FIREWALL is the kubelet's chain too (kube-proxy's clean-up leaves it as well).
+    let left: Vec<&str> =
+        saved.lines().filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL")).collect();
+    assert!(left.is_empty(), "chains left after --cleanup: {left:?}\n{saved}");
+    let second = run();
+    assert!(second.lines().all(|l| l.ends_with(": nothing to remove")), "{second}");
+}
+
+/// A healthz port another process holds (kube-proxy's, beside it) does not stop the agent: it
+/// programs the node, names the conflict in its status, and serves the port once it is free.
+#[test]
+fn a_held_healthz_port_is_named_and_taken_once_free() {
+    require("nftables");
+    let mut c = cluster("port-held");
+    std::fs::write(c.path("cluster.yaml"), manifest("nftables", "")).expect("manifest");
+    let mut holder = c.nodes[0].ns.spawn(
+        std::path::Path::new("python3"),
+        &[
+            "-c",
+            "import socket,time; s=socket.socket(); s.bind(('0.0.0.0',10256)); s.listen(); time.sleep(60)",
+        ],
+        &c.path("holder.log"),
+        &[],
+    );
+    let held = |ns: &Netns| !ns.try_sh("ss -Hltn sport = :10256").stdout.is_empty();
+    eventually(patience(5.0), || {
+        held(&c.nodes[0].ns).then_some(()).ok_or_else(|| "10256 not bound yet".to_string())
+    })
+    .unwrap();
+    start_agent(&mut c, 0, "cluster.yaml", &[]);
+    let node = &c.nodes[0].ns;
+    let s = wait_synced(node, 0).unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    let conflicts = s["listener_conflicts"].as_array().cloned().unwrap_or_default();
+    assert!(
+        conflicts.len() == 1 && conflicts[0].as_str().unwrap_or_default().starts_with("0.0.0.0:10256: "),
+        "{s}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let s = eventually(patience(12.0), || match status(node)? {
+        s if s["listener_conflicts"].as_array().is_some_and(Vec::is_empty) => Ok(s),
+        s => Err(format!("still in conflict: {s}")),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    let health = node.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:10256/healthz");
+    assert_eq!(health, "200", "{s}");
+}
+
 /// Objects of `mode` present in the node's kernel.
 fn leftovers(ns: &Netns, mode: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -638,6 +709,8 @@ macro_rules! modes {
             fn restart() { super::restart(stringify!($mode)) }
             #[test]
             fn apply_error() { super::apply_error(stringify!($mode)) }
+            #[test]
+            fn cleanup() { super::cleanup(stringify!($mode)) }
         }
     )*};
 }

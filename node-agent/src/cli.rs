@@ -34,8 +34,17 @@ pub struct AgentArgs {
     #[arg(long, default_value = "/proc/sys")]
     pub sysctl_dir: PathBuf,
     /// This node's name (a Node object in the source).
-    #[arg(long)]
+    #[arg(long, required_unless_present = "cleanup", default_value = "", hide_default_value = true)]
     pub node: String,
+    /// Remove every kernel object the agent programs on this node, in every mode (the nftables
+    /// tables, the iptables chains and jumps of both iptables backends, IPVS's virtual servers,
+    /// `kube-ipvs0` and the `KUBE-*` ipsets), without waiting for connections, then exit (as
+    /// `kube-proxy --cleanup`). Kernel settings stay, and so does `KUBE-FIREWALL`, which the
+    /// kubelet writes too.
+    /// In iptables and IPVS modes the chains carry kube-proxy's names: never run it on a node
+    /// where kube-proxy still programs them.
+    #[arg(long)]
+    pub cleanup: bool,
     /// Where objects come from: `kubernetes` (the default in a pod), `file:CLUSTER.yaml`
     /// (re-read when it changes) or `lab:DIR` (a running `tideway lab`).
     #[arg(long)]
@@ -56,10 +65,12 @@ pub struct AgentArgs {
     /// Full resync at least this often.
     #[arg(long, value_parser = parse_duration, default_value = "1h")]
     pub full_sync_period: Duration,
-    /// `/healthz` and `/livez`.
+    /// `/healthz` and `/livez`. A port another process holds (kube-proxy's, while both run) is
+    /// retried every 5 s, not fatal: the NodeProxyState's `listenerConflicts` names it.
     #[arg(long, default_value = "0.0.0.0:10256")]
     pub healthz_bind_address: SocketAddr,
-    /// `/metrics`, `/proxyMode`, `/api/v1/status`.
+    /// `/metrics`, `/proxyMode`, `/api/v1/status` (a port in use is retried, as
+    /// `--healthz-bind-address`).
     #[arg(long, default_value = "127.0.0.1:10249")]
     pub metrics_bind_address: SocketAddr,
     /// HTTPS on `--metrics-bind-address` (`/healthz` stays plain HTTP).
@@ -178,6 +189,37 @@ async fn join_gossip(
     }
 }
 
+/// `--cleanup`: removes the agent's objects of every mode, saying what it removed; exit 1 when
+/// a backend could not be cleaned.
+#[allow(clippy::print_stdout)] // what it removed is the command's output
+fn cleanup() -> i32 {
+    let mut code = 0;
+    for (backend, cleaned) in crate::dataplane::cleanup_node() {
+        match cleaned {
+            Ok(true) => println!("{backend}: removed"),
+            Ok(false) => println!("{backend}: nothing to remove"),
+            Err(e) => {
+                eprintln!("{backend}: {e}");
+                code = 1;
+            }
+        }
+    }
+    code
+}
+
+/// Keeps `status.listener_conflicts` current for the listener at `addr`.
+fn listener_conflicts(
+    status: Arc<RwLock<AgentStatus>>,
+    addr: SocketAddr,
+) -> impl Fn(Option<String>) + Send + Sync {
+    let prefix = format!("{addr}: ");
+    move |conflict| {
+        let mut s = status.write().unwrap_or_else(|e| e.into_inner());
+        s.listener_conflicts.retain(|c| !c.starts_with(&prefix));
+        s.listener_conflicts.extend(conflict);
+    }
+}
+
 /// How long a stop may take: whatever the agent is doing (a long kernel write, a child
 /// process), it is gone this long after SIGTERM.
 const STOP_WITHIN: Duration = Duration::from_millis(900);
@@ -194,6 +236,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             "tideway agent needs CAP_NET_ADMIN to program this node's rules: run it as root, or \
              grant the capability (securityContext.capabilities.add: [NET_ADMIN])"
         );
+    }
+    if args.cleanup {
+        return Ok(cleanup());
     }
     let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
     let tls = args.tls.load()?;
@@ -252,12 +297,6 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         }
         let health = Arc::new(ProxyHealth::new(args.sync_period.unwrap_or(Duration::from_secs(30))));
 
-        let healthz = tokio::net::TcpListener::bind(args.healthz_bind_address)
-            .await
-            .with_context(|| format!("binding {}", args.healthz_bind_address))?;
-        let metrics_listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
-            .await
-            .with_context(|| format!("binding {}", args.metrics_bind_address))?;
         let health_router =
             crate::http::health_router(health.clone(), metrics.clone(), status.clone(), cluster.clone());
         let (publisher, programmed) = crate::agent::query::channel();
@@ -268,9 +307,11 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let auth =
             tideway_api::auth::choose(args.api_token_file.as_deref(), review).context("reading --api-token-file")?;
         let metrics_router = crate::http::guarded(metrics_router, args.api_anonymous_reads, auth);
+        // A port another process holds (kube-proxy's, beside it) is retried, not fatal.
         let mut servers = tideway_api::http::Servers::new();
-        servers.serve(healthz, None, health_router);
-        servers.serve(metrics_listener, tls, metrics_router);
+        let conflicts = |addr| listener_conflicts(status.clone(), addr);
+        servers.serve_when_bound(args.healthz_bind_address, None, health_router, conflicts(args.healthz_bind_address));
+        servers.serve_when_bound(args.metrics_bind_address, tls, metrics_router, conflicts(args.metrics_bind_address));
 
         let opts = AgentOptions {
             node: args.node.clone(),

@@ -64,6 +64,7 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         missing_interfaces: status.missing_interfaces.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         bgp: status.bgp.as_ref().map(bgp_report),
         unset_sysctls: status.unset_sysctls.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
+        listener_conflicts: status.listener_conflicts.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
     }
 }
 

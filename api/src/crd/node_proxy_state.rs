@@ -101,6 +101,12 @@ pub struct NodeProxyStateStatus {
     /// agent's container cannot write them. The ProxyConfig's `SysctlsSet` condition names them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unset_sysctls: Vec<String>,
+    /// Listeners the agent cannot bind yet, each as `address: why`
+    /// (`0.0.0.0:10256: Address in use (os error 98)`), retried every 5 s: another process holds
+    /// the port — kube-proxy, while both run during a migration (the chart's
+    /// `agent.healthzBindAddress` and `agent.metricsBindAddress` move the agent's aside).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listener_conflicts: Vec<String>,
 }
 
 /// `status.bgp`: the node's BGP sessions and advertisements.
@@ -167,6 +173,7 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         invalid_objects: state.invalid_objects.clone(),
         missing_interfaces: state.missing_interfaces.clone(),
         unset_sysctls: state.unset_sysctls.clone(),
+        listener_conflicts: state.listener_conflicts.clone(),
         bgp: state.bgp.as_ref().map(|b| NodeBgpStatus {
             sessions: i64::from(b.sessions),
             established: i64::from(b.established),
@@ -221,6 +228,7 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         invalid_objects: st.invalid_objects,
         missing_interfaces: st.missing_interfaces,
         unset_sysctls: st.unset_sysctls,
+        listener_conflicts: st.listener_conflicts,
         bgp: st.bgp.map(|b| BgpReport {
             sessions: count32(b.sessions),
             established: count32(b.established),
@@ -271,6 +279,7 @@ mod tests {
             invalid_objects: vec!["ProxyConfig default: spec.syncPeriod: must be at most 24h".into()],
             missing_interfaces: vec!["vlan100".into()],
             unset_sysctls: vec!["net.ipv4.conf.all.route_localnet=1: Read-only file system".into()],
+            listener_conflicts: vec!["0.0.0.0:10256: Address in use (os error 98)".into()],
             bgp: Some(BgpReport {
                 sessions: 2,
                 established: 1,
@@ -284,6 +293,7 @@ mod tests {
         assert_eq!(json["status"]["lastSyncTime"], "2023-11-14T22:13:20Z");
         assert_eq!(json["status"]["programmedResourceVersion"], "1234");
         assert_eq!(json["status"]["bgp"]["established"], 1);
+        assert_eq!(json["status"]["listenerConflicts"][0], "0.0.0.0:10256: Address in use (os error 98)");
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(
             json["status"]["invalidObjects"][0],

@@ -53,6 +53,8 @@ pub struct NodeProxyState {
     pub bgp: Option<BgpReport>,
     /// Kernel settings the node's rules need and its agent could not set (`name=value: why`).
     pub unset_sysctls: Vec<String>,
+    /// Listeners the node's agent cannot bind, and why (another process holds the port).
+    pub listener_conflicts: Vec<String>,
 }
 
 /// What a node's agent says over BGP, as it reports it.

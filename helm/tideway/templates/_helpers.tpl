@@ -134,3 +134,11 @@ podAntiAffinity:
 - name: gossip-key
   secret: {secretName: {{ include "tideway.gossipSecret" . }}, defaultMode: 0400}
 {{- end -}}
+
+{{/* A Pod's nodeSelector: Linux nodes (no Tideway component runs on others) and the value's
+labels. Argument: the value (a map). */}}
+{{- define "tideway.nodeSelector" -}}
+nodeSelector:
+  {{- toYaml (merge (dict) . (dict "kubernetes.io/os" "linux")) | nindent 2 }}
+{{- end }}
+

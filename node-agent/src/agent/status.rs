@@ -79,6 +79,9 @@ pub struct AgentStatus {
     /// Kernel settings the programmed rules need and the agent could not set (`name=value:
     /// why`): a container whose `/proc/sys` is read-only, say.
     pub unset_sysctls: Vec<String>,
+    /// Listeners the agent cannot bind yet (`0.0.0.0:10256: Address in use`), retried every few
+    /// seconds: another process holds the port (kube-proxy, while both run in a migration).
+    pub listener_conflicts: Vec<String>,
 }
 
 /// What the agent's BGP speaker applied, and what it could not.

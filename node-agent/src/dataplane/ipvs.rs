@@ -35,6 +35,8 @@ pub struct Ipvs {
     draining: BTreeMap<(VsKey, RsKey), Instant>,
     /// When the cleanup after a mode switch started.
     retiring: Option<Instant>,
+    /// How long a cleanup waits for established connections ([`DRAIN_LIMIT`]).
+    cleanup_drain: Duration,
     /// The sysctls the last full apply could not set, and why.
     unset_sysctls: Vec<String>,
 }
@@ -66,8 +68,16 @@ impl Ipvs {
             netlink: None,
             draining: BTreeMap::new(),
             retiring: None,
+            cleanup_drain: DRAIN_LIMIT,
             unset_sysctls: Vec::new(),
         }
+    }
+
+    /// A backend whose [`Dataplane::cleanup`] removes everything at once, established
+    /// connections or not (`tideway agent --cleanup`).
+    pub fn without_drain(mut self) -> Self {
+        self.cleanup_drain = Duration::ZERO;
+        self
     }
 
     fn nl(&mut self) -> Result<&mut IpvsNetlink, DataplaneError> {
@@ -462,7 +472,7 @@ impl Dataplane for Ipvs {
                 established += self.nl()?.dests(&s.ip, proto, s.port)?.iter().map(|d| d.active).sum::<u32>();
             }
         }
-        if established > 0 && since.elapsed() < DRAIN_LIMIT {
+        if established > 0 && since.elapsed() < self.cleanup_drain {
             return Ok(Retired::Draining(format!("{established} established connections through IPVS")));
         }
         for s in services.iter().filter(|s| protocol_of(s.protocol) == Some(Protocol::Udp)) {

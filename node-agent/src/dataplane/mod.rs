@@ -185,6 +185,32 @@ pub trait Dataplane: Send {
     }
 }
 
+/// Removes every kernel object any mode of the agent programs on this node, as `kube-proxy
+/// --cleanup` does (`tideway agent --cleanup`): the nftables tables, the iptables chains and
+/// jumps in both iptables backends (legacy and nft), IPVS's virtual servers, `kube-ipvs0` and
+/// `KUBE-*` ipsets, without waiting for connections to drain. Kernel settings stay. Returns,
+/// for each backend, whether it had objects, or why it could not be cleaned.
+pub fn cleanup_node() -> Vec<(&'static str, Result<bool, DataplaneError>)> {
+    let backends: [(&'static str, Box<dyn Dataplane>); 4] = [
+        ("nftables", Box::new(Nftables::new())),
+        ("ipvs", Box::new(Ipvs::new(Iptables::detect(), Default::default()).without_drain())),
+        ("iptables-nft", Box::new(Iptables::new(IptablesBackend::Nft))),
+        ("iptables-legacy", Box::new(Iptables::new(IptablesBackend::Legacy))),
+    ];
+    backends
+        .into_iter()
+        .map(|(name, mut backend)| {
+            let cleaned = backend.present().and_then(|present| {
+                if present {
+                    backend.cleanup(&Keep::default())?;
+                }
+                Ok(present)
+            });
+            (name, cleaned)
+        })
+        .collect()
+}
+
 /// Makes the dataplane for a mode's settings: [`for_settings`] in a real agent, a
 /// [`memory::SharedKernel`] in tests of the sync loop.
 pub type Factory = Box<dyn Fn(&ProxySettings) -> Box<dyn Dataplane> + Send + Sync>;
