@@ -592,13 +592,47 @@ fn cleanup(mode: &str) {
     assert!(second.lines().all(|l| l.ends_with(": nothing to remove")), "{second}");
 }
 
-/// A healthz port another process holds (kube-proxy's, beside it) does not stop the agent: it
-/// programs the node, names the conflict in its status, and serves the port once it is free.
+/// kube-proxy's iptables mode, as it leaves a node (chains, jumps, one Service).
+const KUBE_PROXY_RULES: &str = "*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
+:KUBE-SEP-ABCDEFGHIJKLMNOP - [0:0]
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-SERVICES -d 10.97.0.10/32 -p tcp -m comment --comment \"kube-system/peer cluster IP\" -m tcp --dport 80 -j KUBE-SVC-TCOU7JCQXEZGVUNU
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-ABCDEFGHIJKLMNOP
+-A KUBE-SEP-ABCDEFGHIJKLMNOP -p tcp -m tcp -j DNAT --to-destination 10.244.1.11:8080
+COMMIT
+*filter
+:KUBE-FORWARD - [0:0]
+-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+COMMIT
+";
+
+/// Beside a kube-proxy (its iptables chains, its healthz port held), the agent in nftables mode
+/// does not exit: it programs the node, names the port conflict in its status, serves the port
+/// once it is free, and takes none of kube-proxy's chains for leftovers of its own.
 #[test]
-fn a_held_healthz_port_is_named_and_taken_once_free() {
+fn beside_kube_proxy_the_agent_leaves_its_chains_alone_and_waits_for_its_port() {
     require("nftables");
-    let mut c = cluster("port-held");
+    let mut c = cluster("beside-kp");
     std::fs::write(c.path("cluster.yaml"), manifest("nftables", "")).expect("manifest");
+    let rules = |ns: &Netns| {
+        let saved = ns.sh("iptables-save -t nat; iptables-save -t filter");
+        saved
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(" [").next().unwrap_or(l).to_string())
+            .collect::<Vec<_>>()
+    };
+    c.nodes[0].ns.sh(&format!("printf '%s' '{KUBE_PROXY_RULES}' | iptables-restore --noflush"));
+    let before = rules(&c.nodes[0].ns);
+    assert!(before.iter().any(|l| l.contains("KUBE-SVC-TCOU7JCQXEZGVUNU")), "{before:?}");
     let mut holder = c.nodes[0].ns.spawn(
         std::path::Path::new("python3"),
         &[
@@ -630,6 +664,8 @@ fn a_held_healthz_port_is_named_and_taken_once_free() {
     .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
     let health = node.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:10256/healthz");
     assert_eq!(health, "200", "{s}");
+    assert_eq!(s["retiring"], serde_json::json!([]), "{s}");
+    assert_eq!(rules(node), before, "kube-proxy's chains changed\n{}", c.log("agent-node-a.log"));
 }
 
 /// Objects of `mode` present in the node's kernel.

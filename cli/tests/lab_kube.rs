@@ -240,9 +240,10 @@ fn the_agents_and_the_operator_move_to_their_rotated_tokens(
 }
 
 /// Tideway's Pods (the agents, DNS, the operator) run as runc containers from the image `lab
-/// up --image` loaded, not as the build's binary; each agent, unprivileged, set its node's
-/// `route_localnet` through the host's `/proc/sys/net` the chart mounts (a fresh network
-/// namespace starts with 0), and says it left none unset.
+/// up --image` loaded, not as the build's binary, each under the runtime's default seccomp
+/// profile; each agent, unprivileged, set its node's `route_localnet` through the host's
+/// `/proc/sys/net` the chart mounts (a fresh network namespace starts with 0), and says it left
+/// none unset and holds its ports.
 fn tideway_runs_from_its_image_with_the_charts_security_context(lab: &TestLab) {
     let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
     let pods = kubectl_json(lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/instance=tideway"]);
@@ -266,6 +267,15 @@ fn tideway_runs_from_its_image_with_the_charts_security_context(lab: &TestLab) {
                 )
             });
             assert_eq!(state["status"], "running", "{} {name}: {state}", p["metadata"]["name"]);
+            let bundle = PathBuf::from(state["bundle"].as_str().unwrap_or_default());
+            let spec: Value =
+                serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
+            let seccomp = &spec["linux"]["seccomp"]["defaultAction"];
+            assert_eq!(
+                seccomp, "SCMP_ACT_ERRNO",
+                "{} {name}: under RuntimeDefault seccomp",
+                p["metadata"]["name"]
+            );
             components
                 .insert(p["metadata"]["labels"]["app.kubernetes.io/component"].as_str().unwrap().to_string());
         }
@@ -290,6 +300,8 @@ fn tideway_runs_from_its_image_with_the_charts_security_context(lab: &TestLab) {
     for st in states {
         let unset = st["status"]["unsetSysctls"].as_array().cloned().unwrap_or_default();
         assert!(unset.is_empty(), "{}: {unset:?}", st["metadata"]["name"]);
+        let conflicts = st["status"]["listenerConflicts"].as_array().cloned().unwrap_or_default();
+        assert!(conflicts.is_empty(), "{}: {conflicts:?}", st["metadata"]["name"]);
     }
     eventually(patience(30.0), || {
         let configs = kubectl_json(lab, &["get", "proxyconfigs", "-A"]);

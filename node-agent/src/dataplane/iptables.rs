@@ -38,6 +38,12 @@ pub const BACKEND_ENV: &str = "TIDEWAY_IPTABLES_BACKEND";
 /// input: about 6 s for 31,000 rules and 70 s for 62,000 here, where legacy takes 0.3 s and 1 s).
 const NFT_BACKEND_SLOW_RULES: usize = 20_000;
 
+/// An empty chain in the `filter` table that says Tideway wrote the `KUBE-*` chains beside it:
+/// iptables and IPVS modes use kube-proxy's own chain names, so without it a Tideway agent in
+/// nftables mode beside kube-proxy would take kube-proxy's chains for its own leftovers and
+/// remove them. Every full sync writes it; a clean-up removes it with the chains.
+pub(super) const OWNER_MARK: &str = "TIDEWAY-OWNED";
+
 /// Lines mentioning `KUBE-` and rules (`-A`) in one variant's saved tables, both families.
 fn census(variant: &str) -> (usize, usize) {
     let (mut kube, mut rules) = (0, 0);
@@ -228,7 +234,8 @@ impl Iptables {
         let saved = self.save(p.family)?;
         self.ensure_jumps(p, &saved)?;
         let stale = stale_chains(p, saved.keys().map(|(t, c)| (t.as_str(), c.as_str())));
-        self.restore(p.family, &text::program(p, &stale))?;
+        let mark = format!("*filter\n:{OWNER_MARK} - [0:0]\nCOMMIT\n");
+        self.restore(p.family, &format!("{}{mark}", text::program(p, &stale)))?;
         self.learn_all(p);
         Ok(())
     }
@@ -320,7 +327,9 @@ impl Iptables {
                 let gone: Vec<&String> = saved
                     .keys()
                     .filter(|(t, c)| {
-                        t == table && is_own_chain(c) && !keep.chains.contains(&(t.clone(), c.clone()))
+                        t == table
+                            && (is_own_chain(c) || c == OWNER_MARK)
+                            && !keep.chains.contains(&(t.clone(), c.clone()))
                     })
                     .map(|(_, c)| c)
                     .collect();
@@ -337,10 +346,20 @@ impl Iptables {
         Ok(())
     }
 
+    /// True when chains of Tideway's names exist, whoever wrote them (kube-proxy uses the same).
     pub(super) fn has_chains(&self) -> Result<bool, DataplaneError> {
+        self.any_chain(is_own_chain)
+    }
+
+    /// True when Tideway wrote the `KUBE-*` chains here ([`OWNER_MARK`]).
+    pub(super) fn marked(&self) -> Result<bool, DataplaneError> {
+        self.any_chain(|c| c == OWNER_MARK)
+    }
+
+    fn any_chain(&self, name: impl Fn(&str) -> bool) -> Result<bool, DataplaneError> {
         for family in IpFamily::ALL {
             if let Ok(saved) = self.save(family)
-                && saved.keys().any(|(_, c)| is_own_chain(c))
+                && saved.keys().any(|(_, c)| name(c))
             {
                 return Ok(true);
             }
@@ -375,8 +394,9 @@ impl Dataplane for Iptables {
         self.remove(keep).map(|()| Retired::Done)
     }
 
+    /// Only chains Tideway marked as its own: kube-proxy's (same names) are not leftovers.
     fn present(&mut self) -> Result<bool, DataplaneError> {
-        self.has_chains()
+        self.marked()
     }
 }
 

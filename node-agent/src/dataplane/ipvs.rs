@@ -493,16 +493,25 @@ impl Dataplane for Ipvs {
         Ok(Retired::Done)
     }
 
+    /// Only what Tideway marked as its own: kube-proxy's IPVS mode has the same interface and
+    /// ipsets.
     fn present(&mut self) -> Result<bool, DataplaneError> {
+        Ok(self.iptables.marked()? && self.has_objects()?)
+    }
+
+    fn unset_sysctls(&self) -> Vec<String> {
+        self.unset_sysctls.clone()
+    }
+}
+
+impl Ipvs {
+    /// True when IPVS mode's interface or ipsets exist, whoever made them.
+    pub(super) fn has_objects(&mut self) -> Result<bool, DataplaneError> {
         if exec::run("ip", &["link", "show", DUMMY_INTERFACE], None).is_ok() {
             return Ok(true);
         }
         let sets = exec::run("ipset", &["list", "-n"], None).unwrap_or_default();
         Ok(sets.lines().any(|n| n.starts_with("KUBE-") && (n.contains("CLUSTER-IP") || n.contains("IPVS"))))
-    }
-
-    fn unset_sysctls(&self) -> Vec<String> {
-        self.unset_sysctls.clone()
     }
 }
 

@@ -75,6 +75,7 @@ impl Keep {
             for c in p.assemble().chains {
                 keep.chains.insert((c.def.table.to_string(), c.def.name.to_string()));
             }
+            keep.chains.insert(("filter".to_string(), iptables::OWNER_MARK.to_string()));
             for (t, c, a) in tideway_core::render::iptables::text::builtin_jumps(p) {
                 keep.jumps.insert((t.to_string(), c, a));
             }
@@ -190,25 +191,34 @@ pub trait Dataplane: Send {
 /// jumps in both iptables backends (legacy and nft), IPVS's virtual servers, `kube-ipvs0` and
 /// `KUBE-*` ipsets, without waiting for connections to drain. Kernel settings stay. Returns,
 /// for each backend, whether it had objects, or why it could not be cleaned.
+/// Objects of Tideway's names count whoever wrote them: kube-proxy's too, in iptables and IPVS
+/// modes.
 pub fn cleanup_node() -> Vec<(&'static str, Result<bool, DataplaneError>)> {
-    let backends: [(&'static str, Box<dyn Dataplane>); 4] = [
-        ("nftables", Box::new(Nftables::new())),
-        ("ipvs", Box::new(Ipvs::new(Iptables::detect(), Default::default()).without_drain())),
-        ("iptables-nft", Box::new(Iptables::new(IptablesBackend::Nft))),
-        ("iptables-legacy", Box::new(Iptables::new(IptablesBackend::Legacy))),
-    ];
-    backends
-        .into_iter()
-        .map(|(name, mut backend)| {
-            let cleaned = backend.present().and_then(|present| {
-                if present {
-                    backend.cleanup(&Keep::default())?;
-                }
-                Ok(present)
-            });
-            (name, cleaned)
-        })
-        .collect()
+    fn clean(
+        mut backend: impl Dataplane,
+        found: Result<bool, DataplaneError>,
+    ) -> Result<bool, DataplaneError> {
+        let found = found?;
+        if found {
+            backend.cleanup(&Keep::default())?;
+        }
+        Ok(found)
+    }
+    let mut nft = Nftables::new();
+    let nft_found = nft.present();
+    let mut ipvs = Ipvs::new(Iptables::detect(), Default::default()).without_drain();
+    let ipvs_found = ipvs.has_objects();
+    let iptables = |backend| {
+        let ipt = Iptables::new(backend);
+        let found = ipt.has_chains();
+        clean(ipt, found)
+    };
+    vec![
+        ("nftables", clean(nft, nft_found)),
+        ("ipvs", clean(ipvs, ipvs_found)),
+        ("iptables-nft", iptables(IptablesBackend::Nft)),
+        ("iptables-legacy", iptables(IptablesBackend::Legacy)),
+    ]
 }
 
 /// Makes the dataplane for a mode's settings: [`for_settings`] in a real agent, a
