@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod fake_api;
 pub mod fault_proxy;
 pub mod frr;

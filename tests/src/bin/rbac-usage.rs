@@ -1,6 +1,7 @@
 //! Least privilege, checked: every rule the chart grants a Tideway component is used by some
-//! request that component made in the tests (recorded by the test API server into the
-//! directory given as the argument, see `TIDEWAY_RBAC_USAGE`), or is listed in
+//! request that component made in the tests (recorded into the directory given as the
+//! argument, see `TIDEWAY_RBAC_USAGE`, by the test API server and from the real API server's
+//! audit log of every kube lab test, [`tideway_tests::audit`]), or is listed in
 //! `helm/tideway/tests/rbac-outside-tests.txt` with the reason it is needed outside the tests.
 //! Prints each component's grants, used or not; fails on an unused grant nobody explained.
 //!
@@ -10,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::ExitCode;
 
+use tideway_tests::audit::AUDIT_PREFIX;
 use tideway_tests::fake_api::rbac::{Account, Attributes, Rbac};
 
 /// One grant at the grain RBAC checks it: a verb on a resource of a group, in a role.
@@ -28,6 +30,13 @@ impl std::fmt::Display for Triple {
     }
 }
 
+/// Whether a grant was used, and whether a real API server saw it used.
+#[derive(Debug, Default)]
+struct Seen {
+    used: bool,
+    real: bool,
+}
+
 /// The grants listed as needed outside the tests: `account verb group resource  # why`.
 fn explained(text: &str) -> BTreeSet<String> {
     text.lines()
@@ -41,15 +50,18 @@ fn main() -> ExitCode {
         eprintln!("usage: rbac-usage DIR (the TIDEWAY_RBAC_USAGE directory of a test run)");
         return ExitCode::from(2);
     };
-    let mut used: Vec<(String, Attributes)> = Vec::new();
+    // Each request, and whether a real API server's audit log recorded it.
+    let mut used: Vec<(String, Attributes, bool)> = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("usage file");
-        used.extend(text.lines().filter_map(Attributes::parse_line));
+        let path = entry.expect("entry").path();
+        let real = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with(AUDIT_PREFIX));
+        let text = std::fs::read_to_string(&path).expect("usage file");
+        used.extend(text.lines().filter_map(Attributes::parse_line).map(|(who, a)| (who, a, real)));
     }
     let outside = tideway_tests::root().join("../helm/tideway/tests/rbac-outside-tests.txt");
     let explained = explained(&std::fs::read_to_string(&outside).unwrap_or_default());
     // Each grant of each value set's chart, at the grain RBAC checks: used or not.
-    let mut grants: BTreeMap<(Triple, String), bool> = BTreeMap::new();
+    let mut grants: BTreeMap<(Triple, String), Seen> = BTreeMap::new();
     for rbac in Rbac::value_sets().values() {
         for account in Account::COMPONENTS {
             for grant in rbac.grants_of(&rbac.user(account)) {
@@ -66,22 +78,28 @@ fn main() -> ExitCode {
                         group: group.clone(),
                         resource: resource.clone(),
                     };
-                    let hit = used.iter().any(|(who, a)| {
+                    let hits = used.iter().filter(|(who, a, _)| {
                         who == account.token()
                             && a.verb == *verb
                             && a.group == *group
                             && a.resource_path() == *resource
                             && grant.allows(a)
                     });
-                    *grants.entry((t, grant.role.clone())).or_default() |= hit;
+                    let seen = grants.entry((t, grant.role.clone())).or_default();
+                    for (_, _, real) in hits {
+                        seen.used = true;
+                        seen.real |= *real;
+                    }
                 }
             }
         }
     }
     let (mut out, mut unexplained, mut listed) = (std::io::stdout().lock(), 0, BTreeSet::new());
-    for ((t, role), hit) in &grants {
-        let why = if *hit {
-            "used"
+    for ((t, role), seen) in &grants {
+        let why = if seen.real {
+            "used on the real API server"
+        } else if seen.used {
+            "used on the test API server"
         } else if explained.contains(&t.to_string()) {
             listed.insert(t.to_string());
             "needed outside the tests"
@@ -94,7 +112,14 @@ fn main() -> ExitCode {
     for stale in explained.difference(&listed) {
         let _ = writeln!(out, "{stale}: listed in {} but used by a test or not granted", outside.display());
     }
-    let _ = writeln!(out, "{} records from {dir}", used.len());
+    let real = grants.values().filter(|s| s.real).count();
+    let _ = writeln!(
+        out,
+        "{} records from {dir} ({} from real API servers' audit logs); {real} of {} grants used on a real API server",
+        used.len(),
+        used.iter().filter(|u| u.2).count(),
+        grants.len()
+    );
     if used.is_empty() {
         eprintln!("no requests recorded: run the tests with TIDEWAY_RBAC_USAGE={dir} first");
         return ExitCode::FAILURE;

@@ -17,8 +17,11 @@
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
 //!   that time out every 200 ms, an outage answering 503, a server that cannot stream lists,
 //!   counting the reviews a flood of calls costs;
-//! * `make check-rbac`, which reads the grants this server used to authorize each request by
-//!   the chart's roles (the real server's audit log does not say which rule allowed one);
+//! * half of `make check-rbac`'s evidence: the requests this server authorized by the chart's
+//!   roles. The other half is the real API server's audit log of every kube lab test
+//!   ([`crate::audit`]), where the components run as their chart ServiceAccounts; `check-rbac`
+//!   says which grants the real server saw used (the demo lab exercises no BGP, MetalLB
+//!   compatibility or REST writes, which the tests here do);
 //! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
 //!   operator's `kube`, `failover` and `metallb`, the CLI's `kubernetes` and
 //!   `failover`, and the benchmarks that count requests.

@@ -74,7 +74,7 @@ impl Attributes {
     }
 
     /// One tab-separated line (the usage record of `user`'s request).
-    fn line(&self, user: &str) -> String {
+    pub fn line(&self, user: &str) -> String {
         let a = self;
         format!(
             "{user}\t{}\t{}\t{}\t{}\t{}\t{}\n",
