@@ -4,9 +4,10 @@
 //! (the pinned release, etcd in `livez`, the controllers' leader Leases, slices written by the
 //! EndpointSlice controller); a node taken down turned NotReady by the controller-manager, seen
 //! in the API server's audit log; and every Tideway component authenticated as its chart
-//! ServiceAccount with a token bound to its Pod; and a new node, its kernel empty, programmed only
-//! when the agent is given the API server's address (the `kubernetes` Service's ClusterIP is
-//! served by nothing there yet).
+//! ServiceAccount with a token bound to its Pod; a rolling restart of the agents that moves no
+//! address and fails no request ([`rollout`]); and a new node, its kernel empty, programmed
+//! only when the agent is given the API server's address (the `kubernetes` Service's ClusterIP
+//! is served by nothing there yet).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,6 +19,8 @@ const DEMO: &str = include_str!("../../examples/demo.yaml");
 const GO_MOD: &str = include_str!("../../kube/go.mod");
 
 mod lab_support;
+#[path = "lab_kube/rollout.rs"]
+mod rollout;
 
 use lab_support::*;
 
@@ -91,6 +94,7 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     });
     dig.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
     tideway_runs_from_its_image_with_the_charts_security_context(&lab);
+    rollout::a_rolling_restart_of_the_agents_moves_no_address(&lab);
 
     // What kubectl says of the control plane.
     let version = kubectl_json(&lab, &["version"]);

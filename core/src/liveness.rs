@@ -80,6 +80,34 @@ pub fn liveness_of(active: bool, down: bool) -> AgentLiveness {
     }
 }
 
+/// How long an agent that stopped gracefully (it said so in its NodeProxyState's `stoppedAt`
+/// as it left: a rollout, most likely) keeps its node's addresses while its member is down:
+/// the DaemonSet's next Pod has this long to start and join. Its kernel rules stay programmed
+/// meanwhile, so held connections and clients with the node's MAC cached are served; a crash
+/// (no `stoppedAt`) still moves them within [`TIMINGS`]' detection.
+pub const HAND_OVER: Duration = Duration::from_secs(30);
+
+/// The liveness a member list and the agent's last report say: a member declared down whose
+/// agent reported a graceful stop less than `hand_over` before `now` is
+/// [`AgentLiveness::Restarting`] (until when, for a re-check), else [`liveness_of`]. A stop
+/// reported in the future (another clock ahead) counts from `now`.
+pub fn agent_liveness(
+    active: bool,
+    down: bool,
+    stopped_at: Option<std::time::SystemTime>,
+    now: std::time::SystemTime,
+    hand_over: Duration,
+) -> (AgentLiveness, Option<std::time::SystemTime>) {
+    let plain = liveness_of(active, down);
+    match stopped_at {
+        Some(at) if plain == AgentLiveness::Dead => {
+            let until = at.min(now) + hand_over;
+            if now < until { (AgentLiveness::Restarting, Some(until)) } else { (plain, None) }
+        }
+        _ => (plain, None),
+    }
+}
+
 /// Whether an agent answers for its addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fencing {
@@ -123,6 +151,25 @@ mod tests {
         {
             assert_eq!(liveness_of(active, down), want, "active {active} down {down}");
         }
+    }
+
+    #[test]
+    fn a_gracefully_stopped_agent_keeps_its_addresses_for_the_hand_over_only() {
+        use std::time::UNIX_EPOCH;
+
+        use AgentLiveness::*;
+        let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_000 + s);
+        let h = HAND_OVER;
+        assert_eq!(agent_liveness(false, true, Some(t(0)), t(5), h), (Restarting, Some(t(30))));
+        assert_eq!(agent_liveness(false, true, Some(t(0)), t(30), h), (Dead, None), "the hand-over is over");
+        assert_eq!(agent_liveness(false, true, None, t(5), h), (Dead, None), "a crash moves at once");
+        assert_eq!(agent_liveness(true, false, Some(t(0)), t(5), h), (Alive, None), "back: alive");
+        assert_eq!(agent_liveness(false, false, Some(t(0)), t(5), h), (Unknown, None));
+        assert_eq!(
+            agent_liveness(false, true, Some(t(500)), t(5), h),
+            (Restarting, Some(t(35))),
+            "a clock ahead"
+        );
     }
 
     #[test]

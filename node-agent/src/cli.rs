@@ -228,6 +228,10 @@ const STOP_WITHIN: Duration = Duration::from_millis(900);
 /// [`STOP_WITHIN`]).
 const HTTP_GRACE: Duration = Duration::from_millis(500);
 
+/// How long the last NodeProxyState write may take when the agent stops (beside
+/// [`HTTP_GRACE`], within [`STOP_WITHIN`]).
+const FAREWELL_WITHIN: Duration = Duration::from_millis(500);
+
 /// Runs the agent until SIGINT or SIGTERM. Rules stay programmed on exit, so a restart
 /// causes no gap. Without `CAP_NET_ADMIN` it stops at once, saying so.
 pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
@@ -292,6 +296,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 Some((sink, ReportSettings::default()))
             }
         };
+        let farewell_sink = report.as_ref().map(|(sink, _)| sink.clone());
         if let Some((sink, settings)) = report {
             tokio::spawn(report::run_supervised(status.clone(), sink, settings, cluster.clone(), source_metrics));
         }
@@ -332,6 +337,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 }
             });
         }
+        let last_status = status.clone();
         let mut agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).fenced_by(fence);
         if args.bgp {
             let frr = FrrReload { program: args.frr_reload.clone(), dir: args.frr_dir.clone(), pathspace: args.frr_pathspace.clone() };
@@ -339,8 +345,16 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         }
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
-        // Calls in flight (a health check, a REST read) are answered before the exit.
-        if servers.stop(HTTP_GRACE).await > 0 {
+        // The NodeProxyState says the agent stopped (its addresses stay for the operator's
+        // hand-over: a rollout), while calls in flight (a health check, a REST read) are
+        // answered before the exit.
+        let farewell = async {
+            if let Some(sink) = farewell_sink {
+                report::farewell(&last_status, sink.as_ref(), FAREWELL_WITHIN).await;
+            }
+        };
+        let ((), dropped) = tokio::join!(farewell, servers.stop(HTTP_GRACE));
+        if dropped > 0 {
             tracing::warn!(grace = ?HTTP_GRACE, "calls still running when the HTTP servers stopped were dropped");
         }
         tracing::info!("agent stopped; rules stay programmed");

@@ -65,6 +65,7 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         bgp: status.bgp.as_ref().map(bgp_report),
         unset_sysctls: status.unset_sysctls.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         listener_conflicts: status.listener_conflicts.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
+        stopped_at: None,
     }
 }
 
@@ -153,6 +154,33 @@ pub async fn run(
     }
 }
 
+/// The last report, as the agent stops gracefully: what it programmed, and `stoppedAt`, so that
+/// the operator keeps the node's addresses for its hand-over time while the next agent starts
+/// (see [`tideway_core::liveness::agent_liveness`]). Nothing is written before the first sync;
+/// a write not done `within` is dropped (the addresses then move as after a crash). True when
+/// written.
+pub async fn farewell(status: &RwLock<AgentStatus>, sink: &dyn NodeStateSink, within: Duration) -> bool {
+    let mut state = {
+        let s = status.read().unwrap_or_else(|e| e.into_inner());
+        if !s.synced {
+            return false;
+        }
+        node_state(&s)
+    };
+    state.stopped_at = Some(std::time::SystemTime::now());
+    match tokio::time::timeout(within, sink.publish(&state)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot say in the NodeProxyState that the agent stops; its addresses will move");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(?within, "the NodeProxyState's last write took too long; the addresses will move");
+            false
+        }
+    }
+}
+
 /// [`run`], never stopped, started again after a panic: the restart is logged, counted
 /// (`tideway_source_task_restarts_total{task="report"}`) and shown as a fault of the source
 /// (readiness) until the writer runs again.
@@ -213,6 +241,21 @@ mod tests {
 
     fn program(status: &RwLock<AgentStatus>, version: u64) {
         status.write().unwrap().programmed_version = Some(version);
+    }
+
+    #[tokio::test]
+    async fn a_graceful_stop_says_when_in_a_last_report_once_synced() {
+        let sink = MemorySink::default();
+        let status = RwLock::new(AgentStatus { node: "node-a".into(), ..Default::default() });
+        assert!(!farewell(&status, &sink, Duration::from_secs(1)).await, "nothing before the first sync");
+        assert!(sink.published().is_empty());
+        *status.write().unwrap() = synced(3);
+        let before = std::time::SystemTime::now();
+        assert!(farewell(&status, &sink, Duration::from_secs(1)).await);
+        let last = sink.published().pop().unwrap();
+        assert!(last.stopped_at.is_some_and(|t| t >= before), "{last:?}");
+        assert_eq!((last.service_ports, last.ready), (3, true), "what it had programmed, as before");
+        assert_eq!(node_state(&synced(3)).stopped_at, None, "a running agent's reports clear it");
     }
 
     #[test]

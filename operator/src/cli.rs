@@ -102,6 +102,12 @@ pub struct OperatorArgs {
     /// Gossip without a key (anyone who reaches the agents' port can then move addresses).
     #[arg(long)]
     pub gossip_insecure: bool,
+    /// How long a node keeps its addresses after its agent stopped gracefully (a rollout
+    /// restarting it: the agent says so in its NodeProxyState's `stoppedAt` as it leaves) while
+    /// the Node stays Ready. Its rules stay programmed meanwhile; an agent that crashed (no
+    /// `stoppedAt`) loses them within about 2 s.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub restart_hand_over: Duration,
 }
 
 fn identity(args: &OperatorArgs) -> String {
@@ -202,7 +208,11 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             };
             match tideway_sources::gossip::start(join, cluster.clone()).await {
                 Ok(members) => {
-                    tokio::spawn(tideway_sources::gossip::feed_liveness(cluster.clone(), members));
+                    tokio::spawn(tideway_sources::gossip::feed_liveness(
+                        cluster.clone(),
+                        members,
+                        args.restart_hand_over,
+                    ));
                 }
                 Err(e) => tracing::error!(bind = %args.gossip_bind_address, error = %e, "cannot join the agents' gossip; addresses move on Node Ready alone"),
             }

@@ -179,7 +179,7 @@ async fn the_gossip_finds_a_dead_agent_and_the_address_moves() {
         }
     }
     let (port, members) = joined.expect("a free UDP port on the loopback addresses");
-    tokio::spawn(feed_liveness(cluster.clone(), members));
+    tokio::spawn(feed_liveness(cluster.clone(), members, tideway_core::liveness::HAND_OVER));
     let mut agents: std::collections::BTreeMap<&str, AgentMember> = [("node-a", ips[0]), ("node-b", ips[1])]
         .into_iter()
         .map(|(node, ip)| (node, AgentMember::start(node, ip, port, &cluster)))

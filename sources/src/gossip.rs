@@ -313,20 +313,45 @@ pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<wa
 }
 
 /// The operator's side: every change of the member list becomes each Node's agent liveness in
-/// `cluster` (which wakes the announcer choice).
-pub async fn feed_liveness(cluster: SharedCluster, mut members: watch::Receiver<Members>) {
-    while members.changed().await.is_ok() {
+/// `cluster` (which wakes the announcer choice). An agent whose NodeProxyState says it stopped
+/// gracefully is `Restarting` for `hand_over` after (its addresses stay); checked again every
+/// [`RECHECK`] too, for the report that may arrive after the member list changed and for the
+/// hand-over's end.
+pub async fn feed_liveness(
+    cluster: SharedCluster,
+    mut members: watch::Receiver<Members>,
+    hand_over: Duration,
+) {
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = members.changed() => if changed.is_err() { return },
+            _ = recheck.tick() => {}
+        }
         let m = members.borrow_and_update().clone();
+        let now = SystemTime::now();
         cluster.update(|s| {
             let nodes: Vec<String> = s.nodes().map(|n| n.name.clone()).collect();
             for n in nodes {
-                let l = tideway_core::liveness::liveness_of(m.active.contains(&n), m.down.contains(&n));
+                let stopped_at = s.node_state(&n).and_then(|st| st.stopped_at);
+                let (active, down) = (m.active.contains(&n), m.down.contains(&n));
+                let (l, until) =
+                    tideway_core::liveness::agent_liveness(active, down, stopped_at, now, hand_over);
                 if s.set_agent_liveness(&n, l) {
-                    tracing::info!(node = %n, liveness = ?l, "agent liveness");
+                    let until = until.map(|u| humantime_secs(u.duration_since(now).unwrap_or_default()));
+                    tracing::info!(node = %n, liveness = ?l, hand_over_left = ?until, "agent liveness");
                 }
             }
         });
     }
+}
+
+/// How often [`feed_liveness`] looks again without a member change.
+pub const RECHECK: Duration = Duration::from_millis(500);
+
+fn humantime_secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
 }
 
 /// How a member seals its gossip, as `--gossip-key-file` and `--gossip-insecure` say.

@@ -107,6 +107,12 @@ pub struct NodeProxyStateStatus {
     /// `agent.healthzBindAddress` and `agent.metricsBindAddress` move the agent's aside).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listener_conflicts: Vec<String>,
+    /// When the agent stopped gracefully (SIGTERM: a rollout restarting it, a drain), leaving
+    /// its rules programmed. While its Node stays Ready, its addresses stay for the operator's
+    /// hand-over time (`--restart-hand-over`, 30 s) after it, so a rolling upgrade moves none;
+    /// the next agent's first report clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<Time>,
 }
 
 /// `status.bgp`: the node's BGP sessions and advertisements.
@@ -174,6 +180,7 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         missing_interfaces: state.missing_interfaces.clone(),
         unset_sysctls: state.unset_sysctls.clone(),
         listener_conflicts: state.listener_conflicts.clone(),
+        stopped_at: state.stopped_at.and_then(time),
         bgp: state.bgp.as_ref().map(|b| NodeBgpStatus {
             sessions: i64::from(b.sessions),
             established: i64::from(b.established),
@@ -229,6 +236,7 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         missing_interfaces: st.missing_interfaces,
         unset_sysctls: st.unset_sysctls,
         listener_conflicts: st.listener_conflicts,
+        stopped_at: st.stopped_at.map(|t| std::time::SystemTime::from(t.0)),
         bgp: st.bgp.map(|b| BgpReport {
             sessions: count32(b.sessions),
             established: count32(b.established),
@@ -280,6 +288,7 @@ mod tests {
             missing_interfaces: vec!["vlan100".into()],
             unset_sysctls: vec!["net.ipv4.conf.all.route_localnet=1: Read-only file system".into()],
             listener_conflicts: vec!["0.0.0.0:10256: Address in use (os error 98)".into()],
+            stopped_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100)),
             bgp: Some(BgpReport {
                 sessions: 2,
                 established: 1,
@@ -294,6 +303,7 @@ mod tests {
         assert_eq!(json["status"]["programmedResourceVersion"], "1234");
         assert_eq!(json["status"]["bgp"]["established"], 1);
         assert_eq!(json["status"]["listenerConflicts"][0], "0.0.0.0:10256: Address in use (os error 98)");
+        assert_eq!(json["status"]["stoppedAt"], "2023-11-14T22:15:00Z");
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(
             json["status"]["invalidObjects"][0],

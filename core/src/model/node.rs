@@ -83,7 +83,7 @@ impl Node {
 ///
 /// `Unknown` counts as alive: nothing is known yet (the operator just started, or no agent
 /// runs liveness detection), and a restart of the operator must move no address. Only `Dead`
-/// bars a node from announcing.
+/// bars a node from announcing (`Restarting` is an agent gone on purpose and coming back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 pub enum AgentLiveness {
     /// No liveness information about the node's agent: treated as alive.
@@ -93,6 +93,9 @@ pub enum AgentLiveness {
     Alive,
     /// The agent is known to be dead or unreachable: the node may not announce.
     Dead,
+    /// The agent left the gossip after a graceful stop (a rollout restarting it), less than the
+    /// hand-over time ago, its rules still programmed: the node keeps its addresses meanwhile.
+    Restarting,
 }
 
 impl AgentLiveness {

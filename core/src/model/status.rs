@@ -55,6 +55,10 @@ pub struct NodeProxyState {
     pub unset_sysctls: Vec<String>,
     /// Listeners the node's agent cannot bind, and why (another process holds the port).
     pub listener_conflicts: Vec<String>,
+    /// When the agent stopped gracefully (SIGTERM), leaving its rules programmed: written as
+    /// it leaves, cleared by the next agent's first report (see
+    /// [`crate::liveness::agent_liveness`]).
+    pub stopped_at: Option<SystemTime>,
 }
 
 /// What a node's agent says over BGP, as it reports it.

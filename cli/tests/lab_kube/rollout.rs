@@ -1,0 +1,119 @@
+//! A rolling restart of the agents' DaemonSet moves no LoadBalancer address: each agent says
+//! in its NodeProxyState that it stopped (`stoppedAt`), the operator keeps the node's addresses
+//! for its hand-over time while the next Pod starts, and the kernel rules serve meanwhile.
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::{kubectl, kubectl_json};
+use crate::lab_support::{BIN, TestLab, patience};
+
+/// From `mypc`, until the stop file exists: a new connection every 20 ms (an HTTP GET that
+/// must answer within 2 s: a connection error, a reset or a timeout is a failure), and one
+/// held connection asked every 200 ms. Prints what happened as JSON.
+const CLIENT: &str = r#"
+import json, os, socket, sys, time
+ip, stop = sys.argv[1], sys.argv[2]
+held = socket.create_connection((ip, 80), timeout=2).makefile("rw")
+sent = failed = 0
+held_ok, held_asked, errors, last = True, 0, [], 0.0
+while not os.path.exists(stop):
+    t = time.time()
+    try:
+        s = socket.create_connection((ip, 80), timeout=2)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        if b"Hostname:" not in data:
+            raise Exception("answer %r" % data[:60])
+    except Exception as e:
+        failed += 1
+        errors.append("%.2f %s" % (t, e))
+    sent += 1
+    if held_ok and t - last >= 0.2:
+        last = t
+        try:
+            held.write("x\n"); held.flush()
+            line = held.readline()
+            if not line.startswith("webpod"):
+                raise Exception("held connection answered %r" % line)
+            held_asked += 1
+        except Exception as e:
+            held_ok = False
+            errors.append("held %.2f %s" % (t, e))
+    time.sleep(max(0.0, 0.02 - (time.time() - t)))
+print(json.dumps({"sent": sent, "failed": failed, "held": held_ok, "held_asked": held_asked, "errors": errors[:20]}))
+"#;
+
+/// The demo's LoadBalancer Services and the node announcing each, from the lab's status.
+fn announcers(lab: &TestLab) -> Vec<(String, Option<String>)> {
+    ["svc1", "svc2", "svc3"].iter().map(|s| (s.to_string(), lab.announcer(s))).collect()
+}
+
+/// The agents' Pods, by node: their UIDs.
+fn agent_pods(lab: &TestLab) -> Vec<(String, String)> {
+    let pods = kubectl_json(lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/component=agent"]);
+    let mut out: Vec<(String, String)> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["spec"]["nodeName"].as_str().unwrap_or_default().into(),
+                p["metadata"]["uid"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `kubectl rollout restart` of the agents while traffic runs through svc1's address.
+pub(crate) fn a_rolling_restart_of_the_agents_moves_no_address(lab: &TestLab) {
+    let ds = kubectl_json(lab, &["get", "daemonsets", "-A", "-l", "app.kubernetes.io/component=agent"]);
+    let ds = &ds["items"][0];
+    let (ns, name) =
+        (ds["metadata"]["namespace"].as_str().unwrap(), ds["metadata"]["name"].as_str().unwrap());
+    let before = announcers(lab);
+    assert!(before.iter().all(|(_, n)| n.is_some()), "{before:?}");
+    let pods_before = agent_pods(lab);
+    let lb = lab.lb_ip("svc1");
+    let stop = std::env::temp_dir().join(format!("tideway-rollout-stop-{}", std::process::id()));
+    let _ = std::fs::remove_file(&stop);
+    let client = Command::new(BIN)
+        .args(["lab", "exec", "--name", &lab.name, "mypc", "--", "python3", "-c", CLIENT, &lb])
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the client runs");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    kubectl(lab, &["-n", ns, "rollout", "restart", &format!("daemonset/{name}")]).unwrap();
+    let timeout = format!("--timeout={}s", patience(300.0).as_secs());
+    let rolled = kubectl(lab, &["-n", ns, "rollout", "status", &format!("daemonset/{name}"), &timeout]);
+    let took = started.elapsed();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    std::fs::write(&stop, "").unwrap();
+    let out = client.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&stop);
+    rolled.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("client: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let pods_after = agent_pods(lab);
+    assert_eq!(pods_after.len(), pods_before.len(), "{pods_after:?}");
+    for ((node, old), (_, new)) in pods_before.iter().zip(&pods_after) {
+        assert_ne!(old, new, "{node}'s agent was not replaced");
+    }
+    eprintln!("rollout of {} agents in {took:?}: {report}", pods_after.len());
+    assert_eq!(announcers(lab), before, "an address moved during the rollout: {report}");
+    assert_eq!(report["failed"], 0, "requests failed during the rollout: {report}");
+    assert_eq!(report["held"], true, "the held connection broke: {report}");
+    assert!(report["sent"].as_u64().unwrap_or(0) > 100, "{report}");
+}
