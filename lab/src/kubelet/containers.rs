@@ -239,11 +239,16 @@ impl Ctr {
         }
     }
 
-    /// Asks its process to stop.
+    /// Asks its process to stop (SIGKILL [`STOP_WAIT`] later).
     pub fn stop(&mut self) {
+        self.stop_within(STOP_WAIT);
+    }
+
+    /// SIGTERM now, SIGKILL `within` later if it still runs (a second call changes nothing).
+    pub fn stop_within(&mut self, within: Duration) {
         self.stop_probes();
         if let Some(p) = &mut self.process {
-            p.stop(STOP_WAIT);
+            p.stop(within);
         }
     }
 

@@ -24,8 +24,9 @@
 //!                ErrImagePull for the rest; env with $(VAR), fieldRef and the Service links;
 //!                probes; restartPolicy with kubelet's back-off
 //!     status     phase, podIP(s), hostIP(s), conditions, containerStatuses, as kubelet writes
-//!     deletion   serves until deletionTimestamp, stops (SIGTERM, SIGKILL 2 s later), deletes
-//!                the Pod with grace 0; a pod that vanished is torn down at once
+//!     deletion   SIGTERM once deletionTimestamp is set, SIGKILL at it (the grace period's
+//!                end), then deletes the Pod with grace 0; a pod that vanished is torn down
+//!                at once
 //! ```
 //!
 //! Why an imitation: the real kubelet needs a CRI runtime, refuses cgroup v1, and four of them

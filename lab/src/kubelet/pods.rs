@@ -1,8 +1,8 @@
 //! One pod on the node, from sandbox to deletion: the sandbox and resolv.conf, the volumes,
 //! the init containers one after another, then the containers; the status written when it
-//! changes; at `deletionTimestamp` (the grace period over: the pod served until then) its
-//! processes stopped, its status written and the Pod deleted with grace 0; its sandbox removed
-//! when it leaves the node.
+//! changes; once a deletion is asked (`deletionTimestamp` set) its processes get SIGTERM at
+//! once and SIGKILL at the grace period's end, as kubelet does; once they are gone its status
+//! is written and the Pod deleted with grace 0; its sandbox removed when it leaves the node.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -445,22 +445,19 @@ impl Worker {
         }
     }
 
-    /// Graceful deletion: serving until `deletionTimestamp`, then stopping; once every process
-    /// is gone, the final status and the deletion with grace 0.
+    /// Graceful deletion, as kubelet: SIGTERM at once, SIGKILL at `deletionTimestamp` (the
+    /// grace period's end) to what still runs; once every process is gone, the final status and
+    /// the deletion with grace 0.
     async fn terminate(&mut self, ctx: &Ctx<'_>) {
-        let due = self
-            .pod
-            .metadata
-            .deletion_timestamp
-            .as_ref()
-            .is_some_and(|t| k8s_openapi::jiff::Timestamp::now() >= t.0);
-        if !due {
+        let Some(deadline) = self.pod.metadata.deletion_timestamp.as_ref() else {
             self.write_status(ctx).await;
             return;
-        }
+        };
+        let grace_left = Duration::try_from(deadline.0.duration_since(k8s_openapi::jiff::Timestamp::now()))
+            .unwrap_or_default();
         let (uid, stamp) = (self.uid.clone(), now());
         for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
-            c.stop();
+            c.stop_within(grace_left);
             c.poll(&uid, |_| false, &stamp);
         }
         if self.init.iter().chain(&self.containers).any(|c| c.process.is_some()) {
