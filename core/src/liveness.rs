@@ -89,8 +89,9 @@ pub const HAND_OVER: Duration = Duration::from_secs(30);
 
 /// The liveness a member list and the agent's last report say: a member declared down whose
 /// agent reported a graceful stop less than `hand_over` before `now` is
-/// [`AgentLiveness::Restarting`] (until when, for a re-check), else [`liveness_of`]. A stop
-/// reported in the future (another clock ahead) counts from `now`.
+/// [`AgentLiveness::Restarting`], with the time its hand-over ends (what the operator logs; it
+/// re-checks on its own tick), else [`liveness_of`]. A stop reported in the future (another
+/// clock ahead) counts from `now`.
 pub fn agent_liveness(
     active: bool,
     down: bool,
