@@ -62,6 +62,12 @@ enum LabCommand {
         /// run the build's `tideway`).
         #[arg(long, requires = "kube")]
         image: Option<PathBuf>,
+        /// With --kube: start the cluster without Tideway, for `helm install` to bring it
+        /// (kubeadm's Service CIDR 10.96.0.0/12 and DNS address 10.96.0.10, the chart's
+        /// defaults; the file's ProxyConfigs are left to the chart and its other tideway.io
+        /// objects wait until their CRDs are served).
+        #[arg(long, requires = "kube")]
+        no_components: bool,
         /// Set by `--detach` for the process it starts: the lab directory is already prepared.
         #[arg(long, hide = true)]
         background: bool,
@@ -289,9 +295,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             kube,
             token_rotation,
             image,
+            no_components,
             background,
         } => {
             let opts = UpOptions {
+                no_components: *no_components,
                 mode: mode.clone(),
                 detach: *detach,
                 grace: node_monitor_grace_period.unwrap_or(NODE_MONITOR_GRACE),
@@ -450,11 +458,13 @@ struct UpOptions {
     kube: Option<Option<Duration>>,
     /// An image archive to load before the chart's Pods start.
     image: Option<PathBuf>,
+    /// A kube lab without Tideway.
+    no_components: bool,
     background: bool,
 }
 
 fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
-    let UpOptions { mode, detach, grace, kube, image, background } = opts;
+    let UpOptions { mode, detach, grace, kube, image, no_components, background } = opts;
     require_root()?;
     if mode.as_deref() == Some("ipvs") {
         require_ipvs()?;
@@ -487,13 +497,16 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     }
     let bin = std::env::current_exe().context("locating the tideway binary")?;
     if detach {
-        return detached(&bin, file, mode.as_deref(), grace, kube, name, &dir);
+        return detached(&bin, file, mode.as_deref(), grace, (kube, no_components), name, &dir);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut lab = Lab::new(name, dir.clone(), bin, mode);
     lab.set_node_grace(grace);
     if let Some(rotation) = kube {
         lab.set_kube(rotation);
+    }
+    if no_components {
+        lab.set_no_components();
     }
     let code = rt.block_on(crate::up::serve(lab, spec, true));
     let _ = std::fs::remove_dir_all(&dir);
@@ -523,7 +536,7 @@ fn detached(
     file: Option<&Path>,
     mode: Option<&str>,
     grace: Duration,
-    kube: Option<Option<Duration>>,
+    (kube, no_components): (Option<Option<Duration>>, bool),
     name: &str,
     dir: &Path,
 ) -> anyhow::Result<i32> {
@@ -535,6 +548,9 @@ fn detached(
         cmd.arg("--kube");
         if let Some(r) = rotation {
             cmd.arg("--token-rotation").arg(format!("{}ms", r.as_millis()));
+        }
+        if no_components {
+            cmd.arg("--no-components");
         }
     }
     if let Some(f) = file {

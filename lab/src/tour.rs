@@ -18,6 +18,9 @@ fn s(v: &Value) -> &str {
 /// and an announcer), and a line saying where it stands.
 pub fn readiness(status: &Value) -> (bool, String) {
     let nodes = arr(&status["nodes"]);
+    if status["components"] == false {
+        return bare_readiness(status);
+    }
     // A node speaking BGP is synced once its sessions are established too.
     let peered = |n: &&Value| n["bgp"].is_null() || n["bgp"]["established"] == n["bgp"]["sessions"];
     let synced = nodes.iter().filter(|n| n["synced"] == true).filter(peered).count();
@@ -40,6 +43,38 @@ pub fn readiness(status: &Value) -> (bool, String) {
         serving.len()
     );
     (ready, msg)
+}
+
+/// A kube lab without Tideway (`--no-components`) is ready once every node is Ready and
+/// every pod started: no agent syncs, no address is assigned until the chart is installed.
+fn bare_readiness(status: &Value) -> (bool, String) {
+    let nodes = arr(&status["nodes"]);
+    let ready = nodes.iter().filter(|n| n["ready"] == true).count();
+    let pods = arr(&status["pods"]);
+    let started = pods.iter().filter(|p| p["started"] == true).count();
+    let msg = format!(
+        "nodes Ready {ready}/{}, pods started {started}/{} (no Tideway: install the chart)",
+        nodes.len(),
+        pods.len()
+    );
+    (ready == nodes.len() && started == pods.len(), msg)
+}
+
+/// What to do with a kube lab without Tideway: the chart README's install, against it.
+fn bare_tour(status: &Value, took: Duration) -> String {
+    let kubeconfig = s(&status["kubeconfig"]);
+    let pods = s(&status["podCIDR"]);
+    let mut t = String::new();
+    let _ = writeln!(t, "\ntideway lab {} is up in {:.1} s, without Tideway\n", s(&status["name"]), took.as_secs_f64());
+    let _ = writeln!(t, "Install it as the chart's README says:");
+    let _ = writeln!(t, "  export KUBECONFIG={kubeconfig}");
+    let _ = writeln!(t, "  kubectl create namespace tideway-system");
+    let _ = writeln!(t, "  kubectl label namespace tideway-system pod-security.kubernetes.io/enforce=privileged");
+    let _ = writeln!(
+        t,
+        "  helm install tideway helm/tideway -n tideway-system --wait --set 'proxyConfig.clusterCIDRs[0]={pods}'"
+    );
+    t
 }
 
 /// The first LoadBalancer Service with an address (name, address), preferring one announced
@@ -97,6 +132,9 @@ BGP through router {name} (FRR; BFD at 100 ms x 3; multipath hashed on layer 4):
 
 /// The tour printed once the lab is up.
 pub fn tour(status: &Value, took: Duration) -> String {
+    if status["components"] == false {
+        return bare_tour(status, took);
+    }
     let mut t = String::new();
     let name = s(&status["name"]);
     let modes: Vec<&str> = arr(&status["nodes"]).iter().filter_map(|n| n["mode"].as_str()).collect();
@@ -330,6 +368,19 @@ mod tests {
         svc["readyEndpoints"] = 2.into();
         empty["services"][1] = svc;
         assert!(!readiness(&empty).0, "a served address must be announced");
+    }
+
+    #[test]
+    fn a_lab_without_tideway_is_ready_with_its_nodes_and_pods_and_tells_how_to_install() {
+        let mut st = status(false, None);
+        st["components"] = false.into();
+        st["nodes"][0]["ready"] = false.into();
+        assert_eq!(readiness(&st), (false, "nodes Ready 0/1, pods started 1/1 (no Tideway: install the chart)".into()));
+        st["nodes"][0]["ready"] = true.into();
+        assert!(readiness(&st).0, "no agent synced and no address assigned, and ready");
+        st["podCIDR"] = "10.10.0.0/16".into();
+        let t = tour(&st, Duration::from_secs(3));
+        assert!(t.contains("--wait --set 'proxyConfig.clusterCIDRs[0]=10.10.0.0/16'"), "{t}");
     }
 
     #[test]

@@ -162,6 +162,19 @@ impl Applier {
         Ok(())
     }
 
+    /// Applies every object whose kind the server serves, in [`Applier::apply_all`]'s order;
+    /// returns the others (a CRD not installed yet); stops at the first refusal.
+    pub async fn apply_served(&mut self, objects: Vec<Value>) -> Result<Vec<Value>, ApplyError> {
+        let mut held = Vec::new();
+        for obj in in_apply_order(objects) {
+            match self.apply(&obj).await {
+                Err(ApplyError::Unknown { .. }) => held.push(obj),
+                other => other?,
+            }
+        }
+        Ok(held)
+    }
+
     /// Applies one object (force: the manager takes the fields it sets).
     pub async fn apply(&mut self, obj: &Value) -> Result<(), ApplyError> {
         let key = key_of(obj)?;
@@ -283,7 +296,12 @@ impl Applier {
         let mut deleted = Vec::new();
         for (api_version, kind) in kinds {
             let probe: ObjectKey = (api_version.clone(), kind.clone(), String::new(), String::new());
-            let (resource, caps) = self.resource(&probe).await?;
+            let (resource, caps) = match self.resource(&probe).await {
+                Ok(found) => found,
+                // A kind the server does not serve has no object to delete.
+                Err(ApplyError::Unknown { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
             let list = api.list(&ListParams::default()).await.map_err(|source| ApplyError::Refused {
                 verb: "list",

@@ -31,7 +31,14 @@ pub(super) struct KubeSide {
     client: kube::Client,
     pub(super) view: KubeView,
     chart_applied: bool,
+    /// The file's tideway.io objects whose CRDs are not served yet (`--no-components`, before
+    /// `helm install`), and when they are tried again.
+    held: Vec<Value>,
+    held_retry_at: std::time::Instant,
 }
+
+/// How often held objects are tried again.
+const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why the kube lab could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +100,9 @@ impl Lab {
             wait(control_plane.client(&control_plane.admin_kubeconfig())).map_err(KubeLabError::from)?;
         let view = wait(async { KubeView::start(&client) });
         tracing::info!(after = ?control_plane.ready_after, "the control plane is ready");
-        self.kube = Some(KubeSide { control_plane, client, view, chart_applied: false });
+        let chart_applied = self.no_components;
+        let held_retry_at = std::time::Instant::now();
+        self.kube = Some(KubeSide { control_plane, client, view, chart_applied, held: Vec::new(), held_retry_at });
         Ok(())
     }
 
@@ -109,6 +118,7 @@ impl Lab {
         let api_server = self.api_server();
         let key = std::fs::read_to_string(crate::token::gossip_key_path(self.dir.path())).unwrap_or_default();
         let values = chart::values(&self.plan, &api_server, key.trim());
+        let no_components = self.no_components;
         let Some(side) = self.kube.as_mut() else { return Ok(()) };
         let client = side.client.clone();
         if !side.chart_applied {
@@ -120,19 +130,46 @@ impl Lab {
             side.chart_applied = true;
             tracing::info!("the chart is applied");
         }
-        let objs = objects::api_objects(spec);
+        let mut objs = objects::api_objects(spec);
+        if no_components {
+            // The chart makes the ProxyConfig; the rest waits for the chart's CRDs.
+            objs.retain(|o| o["kind"] != "ProxyConfig");
+        }
         let keep: BTreeSet<_> = objs.iter().filter_map(|o| crate::kube::apply::key_of(o).ok()).collect();
         let mut applier = Applier::new(client, crate::kube::MANAGER);
-        wait(async {
-            applier.apply_all(objs).await?;
+        let held = wait(async {
+            let held = applier.apply_served(objs).await?;
             let pruned = applier.prune(&objects::applied_kinds(), &keep).await?;
             if !pruned.is_empty() {
                 tracing::info!(?pruned, "deleted what the lab no longer names");
             }
-            Ok::<(), ApplyError>(())
+            Ok::<_, ApplyError>(held)
         })
         .map_err(KubeLabError::from)?;
+        if !held.is_empty() {
+            tracing::info!(held = held.len(), "objects held back until their CustomResourceDefinitions are served");
+        }
+        side.held = held;
         Ok(())
+    }
+
+    /// Applies the held objects whose kinds are now served.
+    fn apply_held(&mut self) {
+        let Some(side) = self.kube.as_mut() else { return };
+        if side.held.is_empty() || std::time::Instant::now() < side.held_retry_at {
+            return;
+        }
+        side.held_retry_at = std::time::Instant::now() + HELD_RETRY;
+        let mut applier = Applier::new(side.client.clone(), crate::kube::MANAGER);
+        match wait(applier.apply_served(std::mem::take(&mut side.held))) {
+            Ok(held) => {
+                if held.is_empty() {
+                    tracing::info!("the held objects are applied");
+                }
+                side.held = held;
+            }
+            Err(e) => tracing::warn!(error = %e, "applying the held objects"),
+        }
     }
 
     /// The kubelet configuration of node `index` of the world.
@@ -225,6 +262,9 @@ impl Lab {
             "nodes": nodes, "services": side.view.services(), "pods": pods, "hosts": hosts,
             "routers": routers, "apis": self.apis, "api": if self.faults.api_down { "down" } else { "up" },
             "nodeMonitorGracePeriod": format!("{}s", self.faults.grace.as_secs_f64()),
+            "components": !self.no_components,
+            "podCIDR": format!("{}/{}", self.plan.pod_net.0, self.plan.pod_net.1),
+            "heldBack": side.held.iter().filter_map(|o| crate::kube::apply::key_of(o).ok()).map(|k| format!("{}/{}", k.1, k.3)).collect::<Vec<_>>(),
         })
     }
 }
@@ -241,6 +281,7 @@ impl Lab {
                 tracing::warn!(event = ?e, "control plane process");
             }
         }
+        self.apply_held();
         self.configure_routers();
         Ok(())
     }

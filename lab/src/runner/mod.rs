@@ -85,6 +85,8 @@ pub struct Lab {
     kube: Option<kube::KubeSide>,
     /// How often the kubelets rewrite projected tokens (tests; none: at 80 % of their life).
     token_rotation: Option<Duration>,
+    /// A kube lab without Tideway (`--no-components`): the chart is left to `helm install`.
+    no_components: bool,
 }
 
 fn pod_key(p: &PodState) -> (String, String) {
@@ -143,6 +145,7 @@ impl Lab {
             kube_mode: false,
             kube: None,
             token_rotation: None,
+            no_components: false,
         }
     }
 
@@ -151,6 +154,16 @@ impl Lab {
     pub fn set_kube(&mut self, token_rotation: Option<Duration>) {
         self.kube_mode = true;
         self.token_rotation = token_rotation;
+    }
+
+    /// Leaves Tideway out of this kube lab (`lab up --kube --no-components`), for `helm install`
+    /// to bring: kubeadm's Service CIDR and DNS address (the chart's defaults), no chart applied,
+    /// the file's ProxyConfigs left to the chart and its other tideway.io objects held back
+    /// until their CRDs are served.
+    pub fn set_no_components(&mut self) {
+        self.no_components = true;
+        self.plan.service_net = (std::net::Ipv4Addr::new(10, 96, 0, 0), 12);
+        self.plan.dns_ip = std::net::Ipv4Addr::new(10, 96, 0, 10);
     }
 
     /// True for a kube lab.
