@@ -164,7 +164,7 @@ import yaml, jsonschema
 
 out, chart, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
 venv_bin = os.path.dirname(sys.executable)
-builtin_groups = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1", "apiextensions.k8s.io/v1")
+builtin_groups = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1", "batch/v1", "apiextensions.k8s.io/v1")
 
 def crd_schema(kind):
     for path in glob.glob(os.path.join(chart, "crds", "*.yaml")):

@@ -7,6 +7,7 @@
 //! * `lab`: the whole system in network namespaces on this host (see `tideway_lab`).
 //! * `whoami`: the echo server pods run in the lab and the dataplane tests.
 //! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
+//! * `cleanup-nodes`: every node's rules removed by its agent, before an uninstall.
 //! * `migrate`: kube-proxy's, CoreDNS's and MetalLB's configuration as Tideway objects and
 //!   chart values.
 
@@ -15,6 +16,7 @@
 #![allow(clippy::print_stdout)]
 
 mod api_client;
+mod cleanup_nodes;
 mod cluster_file;
 mod inspect;
 mod migrate;
@@ -72,6 +74,9 @@ enum Command {
     /// Print the Tideway objects and chart values equivalent to a kube-proxy configuration, a
     /// Corefile and MetalLB's objects, and what could not be carried.
     Migrate(migrate::MigrateArgs),
+    /// Have every node's agent remove what it programmed, and wait until each running agent
+    /// says it has (the chart's pre-delete hook: `helm uninstall` leaves no rule behind).
+    CleanupNodes(cleanup_nodes::CleanupNodesArgs),
 }
 
 /// Allocator settings the long-running commands (`agent`, `dns`) run with: return freed memory
@@ -118,6 +123,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => inspect::explain(a),
         Command::Mode(a) => inspect::mode(a),
         Command::Migrate(a) => migrate::run(a),
+        Command::CleanupNodes(a) => cleanup_nodes::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

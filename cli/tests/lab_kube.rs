@@ -18,6 +18,8 @@ const DEMO: &str = include_str!("../../examples/demo.yaml");
 /// The release `kube/go.mod` pins.
 const GO_MOD: &str = include_str!("../../kube/go.mod");
 
+#[path = "lab_kube/helm.rs"]
+mod helm;
 mod lab_support;
 #[path = "lab_kube/rollout.rs"]
 mod rollout;
@@ -61,6 +63,14 @@ fn audit(lab: &TestLab) -> Vec<Value> {
     let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
     let text = std::fs::read_to_string(dir.join("kube/audit.log")).unwrap_or_default();
     text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+#[test]
+fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm_alone() {
+    let archive = image_archive();
+    let lab =
+        TestLab::up_with("khelm", DEMO, &["--kube", "--no-components", "--image", archive.to_str().unwrap()]);
+    helm::the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(&lab);
 }
 
 #[test]

@@ -387,6 +387,11 @@ pub struct ProxyConfig {
     pub priority: i32,
     /// The settings.
     pub settings: ProxySettings,
+    /// Set on a config by an uninstall (annotation `tideway.io/cleanup`): every agent removes
+    /// what it programmed and programs nothing more (see [`cleanup_requested`]); the value
+    /// names the request, which the agents report back as done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<String>,
 }
 
 impl ProxyConfig {
@@ -398,8 +403,16 @@ impl ProxyConfig {
             node_selector: LabelSelector::default(),
             priority: 0,
             settings,
+            cleanup: None,
         }
     }
+}
+
+/// The clean-up an uninstall asked every node for, if any: the smallest request name among
+/// the configs carrying one, whatever their selectors (the uninstall's own config selects no
+/// node, so that no node's settings change while it is asked).
+pub fn cleanup_requested<'a>(configs: impl IntoIterator<Item = &'a ProxyConfig>) -> Option<&'a str> {
+    configs.into_iter().filter_map(|c| c.cleanup.as_deref()).min()
 }
 
 /// Picks the config a node must run: among configs whose selector matches the node's labels,
@@ -414,6 +427,19 @@ pub fn resolve_proxy_config<'a>(
             .then(b.node_selector.specificity().cmp(&a.node_selector.specificity()))
             .then(a.name.cmp(&b.name))
     })
+}
+
+/// The nodes whose running agent has not yet reported clean-up `request` done, by name: a
+/// node whose agent stopped (`stoppedAt`) has no agent left to ask, and is not waited for.
+pub fn cleanup_waiting_for<'a>(
+    states: impl IntoIterator<Item = &'a crate::model::NodeProxyState>,
+    request: &str,
+) -> Vec<String> {
+    states
+        .into_iter()
+        .filter(|s| s.stopped_at.is_none() && s.cleaned_up.as_deref() != Some(request))
+        .map(|s| s.node.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -431,7 +457,43 @@ mod tests {
             node_selector: LabelSelector { match_labels: labels(sel), match_expressions: vec![] },
             priority,
             settings: ProxySettings { mode, ..Default::default() },
+            cleanup: None,
         }
+    }
+
+    #[test]
+    fn a_cleanup_asked_on_any_config_is_asked_of_every_node() {
+        let mut configs = vec![
+            cfg("default", 0, &[], ProxyMode::Nftables),
+            cfg("b", 0, &[("x", "y")], ProxyMode::Iptables),
+        ];
+        assert_eq!(cleanup_requested(&configs), None);
+        configs[1].cleanup = Some("2".into());
+        assert_eq!(cleanup_requested(&configs), Some("2"));
+        configs[0].cleanup = Some("1".into());
+        assert_eq!(cleanup_requested(&configs), Some("1"), "the smallest, whichever config carries it");
+    }
+
+    #[test]
+    fn an_uninstall_waits_for_every_running_agent_to_report_its_request_done() {
+        use crate::model::NodeProxyState;
+        let state = |node: &str, done: Option<&str>, stopped: bool| NodeProxyState {
+            node: node.into(),
+            cleaned_up: done.map(Into::into),
+            stopped_at: stopped.then(std::time::SystemTime::now),
+            ..Default::default()
+        };
+        let states = [
+            state("a", Some("9"), false),
+            state("b", Some("8"), false),
+            state("c", None, true),
+            state("d", None, false),
+        ];
+        assert_eq!(
+            cleanup_waiting_for(&states, "9"),
+            ["b", "d"],
+            "an earlier request does not count; a stopped agent is not waited for"
+        );
     }
 
     #[test]

@@ -90,21 +90,25 @@ pub const HAND_OVER: Duration = Duration::from_secs(30);
 /// The liveness a member list and the agent's last report say: a member declared down whose
 /// agent reported a graceful stop less than `hand_over` before `now` is
 /// [`AgentLiveness::Restarting`], with the time its hand-over ends (what the operator logs; it
-/// re-checks on its own tick), else [`liveness_of`]. A stop reported in the future (another
-/// clock ahead) counts from `now`.
+/// re-checks on its own tick), else [`liveness_of`]. A hand-over once `granted` (its end, as
+/// returned earlier) lasts to its end while the member is down even without the report: the
+/// next agent's first report clears `stoppedAt`, which can happen before its member has joined
+/// the gossip. A stop reported in the future (another clock ahead) counts from `now`.
 pub fn agent_liveness(
     active: bool,
     down: bool,
     stopped_at: Option<std::time::SystemTime>,
+    granted: Option<std::time::SystemTime>,
     now: std::time::SystemTime,
     hand_over: Duration,
 ) -> (AgentLiveness, Option<std::time::SystemTime>) {
     let plain = liveness_of(active, down);
-    match stopped_at {
-        Some(at) if plain == AgentLiveness::Dead => {
-            let until = at.min(now) + hand_over;
-            if now < until { (AgentLiveness::Restarting, Some(until)) } else { (plain, None) }
-        }
+    if plain != AgentLiveness::Dead {
+        return (plain, None);
+    }
+    let until = stopped_at.map(|at| at.min(now) + hand_over).into_iter().chain(granted).max();
+    match until {
+        Some(until) if now < until => (AgentLiveness::Restarting, Some(until)),
         _ => (plain, None),
     }
 }
@@ -161,13 +165,20 @@ mod tests {
         use AgentLiveness::*;
         let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_000 + s);
         let h = HAND_OVER;
-        assert_eq!(agent_liveness(false, true, Some(t(0)), t(5), h), (Restarting, Some(t(30))));
-        assert_eq!(agent_liveness(false, true, Some(t(0)), t(30), h), (Dead, None), "the hand-over is over");
-        assert_eq!(agent_liveness(false, true, None, t(5), h), (Dead, None), "a crash moves at once");
-        assert_eq!(agent_liveness(true, false, Some(t(0)), t(5), h), (Alive, None), "back: alive");
-        assert_eq!(agent_liveness(false, false, Some(t(0)), t(5), h), (Unknown, None));
+        assert_eq!(agent_liveness(false, true, Some(t(0)), None, t(5), h), (Restarting, Some(t(30))));
         assert_eq!(
-            agent_liveness(false, true, Some(t(500)), t(5), h),
+            agent_liveness(false, true, Some(t(0)), None, t(30), h),
+            (Dead, None),
+            "the hand-over is over"
+        );
+        assert_eq!(agent_liveness(false, true, None, None, t(5), h), (Dead, None), "a crash moves at once");
+        assert_eq!(agent_liveness(true, false, Some(t(0)), None, t(5), h), (Alive, None), "back: alive");
+        assert_eq!(agent_liveness(false, false, Some(t(0)), None, t(5), h), (Unknown, None));
+        // The next agent reported (stoppedAt cleared) before its member joined: still handed over.
+        assert_eq!(agent_liveness(false, true, None, Some(t(30)), t(6), h), (Restarting, Some(t(30))));
+        assert_eq!(agent_liveness(false, true, None, Some(t(30)), t(30), h), (Dead, None), "and not longer");
+        assert_eq!(
+            agent_liveness(false, true, Some(t(500)), None, t(5), h),
             (Restarting, Some(t(35))),
             "a clock ahead"
         );

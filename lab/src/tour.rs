@@ -65,11 +65,17 @@ fn bare_tour(status: &Value, took: Duration) -> String {
     let kubeconfig = s(&status["kubeconfig"]);
     let pods = s(&status["podCIDR"]);
     let mut t = String::new();
-    let _ = writeln!(t, "\ntideway lab {} is up in {:.1} s, without Tideway\n", s(&status["name"]), took.as_secs_f64());
+    let _ = writeln!(
+        t,
+        "\ntideway lab {} is up in {:.1} s, without Tideway\n",
+        s(&status["name"]),
+        took.as_secs_f64()
+    );
     let _ = writeln!(t, "Install it as the chart's README says:");
     let _ = writeln!(t, "  export KUBECONFIG={kubeconfig}");
     let _ = writeln!(t, "  kubectl create namespace tideway-system");
-    let _ = writeln!(t, "  kubectl label namespace tideway-system pod-security.kubernetes.io/enforce=privileged");
+    let _ =
+        writeln!(t, "  kubectl label namespace tideway-system pod-security.kubernetes.io/enforce=privileged");
     let _ = writeln!(
         t,
         "  helm install tideway helm/tideway -n tideway-system --wait --set 'proxyConfig.clusterCIDRs[0]={pods}'"
@@ -375,7 +381,10 @@ mod tests {
         let mut st = status(false, None);
         st["components"] = false.into();
         st["nodes"][0]["ready"] = false.into();
-        assert_eq!(readiness(&st), (false, "nodes Ready 0/1, pods started 1/1 (no Tideway: install the chart)".into()));
+        assert_eq!(
+            readiness(&st),
+            (false, "nodes Ready 0/1, pods started 1/1 (no Tideway: install the chart)".into())
+        );
         st["nodes"][0]["ready"] = true.into();
         assert!(readiness(&st).0, "no agent synced and no address assigned, and ready");
         st["podCIDR"] = "10.10.0.0/16".into();

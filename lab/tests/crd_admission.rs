@@ -6,6 +6,11 @@
 //! the components' conversion, naming the field. `accepted.yaml` and the examples' objects are
 //! accepted by both. `api/tests/refused.rs` checks the same list against the conversion and a
 //! CEL interpreter without a server.
+//!
+//! And the operator's `--manage-crds` there: an older release's CRD (installed from a chart's
+//! `crds/`, which Helm never upgrades) is brought to this release, so the agent's write of a
+//! status field the older schema refused is kept; a missing CRD is made; a newer release's CRD
+//! is left alone.
 
 use std::path::{Path, PathBuf};
 
@@ -124,4 +129,75 @@ async fn the_real_api_server_admits_as_the_crds_say() {
     }
     assert!(accepted >= 12, "{accepted} accepted");
     eprintln!("accepted by the server and the conversion: {accepted}");
+}
+
+/// This release's CRD `name`, as JSON.
+fn current_crd(name: &str) -> Value {
+    let crd = tideway_api::crd::all().into_iter().find(|c| c.metadata.name.as_deref() == Some(name)).unwrap();
+    serde_json::to_value(crd).unwrap()
+}
+
+/// NodeProxyState `node` written as the agent writes it, with `status.cleanedUp`: what the
+/// server kept of that field, or how it refused the write.
+async fn write_cleaned_up(admin: &kube::Client, node: &str) -> Result<Option<String>, String> {
+    use kube::api::{Patch, PatchParams};
+    let api: Api<tideway_api::crd::NodeProxyState> = Api::all(admin.clone());
+    let object = |status: Value| {
+        serde_json::json!({"apiVersion": "tideway.io/v1alpha1", "kind": "NodeProxyState",
+            "metadata": {"name": node}, "spec": {"nodeName": node}, "status": status})
+    };
+    let params = PatchParams::apply("tideway-agent").force();
+    api.patch(node, &params, &Patch::Apply(&object(serde_json::json!({})))).await.unwrap();
+    let status = object(serde_json::json!({"cleanedUp": "7"}));
+    match api.patch_status(node, &params, &Patch::Apply(&status)).await {
+        Ok(written) => Ok(written.status.and_then(|s| s.cleaned_up)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_brings_older_crds_to_its_release_and_leaves_newer_ones() {
+    use tideway_api::crd::CRDS_VERSION_ANNOTATION;
+    use tideway_sources::kube::crds::{Outcome, apply_all};
+    let standalone = Standalone::start("crdup", |_| {}).await.expect("a control plane (root; make kube)");
+    let admin = standalone.admin().await.unwrap();
+    let mut installer = Applier::new(admin.clone(), "helm");
+    // An older release's NodeProxyState, without the field this one added.
+    let mut old = current_crd("nodeproxystates.tideway.io");
+    old["metadata"]["annotations"][CRDS_VERSION_ANNOTATION] = "0.0.1".into();
+    let status =
+        &mut old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert!(status.as_object_mut().unwrap().remove("cleanedUp").is_some(), "this release has the field");
+    // A newer release's BFDProfile.
+    let mut newer = current_crd("bfdprofiles.tideway.io");
+    newer["metadata"]["annotations"][CRDS_VERSION_ANNOTATION] = "99.0.0".into();
+    for crd in [&old, &newer] {
+        installer.apply(crd).await.unwrap();
+    }
+    let refused = write_cleaned_up(&admin, "node-a").await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains(".status.cleanedUp: field not declared in schema")),
+        "the older schema refuses the new field: {refused:?}"
+    );
+
+    let outcomes = apply_all(&admin).await.unwrap();
+    let of = |name: &str| outcomes.iter().find(|(n, _)| n == name).map(|(_, o)| o.clone());
+    assert_eq!(of("nodeproxystates.tideway.io"), Some(Outcome::Applied), "{outcomes:?}");
+    assert_eq!(of("proxyconfigs.tideway.io"), Some(Outcome::Applied), "made: {outcomes:?}");
+    assert_eq!(of("bfdprofiles.tideway.io"), Some(Outcome::Newer("99.0.0".into())), "{outcomes:?}");
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(admin.clone());
+    let bfd = crds.get("bfdprofiles.tideway.io").await.unwrap();
+    assert_eq!(bfd.metadata.annotations.unwrap()[CRDS_VERSION_ANNOTATION], "99.0.0", "never downgraded");
+    // The server takes a moment to serve the new schema.
+    let mut kept = write_cleaned_up(&admin, "node-a").await;
+    for _ in 0..50 {
+        if kept.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        kept = write_cleaned_up(&admin, "node-a").await;
+    }
+    assert_eq!(kept, Ok(Some("7".into())), "the upgraded schema keeps the agent's new field");
 }

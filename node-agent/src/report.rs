@@ -66,6 +66,7 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         unset_sysctls: status.unset_sysctls.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         listener_conflicts: status.listener_conflicts.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         stopped_at: None,
+        cleaned_up: status.cleaned_up.clone(),
     }
 }
 

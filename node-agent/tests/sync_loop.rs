@@ -491,3 +491,32 @@ async fn an_agent_waiting_for_its_first_lists_names_them() {
     assert!(s.synced && s.waiting_for.is_empty(), "{s:?}");
     task.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_uninstalls_cleanup_empties_the_kernel_and_nothing_is_programmed_after_it() {
+    let kernel = SharedKernel::default();
+    let cluster = cluster(Nftables, Duration::ZERO);
+    let rig = Rig::new(cluster.clone(), kernel.clone());
+    let status = rig.status.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(rig.agent.run(async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(kernel.lock().state.contains_key(&Nftables), "programmed first");
+    // The uninstall's own config: it selects no node and asks every one.
+    let mut ask = ProxyConfig::every_node("tideway-cleanup", 1, ProxySettings::default());
+    ask.node_selector.match_labels.insert("tideway.io/cleanup".into(), "42".into());
+    ask.cleanup = Some("42".into());
+    cluster.update(|s| s.apply_proxy_config(ask));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(kernel.lock().state.is_empty(), "{:?}", kernel.lock().state.keys());
+    let s = status.read().unwrap().clone();
+    assert_eq!((s.cleaned_up.as_deref(), s.rules, s.last_error), (Some("42"), 0, None));
+    kernel.take_calls();
+    cluster.update(|s| s.apply_service(web(2)));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(kernel.take_calls(), [], "nothing programmed or checked after the clean-up");
+    let _ = stop.send(());
+    task.await.unwrap();
+}

@@ -47,6 +47,11 @@ pub struct OperatorArgs {
     /// Elect a leader among replicas with a Lease (only the leader writes).
     #[arg(long)]
     pub leader_elect: bool,
+    /// At start, apply the CustomResourceDefinitions this release was built with over older
+    /// ones in the cluster (Helm never upgrades a chart's `crds/`); needs `get`, `create` and
+    /// `patch` on them.
+    #[arg(long)]
+    pub manage_crds: bool,
     /// Namespace of the Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -160,6 +165,9 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
             SourceSpec::Kubernetes => {
                 let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+                if args.manage_crds {
+                    tideway_sources::kube::crds::keep_current(&client).await;
+                }
                 review = Some(Arc::new(CachedReview::new(
                     KubeReview::new(client.clone()).with_audiences(args.api_audience.iter().cloned().collect()),
                 )) as Arc<dyn Authorizer>);

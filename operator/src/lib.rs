@@ -7,6 +7,7 @@
 //!      v
 //!  ClusterWriter: server-side apply of Service status, L2Announcements, CRD status; Events
 //!  election::run: a coordination.k8s.io Lease decides who leads (tideway_core::operator::lease)
+//!  at start (--manage-crds): the cluster's CRDs brought to this release (tideway_sources::kube::crds)
 //!  http: /healthz /readyz /metrics /api/v1/status; api: proxyconfigs, nodes, services
 //! ```
 //! Every decision is in `tideway_core::operator`; this crate moves data between the source,

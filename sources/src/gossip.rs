@@ -314,7 +314,8 @@ pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<wa
 
 /// The operator's side: every change of the member list becomes each Node's agent liveness in
 /// `cluster` (which wakes the announcer choice). An agent whose NodeProxyState says it stopped
-/// gracefully is `Restarting` for `hand_over` after (its addresses stay); checked again every
+/// gracefully is `Restarting` for `hand_over` after (its addresses stay), to its end even if the
+/// next agent's first report clears `stoppedAt` before its member joins; checked again every
 /// [`RECHECK`] too, for the report that may arrive after the member list changed and for the
 /// hand-over's end.
 pub async fn feed_liveness(
@@ -324,6 +325,8 @@ pub async fn feed_liveness(
 ) {
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Each node's hand-over granted so far, kept to its end (see `agent_liveness`).
+    let mut granted: std::collections::BTreeMap<String, SystemTime> = Default::default();
     loop {
         tokio::select! {
             changed = members.changed() => if changed.is_err() { return },
@@ -336,8 +339,18 @@ pub async fn feed_liveness(
             for n in nodes {
                 let stopped_at = s.node_state(&n).and_then(|st| st.stopped_at);
                 let (active, down) = (m.active.contains(&n), m.down.contains(&n));
-                let (l, until) =
-                    tideway_core::liveness::agent_liveness(active, down, stopped_at, now, hand_over);
+                let (l, until) = tideway_core::liveness::agent_liveness(
+                    active,
+                    down,
+                    stopped_at,
+                    granted.get(&n).copied(),
+                    now,
+                    hand_over,
+                );
+                match until {
+                    Some(u) => granted.insert(n.clone(), u),
+                    None => granted.remove(&n),
+                };
                 if s.set_agent_liveness(&n, l) {
                     let until = until.map(|u| humantime_secs(u.duration_since(now).unwrap_or_default()));
                     tracing::info!(node = %n, liveness = ?l, hand_over_left = ?until, "agent liveness");

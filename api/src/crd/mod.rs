@@ -46,14 +46,36 @@ pub use node_proxy_state::{
 };
 pub use patch::{SpecChange, patch_proxy_config};
 pub use proxy_config::{
-    IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config,
+    CLEANUP_ANNOTATION, IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config,
     proxy_config_status, spec_of,
 };
 use tideway_core::config::{LabelSelector as CoreSelector, SelectorOp, SelectorRequirement};
 
 use crate::error::{ConvertError, Ctx};
 
-/// Every CustomResourceDefinition, in the order `crdgen` prints them.
+/// The annotation every CRD carries with the release that generated it: the operator applies
+/// its CRDs over older ones only, so an operator rolled back never downgrades them.
+pub const CRDS_VERSION_ANNOTATION: &str = "tideway.io/crds-version";
+
+/// Whether this release's CRDs may replace CRDs annotated `existing` (absent or unreadable: yes;
+/// otherwise when they are not newer).
+pub fn replaces_crds_of(existing: Option<&str>) -> bool {
+    replaces(env!("CARGO_PKG_VERSION"), existing)
+}
+
+fn replaces(ours: &str, existing: Option<&str>) -> bool {
+    let parse = |v: &str| -> Option<(u64, u64, u64)> {
+        let mut parts = v.split(['.', '-', '+']).map(str::parse::<u64>);
+        Some((parts.next()?.ok()?, parts.next()?.ok()?, parts.next()?.ok()?))
+    };
+    match (existing.and_then(parse), parse(ours)) {
+        (Some(theirs), Some(ours)) => ours >= theirs,
+        _ => true,
+    }
+}
+
+/// Every CustomResourceDefinition, in the order `crdgen` prints them, each annotated with
+/// this release ([`CRDS_VERSION_ANNOTATION`]).
 pub fn all()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
@@ -67,6 +89,12 @@ pub fn all()
     }
     let mut all = vec![proxy_config, NodeProxyState::crd(), pool, L2Announcement::crd()];
     all.extend(bgp);
+    for crd in &mut all {
+        crd.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(CRDS_VERSION_ANNOTATION.into(), env!("CARGO_PKG_VERSION").into());
+    }
     all
 }
 
@@ -134,4 +162,19 @@ pub(crate) fn selector(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::replaces;
+
+    #[test]
+    fn crds_are_replaced_by_the_same_or_a_newer_release_only() {
+        assert!(replaces("0.2.0", None));
+        assert!(replaces("0.2.0", Some("0.1.0")));
+        assert!(replaces("0.2.0", Some("0.2.0")));
+        assert!(replaces("0.10.0", Some("0.9.3")));
+        assert!(!replaces("0.1.0", Some("0.2.0")), "a rollback keeps the newer CRDs");
+        assert!(replaces("0.2.0", Some("garbage")));
+    }
 }

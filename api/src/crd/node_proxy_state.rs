@@ -113,6 +113,11 @@ pub struct NodeProxyStateStatus {
     /// the next agent's first report clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<Time>,
+    /// The uninstall clean-up this node's agent has done (the value of the
+    /// `tideway.io/cleanup` annotation it was asked with): it removed every rule, table and
+    /// virtual server it programmed and programs nothing more until it restarts without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaned_up: Option<String>,
 }
 
 /// `status.bgp`: the node's BGP sessions and advertisements.
@@ -181,6 +186,7 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         unset_sysctls: state.unset_sysctls.clone(),
         listener_conflicts: state.listener_conflicts.clone(),
         stopped_at: state.stopped_at.and_then(time),
+        cleaned_up: state.cleaned_up.clone(),
         bgp: state.bgp.as_ref().map(|b| NodeBgpStatus {
             sessions: i64::from(b.sessions),
             established: i64::from(b.established),
@@ -237,6 +243,7 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         unset_sysctls: st.unset_sysctls,
         listener_conflicts: st.listener_conflicts,
         stopped_at: st.stopped_at.map(|t| std::time::SystemTime::from(t.0)),
+        cleaned_up: st.cleaned_up,
         bgp: st.bgp.map(|b| BgpReport {
             sessions: count32(b.sessions),
             established: count32(b.established),
@@ -289,6 +296,7 @@ mod tests {
             unset_sysctls: vec!["net.ipv4.conf.all.route_localnet=1: Read-only file system".into()],
             listener_conflicts: vec!["0.0.0.0:10256: Address in use (os error 98)".into()],
             stopped_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100)),
+            cleaned_up: Some("7".into()),
             bgp: Some(BgpReport {
                 sessions: 2,
                 established: 1,
@@ -304,6 +312,7 @@ mod tests {
         assert_eq!(json["status"]["bgp"]["established"], 1);
         assert_eq!(json["status"]["listenerConflicts"][0], "0.0.0.0:10256: Address in use (os error 98)");
         assert_eq!(json["status"]["stoppedAt"], "2023-11-14T22:15:00Z");
+        assert_eq!(json["status"]["cleanedUp"], "7");
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(
             json["status"]["invalidObjects"][0],

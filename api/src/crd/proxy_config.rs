@@ -193,6 +193,10 @@ pub fn proxy_config_status(status: &ConfigStatus, previous: &[Condition], now: &
     }
 }
 
+/// The annotation an uninstall sets on a ProxyConfig to have every agent remove what it
+/// programmed; its value names the request (see [`tideway_core::config::cleanup_requested`]).
+pub const CLEANUP_ANNOTATION: &str = "tideway.io/cleanup";
+
 /// Converts a `ProxyConfig` into core settings; an invalid field names itself.
 pub fn proxy_config(pc: &ProxyConfig) -> Result<CoreConfig, ConvertError> {
     let name = pc.metadata.name.clone().unwrap_or_default();
@@ -206,6 +210,7 @@ pub fn proxy_config(pc: &ProxyConfig) -> Result<CoreConfig, ConvertError> {
         node_selector: super::selector(&cx, "spec.nodeSelector", pc.spec.node_selector.as_ref())?,
         priority: pc.spec.priority.unwrap_or(0),
         settings: settings_from_spec(&cx, &pc.spec)?,
+        cleanup: pc.metadata.annotations.as_ref().and_then(|a| a.get(CLEANUP_ANNOTATION)).cloned(),
     })
 }
 

@@ -51,8 +51,42 @@ while not os.path.exists(stop):
 print(json.dumps({"sent": sent, "failed": failed, "held": held_ok, "held_asked": held_asked, "errors": errors[:20]}))
 "#;
 
+/// [`CLIENT`] running from `mypc` against one address.
+pub(crate) struct Traffic {
+    client: std::process::Child,
+    stop: std::path::PathBuf,
+}
+
+impl Traffic {
+    /// Starts the client against `lb` and lets it run 2 s.
+    pub(crate) fn start(lab: &TestLab, lb: &str) -> Traffic {
+        let stop =
+            std::env::temp_dir().join(format!("tideway-traffic-stop-{}-{}", lab.name, std::process::id()));
+        let _ = std::fs::remove_file(&stop);
+        let client = Command::new(BIN)
+            .args(["lab", "exec", "--name", &lab.name, "mypc", "--", "python3", "-c", CLIENT, lb])
+            .arg(&stop)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the client runs");
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        Traffic { client, stop }
+    }
+
+    /// Lets it run 2 s more, stops it, and returns its report.
+    pub(crate) fn stop(self) -> Value {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        std::fs::write(&self.stop, "").unwrap();
+        let out = self.client.wait_with_output().unwrap();
+        let _ = std::fs::remove_file(&self.stop);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("client: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
 /// The demo's LoadBalancer Services and the node announcing each, from the lab's status.
-fn announcers(lab: &TestLab) -> Vec<(String, Option<String>)> {
+pub(crate) fn announcers(lab: &TestLab) -> Vec<(String, Option<String>)> {
     ["svc1", "svc2", "svc3"].iter().map(|s| (s.to_string(), lab.announcer(s))).collect()
 }
 
@@ -83,29 +117,14 @@ pub(crate) fn a_rolling_restart_of_the_agents_moves_no_address(lab: &TestLab) {
     let before = announcers(lab);
     assert!(before.iter().all(|(_, n)| n.is_some()), "{before:?}");
     let pods_before = agent_pods(lab);
-    let lb = lab.lb_ip("svc1");
-    let stop = std::env::temp_dir().join(format!("tideway-rollout-stop-{}", std::process::id()));
-    let _ = std::fs::remove_file(&stop);
-    let client = Command::new(BIN)
-        .args(["lab", "exec", "--name", &lab.name, "mypc", "--", "python3", "-c", CLIENT, &lb])
-        .arg(&stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the client runs");
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    let traffic = Traffic::start(lab, &lab.lb_ip("svc1"));
     let started = std::time::Instant::now();
     kubectl(lab, &["-n", ns, "rollout", "restart", &format!("daemonset/{name}")]).unwrap();
     let timeout = format!("--timeout={}s", patience(300.0).as_secs());
     let rolled = kubectl(lab, &["-n", ns, "rollout", "status", &format!("daemonset/{name}"), &timeout]);
     let took = started.elapsed();
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    std::fs::write(&stop, "").unwrap();
-    let out = client.wait_with_output().unwrap();
-    let _ = std::fs::remove_file(&stop);
+    let report = traffic.stop();
     rolled.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("client: {e}: {}", String::from_utf8_lossy(&out.stderr)));
     let pods_after = agent_pods(lab);
     assert_eq!(pods_after.len(), pods_before.len(), "{pods_after:?}");
     for ((node, old), (_, new)) in pods_before.iter().zip(&pods_after) {

@@ -59,6 +59,9 @@ pub struct NodeProxyState {
     /// it leaves, cleared by the next agent's first report (see
     /// [`crate::liveness::agent_liveness`]).
     pub stopped_at: Option<SystemTime>,
+    /// The uninstall clean-up the node's agent has done, by its request's name (see
+    /// [`crate::config::cleanup_requested`]).
+    pub cleaned_up: Option<String>,
 }
 
 /// What a node's agent says over BGP, as it reports it.

@@ -70,10 +70,17 @@ pub fn values(plan: &Plan, api_server: &str, gossip_key: &str) -> Vec<(String, S
     ]
 }
 
-/// `helm template` of `chart` with `values`: the objects, in helm's order.
+/// `helm template` of `chart` with `values`: the objects, in helm's order. Without the hooks:
+/// the lab applies objects as `kubectl apply` would, and a hook is Helm's to run at its event
+/// (the uninstall's clean-up Job, applied as an object, would clean every node at once).
 pub fn render(chart: &Path, values: &[(String, String)]) -> Result<Vec<Value>, ChartError> {
     let mut cmd = Command::new(helm()?);
-    cmd.args(["template", RELEASE]).arg(chart).args(["--namespace", NAMESPACE, "--include-crds"]);
+    cmd.args(["template", RELEASE]).arg(chart).args([
+        "--namespace",
+        NAMESPACE,
+        "--include-crds",
+        "--no-hooks",
+    ]);
     for (k, v) in values {
         cmd.arg("--set").arg(format!("{k}={v}"));
     }

@@ -102,7 +102,8 @@ impl Lab {
         tracing::info!(after = ?control_plane.ready_after, "the control plane is ready");
         let chart_applied = self.no_components;
         let held_retry_at = std::time::Instant::now();
-        self.kube = Some(KubeSide { control_plane, client, view, chart_applied, held: Vec::new(), held_retry_at });
+        self.kube =
+            Some(KubeSide { control_plane, client, view, chart_applied, held: Vec::new(), held_retry_at });
         Ok(())
     }
 
@@ -147,7 +148,10 @@ impl Lab {
         })
         .map_err(KubeLabError::from)?;
         if !held.is_empty() {
-            tracing::info!(held = held.len(), "objects held back until their CustomResourceDefinitions are served");
+            tracing::info!(
+                held = held.len(),
+                "objects held back until their CustomResourceDefinitions are served"
+            );
         }
         side.held = held;
         Ok(())

@@ -25,6 +25,7 @@ use tracing::Instrument;
 
 mod announce;
 mod bgp;
+mod cleanup;
 mod plan;
 pub mod query;
 mod record;

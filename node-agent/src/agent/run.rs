@@ -1,6 +1,6 @@
 //! The sync loop's schedule: syncs on relevant changes at most every `minSyncPeriod`, retries
 //! with backoff, drift checks every `syncPeriod`, questions from the REST API answered
-//! whenever it waits, and a stop whenever asked.
+//! whenever it waits, and a stop whenever asked; an uninstall's clean-up ends the syncs.
 
 use std::time::Duration;
 
@@ -104,6 +104,9 @@ impl Agent {
                 }
                 last_start = Some(Instant::now());
                 dirty = false;
+                if let Some(request) = self.cleanup_requested() {
+                    return self.clean_up_and_stay(&request, shutdown).await;
+                }
                 match self.sync(force_full).await {
                     Ok(()) => {
                         retry_at = None;

@@ -82,6 +82,8 @@ pub struct AgentStatus {
     /// Listeners the agent cannot bind yet (`0.0.0.0:10256: Address in use`), retried every few
     /// seconds: another process holds the port (kube-proxy, while both run in a migration).
     pub listener_conflicts: Vec<String>,
+    /// The uninstall clean-up done, by its request's name: nothing is programmed any more.
+    pub cleaned_up: Option<String>,
 }
 
 /// What the agent's BGP speaker applied, and what it could not.

@@ -322,6 +322,11 @@ impl Dataplane for Ipvs {
         ProxyMode::Ipvs
     }
 
+    fn remove_all(&mut self) -> Result<(), DataplaneError> {
+        self.cleanup_drain = Duration::ZERO;
+        self.cleanup(&Keep::default()).map(|_| ())
+    }
+
     fn apply(&mut self, desired: &Desired<'_>, update: Update<'_>) -> Result<(), DataplaneError> {
         let update = match update {
             Update::Changes(cs) if cs.iter().any(|c| c.full) => Update::Full,

@@ -180,6 +180,12 @@ pub trait Dataplane: Send {
     /// True when objects of this backend exist in the kernel (leftovers of an earlier run).
     fn present(&mut self) -> Result<bool, DataplaneError>;
 
+    /// Removes every object of this backend at once, established connections or not (an
+    /// uninstall's clean-up).
+    fn remove_all(&mut self) -> Result<(), DataplaneError> {
+        self.cleanup(&Keep::default()).map(|_| ())
+    }
+
     /// The kernel settings this backend needs and could not set (`name=value: why`).
     fn unset_sysctls(&self) -> Vec<String> {
         Vec::new()

@@ -20,10 +20,12 @@
 //!   Kubernetes 1.33);
 //! * DNS: Services, EndpointSlices, Namespaces, and Pods with `--pods verified`;
 //! * operator: Services, EndpointSlices, Nodes, Namespaces, every `tideway.io` kind and, with
-//!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s.
+//!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s; at its
+//!   start, [`crds`] brings the cluster's CRDs to its release.
 
 mod adapter;
 mod client;
+pub mod crds;
 mod errors;
 mod kinds;
 mod lease;

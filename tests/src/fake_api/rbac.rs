@@ -27,13 +27,15 @@ pub enum Account {
     Dns,
     /// The operator's ServiceAccount.
     Operator,
+    /// The uninstall hook Job's ServiceAccount (`tideway cleanup-nodes`).
+    Cleanup,
     /// A person with cluster-admin rights (`system:masters`, which RBAC never denies).
     ClusterAdmin,
 }
 
 impl Account {
     /// Every Tideway component's account.
-    pub const COMPONENTS: [Account; 3] = [Account::Agent, Account::Dns, Account::Operator];
+    pub const COMPONENTS: [Account; 4] = [Account::Agent, Account::Dns, Account::Operator, Account::Cleanup];
 
     /// The ServiceAccount's name in the chart (and the default bearer token of its kubeconfig).
     pub fn token(self) -> &'static str {
@@ -41,6 +43,7 @@ impl Account {
             Account::Agent => "tideway-agent",
             Account::Dns => "tideway-dns",
             Account::Operator => "tideway-operator",
+            Account::Cleanup => "tideway-cleanup",
             Account::ClusterAdmin => "cluster-admin",
         }
     }
