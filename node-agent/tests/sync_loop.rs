@@ -115,6 +115,25 @@ impl Rig {
     }
 }
 
+/// A rig's agent running its loop, 10 ms in.
+struct Running {
+    status: Arc<RwLock<AgentStatus>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn start(rig: Rig) -> Running {
+        let status = rig.status.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(rig.agent.run(async move {
+            let _ = stopped.await;
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Running { status, stop, task }
+    }
+}
+
 /// A rig in `mode` after its first sync, the calls so far forgotten.
 async fn synced(mode: ProxyMode) -> (Rig, SharedKernel) {
     let kernel = SharedKernel::default();
@@ -243,13 +262,7 @@ async fn drift_is_found_and_repaired_with_a_full_sync() {
 async fn a_burst_of_changes_waits_for_min_sync_period_and_failures_retry_with_backoff() {
     let kernel = SharedKernel::default();
     let cluster = cluster(Iptables, Duration::from_secs(1));
-    let rig = Rig::new(cluster.clone(), kernel.clone());
-    let status = rig.status.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(rig.agent.run(async move {
-        let _ = stopped.await;
-    }));
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    let Running { status, stop, task } = Running::start(Rig::new(cluster.clone(), kernel.clone())).await;
     let applies = |calls: &[Call]| calls.iter().filter(|c| matches!(c, Apply { .. })).count();
     assert_eq!(applies(&kernel.take_calls()), 1, "the first sync at once");
     // Ten changes within 100 ms: one more sync, a second after the first.
@@ -496,13 +509,7 @@ async fn an_agent_waiting_for_its_first_lists_names_them() {
 async fn an_uninstalls_cleanup_empties_the_kernel_and_nothing_is_programmed_after_it() {
     let kernel = SharedKernel::default();
     let cluster = cluster(Nftables, Duration::ZERO);
-    let rig = Rig::new(cluster.clone(), kernel.clone());
-    let status = rig.status.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(rig.agent.run(async move {
-        let _ = stopped.await;
-    }));
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    let Running { status, stop, task } = Running::start(Rig::new(cluster.clone(), kernel.clone())).await;
     assert!(kernel.lock().state.contains_key(&Nftables), "programmed first");
     // The uninstall's own config: it selects no node and asks every one.
     let mut ask = ProxyConfig::every_node("tideway-cleanup", 1, ProxySettings::default());
