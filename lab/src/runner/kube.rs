@@ -100,6 +100,7 @@ impl Lab {
             wait(control_plane.client(&control_plane.admin_kubeconfig())).map_err(KubeLabError::from)?;
         let view = wait(async { KubeView::start(&client) });
         tracing::info!(after = ?control_plane.ready_after, "the control plane is ready");
+        // Without components the chart is helm's to install: the lab never applies it.
         let chart_applied = self.no_components;
         let held_retry_at = std::time::Instant::now();
         self.kube =
@@ -165,7 +166,8 @@ impl Lab {
         }
         side.held_retry_at = std::time::Instant::now() + HELD_RETRY;
         let mut applier = Applier::new(side.client.clone(), crate::kube::MANAGER);
-        match wait(applier.apply_served(std::mem::take(&mut side.held))) {
+        // On a refusal every held object stays held, to be tried again.
+        match wait(applier.apply_served(side.held.clone())) {
             Ok(held) => {
                 if held.is_empty() {
                     tracing::info!("the held objects are applied");
