@@ -668,6 +668,109 @@ fn beside_kube_proxy_the_agent_leaves_its_chains_alone_and_waits_for_its_port() 
     assert_eq!(rules(node), before, "kube-proxy's chains changed\n{}", c.log("agent-node-a.log"));
 }
 
+/// What `kube-proxy --cleanup` does to the chains of `rules` (its `CleanupLeftovers`): the
+/// jumps from the built-in chains deleted, then its chains flushed and deleted.
+fn kube_proxy_cleanup(rules: &str) -> String {
+    let mut out = String::new();
+    for block in rules.split("COMMIT\n").filter(|b| !b.trim().is_empty()) {
+        let lines: Vec<&str> = block.lines().collect();
+        out.push_str(&format!("{}\n", lines[0]));
+        let chains: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix(':')?.split(' ').next()).collect();
+        for rest in lines.iter().filter_map(|l| l.strip_prefix("-A ")) {
+            if !rest.starts_with("KUBE-") {
+                out.push_str(&format!("-D {rest}\n"));
+            }
+        }
+        chains.iter().for_each(|c| out.push_str(&format!(":{c} - [0:0]\n")));
+        chains.iter().for_each(|c| out.push_str(&format!("-X {c}\n")));
+        out.push_str("COMMIT\n");
+    }
+    out
+}
+
+/// What the node holds of iptables (nat, filter), IPVS and ipsets, counters aside.
+fn proxy_objects(ns: &Netns) -> Vec<String> {
+    let saved = ns.sh(
+        "iptables-save -t nat; iptables-save -t filter; ipvsadm -Ln 2>/dev/null; ipset list -n 2>/dev/null; \
+         ip -br link show kube-ipvs0 2>/dev/null; true",
+    );
+    saved
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(" [").next().unwrap_or(l).to_string())
+        .collect()
+}
+
+/// Beside a kube-proxy in `mode` (its chains, with the one only it writes), the agent in the
+/// same mode writes no `KUBE-*` object and says why in its status, its `--cleanup` leaves
+/// kube-proxy's objects alone, and once kube-proxy's own clean-up has run the agent programs
+/// the node and serves its Services.
+fn beside_kube_proxy_in(mode: &str) {
+    require(mode);
+    let mut c = cluster(&format!("kp-{mode}"));
+    std::fs::write(c.path("cluster.yaml"), manifest(mode, "")).expect("manifest");
+    let (table, signature) =
+        if mode == "ipvs" { ("filter", "KUBE-IPVS-OUT-FILTER") } else { ("nat", "KUBE-PROXY-CANARY") };
+    let rules =
+        KUBE_PROXY_RULES.replacen(&format!("*{table}\n"), &format!("*{table}\n:{signature} - [0:0]\n"), 1);
+    c.nodes[0].ns.sh(&format!("printf '%s' '{rules}' | iptables-restore --noflush"));
+    if mode == "ipvs" {
+        c.nodes[0].ns.sh("ip link add kube-ipvs0 type dummy");
+    }
+    let before = proxy_objects(&c.nodes[0].ns);
+    assert!(before.iter().any(|l| l.contains(signature)), "{before:?}");
+    start_agent(&mut c, 0, "cluster.yaml", &[]);
+    let node = &c.nodes[0].ns;
+    let s = eventually(patience(15.0), || match status(node)? {
+        s if s["failures"].as_u64() >= Some(2) => Ok(s),
+        s => Err(format!("not refused twice yet: {s}")),
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    let error = s["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("kube-proxy's {mode} mode programs this node (its chain {signature}")),
+        "{s}"
+    );
+    assert_eq!(s["synced"], false, "{s}");
+    assert_eq!(
+        proxy_objects(node),
+        before,
+        "the agent wrote beside kube-proxy\n{}",
+        c.log("agent-node-a.log")
+    );
+
+    let by_hand = node.sh(&format!("{} agent --cleanup 2>&1", env!("CARGO_BIN_EXE_tideway")));
+    let left = |backend: &str| {
+        by_hand
+            .lines()
+            .any(|l| l.starts_with(backend) && l.contains(&format!(": left alone: kube-proxy's {mode} mode")))
+    };
+    assert!(left("iptables-") && (mode != "ipvs" || left("ipvs")), "{by_hand}");
+    assert_eq!(proxy_objects(node), before, "--cleanup removed kube-proxy's objects\n{by_hand}");
+
+    node.sh(&format!("printf '%s' '{}' | iptables-restore --noflush", kube_proxy_cleanup(&rules)));
+    if mode == "ipvs" {
+        node.sh("ip link del kube-ipvs0");
+    }
+    let s = wait_synced(node, 0).unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent-node-a.log")));
+    assert_eq!(s["mode"], mode, "{s}");
+    let answer = tcp(&c.nodes[0].pods[0].ns, addr(WEB)).unwrap_or_else(|e| panic!("{WEB}: {e}\n{s}"));
+    assert!(["a1", "a2", "b1", "b2"].contains(&answer.name.as_str()), "{answer:?}");
+    let now = proxy_objects(node);
+    assert!(now.iter().any(|l| l == ":TIDEWAY-OWNED -"), "{now:?}");
+    assert!(!now.iter().any(|l| l.contains(signature) || l.contains("KUBE-SVC-TCOU7JCQXEZGVUNU")), "{now:?}");
+}
+
+#[test]
+fn beside_kube_proxy_in_iptables_mode_the_agent_waits_for_it_to_go() {
+    beside_kube_proxy_in("iptables");
+}
+
+#[test]
+fn beside_kube_proxy_in_ipvs_mode_the_agent_waits_for_it_to_go() {
+    beside_kube_proxy_in("ipvs");
+}
+
 /// Objects of `mode` present in the node's kernel.
 fn leftovers(ns: &Netns, mode: &str) -> Vec<String> {
     let mut out = Vec::new();

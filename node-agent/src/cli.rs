@@ -41,8 +41,8 @@ pub struct AgentArgs {
     /// `kube-ipvs0` and the `KUBE-*` ipsets), without waiting for connections, then exit (as
     /// `kube-proxy --cleanup`). Kernel settings stay, and so does `KUBE-FIREWALL`, which the
     /// kubelet writes too.
-    /// In iptables and IPVS modes the chains carry kube-proxy's names: never run it on a node
-    /// where kube-proxy still programs them.
+    /// In iptables and IPVS modes the objects carry kube-proxy's names: where kube-proxy's own
+    /// chains show it programs the node, those are left alone (and said so).
     #[arg(long)]
     pub cleanup: bool,
     /// Where objects come from: `kubernetes` (the default in a pod), `file:CLUSTER.yaml`
@@ -193,11 +193,13 @@ async fn join_gossip(
 /// a backend could not be cleaned.
 #[allow(clippy::print_stdout)] // what it removed is the command's output
 fn cleanup() -> i32 {
+    use crate::dataplane::Cleaned;
     let mut code = 0;
     for (backend, cleaned) in crate::dataplane::cleanup_node() {
         match cleaned {
-            Ok(true) => println!("{backend}: removed"),
-            Ok(false) => println!("{backend}: nothing to remove"),
+            Ok(Cleaned::Removed) => println!("{backend}: removed"),
+            Ok(Cleaned::NothingThere) => println!("{backend}: nothing to remove"),
+            Ok(Cleaned::LeftToKubeProxy(seen)) => println!("{backend}: left alone: {seen}"),
             Err(e) => {
                 eprintln!("{backend}: {e}");
                 code = 1;

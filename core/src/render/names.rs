@@ -21,6 +21,14 @@ const FIXED_CHAINS: &[&str] = &[
     "KUBE-IPVS-FILTER",
 ];
 
+/// Chains only kube-proxy writes, never Tideway's renderers: `(table, chain, kube-proxy's
+/// mode)`. kube-proxy's iptables mode keeps its canary `KUBE-PROXY-CANARY` in every table it
+/// uses (its flush detector, removed by `kube-proxy --cleanup`); its IPVS mode filters the
+/// node's own traffic to load balancers in `KUBE-IPVS-OUT-FILTER`. Either one on a node says
+/// a kube-proxy programs the `KUBE-*` names there, which iptables and IPVS modes share with it.
+pub const KUBE_PROXY_SIGNATURES: &[(&str, &str, &str)] =
+    &[("nat", "KUBE-PROXY-CANARY", "iptables"), ("filter", "KUBE-IPVS-OUT-FILTER", "ipvs")];
+
 /// Prefixes of the hashed per-Service and per-endpoint chains.
 const SERVICE_CHAIN_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
 
@@ -186,5 +194,8 @@ mod tests {
             }
         }
         assert!(is_service_chain("KUBE-SEP-SXIVWICOYRO3J4NJ") && !is_own_chain("KUBE-KUBELET-CANARY"));
+        for (_, chain, _) in KUBE_PROXY_SIGNATURES {
+            assert!(!is_own_chain(chain), "{chain} is kube-proxy's alone");
+        }
     }
 }

@@ -295,9 +295,14 @@ impl Iptables {
         Ok(drift)
     }
 
-    /// Removes our jumps and chains from both families, except those in `keep`.
+    /// Removes our jumps and chains from both families, except those in `keep`. Beside a
+    /// kube-proxy the `KUBE-*` chains are its own: only our mark goes.
     pub(super) fn remove(&mut self, keep: &Keep) -> Result<(), DataplaneError> {
         self.learnt.clear();
+        if let Some(seen) = super::peer::kube_proxy() {
+            tracing::warn!(%seen, "leaving the KUBE-* chains to kube-proxy");
+            return self.remove_mark();
+        }
         for family in IpFamily::ALL {
             let saved = match self.save(family) {
                 Ok(s) => s,
@@ -346,6 +351,16 @@ impl Iptables {
         Ok(())
     }
 
+    /// Removes [`OWNER_MARK`] from both families, where it is.
+    fn remove_mark(&self) -> Result<(), DataplaneError> {
+        for family in IpFamily::ALL {
+            if self.save(family).is_ok_and(|saved| saved.keys().any(|(_, c)| c == OWNER_MARK)) {
+                self.restore(family, &format!("*filter\n:{OWNER_MARK} - [0:0]\n-X {OWNER_MARK}\nCOMMIT\n"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// True when chains of Tideway's names exist, whoever wrote them (kube-proxy uses the same).
     pub(super) fn has_chains(&self) -> Result<bool, DataplaneError> {
         self.any_chain(is_own_chain)
@@ -378,7 +393,12 @@ impl Dataplane for Iptables {
             Update::Changes(cs) if cs.iter().all(|c| !c.full) => {
                 desired.skeletons().iter().zip(cs).try_for_each(|(p, c)| self.apply_changes(p, c))
             }
-            _ => desired.programs().iter().try_for_each(|p| self.full(p)),
+            _ => {
+                if let Some(seen) = super::peer::kube_proxy() {
+                    return Err(seen.into());
+                }
+                desired.programs().iter().try_for_each(|p| self.full(p))
+            }
         }
     }
 

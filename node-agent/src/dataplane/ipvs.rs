@@ -334,6 +334,9 @@ impl Dataplane for Ipvs {
         };
         match update {
             Update::Full => {
+                if let Some(seen) = super::peer::kube_proxy() {
+                    return Err(seen.into());
+                }
                 let desired = desired.programs();
                 let services = Self::desired_services(desired);
                 self.prepare();
@@ -462,6 +465,11 @@ impl Dataplane for Ipvs {
         let since = *self.retiring.get_or_insert_with(Instant::now);
         self.draining.clear();
         self.iptables.remove(keep)?;
+        if super::peer::kube_proxy().is_some() {
+            // kube-proxy's IPVS mode has the same interface, ipsets and virtual servers.
+            self.retiring = None;
+            return Ok(Retired::Done);
+        }
         if let Ok(names) = exec::run("ipset", &["list", "-n"], None) {
             for n in names.lines().filter(|n| n.starts_with("KUBE-")) {
                 exec::run("ipset", &["destroy", n], None)?;

@@ -14,6 +14,7 @@ pub(crate) mod netlink;
 pub mod nft_netlink;
 mod nftables;
 mod observe;
+pub mod peer;
 
 use std::collections::BTreeSet;
 
@@ -101,6 +102,9 @@ pub enum DataplaneError {
     /// A netlink request failed.
     #[error("netlink: {0}")]
     Netlink(#[from] NetlinkError),
+    /// kube-proxy programs the names this mode would write: nothing was written.
+    #[error(transparent)]
+    KubeProxy(#[from] peer::KubeProxySeen),
 }
 
 /// Why a netlink exchange failed; errnos are kept, not folded into text.
@@ -192,36 +196,60 @@ pub trait Dataplane: Send {
     }
 }
 
+/// What [`cleanup_node`] did for one backend.
+#[derive(Debug)]
+pub enum Cleaned {
+    /// The backend had objects; they are gone.
+    Removed,
+    /// The backend had no object.
+    NothingThere,
+    /// The objects of Tideway's names are kube-proxy's: left alone.
+    LeftToKubeProxy(peer::KubeProxySeen),
+}
+
 /// Removes every kernel object any mode of the agent programs on this node, as `kube-proxy
 /// --cleanup` does (`tideway agent --cleanup`): the nftables tables, the iptables chains and
 /// jumps in both iptables backends (legacy and nft), IPVS's virtual servers, `kube-ipvs0` and
 /// `KUBE-*` ipsets, without waiting for connections to drain. Kernel settings stay. Returns,
-/// for each backend, whether it had objects, or why it could not be cleaned.
-/// Objects of Tideway's names count whoever wrote them: kube-proxy's too, in iptables and IPVS
-/// modes.
-pub fn cleanup_node() -> Vec<(&'static str, Result<bool, DataplaneError>)> {
+/// for each backend, what it did, or why it could not be cleaned.
+/// Objects of Tideway's names count whoever wrote them, except where kube-proxy is seen
+/// ([`peer::kube_proxy`]): iptables and IPVS modes then leave the `KUBE-*` names to it.
+pub fn cleanup_node() -> Vec<(&'static str, Result<Cleaned, DataplaneError>)> {
     fn clean(
         mut backend: impl Dataplane,
         found: Result<bool, DataplaneError>,
-    ) -> Result<bool, DataplaneError> {
-        let found = found?;
-        if found {
-            backend.cleanup(&Keep::default())?;
+    ) -> Result<Cleaned, DataplaneError> {
+        if !found? {
+            return Ok(Cleaned::NothingThere);
         }
-        Ok(found)
+        backend.cleanup(&Keep::default())?;
+        Ok(Cleaned::Removed)
     }
+    let kube_proxy = peer::kube_proxy();
+    let shared_names = |found: Result<bool, DataplaneError>| match (&kube_proxy, found) {
+        (Some(seen), Ok(true)) => Err(seen.clone()),
+        (_, found) => Ok(found),
+    };
     let mut nft = Nftables::new();
     let nft_found = nft.present();
     let mut ipvs = Ipvs::new(Iptables::detect(), Default::default()).without_drain();
     let ipvs_found = ipvs.has_objects();
     let iptables = |backend| {
         let ipt = Iptables::new(backend);
-        let found = ipt.has_chains();
-        clean(ipt, found)
+        match shared_names(ipt.has_chains()) {
+            Err(seen) => Ok(Cleaned::LeftToKubeProxy(seen)),
+            Ok(found) => clean(ipt, found),
+        }
     };
     vec![
         ("nftables", clean(nft, nft_found)),
-        ("ipvs", clean(ipvs, ipvs_found)),
+        (
+            "ipvs",
+            match shared_names(ipvs_found) {
+                Err(seen) => Ok(Cleaned::LeftToKubeProxy(seen)),
+                Ok(found) => clean(ipvs, found),
+            },
+        ),
         ("iptables-nft", iptables(IptablesBackend::Nft)),
         ("iptables-legacy", iptables(IptablesBackend::Legacy)),
     ]
