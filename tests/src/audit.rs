@@ -5,12 +5,11 @@
 //! the real server saw used.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::fake_api::rbac::{Account, Attributes, USAGE_ENV};
+use crate::fake_api::rbac::{Account, Attributes, USAGE_ENV, append_usage};
 
 /// The file-name prefix of usage recorded from an audit log.
 pub const AUDIT_PREFIX: &str = "audit-";
@@ -39,26 +38,18 @@ pub fn usage_of(event: &Value) -> Option<(&'static str, Attributes)> {
 /// Appends the distinct allowed requests of `audit_log` to the usage directory, when
 /// `TIDEWAY_RBAC_USAGE` names one; returns how many it wrote.
 pub fn record_usage(audit_log: &Path) -> usize {
-    let Some(dir) = std::env::var_os(USAGE_ENV) else { return 0 };
+    if std::env::var_os(USAGE_ENV).is_none() {
+        return 0;
+    }
     let Ok(text) = std::fs::read_to_string(audit_log) else { return 0 };
     let seen: BTreeSet<(&str, Attributes)> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter_map(|e| usage_of(&e))
         .collect();
-    let dir = Path::new(&dir);
-    let _ = std::fs::create_dir_all(dir);
-    let file = dir.join(format!("{AUDIT_PREFIX}{}-{}.tsv", std::process::id(), seen.len()));
-    let mut out = String::new();
-    for (account, a) in &seen {
-        out.push_str(&a.line(account));
-    }
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(file)
-        .and_then(|mut f| f.write_all(out.as_bytes()));
-    if written.is_ok() { seen.len() } else { 0 }
+    let file = format!("{AUDIT_PREFIX}{}-{}.tsv", std::process::id(), seen.len());
+    let lines: String = seen.iter().map(|(account, a)| a.line(account)).collect();
+    if append_usage(&file, &lines) { seen.len() } else { 0 }
 }
 
 #[cfg(test)]

@@ -320,15 +320,23 @@ impl Usage {
             return;
         }
         self.seen.insert((account, a.clone()));
-        let Some(dir) = std::env::var_os(USAGE_ENV) else { return };
-        let dir = Path::new(&dir);
-        let _ = std::fs::create_dir_all(dir);
-        let file = dir.join(format!("{}.tsv", std::process::id()));
         // One short append per distinct request: whole lines even with several servers.
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
-            let _ = f.write_all(a.line(account.token()).as_bytes());
-        }
+        append_usage(&format!("{}.tsv", std::process::id()), &a.line(account.token()));
     }
+}
+
+/// Appends `lines` to `file` in the usage directory, when [`USAGE_ENV`] names one; true
+/// when they were written.
+pub(crate) fn append_usage(file: &str, lines: &str) -> bool {
+    let Some(dir) = std::env::var_os(USAGE_ENV) else { return false };
+    let dir = Path::new(&dir);
+    let _ = std::fs::create_dir_all(dir);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(file))
+        .and_then(|mut f| f.write_all(lines.as_bytes()))
+        .is_ok()
 }
 
 #[cfg(test)]
