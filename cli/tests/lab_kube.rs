@@ -105,6 +105,7 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     dig.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
     tideway_runs_from_its_image_with_the_charts_security_context(&lab);
     rollout::a_rolling_restart_of_the_agents_moves_no_address(&lab);
+    a_pool_the_conversion_refuses_says_why(&lab);
 
     // What kubectl says of the control plane.
     let version = kubectl_json(&lab, &["version"]);
@@ -340,6 +341,28 @@ fn image_archive() -> PathBuf {
 }
 
 /// A container's output, where the lab's kubelet keeps it (it serves no `kubectl logs`).
+/// A LoadBalancerPool the server stores and the components refuse (`api/tests/refused.yaml`'s
+/// `address-range-reversed`: no CEL function orders two addresses): its `Valid` condition says
+/// why, naming the field; deleted, it is forgotten.
+fn a_pool_the_conversion_refuses_says_why(lab: &TestLab) {
+    let file = std::env::temp_dir().join(format!("refused-pool-{}.yaml", std::process::id()));
+    let pool = "apiVersion: tideway.io/v1alpha1\nkind: LoadBalancerPool\nmetadata: {name: address-range-reversed}\n\
+                spec: {addresses: [192.168.9.20-192.168.9.10]}\n";
+    std::fs::write(&file, pool).unwrap();
+    kubectl(lab, &["apply", "-f", file.to_str().unwrap()]).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let valid = eventually(patience(30.0), || {
+        let p = kubectl_json(lab, &["get", "loadbalancerpool", "address-range-reversed"]);
+        let conditions = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let valid = conditions.into_iter().find(|c| c["type"] == "Valid" && c["status"] == "False");
+        valid.ok_or_else(|| format!("no Valid=False yet: {p}"))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    assert_eq!(valid["reason"], "InvalidSpec", "{valid}");
+    assert!(valid["message"].as_str().unwrap_or_default().contains("spec.addresses[0]"), "{valid}");
+    kubectl(lab, &["delete", "loadbalancerpool", "address-range-reversed"]).unwrap();
+}
+
 fn container_log(lab: &TestLab, pod: &Value, container: &str) -> String {
     let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
     let (node, name) = (pod["spec"]["nodeName"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());

@@ -24,7 +24,7 @@ use tideway_core::model::{
     AgentLiveness, EndpointSlice, L2Settings, LoadBalancerPool, ServiceName, TrafficPolicy,
 };
 use tideway_core::net::{IpFamily, Protocol};
-use tideway_core::operator::Reconciler;
+use tideway_core::operator::{Reconciler, Refused};
 use tideway_core::testing::{mk_node, mk_service, mk_slice};
 
 const SERVICES: usize = 10_000;
@@ -196,7 +196,7 @@ fn slice_of(i: usize, shift: usize) -> EndpointSlice {
 }
 
 fn reconcile(c: &mut Criterion) {
-    let none = BTreeMap::new();
+    let none = Refused::default();
     let mut g = c.benchmark_group("operator_10k_lb_services_100_nodes");
     g.sample_size(10).measurement_time(Duration::from_secs(15));
     let state = lb_cluster();

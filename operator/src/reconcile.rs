@@ -8,13 +8,12 @@
 //! and none is still waiting when a standby may take over. A follower drops the changes it is
 //! told of: a new leader decides from the whole cluster anyway.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde::Serialize;
-use tideway_core::operator::{Action, Reconciler};
+use tideway_core::operator::{Action, Reconciler, Refused};
 use tideway_sources::SharedCluster;
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::{ClusterWriter, WriteError};
@@ -287,12 +286,14 @@ async fn pass(
     metrics: &Metrics,
     status: &RwLock<OperatorStatus>,
 ) {
-    let invalid: BTreeMap<String, String> = cluster
-        .invalid_objects()
-        .into_iter()
-        .filter(|(k, _)| k.kind == "ProxyConfig")
-        .map(|(k, msg)| (k.name, msg))
-        .collect();
+    let mut invalid = Refused::default();
+    for (key, why) in cluster.invalid_objects() {
+        match key.kind.as_str() {
+            "ProxyConfig" => invalid.proxy_configs.insert(key.name, why),
+            "LoadBalancerPool" => invalid.pools.insert(key.name, why),
+            _ => None,
+        };
+    }
     let started = Instant::now();
     let actions = {
         let mut state = cluster.lock();

@@ -31,7 +31,7 @@ use rollout::{Condition, ConfigStatus};
 
 use crate::announce::Load;
 use crate::cluster::{Changes, ClusterState};
-use crate::ipam::{Allocator, PoolStats};
+use crate::ipam::{Allocator, PoolStats, PoolStatus};
 use crate::model::{L2Announcement, PoolConflict, PoolOrigin, ServiceName};
 
 /// An object an Event is about.
@@ -87,6 +87,27 @@ impl Event {
 
     fn related(self, related: Option<ObjectRef>) -> Self {
         Event { related, ..self }
+    }
+}
+
+/// Stored objects whose conversion refused their current version (name → why): the last
+/// valid version, if any, stays in force, and the status says why the new one is not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// ProxyConfigs (their `Degraded` condition, reason `InvalidSpec`).
+    pub proxy_configs: BTreeMap<String, String>,
+    /// LoadBalancerPools (their `Valid` condition, reason `InvalidSpec`).
+    pub pools: BTreeMap<String, String>,
+}
+
+/// The `Valid` message of a pool whose stored version was refused for `why`.
+fn refused_pool_message(why: &str, last_valid_in_force: bool) -> String {
+    if last_valid_in_force {
+        format!("the stored version is refused; the last valid one stays in force: {why}")
+    } else {
+        format!(
+            "the stored version is refused and none was valid before; no address is handed out from it: {why}"
+        )
     }
 }
 
@@ -148,6 +169,11 @@ pub struct Reconciler {
     load: Load,
     configs: BTreeMap<String, ConfigStatus>,
     pools: BTreeMap<String, PoolReport>,
+    /// The pools refused at the last pass (one mended back to its last valid version changes
+    /// nothing in the state, only this).
+    refused_pools: BTreeMap<String, String>,
+    /// The same for ProxyConfigs.
+    refused_configs: BTreeMap<String, String>,
     /// Pool name clashes already told.
     conflicts: BTreeSet<PoolConflict>,
     /// Per Service, the load-balancing fallbacks already told in an Event.
@@ -197,12 +223,8 @@ impl Reconciler {
     /// The writes that bring the cluster where `state` says it should be, given what changed
     /// since the last call (everything, the first time) and the ProxyConfigs the source
     /// rejected (name -> why).
-    pub fn reconcile(
-        &mut self,
-        state: &ClusterState,
-        changes: &Changes,
-        invalid_configs: &BTreeMap<String, String>,
-    ) -> Vec<Action> {
+    pub fn reconcile(&mut self, state: &ClusterState, changes: &Changes, refused: &Refused) -> Vec<Action> {
+        let invalid_configs = &refused.proxy_configs;
         let mut out = Vec::new();
         let first = !self.started;
         if first {
@@ -227,7 +249,8 @@ impl Reconciler {
         };
         self.announce(state, &announce, &mut out);
         let nodes_moved = !changes.nodes.is_empty() || !changes.node_states.is_empty();
-        if everything || nodes_moved || changes.proxy_configs || !invalid_configs.is_empty() {
+        if everything || nodes_moved || changes.proxy_configs || *invalid_configs != self.refused_configs {
+            self.refused_configs.clone_from(invalid_configs);
             self.rollout(state, invalid_configs, &mut out);
         }
         if everything || nodes_moved || changes.proxy_configs {
@@ -237,8 +260,9 @@ impl Reconciler {
         } else if !services.is_empty() {
             self.balancing(state, &services, &mut out);
         }
-        if everything || !services.is_empty() {
-            self.pool_reports(state, &mut out);
+        if everything || !services.is_empty() || refused.pools != self.refused_pools {
+            self.refused_pools.clone_from(&refused.pools);
+            self.pool_reports(state, &refused.pools, &mut out);
         }
         out
     }
@@ -395,12 +419,38 @@ impl Reconciler {
         }
     }
 
-    fn pool_reports(&mut self, state: &ClusterState, out: &mut Vec<Action>) {
+    /// The pools' statuses, where they changed; a pool whose stored version was `refused` says
+    /// why, with the usage of its last valid version (none if it never had one).
+    fn pool_reports(
+        &mut self,
+        state: &ClusterState,
+        refused: &BTreeMap<String, String>,
+        out: &mut Vec<Action>,
+    ) {
         let mut now = BTreeMap::new();
-        for p in self.alloc.pool_status() {
-            let valid = match &p.error {
-                None => Condition::new("Valid", true, "Valid", "every address range is valid and its own"),
-                Some(e) => Condition::new("Valid", false, "InvalidAddresses", e.to_string()),
+        let mut pools: Vec<PoolStatus> = self.alloc.pool_status();
+        let never_valid = refused
+            .keys()
+            .filter(|name| !pools.iter().any(|p| &&p.name == name))
+            .cloned()
+            .collect::<Vec<_>>();
+        pools.extend(never_valid.into_iter().map(|name| PoolStatus {
+            name,
+            error: None,
+            stats: Default::default(),
+        }));
+        for p in pools {
+            let valid = match (refused.get(&p.name), &p.error) {
+                (Some(why), _) => Condition::new(
+                    "Valid",
+                    false,
+                    "InvalidSpec",
+                    refused_pool_message(why, state.pool(&p.name).is_some()),
+                ),
+                (None, None) => {
+                    Condition::new("Valid", true, "Valid", "every address range is valid and its own")
+                }
+                (None, Some(e)) => Condition::new("Valid", false, "InvalidAddresses", e.to_string()),
             };
             let pool = state.pool(&p.name);
             let generation = pool.map_or(0, |x| x.generation);

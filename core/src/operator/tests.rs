@@ -33,8 +33,13 @@ impl Cluster {
     }
 
     fn step_with(&mut self, invalid: &BTreeMap<String, String>) -> Vec<Action> {
+        let refused = Refused { proxy_configs: invalid.clone(), ..Default::default() };
+        self.step_refusing(&refused)
+    }
+
+    fn step_refusing(&mut self, refused: &Refused) -> Vec<Action> {
         let changes = self.state.take_changes();
-        let actions = self.rec.reconcile(&self.state, &changes, invalid);
+        let actions = self.rec.reconcile(&self.state, &changes, refused);
         let mut writes = Vec::new();
         for a in actions {
             match a {
@@ -203,6 +208,48 @@ fn failures_are_reported_once_and_nothing_assigned_is_lost() {
     assert!(!report.expect("pool status").valid.status);
     assert!(c.reasons().contains(&"InvalidPool"));
     assert_eq!(c.ips("a"), ["172.18.255.200"]);
+}
+
+/// The `Valid` condition of pool `name` in `writes`, if its status was written.
+fn pool_valid(writes: &[Action], name: &str) -> Option<Condition> {
+    writes.iter().find_map(|w| match w {
+        Action::PoolStatus { name: n, status } if n == name => Some(status.valid.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_pool_whose_stored_version_is_refused_says_why_and_keeps_its_last_valid_version() {
+    let mut c = Cluster::new(None);
+    c.state.apply_service(lb("a", "10.96.0.1"));
+    c.step();
+    assert_eq!(c.ips("a"), ["172.18.255.200"]);
+    let why = "spec.addresses[0]: 172.18.255.250-172.18.255.200: the first address is after the last";
+    let refused = |names: &[&str]| Refused {
+        pools: names.iter().map(|n| (n.to_string(), why.to_string())).collect(),
+        ..Default::default()
+    };
+
+    // An edit of a pool in use: the last valid version stays in force, and the status says so.
+    let writes = c.step_refusing(&refused(&["default"]));
+    let valid = pool_valid(&writes, "default").expect("the refused pool's status is written");
+    assert_eq!((valid.status, valid.reason), (false, "InvalidSpec"), "{valid:?}");
+    assert!(
+        valid.message.contains("the last valid one stays in force") && valid.message.ends_with(why),
+        "{valid:?}"
+    );
+    assert_eq!(c.ips("a"), ["172.18.255.200"]);
+    assert_eq!(pool_valid(&c.step_refusing(&refused(&["default"])), "default"), None, "written once");
+
+    // A pool never valid gets a status too, and hands out nothing.
+    let writes = c.step_refusing(&refused(&["default", "new"]));
+    let valid = pool_valid(&writes, "new").expect("the new pool's status is written");
+    assert!(!valid.status && valid.message.contains("none was valid before"), "{valid:?}");
+
+    // Mended: Valid again.
+    c.state.apply_pool(pool("default", &["172.18.255.200-172.18.255.250"]));
+    let valid = pool_valid(&c.step(), "default").expect("status written again");
+    assert!(valid.status, "{valid:?}");
 }
 
 #[test]
