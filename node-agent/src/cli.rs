@@ -69,6 +69,11 @@ pub struct AgentArgs {
     /// retried every 5 s, not fatal: the NodeProxyState's `listenerConflicts` names it.
     #[arg(long, default_value = "0.0.0.0:10256")]
     pub healthz_bind_address: SocketAddr,
+    /// Also serves `/readyz`, `/livez` and `/healthz` here, for the kubelet's probes: a port no
+    /// other proxy uses, so that beside a kube-proxy (holding 10256, where `/readyz` is not
+    /// found) the probes still reach this agent.
+    #[arg(long)]
+    pub probe_bind_address: Option<SocketAddr>,
     /// `/metrics`, `/proxyMode`, `/api/v1/status` (a port in use is retried, as
     /// `--healthz-bind-address`).
     #[arg(long, default_value = "127.0.0.1:10249")]
@@ -317,6 +322,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         // A port another process holds (kube-proxy's, beside it) is retried, not fatal.
         let mut servers = tideway_api::http::Servers::new();
         let conflicts = |addr| listener_conflicts(status.clone(), addr);
+        if let Some(addr) = args.probe_bind_address {
+            servers.serve_when_bound(addr, None, health_router.clone(), conflicts(addr));
+        }
         servers.serve_when_bound(args.healthz_bind_address, None, health_router, conflicts(args.healthz_bind_address));
         servers.serve_when_bound(args.metrics_bind_address, tls, metrics_router, conflicts(args.metrics_bind_address));
 
@@ -333,9 +341,16 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             let (cluster, node, bind, fence) =
                 (cluster.clone(), args.node.clone(), args.gossip_bind_address, fence.clone());
             let scale = args.gossip_time_scale;
+            let joining = status.clone();
+            joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = Some(std::time::SystemTime::now());
             tokio::spawn(async move {
-                if let Some(members) = join_gossip(cluster.clone(), node, bind, scale, keys).await {
-                    crate::fencing::watch(cluster, members, fence).await;
+                match join_gossip(cluster.clone(), node.clone(), bind, scale, keys).await {
+                    Some(members) => {
+                        let within = tideway_core::liveness::HAND_OVER;
+                        tokio::spawn(crate::report::joined(joining, members.clone(), node, within));
+                        crate::fencing::watch(cluster, members, fence).await;
+                    }
+                    None => joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = None,
                 }
             });
         }

@@ -65,7 +65,7 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         bgp: status.bgp.as_ref().map(bgp_report),
         unset_sysctls: status.unset_sysctls.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         listener_conflicts: status.listener_conflicts.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
-        stopped_at: None,
+        stopped_at: status.joining_since,
         cleaned_up: status.cleaned_up.clone(),
     }
 }
@@ -180,6 +180,31 @@ pub async fn farewell(status: &RwLock<AgentStatus>, sink: &dyn NodeStateSink, wi
             false
         }
     }
+}
+
+/// Keeps the agent's report saying `stoppedAt` (its start) until its gossip member is seen by
+/// another node's (`members` lists one besides `node`), or `within` has passed: a restarted
+/// agent's first report would otherwise clear its predecessor's `stoppedAt` before the gossip
+/// knows it is back, and an operator that did not see the hand-over begin (a leader that
+/// changed meanwhile, as in an upgrade) would take the node for dead and move its addresses.
+pub async fn joined(
+    status: Arc<RwLock<AgentStatus>>,
+    mut members: tokio::sync::watch::Receiver<tideway_sources::gossip::Members>,
+    node: String,
+    within: Duration,
+) {
+    let deadline = tokio::time::sleep(within);
+    tokio::pin!(deadline);
+    loop {
+        if members.borrow_and_update().active.iter().any(|n| *n != node) {
+            break;
+        }
+        tokio::select! {
+            changed = members.changed() => if changed.is_err() { break },
+            _ = &mut deadline => break,
+        }
+    }
+    status.write().unwrap_or_else(|e| e.into_inner()).joining_since = None;
 }
 
 /// [`run`], never stopped, started again after a panic: the restart is logged, counted
@@ -393,5 +418,34 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("tideway_source_task_restarts_total{task=\"report\"} 2"), "{text}");
         task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_agent_says_stopped_until_another_node_sees_it() {
+        use tideway_sources::gossip::Members;
+        let status = Arc::new(RwLock::new(synced(3)));
+        let started = std::time::SystemTime::now();
+        status.write().unwrap().joining_since = Some(started);
+        assert_eq!(node_state(&status.read().unwrap()).stopped_at, Some(started));
+        let alone = Members { active: ["node-a".to_string()].into(), down: Default::default() };
+        let (tx, rx) = tokio::sync::watch::channel(alone);
+        let task = tokio::spawn(joined(status.clone(), rx, "node-a".into(), Duration::from_secs(30)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(node_state(&status.read().unwrap()).stopped_at, Some(started), "alone: not joined yet");
+        tx.send_modify(|m| {
+            m.active.insert("node-b".into());
+        });
+        task.await.unwrap();
+        assert_eq!(node_state(&status.read().unwrap()).stopped_at, None, "seen by node-b");
+
+        // Nobody else ever seen (a one-node cluster): cleared at the bound.
+        status.write().unwrap().joining_since = Some(started);
+        let (_tx, rx) = tokio::sync::watch::channel(Members::default());
+        let task = tokio::spawn(joined(status.clone(), rx, "node-a".into(), Duration::from_secs(30)));
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert!(status.read().unwrap().joining_since.is_some());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        task.await.unwrap();
+        assert_eq!(status.read().unwrap().joining_since, None);
     }
 }

@@ -2,7 +2,8 @@
 //! started without Tideway (`--no-components`), the chart README's install, an upgrade that
 //! rolls every Pod while traffic runs through a LoadBalancer address, a rollback, an uninstall
 //! that leaves no Tideway table or chain on any node and keeps `kube-dns`, and a second install
-//! that adopts what the first kept.
+//! that adopts what the first kept; all of it beside a kube-proxy-shaped node (kube-proxy's
+//! chains and its two ports held), whose agent never restarts and whose rules stay untouched.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -87,6 +88,154 @@ fn leftovers(lab: &TestLab, node: &str) -> Vec<String> {
     found
 }
 
+/// kube-proxy's iptables mode as it holds a node: its chains (its canary too) and its two
+/// listeners, `/healthz` on 0.0.0.0:10256 (404 elsewhere, as kube-proxy's) and `/metrics` on
+/// 127.0.0.1:10249. The listeners are bounded in time and stopped on drop.
+struct KubeProxyShaped<'a> {
+    lab: &'a TestLab,
+    node: String,
+}
+
+/// Marks the stand-in listeners' command line, for `pkill`.
+const LISTENERS: &str = "kube-proxy-shaped-listeners";
+
+const KUBE_PROXY_CHAINS: &str = "*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
+:KUBE-SEP-ABCDEFGHIJKLMNOP - [0:0]
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING
+-A KUBE-SERVICES -d 10.111.0.10/32 -p tcp -m comment --comment \"kube-system/peer cluster IP\" -m tcp --dport 80 -j KUBE-SVC-TCOU7JCQXEZGVUNU
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-ABCDEFGHIJKLMNOP
+-A KUBE-SEP-ABCDEFGHIJKLMNOP -p tcp -m tcp -j DNAT --to-destination 10.244.9.11:8080
+COMMIT
+*filter
+:KUBE-FORWARD - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+COMMIT
+";
+
+const LISTENER_SCRIPT: &str = r#"
+import http.server, socketserver, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path in ("/healthz", "/livez", "/metrics")
+        self.send_response(200 if ok else 404)
+        self.end_headers()
+        self.wfile.write(b'{"lastUpdated": "", "currentTime": ""}' if ok else b"404 page not found")
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    allow_reuse_address = True
+for addr in (("0.0.0.0", 10256), ("127.0.0.1", 10249)):
+    threading.Thread(target=S(addr, H).serve_forever, daemon=True).start()
+threading.Event().wait()
+"#;
+
+impl<'a> KubeProxyShaped<'a> {
+    fn start(lab: &'a TestLab, node: &str) -> Self {
+        let restore = format!("printf '%s' '{KUBE_PROXY_CHAINS}' | iptables-nft-restore --noflush");
+        let out = lab.exec(node, &["sh", "-c", &restore]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let script = LISTENER_SCRIPT.replace('\'', "'\\''");
+        let serve = format!("setsid timeout 1200 python3 -c '{script}' {LISTENERS} >/dev/null 2>&1 &");
+        let out = lab.exec(node, &["sh", "-c", &serve]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let shaped = KubeProxyShaped { lab, node: node.to_string() };
+        eventually(patience(10.0), || {
+            let out = lab.exec(
+                node,
+                &["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:10256/readyz"],
+            );
+            (String::from_utf8_lossy(&out.stdout) == "404")
+                .then_some(())
+                .ok_or_else(|| "kube-proxy's listener not up".to_string())
+        })
+        .unwrap();
+        shaped
+    }
+
+    /// kube-proxy's rules in the node's nat and filter tables, counters aside.
+    fn rules(&self) -> Vec<String> {
+        let out =
+            self.lab.exec(&self.node, &["sh", "-c", "iptables-nft-save -t nat; iptables-nft-save -t filter"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL"))
+            .map(|l| l.split(" [").next().unwrap_or(l).to_string())
+            .collect()
+    }
+
+    /// The agent on this node: never restarted, and naming kube-proxy's two ports as taken.
+    fn assert_the_agent_runs_beside(&self) {
+        let selector = format!("spec.nodeName={}", self.node);
+        let pods = kubectl_json(
+            self.lab,
+            &[
+                "-n",
+                NAMESPACE,
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/component=agent",
+                "--field-selector",
+                &selector,
+            ],
+        );
+        let pod = &pods["items"][0];
+        assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0, "{pod}");
+        assert_eq!(pod["status"]["containerStatuses"][0]["ready"], true, "{pod}");
+        eventually(patience(30.0), || {
+            let state = kubectl_json(self.lab, &["get", "nodeproxystate", &self.node]);
+            let conflicts: Vec<&str> = state["status"]["listenerConflicts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let named = |port: &str| conflicts.iter().any(|c| c.starts_with(port));
+            (named("0.0.0.0:10256: ") && named("127.0.0.1:10249: ")).then_some(()).ok_or(format!("{state}"))
+        })
+        .unwrap_or_else(|e| panic!("kube-proxy's ports not named as taken: {e}"));
+    }
+}
+
+impl Drop for KubeProxyShaped<'_> {
+    fn drop(&mut self) {
+        let _ = self.lab.exec(&self.node, &["pkill", "-f", LISTENERS]);
+    }
+}
+
+/// What the operators' logs (every pod the lab's kubelets ran, gone ones too where their logs
+/// stay) say of agents' liveness and of announcers: why an address moved.
+fn liveness_log(lab: &TestLab) -> String {
+    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap_or_default()).join("nodes");
+    let mut out = String::new();
+    for node in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        for pod in std::fs::read_dir(node.path().join("pods")).into_iter().flatten().flatten() {
+            let name = pod.file_name().to_string_lossy().into_owned();
+            if !name.contains("tideway-operator") {
+                continue;
+            }
+            for log in std::fs::read_dir(pod.path().join("containers")).into_iter().flatten().flatten() {
+                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+                for line in text
+                    .lines()
+                    .filter(|l| l.contains("liveness") || l.contains("announc") || l.contains("leader"))
+                {
+                    out += &format!("{name}: {line}\n");
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The DaemonSet's pod template environment value `name` of the agent's container.
 fn agent_env(lab: &TestLab, name: &str) -> String {
     let ds = kubectl_json(lab, &["-n", NAMESPACE, "get", "daemonset", "tideway-agent"]);
@@ -104,6 +253,13 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
         "no DNS before the chart"
     );
 
+    // One node keeps a kube-proxy (its rules and its ports) through the whole lifecycle.
+    let nodes: Vec<&str> =
+        st["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
+    let kube_proxy = KubeProxyShaped::start(lab, nodes[nodes.len() - 1]);
+    let its_rules = kube_proxy.rules();
+    assert!(its_rules.iter().any(|r| r.contains("KUBE-PROXY-CANARY")), "{its_rules:?}");
+
     // The chart README's install.
     kubectl(lab, &["create", "namespace", NAMESPACE]).unwrap();
     kubectl(lab, &["label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=privileged"])
@@ -117,6 +273,8 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
         Some(0),
         "the pool was applied once served"
     );
+    kube_proxy.assert_the_agent_runs_beside();
+    assert_eq!(kube_proxy.rules(), its_rules, "kube-proxy's rules changed");
 
     // An upgrade that changes every Pod template, under traffic.
     let before = announcers(lab);
@@ -145,7 +303,12 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
     upgraded.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
     eprintln!("helm upgrade --wait took {took:?}: {report}");
     assert_eq!(agent_env(lab, "RUST_LOG"), "debug", "the upgrade changed the agents' Pods");
-    assert_eq!(announcers(lab), before, "an address moved during the upgrade: {report}");
+    assert_eq!(
+        announcers(lab),
+        before,
+        "an address moved during the upgrade: {report}\n{}",
+        liveness_log(lab)
+    );
     assert_eq!((&report["failed"], &report["held"]), (&Value::from(0), &Value::from(true)), "{report}");
 
     // Back to the first revision.
@@ -157,8 +320,16 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
     let started = std::time::Instant::now();
     helm(lab, &["uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", &timeout]).unwrap();
     eprintln!("helm uninstall --wait took {:?}", started.elapsed());
-    for node in st["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()) {
-        assert_eq!(leftovers(lab, node), Vec::<String>::new(), "{node} keeps Tideway's objects");
+    assert_eq!(kube_proxy.rules(), its_rules, "kube-proxy's rules changed");
+    let its_chains: Vec<String> = its_rules
+        .iter()
+        .filter(|r| r.starts_with(':'))
+        .map(|r| format!("iptables-nft-save: {r} [0:0]"))
+        .collect();
+    for node in &nodes {
+        let left: Vec<String> =
+            leftovers(lab, node).into_iter().filter(|l| !its_chains.contains(l)).collect();
+        assert_eq!(left, Vec::<String>::new(), "{node} keeps Tideway's objects");
     }
     let dns = kubectl_json(lab, &["-n", "kube-system", "get", "service", "kube-dns"]);
     assert_eq!(dns["spec"]["clusterIP"], "10.96.0.10", "{dns}");

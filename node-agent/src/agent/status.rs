@@ -10,6 +10,10 @@ use tideway_core::config::ProxyMode;
 pub struct AgentStatus {
     /// Node name.
     pub node: String,
+    /// Since when this agent waits to join the liveness gossip (reported as `stoppedAt`: see
+    /// [`crate::report::joined`]).
+    #[serde(skip)]
+    pub joining_since: Option<std::time::SystemTime>,
     /// Mode programmed.
     pub mode: Option<ProxyMode>,
     /// The first sync completed.
