@@ -337,12 +337,21 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         };
         let fence = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let keys = if args.no_gossip { None } else { sealing.keys() };
+        // The previous agent's graceful stop, kept in this one's reports until it has joined.
+        let inherited_stop = match (&farewell_sink, &keys) {
+            (Some(sink), Some(_)) => {
+                let read = tokio::time::timeout(Duration::from_secs(2), sink.last_stop(&args.node));
+                let hand_over = tideway_core::liveness::HAND_OVER;
+                read.await.ok().flatten().filter(|t| t.elapsed().is_ok_and(|e| e < hand_over))
+            }
+            _ => None,
+        };
         if let Some(keys) = keys {
             let (cluster, node, bind, fence) =
                 (cluster.clone(), args.node.clone(), args.gossip_bind_address, fence.clone());
             let scale = args.gossip_time_scale;
             let joining = status.clone();
-            joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = Some(std::time::SystemTime::now());
+            joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = inherited_stop;
             tokio::spawn(async move {
                 match join_gossip(cluster.clone(), node.clone(), bind, scale, keys).await {
                     Some(members) => {

@@ -182,11 +182,13 @@ pub async fn farewell(status: &RwLock<AgentStatus>, sink: &dyn NodeStateSink, wi
     }
 }
 
-/// Keeps the agent's report saying `stoppedAt` (its start) until its gossip member is seen by
-/// another node's (`members` lists one besides `node`), or `within` has passed: a restarted
-/// agent's first report would otherwise clear its predecessor's `stoppedAt` before the gossip
-/// knows it is back, and an operator that did not see the hand-over begin (a leader that
-/// changed meanwhile, as in an upgrade) would take the node for dead and move its addresses.
+/// Keeps the agent's report saying its predecessor's `stoppedAt` (set in `joining_since` at
+/// start) until its gossip member is seen by another node's (`members` lists one besides
+/// `node`), or `within` has passed: a restarted agent's first report would otherwise clear it
+/// before the gossip knows the agent is back, and an operator that did not see the hand-over
+/// begin (a leader that changed meanwhile, as in an upgrade) would take the node for dead and
+/// move its addresses. A first agent (no predecessor's stop) reports none: its crash still
+/// moves the addresses at once.
 pub async fn joined(
     status: Arc<RwLock<AgentStatus>>,
     mut members: tokio::sync::watch::Receiver<tideway_sources::gossip::Members>,

@@ -109,6 +109,12 @@ impl ClusterWriter for MemoryWriter {
 pub trait NodeStateSink: Send + Sync {
     /// Writes `state` (creating the object if needed).
     async fn publish(&self, state: &NodeProxyState) -> Result<(), WriteError>;
+
+    /// When the agent before this one on `node` said it stopped (its last report's
+    /// `stoppedAt`), if it did and it can be read.
+    async fn last_stop(&self, _node: &str) -> Option<std::time::SystemTime> {
+        None
+    }
 }
 
 /// Records every report; fails while a failure is set.

@@ -110,8 +110,8 @@ pub struct NodeProxyStateStatus {
     /// When the agent stopped gracefully (SIGTERM: a rollout restarting it, a drain), leaving
     /// its rules programmed. While its Node stays Ready, its addresses stay for the operator's
     /// hand-over time (`--restart-hand-over`, 30 s) after it, so a rolling upgrade moves none.
-    /// The next agent reports its own start here until its gossip member is seen by another
-    /// node's (at most 30 s), then clears it.
+    /// The next agent keeps reporting it until its gossip member is seen by another node's (at
+    /// most 30 s), then clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<Time>,
     /// The uninstall clean-up this node's agent has done (the value of the

@@ -10,8 +10,8 @@ use tideway_core::config::ProxyMode;
 pub struct AgentStatus {
     /// Node name.
     pub node: String,
-    /// Since when this agent waits to join the liveness gossip (reported as `stoppedAt`: see
-    /// [`crate::report::joined`]).
+    /// The previous agent's graceful stop, reported as `stoppedAt` until this one has joined
+    /// the liveness gossip (see [`crate::report::joined`]).
     #[serde(skip)]
     pub joining_since: Option<std::time::SystemTime>,
     /// Mode programmed.

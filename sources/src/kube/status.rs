@@ -78,6 +78,11 @@ impl KubeNodeStateSink {
 
 #[async_trait::async_trait]
 impl NodeStateSink for KubeNodeStateSink {
+    async fn last_stop(&self, node: &str) -> Option<std::time::SystemTime> {
+        let report = self.reports.get_opt(node).await.ok().flatten()?;
+        report.status?.stopped_at.map(|t| std::time::SystemTime::from(t.0))
+    }
+
     async fn publish(&self, state: &CoreState) -> Result<(), WriteError> {
         let mut created = self.created.lock().await;
         if !*created {
