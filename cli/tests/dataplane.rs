@@ -593,26 +593,7 @@ fn cleanup(mode: &str) {
 }
 
 /// kube-proxy's iptables mode, as it leaves a node (chains, jumps, one Service).
-const KUBE_PROXY_RULES: &str = "*nat
-:KUBE-SERVICES - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-MARK-MASQ - [0:0]
-:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
-:KUBE-SEP-ABCDEFGHIJKLMNOP - [0:0]
--A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
--A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING
--A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
--A KUBE-SERVICES -d 10.97.0.10/32 -p tcp -m comment --comment \"kube-system/peer cluster IP\" -m tcp --dport 80 -j KUBE-SVC-TCOU7JCQXEZGVUNU
--A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-ABCDEFGHIJKLMNOP
--A KUBE-SEP-ABCDEFGHIJKLMNOP -p tcp -m tcp -j DNAT --to-destination 10.244.1.11:8080
-COMMIT
-*filter
-:KUBE-FORWARD - [0:0]
--A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
--A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
-COMMIT
-";
+const KUBE_PROXY_RULES: &str = include_str!("fixtures/kube-proxy-iptables.rules");
 
 /// Beside a kube-proxy (its iptables chains, its healthz port held), the agent in nftables mode
 /// does not exit: it programs the node, names the port conflict in its status, serves the port

@@ -99,26 +99,8 @@ struct KubeProxyShaped<'a> {
 /// Marks the stand-in listeners' command line, for `pkill`.
 const LISTENERS: &str = "kube-proxy-shaped-listeners";
 
-const KUBE_PROXY_CHAINS: &str = "*nat
-:KUBE-SERVICES - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-PROXY-CANARY - [0:0]
-:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
-:KUBE-SEP-ABCDEFGHIJKLMNOP - [0:0]
--A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
--A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING
--A KUBE-SERVICES -d 10.111.0.10/32 -p tcp -m comment --comment \"kube-system/peer cluster IP\" -m tcp --dport 80 -j KUBE-SVC-TCOU7JCQXEZGVUNU
--A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-ABCDEFGHIJKLMNOP
--A KUBE-SEP-ABCDEFGHIJKLMNOP -p tcp -m tcp -j DNAT --to-destination 10.244.9.11:8080
-COMMIT
-*filter
-:KUBE-FORWARD - [0:0]
-:KUBE-PROXY-CANARY - [0:0]
--A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
--A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
-COMMIT
-";
+/// kube-proxy's iptables mode, as it leaves a node (the dataplane tests' too).
+const KUBE_PROXY_RULES: &str = include_str!("../fixtures/kube-proxy-iptables.rules");
 
 const LISTENER_SCRIPT: &str = r#"
 import http.server, socketserver, sys, threading
@@ -139,7 +121,14 @@ threading.Event().wait()
 
 impl<'a> KubeProxyShaped<'a> {
     fn start(lab: &'a TestLab, node: &str) -> Self {
-        let restore = format!("printf '%s' '{KUBE_PROXY_CHAINS}' | iptables-nft-restore --noflush");
+        // Running, so with its canary in every table it uses.
+        let canary = |table: &str| format!("*{table}\n:KUBE-PROXY-CANARY - [0:0]\n");
+        let rules = KUBE_PROXY_RULES.replacen("*nat\n", &canary("nat"), 1).replacen(
+            "*filter\n",
+            &canary("filter"),
+            1,
+        );
+        let restore = format!("printf '%s' '{rules}' | iptables-nft-restore --noflush");
         let out = lab.exec(node, &["sh", "-c", &restore]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let script = LISTENER_SCRIPT.replace('\'', "'\\''");
