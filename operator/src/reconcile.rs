@@ -275,6 +275,20 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
+/// The ProxyConfigs and LoadBalancerPools the source refused (name -> why), whose statuses
+/// say so.
+pub(crate) fn refused(cluster: &SharedCluster) -> Refused {
+    let mut refused = Refused::default();
+    for (key, why) in cluster.invalid_objects() {
+        match key.kind.as_str() {
+            "ProxyConfig" => refused.proxy_configs.insert(key.name, why),
+            "LoadBalancerPool" => refused.pools.insert(key.name, why),
+            _ => None,
+        };
+    }
+    refused
+}
+
 /// One reconcile and its writes (in the `reconcile` span: a `decide` child, then one `write`
 /// child per action).
 async fn pass(
@@ -286,14 +300,7 @@ async fn pass(
     metrics: &Metrics,
     status: &RwLock<OperatorStatus>,
 ) {
-    let mut invalid = Refused::default();
-    for (key, why) in cluster.invalid_objects() {
-        match key.kind.as_str() {
-            "ProxyConfig" => invalid.proxy_configs.insert(key.name, why),
-            "LoadBalancerPool" => invalid.pools.insert(key.name, why),
-            _ => None,
-        };
-    }
+    let invalid = refused(cluster);
     let started = Instant::now();
     let actions = {
         let mut state = cluster.lock();

@@ -90,12 +90,7 @@ pub struct PatchAnswer {
 const BODY_LIMIT: usize = 16 * 1024;
 
 fn invalid_configs(cluster: &SharedCluster) -> BTreeMap<String, String> {
-    cluster
-        .invalid_objects()
-        .into_iter()
-        .filter(|(k, _)| k.kind == "ProxyConfig")
-        .map(|(k, msg)| (k.name, msg))
-        .collect()
+    crate::reconcile::refused(cluster).proxy_configs
 }
 
 fn config_views(cluster: &SharedCluster) -> Vec<ProxyConfigView> {
