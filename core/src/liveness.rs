@@ -106,11 +106,37 @@ pub fn agent_liveness(
     if plain != AgentLiveness::Dead {
         return (plain, None);
     }
-    let until = stopped_at.map(|at| at.min(now) + hand_over).into_iter().chain(granted).max();
+    let until = stopped_at.map(|at| hand_over_end(at, now, hand_over)).into_iter().chain(granted).max();
     match until {
         Some(until) if now < until => (AgentLiveness::Restarting, Some(until)),
         _ => (plain, None),
     }
+}
+
+/// When the hand-over of a graceful stop reported at `stopped_at` ends (a stop reported in
+/// the future counts from `now`).
+pub fn hand_over_end(
+    stopped_at: std::time::SystemTime,
+    now: std::time::SystemTime,
+    hand_over: Duration,
+) -> std::time::SystemTime {
+    stopped_at.min(now) + hand_over
+}
+
+/// The predecessor's graceful stop a starting agent keeps reporting until it has joined the
+/// gossip ([`joined`]): only while that stop's hand-over lasts.
+pub fn inherited_stop(
+    stopped_at: Option<std::time::SystemTime>,
+    now: std::time::SystemTime,
+    hand_over: Duration,
+) -> Option<std::time::SystemTime> {
+    stopped_at.filter(|&at| now < hand_over_end(at, now, hand_over))
+}
+
+/// Whether `node`'s agent has joined the gossip as far as its own member list says: another
+/// node's agent is `active` beside it (that one has seen it, so the others soon will).
+pub fn joined(active: &std::collections::BTreeSet<String>, node: &str) -> bool {
+    active.iter().any(|n| n != node)
 }
 
 /// Whether an agent answers for its addresses.
@@ -134,6 +160,20 @@ pub fn fencing(reached: usize, nodes: usize, api_reachable: bool) -> Fencing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_starting_agent_inherits_a_stop_only_while_its_hand_over_lasts() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let h = Duration::from_secs(30);
+        assert_eq!(inherited_stop(None, now, h), None);
+        let recent = now - Duration::from_secs(29);
+        assert_eq!(inherited_stop(Some(recent), now, h), Some(recent));
+        assert_eq!(inherited_stop(Some(now - Duration::from_secs(30)), now, h), None, "ended");
+        let ahead = now + Duration::from_secs(5);
+        assert_eq!(inherited_stop(Some(ahead), now, h), Some(ahead), "a clock ahead counts from now");
+        let me = |others: &[&str]| others.iter().map(|n| n.to_string()).collect();
+        assert!(!joined(&me(&["node-a"]), "node-a") && joined(&me(&["node-a", "node-b"]), "node-a"));
+    }
 
     #[test]
     fn detection_and_the_write_path_fit_in_two_seconds() {

@@ -341,8 +341,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let inherited_stop = match (&farewell_sink, &keys) {
             (Some(sink), Some(_)) => {
                 let read = tokio::time::timeout(Duration::from_secs(2), sink.last_stop(&args.node));
-                let hand_over = tideway_core::liveness::HAND_OVER;
-                read.await.ok().flatten().filter(|t| t.elapsed().is_ok_and(|e| e < hand_over))
+                let (now, hand_over) = (std::time::SystemTime::now(), tideway_core::liveness::HAND_OVER);
+                tideway_core::liveness::inherited_stop(read.await.ok().flatten(), now, hand_over)
             }
             _ => None,
         };

@@ -198,7 +198,7 @@ pub async fn joined(
     let deadline = tokio::time::sleep(within);
     tokio::pin!(deadline);
     loop {
-        if members.borrow_and_update().active.iter().any(|n| *n != node) {
+        if tideway_core::liveness::joined(&members.borrow_and_update().active, &node) {
             break;
         }
         tokio::select! {
