@@ -592,7 +592,9 @@ fn cleanup(mode: &str) {
     assert!(second.lines().all(|l| l.ends_with(": nothing to remove")), "{second}");
 }
 
-/// kube-proxy's iptables mode, as it leaves a node (chains, jumps, one Service).
+/// kube-proxy's iptables mode, as it leaves a node (chains, jumps, one Service): its ruleset,
+/// not kube-proxy itself, which is not built here yet (the peers issue builds it); these tests
+/// check what the agent does beside those kernel objects.
 const KUBE_PROXY_RULES: &str = include_str!("fixtures/kube-proxy-iptables.rules");
 
 /// Beside a kube-proxy (its iptables chains, its healthz port held), the agent in nftables mode
@@ -650,7 +652,8 @@ fn beside_kube_proxy_the_agent_leaves_its_chains_alone_and_waits_for_its_port() 
 }
 
 /// What `kube-proxy --cleanup` does to the chains of `rules` (its `CleanupLeftovers`): the
-/// jumps from the built-in chains deleted, then its chains flushed and deleted.
+/// jumps from the built-in chains deleted, then its chains flushed and deleted. (Written out
+/// until the real kube-proxy is built here.)
 fn kube_proxy_cleanup(rules: &str) -> String {
     let mut out = String::new();
     for block in rules.split("COMMIT\n").filter(|b| !b.trim().is_empty()) {

@@ -90,7 +90,10 @@ fn leftovers(lab: &TestLab, node: &str) -> Vec<String> {
 
 /// kube-proxy's iptables mode as it holds a node: its chains (its canary too) and its two
 /// listeners, `/healthz` on 0.0.0.0:10256 (404 elsewhere, as kube-proxy's) and `/metrics` on
-/// 127.0.0.1:10249. The listeners are bounded in time and stopped on drop.
+/// 127.0.0.1:10249. The listeners are bounded in time and stopped on drop. A stand-in: the
+/// real kube-proxy is not built here yet (the peers issue builds it from `k8s.io/kubernetes`
+/// beside the control plane); what this test checks is only what a kube-proxy leaves in the
+/// kernel and on its ports, which the stand-in reproduces.
 struct KubeProxyShaped<'a> {
     lab: &'a TestLab,
     node: String,
