@@ -389,7 +389,8 @@ fn pods_run_from_a_loaded_image_under_their_security_context(lab: &TestLab) {
         tideway(&["lab", "load", "image", image_archive().to_str().unwrap(), "--name", &lab.name]),
         "lab load image",
     );
-    assert!(loaded.contains("loaded ghcr.io/tideway-net/tideway:0.1.0"), "{loaded}");
+    let reference = format!("loaded ghcr.io/tideway-net/tideway:{}", env!("CARGO_PKG_VERSION"));
+    assert!(loaded.contains(&reference), "{loaded}");
     let pods = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/image-pods.yaml");
     kubectl(lab, &["apply", "-f", pods.to_str().unwrap()]).unwrap();
 

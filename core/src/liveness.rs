@@ -113,6 +113,23 @@ pub fn agent_liveness(
     }
 }
 
+/// The graceful stop a node's hand-over counts from, as its agent's `report` says: its
+/// `stoppedAt`. An agent of a release before 0.2.0 (a report that names no agent version but
+/// has programmed a mode) never reports its stops: while one runs (an upgrade from 0.1.x
+/// rolling), its member's going down counts as a graceful stop from when it was first seen
+/// `down_since`. So a crash of such an agent keeps its addresses for the hand-over too; agents
+/// of 0.2.0 on are told apart as before.
+pub fn reported_stop(
+    report: Option<&crate::model::NodeProxyState>,
+    down_since: Option<std::time::SystemTime>,
+) -> Option<std::time::SystemTime> {
+    let report = report?;
+    if report.agent_version.is_none() && report.mode.is_some() {
+        return down_since;
+    }
+    report.stopped_at
+}
+
 /// When the hand-over of a graceful stop reported at `stopped_at` ends (a stop reported in
 /// the future counts from `now`).
 pub fn hand_over_end(
@@ -124,13 +141,15 @@ pub fn hand_over_end(
 }
 
 /// The predecessor's graceful stop a starting agent keeps reporting until it has joined the
-/// gossip ([`joined`]): only while that stop's hand-over lasts.
+/// gossip ([`joined`]): its `predecessor` report's, as [`reported_stop`] reads it (an agent
+/// before 0.2.0 stopped, as far as anyone knows, just `now`), only while that stop's hand-over
+/// lasts.
 pub fn inherited_stop(
-    stopped_at: Option<std::time::SystemTime>,
+    predecessor: Option<&crate::model::NodeProxyState>,
     now: std::time::SystemTime,
     hand_over: Duration,
 ) -> Option<std::time::SystemTime> {
-    stopped_at.filter(|&at| now < hand_over_end(at, now, hand_over))
+    reported_stop(predecessor, Some(now)).filter(|&at| now < hand_over_end(at, now, hand_over))
 }
 
 /// Whether `node`'s agent has joined the gossip as far as its own member list says: another
@@ -165,14 +184,51 @@ mod tests {
     fn a_starting_agent_inherits_a_stop_only_while_its_hand_over_lasts() {
         let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
         let h = Duration::from_secs(30);
+        let stopped = |at: std::time::SystemTime| crate::model::NodeProxyState {
+            agent_version: Some("0.2.0".into()),
+            stopped_at: Some(at),
+            ..Default::default()
+        };
         assert_eq!(inherited_stop(None, now, h), None);
         let recent = now - Duration::from_secs(29);
-        assert_eq!(inherited_stop(Some(recent), now, h), Some(recent));
-        assert_eq!(inherited_stop(Some(now - Duration::from_secs(30)), now, h), None, "ended");
+        assert_eq!(inherited_stop(Some(&stopped(recent)), now, h), Some(recent));
+        assert_eq!(inherited_stop(Some(&stopped(now - Duration::from_secs(30))), now, h), None, "ended");
         let ahead = now + Duration::from_secs(5);
-        assert_eq!(inherited_stop(Some(ahead), now, h), Some(ahead), "a clock ahead counts from now");
+        assert_eq!(
+            inherited_stop(Some(&stopped(ahead)), now, h),
+            Some(ahead),
+            "a clock ahead counts from now"
+        );
+        let crashed = crate::model::NodeProxyState { stopped_at: None, ..stopped(now) };
+        assert_eq!(inherited_stop(Some(&crashed), now, h), None, "a crash leaves no stop");
+        let legacy = crate::model::NodeProxyState {
+            mode: Some(crate::config::ProxyMode::Nftables),
+            ..Default::default()
+        };
+        assert_eq!(inherited_stop(Some(&legacy), now, h), Some(now), "0.1.x: stopped just now");
         let me = |others: &[&str]| others.iter().map(|n| n.to_string()).collect();
         assert!(!joined(&me(&["node-a"]), "node-a") && joined(&me(&["node-a", "node-b"]), "node-a"));
+    }
+
+    #[test]
+    fn an_agent_before_0_2_0_stops_gracefully_whenever_its_member_goes_down() {
+        use crate::config::ProxyMode;
+        use crate::model::NodeProxyState;
+        let at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let down = Some(at + Duration::from_secs(3));
+        let legacy = NodeProxyState { mode: Some(ProxyMode::Nftables), ..Default::default() };
+        assert_eq!(reported_stop(Some(&legacy), down), down, "0.1.x reports no stops");
+        assert_eq!(reported_stop(Some(&legacy), None), None, "not down");
+        let current = NodeProxyState { agent_version: Some("0.2.0".into()), ..legacy.clone() };
+        assert_eq!(reported_stop(Some(&current), down), None, "a crash: moved at once");
+        let stopped = NodeProxyState { stopped_at: Some(at), ..current };
+        assert_eq!(reported_stop(Some(&stopped), down), Some(at));
+        let unreported = NodeProxyState::default();
+        assert_eq!(reported_stop(Some(&unreported), down), None, "no report yet: no stop");
+        assert_eq!(reported_stop(None, down), None);
+        // Counted from when it went down, not renewed on each look.
+        let (l, until) = agent_liveness(false, true, down, None, at + Duration::from_secs(40), HAND_OVER);
+        assert_eq!((l, until), (AgentLiveness::Dead, None), "its hand-over ended 30 s after it went down");
     }
 
     #[test]

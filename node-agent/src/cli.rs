@@ -340,9 +340,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         // The previous agent's graceful stop, kept in this one's reports until it has joined.
         let inherited_stop = match (&farewell_sink, &keys) {
             (Some(sink), Some(_)) => {
-                let read = tokio::time::timeout(Duration::from_secs(2), sink.last_stop(&args.node));
+                let read = tokio::time::timeout(Duration::from_secs(2), sink.last_report(&args.node));
                 let (now, hand_over) = (std::time::SystemTime::now(), tideway_core::liveness::HAND_OVER);
-                tideway_core::liveness::inherited_stop(read.await.ok().flatten(), now, hand_over)
+                tideway_core::liveness::inherited_stop(read.await.ok().flatten().as_ref(), now, hand_over)
             }
             _ => None,
         };

@@ -67,6 +67,7 @@ pub fn node_state(status: &AgentStatus) -> NodeProxyState {
         listener_conflicts: status.listener_conflicts.iter().take(INVALID_LIMIT).map(|e| cut(e)).collect(),
         stopped_at: status.joining_since,
         cleaned_up: status.cleaned_up.clone(),
+        agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
     }
 }
 

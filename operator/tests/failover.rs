@@ -146,17 +146,14 @@ impl Drop for AgentMember {
     }
 }
 
-/// The same failover through the failure detector itself: the operator joins the gossip, each
-/// node's agent runs its member at the Node's address (loopback addresses here), the Nodes
-/// never change. Stopping the announcing agent's member moves the address; nothing moves while
-/// both live.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gossip_finds_a_dead_agent_and_the_address_moves() {
-    let ips = ["127.0.0.2", "127.0.0.3"];
-    let api = FakeApi::start().await;
-    api.preload(objects_at(ips));
-    let cluster = operator(&api, "gossip").await;
-    let first = eventually("the first announcer", || announcer(&api)).await;
+/// The operator's member of the gossip and one agent member per node, at the Node addresses
+/// `ips` (loopback addresses here), the liveness fed to `cluster` with `hand_over`; returns
+/// the agents' members once both are alive in the operator's view.
+async fn gossip(
+    cluster: &SharedCluster,
+    ips: [&str; 2],
+    hand_over: Duration,
+) -> std::collections::BTreeMap<&'static str, AgentMember> {
     // One port for every member (each finds the others at a Node address and its own port).
     let mut joined = None;
     for i in 0..50u16 {
@@ -179,16 +176,31 @@ async fn the_gossip_finds_a_dead_agent_and_the_address_moves() {
         }
     }
     let (port, members) = joined.expect("a free UDP port on the loopback addresses");
-    tokio::spawn(feed_liveness(cluster.clone(), members, tideway_core::liveness::HAND_OVER));
-    let mut agents: std::collections::BTreeMap<&str, AgentMember> = [("node-a", ips[0]), ("node-b", ips[1])]
+    tokio::spawn(feed_liveness(cluster.clone(), members, hand_over));
+    let agents = [("node-a", ips[0]), ("node-b", ips[1])]
         .into_iter()
-        .map(|(node, ip)| (node, AgentMember::start(node, ip, port, &cluster)))
+        .map(|(node, ip)| (node, AgentMember::start(node, ip, port, cluster)))
         .collect();
     eventually("both agents alive in the operator's view", || {
         let s = cluster.lock();
         ["node-a", "node-b"].iter().all(|n| s.agent_liveness(n) == AgentLiveness::Alive).then_some(())
     })
     .await;
+    agents
+}
+
+/// The same failover through the failure detector itself: the operator joins the gossip, each
+/// node's agent runs its member at the Node's address (loopback addresses here), the Nodes
+/// never change. Stopping the announcing agent's member moves the address; nothing moves while
+/// both live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gossip_finds_a_dead_agent_and_the_address_moves() {
+    let ips = ["127.0.0.2", "127.0.0.3"];
+    let api = FakeApi::start().await;
+    api.preload(objects_at(ips));
+    let cluster = operator(&api, "gossip").await;
+    let first = eventually("the first announcer", || announcer(&api)).await;
+    let mut agents = gossip(&cluster, ips, tideway_core::liveness::HAND_OVER).await;
     tokio::time::sleep(TIMINGS.worst_detection()).await;
     assert_eq!(announcer(&api).as_deref(), Some(first.as_str()), "nothing moves while both live");
     let died = tokio::time::Instant::now();
@@ -196,6 +208,37 @@ async fn the_gossip_finds_a_dead_agent_and_the_address_moves() {
     let second = eventually("the address moves", || announcer(&api).filter(|n| *n != first)).await;
     // How fast is the benchmark's to say (`make bench-lab`); this says that it moves.
     eprintln!("the gossip moved the address {:?} after the agent's member stopped", died.elapsed());
+    assert_eq!(cluster.lock().agent_liveness(&first), AgentLiveness::Dead);
+    assert_ne!(second, first);
+}
+
+/// Agents of 0.1.x (reports with a mode and no `agentVersion`) never say they stopped: while
+/// they run (an upgrade from 0.1.x rolling), the one whose member goes down keeps its address
+/// for the hand-over, counted from when it went down, and loses it after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_of_0_1_x_that_goes_away_keeps_its_address_for_the_hand_over() {
+    let ips = ["127.0.0.4", "127.0.0.5"];
+    let api = FakeApi::start().await;
+    let mut objects = objects_at(ips);
+    for node in ["node-a", "node-b"] {
+        objects.push(json!({"kind": "NodeProxyState", "metadata": {"name": node},
+            "spec": {"nodeName": node}, "status": {"mode": "nftables", "ready": true}}));
+    }
+    api.preload(objects);
+    let cluster = operator(&api, "legacy").await;
+    let first = eventually("the first announcer", || announcer(&api)).await;
+    eventually("the reports read", || (cluster.lock().node_states().count() == 2).then_some(())).await;
+    let hand_over = Duration::from_secs(4);
+    let mut agents = gossip(&cluster, ips, hand_over).await;
+    let died = tokio::time::Instant::now();
+    drop(agents.remove(first.as_str()).expect("the announcer's member"));
+    eventually("its member seen down: restarting", || {
+        (cluster.lock().agent_liveness(&first) == AgentLiveness::Restarting).then_some(())
+    })
+    .await;
+    assert_eq!(announcer(&api).as_deref(), Some(first.as_str()), "kept during the hand-over");
+    let second = eventually("the address moves after it", || announcer(&api).filter(|n| *n != first)).await;
+    assert!(died.elapsed() >= hand_over, "moved after {:?}, within the hand-over", died.elapsed());
     assert_eq!(cluster.lock().agent_liveness(&first), AgentLiveness::Dead);
     assert_ne!(second, first);
 }

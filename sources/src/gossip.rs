@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use foca::{AccumulatingRuntime, Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
 use serde::{Deserialize, Serialize};
-use tideway_core::liveness::GossipTimings;
+use tideway_core::liveness::{GossipTimings, agent_liveness, reported_stop};
 use tideway_core::net::IpFamily;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -325,8 +325,10 @@ pub async fn feed_liveness(
 ) {
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Each node's hand-over granted so far, kept to its end (see `agent_liveness`).
-    let mut granted: std::collections::BTreeMap<String, SystemTime> = Default::default();
+    // Each node's hand-over granted so far, kept to its end (see `agent_liveness`), and since
+    // when its member is down (an agent before 0.2.0 reports no stop: `reported_stop`).
+    let mut granted: BTreeMap<String, SystemTime> = Default::default();
+    let mut down_since: BTreeMap<String, SystemTime> = Default::default();
     loop {
         tokio::select! {
             changed = members.changed() => if changed.is_err() { return },
@@ -337,16 +339,15 @@ pub async fn feed_liveness(
         cluster.update(|s| {
             let nodes: Vec<String> = s.nodes().map(|n| n.name.clone()).collect();
             for n in nodes {
-                let stopped_at = s.node_state(&n).and_then(|st| st.stopped_at);
                 let (active, down) = (m.active.contains(&n), m.down.contains(&n));
-                let (l, until) = tideway_core::liveness::agent_liveness(
-                    active,
-                    down,
-                    stopped_at,
-                    granted.get(&n).copied(),
-                    now,
-                    hand_over,
-                );
+                if down && !active {
+                    down_since.entry(n.clone()).or_insert(now);
+                } else {
+                    down_since.remove(&n);
+                }
+                let stopped_at = reported_stop(s.node_state(&n), down_since.get(&n).copied());
+                let (l, until) =
+                    agent_liveness(active, down, stopped_at, granted.get(&n).copied(), now, hand_over);
                 match until {
                     Some(u) => granted.insert(n.clone(), u),
                     None => granted.remove(&n),

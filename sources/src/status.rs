@@ -110,9 +110,9 @@ pub trait NodeStateSink: Send + Sync {
     /// Writes `state` (creating the object if needed).
     async fn publish(&self, state: &NodeProxyState) -> Result<(), WriteError>;
 
-    /// When the agent before this one on `node` said it stopped (its last report's
-    /// `stoppedAt`), if it did and it can be read.
-    async fn last_stop(&self, _node: &str) -> Option<std::time::SystemTime> {
+    /// The last report of the agent before this one on `node`, if it can be read (what
+    /// [`tideway_core::liveness::inherited_stop`] reads its stop from).
+    async fn last_report(&self, _node: &str) -> Option<NodeProxyState> {
         None
     }
 }

@@ -28,7 +28,8 @@ use crate::error::{ConvertError, Ctx};
     printcolumn = r#"{"name":"Rules","type":"integer","jsonPath":".status.rules"}"#,
     printcolumn = r#"{"name":"Drift","type":"integer","jsonPath":".status.driftRepairs"}"#,
     printcolumn = r#"{"name":"Last Sync","type":"date","jsonPath":".status.lastSyncTime"}"#,
-    printcolumn = r#"{"name":"Error","type":"string","priority":1,"jsonPath":".status.lastError"}"#
+    printcolumn = r#"{"name":"Error","type":"string","priority":1,"jsonPath":".status.lastError"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","priority":1,"jsonPath":".status.agentVersion"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeProxyStateSpec {
@@ -119,6 +120,11 @@ pub struct NodeProxyStateStatus {
     /// virtual server it programmed and programs nothing more until it restarts without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleaned_up: Option<String>,
+    /// The agent's release (`0.2.0`). Absent: an agent before 0.2.0, which did not report its
+    /// graceful stops either; while such agents run (an upgrade from 0.1.x rolling), the
+    /// operator keeps a node's addresses for its hand-over time whenever its agent goes away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 /// `status.bgp`: the node's BGP sessions and advertisements.
@@ -188,6 +194,7 @@ pub fn node_proxy_state_status(state: &CoreState) -> NodeProxyStateStatus {
         listener_conflicts: state.listener_conflicts.clone(),
         stopped_at: state.stopped_at.and_then(time),
         cleaned_up: state.cleaned_up.clone(),
+        agent_version: state.agent_version.clone(),
         bgp: state.bgp.as_ref().map(|b| NodeBgpStatus {
             sessions: i64::from(b.sessions),
             established: i64::from(b.established),
@@ -245,6 +252,7 @@ pub fn node_state_from(obj: &NodeProxyState) -> Result<CoreState, ConvertError> 
         listener_conflicts: st.listener_conflicts,
         stopped_at: st.stopped_at.map(|t| std::time::SystemTime::from(t.0)),
         cleaned_up: st.cleaned_up,
+        agent_version: st.agent_version,
         bgp: st.bgp.map(|b| BgpReport {
             sessions: count32(b.sessions),
             established: count32(b.established),
@@ -298,6 +306,7 @@ mod tests {
             listener_conflicts: vec!["0.0.0.0:10256: Address in use (os error 98)".into()],
             stopped_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100)),
             cleaned_up: Some("7".into()),
+            agent_version: Some("0.2.0".into()),
             bgp: Some(BgpReport {
                 sessions: 2,
                 established: 1,
@@ -314,6 +323,7 @@ mod tests {
         assert_eq!(json["status"]["listenerConflicts"][0], "0.0.0.0:10256: Address in use (os error 98)");
         assert_eq!(json["status"]["stoppedAt"], "2023-11-14T22:15:00Z");
         assert_eq!(json["status"]["cleanedUp"], "7");
+        assert_eq!(json["status"]["agentVersion"], "0.2.0");
         assert_eq!(json["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(
             json["status"]["invalidObjects"][0],

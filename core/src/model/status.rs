@@ -62,6 +62,9 @@ pub struct NodeProxyState {
     /// The uninstall clean-up the node's agent has done, by its request's name (see
     /// [`crate::config::cleanup_requested`]).
     pub cleaned_up: Option<String>,
+    /// The agent's release (`0.2.0`). Agents before 0.2.0 reported none, nor their graceful
+    /// stops (see [`crate::liveness::reported_stop`]).
+    pub agent_version: Option<String>,
 }
 
 /// What a node's agent says over BGP, as it reports it.

@@ -78,9 +78,9 @@ impl KubeNodeStateSink {
 
 #[async_trait::async_trait]
 impl NodeStateSink for KubeNodeStateSink {
-    async fn last_stop(&self, node: &str) -> Option<std::time::SystemTime> {
+    async fn last_report(&self, node: &str) -> Option<CoreState> {
         let report = self.reports.get_opt(node).await.ok().flatten()?;
-        report.status?.stopped_at.map(|t| std::time::SystemTime::from(t.0))
+        crd::node_state_from(&report).ok()
     }
 
     async fn publish(&self, state: &CoreState) -> Result<(), WriteError> {
