@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube image test-image
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube image release-images test-image
 
 demo: build
 	./scripts/demo.sh
@@ -46,6 +46,11 @@ kube:
 # engine: target/image/tideway-VERSION.oci.tar and its SBOM (image/ holds the recipe).
 image:
 	./scripts/build-image.sh
+
+# The previous release's image and chart (target/releases/v0.1.0/), for the chart's upgrade
+# test: built from its commit once and cached outside the clone by commit.
+release-images:
+	./scripts/build-release-image.sh v0.1.0
 
 # The image built twice (same bytes), read by skopeo, loaded and run by podman, imported by
 # containerd as `kind load` does, its SBOM checked against its layer.
@@ -111,4 +116,4 @@ fuzz-dns:
 	./dns/fuzz/run.sh 60
 
 # `image` comes before `unit`: the kube lab's test runs Pods from it.
-test: deps lint purity check-generated test-helm kube image unit check-rbac test-scale test-image test-api test-ipvs
+test: deps lint purity check-generated test-helm kube release-images image unit check-rbac test-scale test-image test-api test-ipvs

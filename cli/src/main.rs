@@ -8,6 +8,7 @@
 //! * `whoami`: the echo server pods run in the lab and the dataplane tests.
 //! * `crdgen`: print the CustomResourceDefinitions generated from the API types.
 //! * `cleanup-nodes`: every node's rules removed by its agent, before an uninstall.
+//! * `stop-operator`: the operator stopped before an upgrade from a release without hand-over.
 //! * `migrate`: kube-proxy's, CoreDNS's and MetalLB's configuration as Tideway objects and
 //!   chart values.
 
@@ -21,6 +22,7 @@ mod cluster_file;
 mod inspect;
 mod migrate;
 mod plan;
+mod stop_operator;
 mod trace;
 mod whoami;
 
@@ -77,6 +79,9 @@ enum Command {
     /// Have every node's agent remove what it programmed, and wait until each running agent
     /// says it has (the chart's pre-delete hook: `helm uninstall` leaves no rule behind).
     CleanupNodes(cleanup_nodes::CleanupNodesArgs),
+    /// Scale the operator's Deployment to zero and wait until its Pods are gone (the chart's
+    /// pre-upgrade hook, from a release whose operator moves restarting agents' addresses).
+    StopOperator(stop_operator::StopOperatorArgs),
 }
 
 /// Allocator settings the long-running commands (`agent`, `dns`) run with: return freed memory
@@ -124,6 +129,7 @@ fn main() -> ExitCode {
         Command::Mode(a) => inspect::mode(a),
         Command::Migrate(a) => migrate::run(a),
         Command::CleanupNodes(a) => cleanup_nodes::run(a),
+        Command::StopOperator(a) => stop_operator::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

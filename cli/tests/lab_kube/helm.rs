@@ -1,9 +1,11 @@
 //! The chart's lifecycle with only helm and kubectl, as a platform team runs it: a kube lab
-//! started without Tideway (`--no-components`), the chart README's install, an upgrade that
-//! rolls every Pod while traffic runs through a LoadBalancer address, a rollback, an uninstall
-//! that leaves no Tideway table or chain on any node and keeps `kube-dns`, and a second install
-//! that adopts what the first kept; all of it beside a kube-proxy-shaped node (kube-proxy's
-//! chains and its two ports held), whose agent never restarts and whose rules stay untouched.
+//! started without Tideway (`--no-components`); the previous release (v0.1.0, its chart and
+//! image) installed as its README said, then upgraded to this one while traffic runs through a
+//! LoadBalancer address (no request fails, no address moves, the CRDs take the new fields);
+//! an uninstall that leaves no Tideway table or chain on any node and keeps `kube-dns`; then,
+//! beside a kube-proxy-shaped node (kube-proxy's chains and its two ports held), a second
+//! install that adopts what the first kept, an upgrade under traffic, a rollback and an
+//! uninstall, through which that node's agent never restarts and its rules stay untouched.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,7 +13,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::{kubectl, kubectl_json};
-use crate::lab_support::{TestLab, eventually, patience, wait_serving_within};
+use crate::lab_support::{TestLab, eventually, ok, patience, tideway, wait_serving_within};
 use crate::rollout::{Traffic, announcers};
 
 /// The release as the chart README names it.
@@ -42,16 +44,28 @@ fn chart() -> String {
     format!("{}/../helm/tideway", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `helm install` with only what nothing can discover, as the chart README says (the API
-/// server's address is read from `kube-public/cluster-info`, which kubeadm publishes and the
-/// lab's control plane too).
-fn install(lab: &TestLab) {
+/// The release upgraded from, as `make release-images` leaves it: its chart and its image.
+const PREVIOUS: &str = "v0.1.0";
+
+/// [`PREVIOUS`]'s directory (`chart/`, `image.oci.tar`).
+fn previous_release() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/releases").join(PREVIOUS);
+    assert!(
+        dir.join("image.oci.tar").exists() && dir.join("chart/Chart.yaml").exists(),
+        "{}: no {PREVIOUS} chart and image; build them with `make release-images`",
+        dir.display()
+    );
+    dir
+}
+
+/// `helm install` or `helm upgrade` of `chart` with only what nothing can discover, as the
+/// chart README says (the API server's address is read from `kube-public/cluster-info`, which
+/// kubeadm publishes and the lab's control plane too).
+fn install(lab: &TestLab, verb: &str, chart: &str) -> Result<String, String> {
     let st = lab.status();
     let pods = format!("proxyConfig.clusterCIDRs[0]={}", st["podCIDR"].as_str().unwrap());
     let timeout = format!("{}s", patience(300.0).as_secs());
-    let args =
-        ["install", RELEASE, &chart(), "-n", NAMESPACE, "--wait", "--timeout", &timeout, "--set", &pods];
-    helm(lab, &args).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    helm(lab, &[verb, RELEASE, chart, "-n", NAMESPACE, "--wait", "--timeout", &timeout, "--set", &pods])
 }
 
 /// Waits until every demo LoadBalancer Service has an address that answers from `mypc`.
@@ -235,6 +249,61 @@ fn agent_env(lab: &TestLab, name: &str) -> String {
     env.iter().find(|e| e["name"] == name).and_then(|e| e["value"].as_str()).unwrap_or_default().to_string()
 }
 
+/// Every node's agent release as its NodeProxyState reports it (`None`: not reported, which
+/// a CRD without the field would also give: the server prunes it).
+fn agent_versions(lab: &TestLab) -> Vec<(String, Option<String>)> {
+    let states = kubectl_json(lab, &["get", "nodeproxystates"]);
+    let mut out: Vec<_> = states["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let name = s["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            (name, s["status"]["agentVersion"].as_str().map(str::to_string))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `helm upgrade` (or install) under traffic through svc1's address: no request fails, the
+/// held connection survives, no address moves.
+fn under_traffic(lab: &TestLab, what: &str, run: impl FnOnce() -> Result<String, String>) {
+    let before = announcers(lab);
+    assert!(before.iter().all(|(_, n)| n.is_some()), "{before:?}");
+    let traffic = Traffic::start(lab, &lab.lb_ip("svc1"));
+    let started = std::time::Instant::now();
+    let done = run();
+    let took = started.elapsed();
+    let report = traffic.stop();
+    done.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    eprintln!("{what} took {took:?}: {report}");
+    assert_eq!(announcers(lab), before, "an address moved during {what}: {report}\n{}", liveness_log(lab));
+    assert_eq!(
+        (&report["failed"], &report["held"]),
+        (&Value::from(0), &Value::from(true)),
+        "{what}: {report}"
+    );
+    assert!(report["sent"].as_u64().unwrap_or(0) > 100, "{report}");
+}
+
+/// `helm uninstall`: every node cleaned by the hook (nothing of Tideway's left beside
+/// `kept`, kube-proxy's), kube-dns kept, the clean-up request gone.
+fn uninstall(lab: &TestLab, nodes: &[&str], kept: &[String]) {
+    let timeout = format!("{}s", patience(300.0).as_secs());
+    let started = std::time::Instant::now();
+    helm(lab, &["uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", &timeout]).unwrap();
+    eprintln!("helm uninstall --wait took {:?}", started.elapsed());
+    for node in nodes {
+        let left: Vec<String> = leftovers(lab, node).into_iter().filter(|l| !kept.contains(l)).collect();
+        assert_eq!(left, Vec::<String>::new(), "{node} keeps Tideway's objects");
+    }
+    let dns = kubectl_json(lab, &["-n", "kube-system", "get", "service", "kube-dns"]);
+    assert_eq!(dns["spec"]["clusterIP"], "10.96.0.10", "{dns}");
+    assert_eq!(dns["metadata"]["annotations"]["helm.sh/resource-policy"], "keep", "{dns}");
+    assert!(kubectl(lab, &["get", "proxyconfig", "tideway-cleanup"]).is_err(), "the request is gone");
+}
+
 pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(lab: &TestLab) {
     let st = lab.status();
     assert_eq!(st["components"], false, "{st}");
@@ -244,20 +313,59 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
         kubectl(lab, &["-n", "kube-system", "get", "service", "kube-dns"]).is_err(),
         "no DNS before the chart"
     );
-
-    // One node keeps a kube-proxy (its rules and its ports) through the whole lifecycle.
     let nodes: Vec<&str> =
         st["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
+    kubectl(lab, &["create", "namespace", NAMESPACE]).unwrap();
+    kubectl(lab, &["label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=privileged"])
+        .unwrap();
+
+    // The previous release, installed as its chart README said.
+    let previous = previous_release();
+    let loaded = ok(
+        tideway(&[
+            "lab",
+            "load",
+            "image",
+            previous.join("image.oci.tar").to_str().unwrap(),
+            "--name",
+            &lab.name,
+        ]),
+        "lab load image",
+    );
+    assert!(loaded.contains("tideway:0.1.0"), "{loaded}");
+    let previous_chart = previous.join("chart");
+    install(lab, "install", previous_chart.to_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    demo_serves(lab);
+    assert!(agent_versions(lab).iter().all(|(_, v)| v.is_none()), "{:?}", agent_versions(lab));
+
+    // The upgrade to this release, as its README says, under traffic.
+    under_traffic(lab, &format!("helm upgrade from {PREVIOUS}"), || install(lab, "upgrade", &chart()));
+    let version = env!("CARGO_PKG_VERSION");
+    eventually(patience(90.0), || {
+        let versions = agent_versions(lab);
+        versions.iter().all(|(_, v)| v.as_deref() == Some(version)).then_some(()).ok_or_else(|| {
+            format!("agentVersion, a field new in {version}, kept on every node: {versions:?}")
+        })
+    })
+    .unwrap();
+    eventually(patience(60.0), || {
+        let images = images_of_pods(lab);
+        let current = images.iter().all(|i| i.ends_with(&format!(":{version}")));
+        current.then_some(()).ok_or_else(|| format!("every Pod runs {version}: {images:?}"))
+    })
+    .unwrap();
+    demo_serves(lab);
+    uninstall(lab, &nodes, &[]);
+
+    // One node keeps a kube-proxy (its rules and its ports) through the whole lifecycle.
     let kube_proxy = KubeProxyShaped::start(lab, nodes[nodes.len() - 1]);
     let its_rules = kube_proxy.rules();
     assert!(its_rules.iter().any(|r| r.contains("KUBE-PROXY-CANARY")), "{its_rules:?}");
 
-    // The chart README's install.
-    kubectl(lab, &["create", "namespace", NAMESPACE]).unwrap();
-    kubectl(lab, &["label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=privileged"])
-        .unwrap();
+    // A second install adopts what the first kept (kube-dns), beside kube-proxy.
     let started = std::time::Instant::now();
-    install(lab);
+    install(lab, "install", &chart()).unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
     eprintln!("helm install --wait took {:?}", started.elapsed());
     demo_serves(lab);
     assert_eq!(
@@ -269,66 +377,43 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
     assert_eq!(kube_proxy.rules(), its_rules, "kube-proxy's rules changed");
 
     // An upgrade that changes every Pod template, under traffic.
-    let before = announcers(lab);
     let log_level = agent_env(lab, "RUST_LOG");
-    let traffic = Traffic::start(lab, &lab.lb_ip("svc1"));
     let timeout = format!("{}s", patience(300.0).as_secs());
-    let started = std::time::Instant::now();
-    let upgraded = helm(
-        lab,
-        &[
-            "upgrade",
-            RELEASE,
-            &chart(),
-            "-n",
-            NAMESPACE,
-            "--reuse-values",
-            "--set",
-            "logLevel=debug",
-            "--wait",
-            "--timeout",
-            &timeout,
-        ],
-    );
-    let took = started.elapsed();
-    let report = traffic.stop();
-    upgraded.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
-    eprintln!("helm upgrade --wait took {took:?}: {report}");
+    let upgrade =
+        ["upgrade", RELEASE, &chart(), "-n", NAMESPACE, "--reuse-values", "--set", "logLevel=debug"];
+    let wait = ["--wait", "--timeout", &timeout];
+    under_traffic(lab, "helm upgrade", || helm(lab, &[&upgrade[..], &wait[..]].concat()));
     assert_eq!(agent_env(lab, "RUST_LOG"), "debug", "the upgrade changed the agents' Pods");
-    assert_eq!(
-        announcers(lab),
-        before,
-        "an address moved during the upgrade: {report}\n{}",
-        liveness_log(lab)
-    );
-    assert_eq!((&report["failed"], &report["held"]), (&Value::from(0), &Value::from(true)), "{report}");
 
-    // Back to the first revision.
-    helm(lab, &["rollback", RELEASE, "1", "-n", NAMESPACE, "--wait", "--timeout", &timeout]).unwrap();
+    // Back to the first revision of this install.
+    let revisions = helm(lab, &["history", RELEASE, "-n", NAMESPACE, "-o", "json"]).unwrap();
+    let revisions: Value = serde_json::from_str(&revisions).unwrap();
+    let first = revisions[0]["revision"].to_string();
+    helm(lab, &["rollback", RELEASE, &first, "-n", NAMESPACE, "--wait", "--timeout", &timeout]).unwrap();
     assert_eq!(agent_env(lab, "RUST_LOG"), log_level, "the rollback restored the agents' Pods");
     demo_serves(lab);
 
-    // Uninstall: every node cleaned by the hook, kube-dns kept.
-    let started = std::time::Instant::now();
-    helm(lab, &["uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", &timeout]).unwrap();
-    eprintln!("helm uninstall --wait took {:?}", started.elapsed());
-    assert_eq!(kube_proxy.rules(), its_rules, "kube-proxy's rules changed");
+    // Uninstall: kube-proxy's rules untouched.
     let its_chains: Vec<String> = its_rules
         .iter()
         .filter(|r| r.starts_with(':'))
         .map(|r| format!("iptables-nft-save: {r} [0:0]"))
         .collect();
-    for node in &nodes {
-        let left: Vec<String> =
-            leftovers(lab, node).into_iter().filter(|l| !its_chains.contains(l)).collect();
-        assert_eq!(left, Vec::<String>::new(), "{node} keeps Tideway's objects");
-    }
-    let dns = kubectl_json(lab, &["-n", "kube-system", "get", "service", "kube-dns"]);
-    assert_eq!(dns["spec"]["clusterIP"], "10.96.0.10", "{dns}");
-    assert_eq!(dns["metadata"]["annotations"]["helm.sh/resource-policy"], "keep", "{dns}");
-    assert!(kubectl(lab, &["get", "proxyconfig", "tideway-cleanup"]).is_err(), "the request is gone");
+    uninstall(lab, &nodes, &its_chains);
+    assert_eq!(kube_proxy.rules(), its_rules, "kube-proxy's rules changed");
+}
 
-    // A second install adopts what the first kept.
-    install(lab);
-    demo_serves(lab);
+/// The image of every container in the release namespace's Pods, once each.
+fn images_of_pods(lab: &TestLab) -> Vec<String> {
+    let pods = kubectl_json(lab, &["-n", NAMESPACE, "get", "pods"]);
+    let mut out: Vec<String> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["spec"]["containers"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["image"].as_str().map(str::to_string))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
