@@ -12,7 +12,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::{kubectl, kubectl_json};
+use super::{audit, kubectl, kubectl_json};
 use crate::lab_support::{TestLab, eventually, ok, patience, tideway, wait_serving_within};
 use crate::rollout::{Traffic, announcers};
 
@@ -339,8 +339,10 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
     demo_serves(lab);
     assert!(agent_versions(lab).iter().all(|(_, v)| v.is_none()), "{:?}", agent_versions(lab));
 
-    // The upgrade to this release, as its README says, under traffic.
+    // The upgrade to this release, as its README says, under traffic: the hook stops the old
+    // operator first.
     under_traffic(lab, &format!("helm upgrade from {PREVIOUS}"), || install(lab, "upgrade", &chart()));
+    assert_eq!(operator_stops(lab), 1, "the pre-upgrade hook scaled v0.1.0's operator to zero");
     let version = env!("CARGO_PKG_VERSION");
     eventually(patience(90.0), || {
         let versions = agent_versions(lab);
@@ -384,6 +386,7 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
     let wait = ["--wait", "--timeout", &timeout];
     under_traffic(lab, "helm upgrade", || helm(lab, &[&upgrade[..], &wait[..]].concat()));
     assert_eq!(agent_env(lab, "RUST_LOG"), "debug", "the upgrade changed the agents' Pods");
+    assert_eq!(operator_stops(lab), 1, "no hook from a release with the hand-over");
 
     // Back to the first revision of this install.
     let revisions = helm(lab, &["history", RELEASE, "-n", NAMESPACE, "-o", "json"]).unwrap();
@@ -401,6 +404,18 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
         .collect();
     uninstall(lab, &nodes, &its_chains);
     assert_eq!(kube_proxy.rules(), its_rules, "kube-proxy's rules changed");
+}
+
+/// How many times the API server let the pre-upgrade hook's ServiceAccount scale the
+/// operator's Deployment (its audit log).
+fn operator_stops(lab: &TestLab) -> usize {
+    let hook = format!("system:serviceaccount:{NAMESPACE}:tideway-stop-operator");
+    audit(lab)
+        .iter()
+        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == hook.as_str())
+        .filter(|e| e["objectRef"]["resource"] == "deployments" && e["objectRef"]["subresource"] == "scale")
+        .filter(|e| e["verb"] == "patch" && e["responseStatus"]["code"] == 200)
+        .count()
 }
 
 /// The image of every container in the release namespace's Pods, once each.
