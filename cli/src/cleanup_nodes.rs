@@ -18,6 +18,7 @@ use anyhow::Context;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use tideway_api::crd::{CLEANUP_ANNOTATION, NodeProxyState, ProxyConfig, node_state_from};
 use tideway_core::config::cleanup_waiting_for;
+use tideway_core::liveness::HAND_OVER;
 
 /// The ProxyConfig that carries the request.
 const CONFIG: &str = "tideway-cleanup";
@@ -60,7 +61,7 @@ async fn clean(args: &CleanupNodesArgs) -> anyhow::Result<i32> {
     let waiting = loop {
         let list = states.list(&ListParams::default()).await.context("listing NodeProxyStates")?;
         let reports: Vec<_> = list.items.iter().filter_map(|s| node_state_from(s).ok()).collect();
-        let waiting = cleanup_waiting_for(&reports, &request);
+        let waiting = cleanup_waiting_for(&reports, &request, SystemTime::now(), HAND_OVER);
         if waiting.is_empty() || started.elapsed() >= args.timeout {
             println!(
                 "{} of {} nodes clean after {:.1} s",
