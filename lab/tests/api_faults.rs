@@ -1,9 +1,10 @@
 //! Whether the node agent's source and status writer reach the API server, as self-fencing
 //! reads it (`SharedCluster::api_reachable`), against the real API server (root; needs
 //! `make kube`) under real faults: the API server killed (connections refused until the
-//! control plane restarts it, as kubelet restarts a static pod), and an RBAC denial, which is
-//! an answer from a working server. (`sources/tests/api_reach.rs` keeps what the real server
-//! does not do on cue: a 503 to every request while its process runs.)
+//! control plane restarts it, as kubelet restarts a static pod); etcd stopped under a running
+//! API server (its writes end in 504 timeouts); and an RBAC denial, which is an answer from a
+//! working server. (`sources/tests/api_reach.rs` keeps what the real server
+//! does not do on cue: a 503 to every request, watches closed at once, while its process runs.)
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -90,4 +91,66 @@ async fn the_agent_reads_a_killed_api_server_as_unreachable_and_a_denial_as_an_a
     assert!(refused.to_string().contains("forbidden") || refused.to_string().contains("403"), "{refused}");
     assert!(cluster.api_reachable(), "a 403 is an answer");
     task.abort();
+}
+
+/// etcd frozen (SIGSTOP: the process stays, as a hung disk or a lost quorum leaves it) under a
+/// running API server: a write waits out the server's request timeout and ends in a 504, read
+/// as unreachable, while the last good view keeps serving; a source starting meanwhile (an
+/// agent restarted during the outage) still gets its first view, from the API server's watch
+/// cache (its list asks for any version). etcd resumed: the next write goes through and reads
+/// as reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_etcd_fails_writes_with_504_read_as_unreachable_and_first_views_come_from_the_cache() {
+    let mut standalone = Standalone::start("etcd", |config| {
+        // The handler's timeout (default 60 s): how long a request waits for a frozen etcd.
+        config.apiserver_flags = vec!["--request-timeout=4s".into()];
+    })
+    .await
+    .expect("a control plane (root; make kube)");
+    let dir = standalone.dir.clone();
+    standalone.apply_crds(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway/crds")).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
+    let cp = &mut standalone.cp;
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-a"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}))
+    .unwrap();
+    Api::<Node>::all(admin).create(&PostParams::default(), &node).await.unwrap();
+    let kubeconfig = dir.join("admin.conf");
+    cp.write_host_kubeconfig(&kubeconfig).unwrap();
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
+    let running = SharedCluster::new();
+    let client = failing_fast_client(Some(&kubeconfig)).await.unwrap();
+    let task = tokio::spawn(
+        KubeSource::new(client.clone(), role.clone(), SourceMetrics::default()).run(running.clone()),
+    );
+    let sink = KubeNodeStateSink::new(client.clone()).reporting_to(running.clone());
+    until(cp, "synced", Duration::from_secs(30), || running.is_synced()).await;
+    sink.publish(&report()).await.expect("first report");
+    assert!(running.api_reachable());
+
+    let etcd = nix::unistd::Pid::from_raw(cp.pid("etcd").expect("etcd runs") as i32);
+    nix::sys::signal::kill(etcd, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let started = Instant::now();
+    let failed = sink.publish(&report()).await.expect_err("etcd answers nothing");
+    let text = failed.to_string();
+    eprintln!("a write with etcd stopped failed after {:?}: {text}", started.elapsed());
+    assert!(text.contains("504"), "the server's timeout: {text}");
+    assert!(!running.api_reachable(), "a write ending in a 5xx: unreachable");
+    assert!(running.lock().node("node-a").is_some(), "the last good view keeps serving");
+    // A source starting now: the watch cache serves it without etcd.
+    let fresh = SharedCluster::new();
+    let fresh_task = tokio::spawn(KubeSource::new(client, role, SourceMetrics::default()).run(fresh.clone()));
+    until(cp, "the new source's view from the watch cache", Duration::from_secs(30), || fresh.is_synced())
+        .await;
+    assert!(fresh.lock().node("node-a").is_some(), "the cache's view: {:?}", fresh.lock().nodes().count());
+
+    nix::sys::signal::kill(etcd, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sink.publish(&report()).await.is_err() {
+        assert!(Instant::now() < deadline, "no write went through once etcd resumed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(running.api_reachable(), "the next good write: reachable");
+    task.abort();
+    fresh_task.abort();
 }

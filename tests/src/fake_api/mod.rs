@@ -9,13 +9,15 @@
 //! tokens the server mints, by audience and RBAC (`lab/tests/reviews.rs`), server-side apply's
 //! conflicts and a real `kubectl edit` (`lab/tests/server_side_apply.rs`, whose assertions
 //! `sources/tests/api_server.rs` holds this server to), the agent's reach of a killed API
-//! server and an RBAC denial (`lab/tests/api_faults.rs`), fenced leadership over real Leases
+//! server, of one whose etcd is stopped (504s) and an RBAC denial (`lab/tests/api_faults.rs`), fenced leadership over real Leases
 //! with the audit log's arrival times (`lab/tests/fencing.rs`), 429s from API Priority and
 //! Fairness (`lab/tests/throttled.rs`), and the lab in kube mode
 //! (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
-//!   that time out every 200 ms, an outage answering 503, a server that cannot stream lists,
+//!   that time out every 200 ms, an outage answering 503 to every request and closing watches
+//!   at once (`api_reach`: the real one, etcd stopped, keeps watches open and lists from its
+//!   cache), a server that cannot stream lists,
 //!   counting the reviews a flood of calls costs;
 //! * half of `make check-rbac`'s evidence: the requests this server authorized by the chart's
 //!   roles. The other half is the real API server's audit log of every kube lab test
@@ -255,12 +257,6 @@ impl FakeApi {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// This server's handle with kubeconfigs pointing at `addr` instead (where nothing need
-    /// listen: clients then get connection refused).
-    pub fn pointing_at(&self, addr: SocketAddr) -> FakeApi {
-        FakeApi { inner: self.inner.clone(), addr }
     }
 
     /// Writes a kubeconfig pointing at this server into `dir` that authenticates as
