@@ -72,7 +72,8 @@ enum LabCommand {
         #[arg(long, hide = true)]
         background: bool,
     },
-    /// Kill a node's agent (SIGKILL); its Node stays Ready, and it stays down until `lab start`.
+    /// Kill a node's agent (SIGKILL); its Node stays Ready, and it stays down until `lab start`
+    /// (in a kube lab, until its kubelet restarts it).
     Kill {
         /// What to kill.
         #[arg(value_parser = ["agent"])]
@@ -122,7 +123,9 @@ enum LabCommand {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Make the API server unreachable for every component (`down`) or reachable again (`up`).
+    /// Make the API server unreachable for every component (`down`) or reachable again (`up`);
+    /// in a kube lab it refuses every node and pod, its kubelets too, and keeps its loopback
+    /// for the controller-manager, the scheduler and `lab`'s own commands.
     Api {
         /// `down` or `up`.
         #[arg(value_parser = ["down", "up"])]

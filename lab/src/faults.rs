@@ -8,6 +8,11 @@
 //!  partition NODE     reaches only outside hosts         its processes cut off   False after the grace period
 //!  api down           -                                  every process cut off   unchanged (nothing observes)
 //! ```
+//! In a kube lab (`lab up --kube`) two differ: `kill agent` SIGKILLs the agent's container and
+//! its kubelet restarts it (there is no `start agent`), and `api down` has the real API server
+//! refuse every node and pod ([`api_block_ruleset`]), its kubelets too, so Nodes turn NotReady
+//! after the grace period, as the controller-manager, which keeps its way in, observes.
+//!
 //! Node `Ready` comes from kubelet's Lease, which a node cut off from the control plane cannot
 //! renew: the node lifecycle controller turns it NotReady `node-monitor-grace-period` later
 //! (50 s by default since Kubernetes 1.32; `lab up --node-monitor-grace-period`).
@@ -176,6 +181,25 @@ pub fn partition_ruleset(ports: &[String], hosts: &[String]) -> String {
     )
 }
 
+/// The kube lab's `api down`, in the control-plane node's namespace: every connection to the
+/// API server's `address:port` refused (a TCP reset, as from a stopped server), whether it comes
+/// from another node, a pod, or a process of the node itself (the output hook, after the
+/// `kubernetes` Service's DNAT). Only the loopback address stays open: the controller-manager,
+/// the scheduler and the host's forward use it, as the control plane's own components keep
+/// their server. The kubelets lose it too, so Nodes turn NotReady after the grace period.
+/// Without `block`, the table is removed.
+pub fn api_block_ruleset(address: std::net::Ipv4Addr, port: u16, block: bool) -> String {
+    let reset = format!("ip daddr {address} tcp dport {port} reject with tcp reset");
+    let body = if block {
+        format!(
+            "table inet tideway_lab_api {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    iif != \"lo\" {reset}\n  }}\n  chain output {{\n    type filter hook output priority 0; policy accept;\n    {reset}\n  }}\n}}\n"
+        )
+    } else {
+        String::new()
+    };
+    format!("table inet tideway_lab_api\ndelete table inet tideway_lab_api\n{body}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +239,16 @@ mod tests {
         assert!(rules.contains("oifname \"n1\" iifname != { \"h1\", \"h2\" } drop"), "{rules}");
         assert!(partition_ruleset(&["n1".into()], &[]).contains("iifname \"n1\" drop"));
         assert!(!partition_ruleset(&[], &["h1".into()]).contains("drop"));
+    }
+
+    #[test]
+    fn the_api_down_refuses_every_way_in_but_loopback_and_up_removes_the_table() {
+        let down = api_block_ruleset(std::net::Ipv4Addr::new(172, 18, 0, 2), 6443, true);
+        let reset = "ip daddr 172.18.0.2 tcp dport 6443 reject with tcp reset";
+        assert!(down.contains(&format!("iif != \"lo\" {reset}")), "{down}");
+        assert!(down.contains("hook output") && down.matches(reset).count() == 2, "{down}");
+        assert!(!down.contains("127.0.0.1"), "{down}");
+        let up = api_block_ruleset(std::net::Ipv4Addr::new(172, 18, 0, 2), 6443, false);
+        assert_eq!(up, "table inet tideway_lab_api\ndelete table inet tideway_lab_api\n");
     }
 }

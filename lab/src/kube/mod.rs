@@ -16,7 +16,7 @@
 //! ```
 //! The API server listens on `address:6443` inside `netns` (the control-plane node's namespace
 //! in a lab; any namespace a test makes, see [`standalone_namespace`]); the host reaches it
-//! through a forward on 127.0.0.1, which its serving certificate names. One control plane costs
+//! through a forward from its 127.0.0.1 to the namespace's, which the serving certificate names. One control plane costs
 //! about 700 MiB and 6 s to ready: tests share one per test binary.
 
 pub mod apply;
@@ -216,7 +216,9 @@ impl ControlPlane {
         std::fs::create_dir_all(layout.kube().join("logs"))?;
         let host = match &config.netns {
             Some(ns) => {
-                crate::proxy::forward(ns.clone(), SocketAddr::from((config.address, API_PORT))).await?
+                // Into the namespace's loopback, as the controller-manager and the scheduler
+                // reach it: the kube lab's `api down` leaves that way open.
+                crate::proxy::forward(ns.clone(), SocketAddr::from((Ipv4Addr::LOCALHOST, API_PORT))).await?
             }
             None => SocketAddr::from((config.address, API_PORT)),
         };

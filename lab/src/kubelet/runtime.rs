@@ -192,6 +192,22 @@ impl Process {
     }
 }
 
+/// SIGKILLs container `name` of every pod in the kubelet state directory `state_dir`, as a
+/// crash would end it (`lab kill agent` in a kube lab): the kubelet then sees the exit and
+/// restarts it under the pod's policy. How many were running.
+pub fn kill_running(state_dir: &Path, name: &str) -> usize {
+    let pods = std::fs::read_dir(state_dir.join("pods")).into_iter().flatten().flatten();
+    let records = pods.filter_map(|pod| std::fs::read_to_string(files(&pod.path(), name).record).ok());
+    let running =
+        records.filter_map(|text| serde_json::from_str::<Record>(&text).ok()).filter_map(Process::adopt);
+    let mut killed = 0;
+    for p in running {
+        p.signal(Signal::SIGKILL);
+        killed += 1;
+    }
+    killed
+}
+
 /// The files of container `name` in pod directory `pod_dir`.
 pub struct Files {
     /// Its record.

@@ -108,6 +108,28 @@ impl Lab {
         Ok(())
     }
 
+    /// `lab kill agent NODE` in a kube lab: the agent container on the node SIGKILLed; its
+    /// kubelet restarts it, as a crashed agent is in a cluster.
+    pub(super) fn kube_kill_agent(&self, node: &str) -> Result<(), LabError> {
+        let state_dir = self.dir.path().join("nodes").join(node);
+        match crate::kubelet::runtime::kill_running(&state_dir, "agent") {
+            0 => Err(LabError::NoAgent(node.to_string())),
+            _ => Ok(()),
+        }
+    }
+
+    /// `lab api down|up` in a kube lab: the API server refuses every connection but its
+    /// namespace's loopback ([`crate::faults::api_block_ruleset`]).
+    pub(super) fn kube_api(&self, up: bool) -> Result<(), LabError> {
+        let first = &self.world.nodes[0];
+        let file = self.dir.path().join("api.nft");
+        std::fs::write(&file, crate::faults::api_block_ruleset(first.ip, crate::kube::API_PORT, !up))?;
+        let ns = self.names.node(&first.name);
+        let nft = ["ip", "netns", "exec", ns.as_str(), "nft", "-f"].map(String::from);
+        crate::netns::run(&[nft.into_iter().chain([file.display().to_string()]).collect()])?;
+        Ok(())
+    }
+
     /// The API server's address as nodes and pods reach it (`HOST:PORT`).
     fn api_server(&self) -> String {
         format!("{}:{}", self.world.nodes[0].ip, crate::kube::API_PORT)

@@ -48,6 +48,14 @@ pub enum LabError {
     /// A fault named a node the lab does not have.
     #[error("the lab has no node {0:?}")]
     NoSuchNode(String),
+    /// `lab kill agent` found no agent container on the node (a kube lab).
+    #[error("no agent container runs on {0} (is Tideway installed, and its Pod there started?)")]
+    NoAgent(String),
+    /// `lab start agent` in a kube lab, where the kubelet restarts what was killed.
+    #[error(
+        "in a kube lab the node's kubelet restarts a killed agent itself (at once, then with its back-off): `lab start agent` is the file-fed lab's"
+    )]
+    KubeletRestarts,
 }
 
 /// A running lab.
@@ -184,6 +192,9 @@ impl Lab {
             return Err(LabError::NoSuchNode(node.to_string()));
         }
         match fault {
+            Fault::KillAgent { node } if self.kube_mode => self.kube_kill_agent(node)?,
+            Fault::StartAgent { .. } if self.kube_mode => return Err(LabError::KubeletRestarts),
+            Fault::Api { up } if self.kube_mode => self.kube_api(*up)?,
             Fault::KillAgent { node } => {
                 self.procs.hold(&format!("agent/{node}"));
             }
