@@ -1,13 +1,14 @@
 //! `tideway lab up --kube` end to end (root, and the control plane `make kube` builds): the
 //! demo's traffic served through Tideway's Pods, which the real API server, controllers and
-//! scheduler placed and the lab's kubelets run; what a platform engineer checks with `kubectl`
-//! (the pinned release, etcd in `livez`, the controllers' leader Leases, slices written by the
-//! EndpointSlice controller); a node taken down turned NotReady by the controller-manager, seen
-//! in the API server's audit log; and every Tideway component authenticated as its chart
-//! ServiceAccount with a token bound to its Pod; a rolling restart of the agents that moves no
-//! address and fails no request ([`rollout`]); and a new node, its kernel empty, programmed
-//! only when the agent is given the API server's address (the `kubernetes` Service's ClusterIP
-//! is served by nothing there yet).
+//! scheduler placed and the lab's kubelets run; the lab's scenarios on that one lab
+//! ([`scenarios`]: the seed experiments, an agent killed, a node off the network, the API
+//! server down, the live mode switch, a bad ProxyConfig; why the partition is not yet here);
+//! what a platform engineer checks with `kubectl` (the pinned release, etcd in `livez`, the
+//! controllers' leader Leases, slices written by the EndpointSlice controller); every Tideway
+//! component authenticated as its chart ServiceAccount with a token bound to its Pod; a
+//! rolling restart of the agents that moves no address and fails no request ([`rollout`]);
+//! and a new node, its kernel empty, programmed only when the agent is given the API server's
+//! address (the `kubernetes` Service's ClusterIP is served by nothing there yet).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -23,6 +24,8 @@ mod helm;
 mod lab_support;
 #[path = "lab_kube/rollout.rs"]
 mod rollout;
+#[path = "lab_kube/scenarios.rs"]
+mod scenarios;
 
 use lab_support::*;
 
@@ -93,18 +96,12 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
         .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
         wait_serving_within(&lab, "mypc", &lb, 1, patience(180.0));
     }
-    let cip = lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc3").unwrap()["clusterIP"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let dig = eventually(patience(60.0), || {
-        let out = lab.exec("webpod1", &["dig", "+search", "+short", "+time=2", "+tries=1", "svc3"]);
-        let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if got == cip { Ok(got) } else { Err(format!("dig svc3 from webpod1: {got:?}, want {cip}")) }
-    });
-    dig.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    scenarios::the_seed_experiments(&lab);
     tideway_runs_from_its_image_with_the_charts_security_context(&lab);
     rollout::a_rolling_restart_of_the_agents_moves_no_address(&lab);
+    scenarios::an_agent_killed_on_a_ready_node_is_restarted_by_its_kubelet(&lab);
+    scenarios::a_live_mode_switch_with_kubectl_keeps_an_open_connection(&lab);
+    scenarios::a_bad_proxy_config_is_refused_and_nothing_programmed_is_lost(&lab);
     a_pool_the_conversion_refuses_says_why(&lab);
 
     // What kubectl says of the control plane.
@@ -189,27 +186,10 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     .unwrap();
     assert!(kubectl(&lab, &["get", "service", "svc1"]).is_ok(), "svc1 kept");
 
-    // A node down: the controller-manager marks it NotReady (Unknown), as the audit log shows.
-    let node = "myk8s-worker3";
-    ok(tideway(&["lab", "node", node, "down", "--name", &lab.name]), "lab node down");
-    eventually(patience(120.0), || {
-        let n = kubectl_json(&lab, &["get", "node", node]);
-        let ready = n["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready");
-        let ready = ready.cloned().unwrap_or_default();
-        if ready["status"] == "Unknown" { Ok(()) } else { Err(format!("{node} Ready is {ready}")) }
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
-    let marked = audit(&lab).into_iter().find(|e| {
-        e["objectRef"]["resource"] == "nodes"
-            && e["objectRef"]["subresource"] == "status"
-            && e["objectRef"]["name"] == node
-            && matches!(e["verb"].as_str(), Some("update" | "patch"))
-            && e["user"]["username"]
-                .as_str()
-                .is_some_and(|u| u.contains("node-controller") || u == "system:kube-controller-manager")
-            && e["responseStatus"]["code"] == 200
-    });
-    assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
+    // The faults: a node off the network (NotReady after the grace period, by the
+    // controller-manager), the API server down.
+    scenarios::a_node_off_the_network_loses_its_address_then_turns_not_ready(&lab);
+    scenarios::the_api_server_down_fences_nobody(&lab);
     the_agents_and_the_operator_move_to_their_rotated_tokens(&lab, &accounts);
 }
 
@@ -340,7 +320,6 @@ fn image_archive() -> PathBuf {
     path
 }
 
-/// A container's output, where the lab's kubelet keeps it (it serves no `kubectl logs`).
 /// A LoadBalancerPool the server stores and the components refuse (`api/tests/refused.yaml`'s
 /// `address-range-reversed`: no CEL function orders two addresses): its `Valid` condition says
 /// why, naming the field; deleted, it is forgotten.
@@ -363,6 +342,7 @@ fn a_pool_the_conversion_refuses_says_why(lab: &TestLab) {
     kubectl(lab, &["delete", "loadbalancerpool", "address-range-reversed"]).unwrap();
 }
 
+/// A container's output, where the lab's kubelet keeps it (it serves no `kubectl logs`).
 fn container_log(lab: &TestLab, pod: &Value, container: &str) -> String {
     let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
     let (node, name) = (pod["spec"]["nodeName"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());

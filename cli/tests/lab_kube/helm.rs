@@ -239,6 +239,14 @@ fn liveness_log(lab: &TestLab) -> String {
             }
         }
     }
+    // The operator says why each address moved in an Event of its Service (a leader whose Pod
+    // is gone left no log here).
+    let events =
+        kubectl_json(lab, &["get", "events", "-A", "--field-selector", "involvedObject.kind=Service"]);
+    for e in events["items"].as_array().into_iter().flatten() {
+        let (object, reason) = (&e["involvedObject"]["name"], &e["reason"]);
+        out += &format!("event {object} {reason} at {}: {}\n", e["lastTimestamp"], e["message"]);
+    }
     out
 }
 

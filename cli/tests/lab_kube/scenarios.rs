@@ -1,0 +1,354 @@
+//! The lab's scenarios on the real control plane, in the kube demo's one lab: the seed
+//! experiments; a fault of each kind but one (an agent SIGKILLed on a Ready node, which its
+//! kubelet restarts; a node off the network; the API server refusing every node); the live
+//! mode switch made with `kubectl`; and a bad ProxyConfig, which the API server refuses while
+//! nothing programmed is lost.
+//!
+//! The partition stays file-mode (`lab.rs`) for now, because on the real server it fails: a
+//! partitioned agent whose connections to the API server go silent (packets dropped, not
+//! refused) never learns that the server is gone (no request fails; its watches hang), so it
+//! does not fence itself and keeps answering ARP beside the node the address moved to. The
+//! file-fed lab tells its agents of a cut-off at once, which hid it.
+//!
+//! A node a fault takes off is never the control plane's (the API server runs in its
+//! namespace) nor the operator leader's (a leader cut off cannot move anything): the test picks
+//! an announcing node that is neither ([`fault_target`]).
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::{kubectl, kubectl_json};
+use crate::lab_support::*;
+
+/// The control-plane node (the API server's namespace).
+const CONTROL_PLANE: &str = "myk8s-control-plane";
+
+/// Node `node`'s row of `lab status`.
+fn node_row(lab: &TestLab, node: &str) -> Value {
+    let s = lab.status();
+    let row = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).cloned();
+    row.unwrap_or_else(|| panic!("no node {node}: {s}"))
+}
+
+fn service(lab: &TestLab, name: &str) -> Value {
+    let s = lab.status();
+    s["services"].as_array().unwrap().iter().find(|x| x["name"] == name).cloned().unwrap()
+}
+
+/// The demo's seed experiments, as the file-fed lab's test runs them.
+pub(crate) fn the_seed_experiments(lab: &TestLab) {
+    let lb = lab.lb_ip("svc1");
+    wait_serving_within(lab, "mypc", &lb, 2, patience(60.0));
+    // 100 curls from the outside client split across both pods.
+    let seen = split(lab, "mypc", &lb, 100);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (pod, n) in &seen {
+        assert!((30..=70).contains(n), "{pod} served {n} of 100: {seen:?}");
+    }
+    // From a pod: the Service by name through the search path, and a ClusterIP.
+    let by_name = lab.curl("webpod1", "http://svc2").expect("svc2 by name from a pod");
+    assert!(by_name.starts_with("webpod"), "{by_name}");
+    let cip = service(lab, "svc3")["clusterIP"].as_str().unwrap().to_string();
+    lab.curl("webpod2", &cip).expect("a ClusterIP from a pod");
+    let dig = eventually(patience(60.0), || {
+        let out = lab.exec("webpod1", &["dig", "+search", "+short", "+time=2", "+tries=1", "svc3"]);
+        let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if got == cip { Ok(got) } else { Err(format!("dig svc3 from webpod1: {got:?}, want {cip}")) }
+    });
+    dig.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    // A NodePort the API server allocated, from the outside client and on a node's 127.0.0.1
+    // (iptables mode, as kube-proxy's with nodePortAddresses unset).
+    let ports = service(lab, "svc1")["ports"][0].as_str().unwrap().to_string();
+    let np = ports.split(['/', ':']).nth(1).unwrap().to_string();
+    let ip = node_row(lab, "myk8s-worker3")["ip"].as_str().unwrap().to_string();
+    lab.curl("mypc", &format!("{ip}:{np}")).expect("NodePort on myk8s-worker3");
+    lab.curl("myk8s-worker3", &format!("127.0.0.1:{np}")).expect("NodePort on 127.0.0.1 of myk8s-worker3");
+    // ARP for the address resolves to the announcing node's MAC.
+    let announcer = lab.announcer("svc1").expect("an announcer");
+    let neigh = lab.neighbour("mypc", &lb);
+    assert!(neigh.contains(&lab.mac_of(&announcer)), "{neigh} is not {announcer}'s MAC");
+}
+
+/// The node the operator's leader runs on (its Lease's holder is its Pod).
+fn leader_node(lab: &TestLab) -> String {
+    let lease = kubectl_json(lab, &["-n", "tideway-system", "get", "lease", "tideway-operator"]);
+    let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_else(|| panic!("no leader: {lease}"));
+    let pod = kubectl_json(lab, &["-n", "tideway-system", "get", "pod", holder]);
+    pod["spec"]["nodeName"].as_str().unwrap().to_string()
+}
+
+/// A LoadBalancer Service of the demo announced by a node that is neither the control plane's
+/// nor the operator leader's: (its address, the node).
+pub(crate) fn fault_target(lab: &TestLab) -> (String, String) {
+    let leader = leader_node(lab);
+    let found = eventually(patience(30.0), || {
+        let s = lab.status();
+        let lbs = s["services"].as_array().unwrap().iter().filter(|x| x["type"] == "LoadBalancer");
+        let mut candidates =
+            lbs.filter_map(|x| Some((x["externalIPs"][0].as_str()?, x["announcer"].as_str()?)));
+        let found = candidates.find(|(_, node)| *node != CONTROL_PLANE && *node != leader);
+        let found = found.map(|(ip, node)| (ip.to_string(), node.to_string()));
+        found.ok_or_else(|| {
+            format!("no address announced off {CONTROL_PLANE} and {leader}: {}", s["services"])
+        })
+    });
+    found.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()))
+}
+
+/// Which Service `lb` belongs to.
+fn service_of(lab: &TestLab, lb: &str) -> String {
+    let s = lab.status();
+    let svc = s["services"].as_array().unwrap().iter().find(|x| x["externalIPs"][0] == lb).cloned();
+    svc.and_then(|x| x["name"].as_str().map(str::to_string)).unwrap_or_else(|| panic!("no Service has {lb}"))
+}
+
+/// Waits until `mypc`'s neighbour entry for `lb` names a node other than `old` that serves
+/// it, and the lab shows that node as the announcer; the new node.
+fn moved_off(lab: &TestLab, lb: &str, old: &str) -> String {
+    let svc = service_of(lab, lb);
+    let old_mac = lab.mac_of(old);
+    let new = eventually(patience(15.0), || {
+        let n = lab.neighbour("mypc", lb);
+        let new = lab.announcer(&svc).ok_or("no announcer")?;
+        if new != old && !n.contains(&old_mac) && n.contains(&lab.mac_of(&new)) {
+            Ok(new)
+        } else {
+            Err(format!("{svc} announced by {new}, mypc's entry {n}"))
+        }
+    });
+    let new = new.unwrap_or_else(|e| panic!("the address did not move off {old}: {e}\n{}", lab.diagnose()));
+    eventually(patience(10.0), || lab.curl("mypc", lb)).expect("served through the new announcer");
+    new
+}
+
+/// The agent Pod's container status on `node`.
+fn agent_container(lab: &TestLab, node: &str) -> Value {
+    let pods = kubectl_json(lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/component=agent"]);
+    let pod = pods["items"].as_array().unwrap().iter().find(|p| p["spec"]["nodeName"] == node).cloned();
+    let pod = pod.unwrap_or_else(|| panic!("no agent Pod on {node}"));
+    pod["status"]["containerStatuses"][0].clone()
+}
+
+/// `lab kill agent` SIGKILLs the announcing agent's container: its kubelet restarts it (exit
+/// 137 recorded, the restart counted), the Node stays Ready, the restarted agent syncs and
+/// the address is served, by it or by the node it moved to meanwhile. `lab start agent` is
+/// the file-fed lab's: here it is refused, saying why.
+pub(crate) fn an_agent_killed_on_a_ready_node_is_restarted_by_its_kubelet(lab: &TestLab) {
+    let (lb, node) = fault_target(lab);
+    let before = agent_container(lab, &node)["restartCount"].as_i64().unwrap();
+    let killed_at = k8s_now();
+    ok(tideway(&["lab", "kill", "agent", &node, "--name", &lab.name]), "lab kill agent");
+    let restarted = eventually(patience(60.0), || {
+        let c = agent_container(lab, &node);
+        if c["restartCount"].as_i64() > Some(before) && c["ready"] == true {
+            Ok(c)
+        } else {
+            Err(c.to_string())
+        }
+    });
+    let restarted = restarted.unwrap_or_else(|e| panic!("not restarted: {e}\n{}", lab.diagnose()));
+    assert_eq!(restarted["lastState"]["terminated"]["exitCode"], 137, "{restarted}");
+    assert_eq!(node_row(lab, &node)["ready"], true, "the Node stays Ready");
+    eventually(patience(30.0), || {
+        let row = node_row(lab, &node);
+        let since = row["lastSync"].as_str().unwrap_or_default() >= killed_at.as_str();
+        if row["synced"] == true && since { Ok(()) } else { Err(row.to_string()) }
+    })
+    .unwrap_or_else(|e| panic!("the restarted agent did not sync: {e}"));
+    eventually(patience(15.0), || lab.curl("mypc", &lb)).expect("served after the restart");
+    let start = tideway(&["lab", "start", "agent", &node, "--name", &lab.name]);
+    assert!(!start.status.success(), "lab start agent in a kube lab");
+    assert!(String::from_utf8_lossy(&start.stderr).contains("kubelet restarts"), "{start:?}");
+}
+
+/// Now as the API server writes times (second precision, UTC).
+fn k8s_now() -> String {
+    let out = Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The node off the network, its Node Ready for the grace period: the agents' gossip moves its
+/// address; then the controller-manager turns it NotReady (Unknown), as the audit log shows.
+/// It comes back. The node: its name.
+pub(crate) fn a_node_off_the_network_loses_its_address_then_turns_not_ready(lab: &TestLab) -> String {
+    let (lb, node) = fault_target(lab);
+    ok(tideway(&["lab", "node", &node, "down", "--name", &lab.name]), "lab node down");
+    let downed = Instant::now();
+    moved_off(lab, &lb, &node);
+    // The grace period is 50 s: Ready is asserted only well within it.
+    if downed.elapsed() < std::time::Duration::from_secs(40) {
+        assert_eq!(node_row(lab, &node)["ready"], true, "Ready until the grace period runs out");
+    }
+    eventually(patience(120.0), || {
+        let ready = node_row(lab, &node)["readyCondition"].clone();
+        if ready == "Unknown" { Ok(()) } else { Err(format!("{node} Ready is {ready}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    let marked = super::audit(lab).into_iter().find(|e| {
+        e["objectRef"]["resource"] == "nodes"
+            && e["objectRef"]["subresource"] == "status"
+            && e["objectRef"]["name"] == node.as_str()
+            && matches!(e["verb"].as_str(), Some("update" | "patch"))
+            && e["user"]["username"]
+                .as_str()
+                .is_some_and(|u| u.contains("node-controller") || u == "system:kube-controller-manager")
+            && e["responseStatus"]["code"] == 200
+    });
+    assert!(marked.is_some(), "no status write of {node} by the controller-manager in the audit log");
+    ok(tideway(&["lab", "node", &node, "up", "--name", &lab.name]), "lab node up");
+    eventually(patience(60.0), || {
+        let row = node_row(lab, &node);
+        if row["ready"] == true && row["synced"] == true { Ok(()) } else { Err(row.to_string()) }
+    })
+    .unwrap_or_else(|e| panic!("{node} did not come back: {e}\n{}", lab.diagnose()));
+    node
+}
+
+/// Whether node `node`'s agent says it is fenced (its metrics, on the node's 127.0.0.1, over
+/// the HTTPS the chart turns on; `/metrics` needs no token).
+fn fenced(lab: &TestLab, node: &str) -> Result<bool, String> {
+    let out = lab.exec(node, &["curl", "-sk", "--max-time", "2", "https://127.0.0.1:10249/metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text.lines().find(|l| l.starts_with("tideway_agent_fenced "));
+    match line.and_then(|l| l.split_whitespace().nth(1)) {
+        Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        _ => Err(format!("no tideway_agent_fenced from {node}'s agent: {:?}", out.status)),
+    }
+}
+
+/// `lab api down`: the API server refuses every node (a pod's and a node's connection alike)
+/// while its loopback still serves `kubectl` on the host; nobody fences itself and traffic is
+/// served. `lab api up` undoes it.
+pub(crate) fn the_api_server_down_fences_nobody(lab: &TestLab) {
+    let lb = lab.lb_ip("svc1");
+    let api = |from: &str| {
+        let cp = node_row(lab, CONTROL_PLANE)["ip"].as_str().unwrap().to_string();
+        let url = format!("https://{cp}:6443/livez");
+        // Any HTTP answer (401 without credentials) is a connection made.
+        let out = lab
+            .exec(from, &["curl", "-sk", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}", &url]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_ne!(api("myk8s-worker2"), "000", "a node reaches the API server");
+    ok(tideway(&["lab", "api", "down", "--name", &lab.name]), "lab api down");
+    assert_eq!(lab.status()["api"], "down");
+    for from in ["myk8s-worker2", CONTROL_PLANE, "webpod1"] {
+        assert_eq!(api(from), "000", "{from} still reaches the API server");
+    }
+    kubectl(lab, &["get", "--raw", "/livez"]).expect("the host's way in, through the loopback");
+    std::thread::sleep(patience(2.0));
+    for node in ["myk8s-control-plane", "myk8s-worker", "myk8s-worker2", "myk8s-worker3"] {
+        assert_eq!(fenced(lab, node), Ok(false), "{node} fenced itself with only the API down");
+    }
+    lab.curl("mypc", &lb).expect("served while the API server is down");
+    ok(tideway(&["lab", "api", "up", "--name", &lab.name]), "lab api up");
+    assert_eq!(lab.status()["api"], "up");
+    assert_ne!(api("myk8s-worker2"), "000", "the API server is back");
+}
+
+/// One connection held open from `from` to port 80 of `ip`.
+struct Conn {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+/// Relays stdin lines over one TCP connection to port 80 and prints each answer.
+const PY_CLIENT: &str = "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=5)\nf=s.makefile('rw')\nfor l in sys.stdin:\n  f.write(l);f.flush();print(f.readline().strip() or 'closed',flush=True)\n";
+
+impl Conn {
+    fn open(lab: &TestLab, from: &str, ip: &str) -> Conn {
+        let mut child = Command::new(BIN)
+            .args(["lab", "exec", "--name", &lab.name, from, "--", "python3", "-u", "-c", PY_CLIENT, ip])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("client");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Conn { child, out }
+    }
+
+    fn ask(&mut self) -> String {
+        writeln!(self.child.stdin.as_mut().unwrap(), "hello").unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Tideway's iptables lines (kubelet's `KUBE-FIREWALL` aside) and whether its nftables table
+/// is there, on `node`.
+fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
+    let saved = String::from_utf8_lossy(&lab.exec(node, &["iptables-save"]).stdout).into_owned();
+    let ipt = saved.lines().filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL")).count();
+    let nft = String::from_utf8_lossy(&lab.exec(node, &["nft", "list", "tables"]).stdout).contains("tideway");
+    (ipt, nft)
+}
+
+/// `kubectl patch proxyconfig default` to nftables and back to iptables: every node switches,
+/// leaves nothing of the old mode, and a connection opened before keeps being answered.
+pub(crate) fn a_live_mode_switch_with_kubectl_keeps_an_open_connection(lab: &TestLab) {
+    let lb = lab.lb_ip("svc1");
+    let node = lab.announcer("svc1").unwrap();
+    let mut conn = Conn::open(lab, "mypc", &lb);
+    let first = conn.ask();
+    assert!(first.starts_with("webpod"), "{first}");
+    for mode in ["nftables", "iptables"] {
+        let patch = format!(r#"{{"spec": {{"mode": "{mode}"}}}}"#);
+        kubectl(lab, &["patch", "proxyconfig", "default", "--type", "merge", "-p", &patch]).unwrap();
+        eventually(patience(30.0), || {
+            let s = lab.status();
+            let nodes = s["nodes"].as_array().unwrap();
+            let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
+            if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+        eventually(patience(15.0), || {
+            let (ipt, nft) = leftovers(lab, &node);
+            match mode {
+                "nftables" if ipt == 0 && nft => Ok(()),
+                "iptables" if ipt > 0 && !nft => Ok(()),
+                _ => Err(format!("{mode}: {ipt} KUBE- iptables lines, tideway nft table: {nft}")),
+            }
+        })
+        .unwrap();
+        assert_eq!(conn.ask(), first, "the open connection survived the switch to {mode}");
+        lab.curl("mypc", &lb).expect("new connections too");
+    }
+}
+
+/// A bad ProxyConfig never reaches the nodes: the API server refuses an invalid mode on the
+/// live `default` and a new config whose sync period overflows, each message naming the field;
+/// every node keeps its mode and traffic is served.
+pub(crate) fn a_bad_proxy_config_is_refused_and_nothing_programmed_is_lost(lab: &TestLab) {
+    let modes = |lab: &TestLab| -> Vec<Value> {
+        lab.status()["nodes"].as_array().unwrap().iter().map(|n| n["mode"].clone()).collect()
+    };
+    let before = modes(lab);
+    let bad = kubectl(
+        lab,
+        &["patch", "proxyconfig", "default", "--type", "merge", "-p", r#"{"spec": {"mode": "ipvz"}}"#],
+    );
+    let err = bad.expect_err("an invalid mode is refused");
+    assert!(err.contains("spec.mode"), "{err}");
+    let file = std::env::temp_dir().join(format!("bad-proxyconfig-{}.yaml", std::process::id()));
+    let config = "apiVersion: tideway.io/v1alpha1\nkind: ProxyConfig\nmetadata: {name: sync-period-overflow}\n\
+                  spec: {syncPeriod: \"9999999999999999999999h\"}\n";
+    std::fs::write(&file, config).unwrap();
+    let err =
+        kubectl(lab, &["apply", "-f", file.to_str().unwrap()]).expect_err("an overflowing period is refused");
+    let _ = std::fs::remove_file(&file);
+    assert!(err.contains("spec.syncPeriod"), "{err}");
+    assert_eq!(kubectl_json(lab, &["get", "proxyconfig", "default"])["spec"]["mode"], "iptables");
+    assert_eq!(modes(lab), before);
+    lab.curl("mypc", &lab.lb_ip("svc1")).expect("served");
+}
