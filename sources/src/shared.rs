@@ -250,8 +250,13 @@ impl<S: Store> SharedCluster<S> {
     }
 
     /// Records that `key` is invalid (its last valid version stays in the state).
+    /// The consumer is woken when the refusal is new or says something new: its condition is
+    /// the consumer's to write, and no change to the state announces it.
     pub fn set_invalid(&self, key: ObjectKey, message: String) {
-        self.invalid().insert(key, message);
+        let before = self.invalid().insert(key, message.clone());
+        if before.as_ref() != Some(&message) {
+            self.changed.notify_one();
+        }
     }
 
     /// Records that `key` is valid again, or gone.
@@ -290,5 +295,18 @@ mod tests {
         cluster.set_api_reachable(true);
         cluster.mark_synced();
         assert!(cluster.waiting_for().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_new_refusal_wakes_the_consumer_and_the_same_one_again_does_not() {
+        let cluster = SharedCluster::new();
+        let soon = || tokio::time::timeout(std::time::Duration::from_millis(50), cluster.changed());
+        let key = ObjectKey::new("LoadBalancerPool", None, "reversed");
+        cluster.set_invalid(key.clone(), "spec.addresses[0]: reversed".into());
+        assert!(soon().await.is_ok(), "a new refusal wakes the consumer, which writes its condition");
+        cluster.set_invalid(key.clone(), "spec.addresses[0]: reversed".into());
+        assert!(soon().await.is_err(), "the same refusal again does not");
+        cluster.set_invalid(key, "spec.addresses[1]: reversed".into());
+        assert!(soon().await.is_ok(), "a refusal that says something new does");
     }
 }
