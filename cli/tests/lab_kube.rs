@@ -336,10 +336,41 @@ fn a_pool_the_conversion_refuses_says_why(lab: &TestLab) {
         let valid = conditions.into_iter().find(|c| c["type"] == "Valid" && c["status"] == "False");
         valid.ok_or_else(|| format!("no Valid=False yet: {p}"))
     })
-    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", lab.diagnose(), operator_logs(lab)));
     assert_eq!(valid["reason"], "InvalidSpec", "{valid}");
     assert!(valid["message"].as_str().unwrap_or_default().contains("spec.addresses[0]"), "{valid}");
     kubectl(lab, &["delete", "loadbalancerpool", "address-range-reversed"]).unwrap();
+}
+
+/// The last lines of the operators' logs, warnings and leadership first.
+fn operator_logs(lab: &TestLab) -> String {
+    let pods = kubectl_json(
+        lab,
+        &["-n", "tideway-system", "get", "pods", "-l", "app.kubernetes.io/component=operator"],
+    );
+    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap());
+    let mut out = String::new();
+    for pod in pods["items"].as_array().into_iter().flatten() {
+        let (node, name) =
+            (pod["spec"]["nodeName"].as_str().unwrap_or(""), pod["metadata"]["name"].as_str().unwrap_or(""));
+        let log = dir.join(format!("nodes/{node}/pods/tideway-system_{name}/containers/operator.log"));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> =
+            text.lines().filter(|l| !l.contains("DEBUG") && !l.contains("TRACE")).collect();
+        let notable =
+            lines.iter().filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("leader"));
+        let notable: Vec<&&str> = notable.collect();
+        out += &format!(
+            "{name} notable:\n{}\n",
+            notable[notable.len().saturating_sub(30)..]
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        out += &format!("{name} last:\n{}\n", lines[lines.len().saturating_sub(30)..].join("\n"));
+    }
+    out
 }
 
 /// A container's output, where the lab's kubelet keeps it (it serves no `kubectl logs`).
