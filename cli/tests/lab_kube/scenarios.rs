@@ -15,8 +15,7 @@
 //! A node a fault takes off is never the control plane's (the API server runs in its
 //! namespace) nor the operator leader's (a leader cut off cannot move anything): the test picks
 //! an announcing node that is neither ([`fault_target`]).
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -251,51 +250,6 @@ pub(crate) fn the_api_server_down_fences_nobody(lab: &TestLab) {
     ok(tideway(&["lab", "api", "up", "--name", &lab.name]), "lab api up");
     assert_eq!(lab.status()["api"], "up");
     assert_ne!(api("myk8s-worker2"), "000", "the API server is back");
-}
-
-/// One connection held open from `from` to port 80 of `ip`.
-struct Conn {
-    child: std::process::Child,
-    out: BufReader<std::process::ChildStdout>,
-}
-
-/// Relays stdin lines over one TCP connection to port 80 and prints each answer.
-const PY_CLIENT: &str = "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=5)\nf=s.makefile('rw')\nfor l in sys.stdin:\n  f.write(l);f.flush();print(f.readline().strip() or 'closed',flush=True)\n";
-
-impl Conn {
-    fn open(lab: &TestLab, from: &str, ip: &str) -> Conn {
-        let mut child = Command::new(BIN)
-            .args(["lab", "exec", "--name", &lab.name, from, "--", "python3", "-u", "-c", PY_CLIENT, ip])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("client");
-        let out = BufReader::new(child.stdout.take().unwrap());
-        Conn { child, out }
-    }
-
-    fn ask(&mut self) -> String {
-        writeln!(self.child.stdin.as_mut().unwrap(), "hello").unwrap();
-        let mut line = String::new();
-        self.out.read_line(&mut line).unwrap();
-        line.trim().to_string()
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Tideway's iptables lines (kubelet's `KUBE-FIREWALL` aside) and whether its nftables table
-/// is there, on `node`.
-fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
-    let saved = String::from_utf8_lossy(&lab.exec(node, &["iptables-save"]).stdout).into_owned();
-    let ipt = saved.lines().filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL")).count();
-    let nft = String::from_utf8_lossy(&lab.exec(node, &["nft", "list", "tables"]).stdout).contains("tideway");
-    (ipt, nft)
 }
 
 /// `kubectl patch proxyconfig default` to nftables and back to iptables: every node switches,

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -252,4 +253,50 @@ pub(crate) fn curl_api(status: &Value) -> Command {
 pub(crate) fn api_url(status: &Value, label: &str, path: &str) -> String {
     let addr = status["apis"][label].as_str().unwrap_or_else(|| panic!("no API {label}: {status}"));
     tideway_lab::certs::url(label, addr, path)
+}
+
+/// A TCP connection to whoami's line protocol: one line out, its name back.
+pub(crate) struct Conn {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Conn {
+    pub(crate) fn open(lab: &TestLab, from: &str, ip: &str) -> Conn {
+        let mut child = Command::new(BIN)
+            .args(["lab", "exec", "--name", &lab.name, from, "--", "python3", "-u", "-c", PY_CLIENT, ip])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("client");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Conn { child, out }
+    }
+
+    pub(crate) fn ask(&mut self) -> String {
+        writeln!(self.child.stdin.as_mut().unwrap(), "hello").unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Relays stdin lines over one TCP connection to port 80 and prints each answer.
+const PY_CLIENT: &str = "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=5)\nf=s.makefile('rw')\nfor l in sys.stdin:\n  f.write(l);f.flush();print(f.readline().strip() or 'closed',flush=True)\n";
+
+/// Tideway's iptables lines and whether its nftables table is there. kubelet's `KUBE-FIREWALL`
+/// (the martian drop that iptables mode writes for localhost NodePorts) stays after a switch,
+/// as kube-proxy leaves it: it guards `route_localnet`, which stays on too.
+pub(crate) fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
+    let saved = String::from_utf8_lossy(&lab.exec(node, &["iptables-save"]).stdout).into_owned();
+    let ipt = saved.lines().filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL")).count();
+    let nft = String::from_utf8_lossy(&lab.exec(node, &["nft", "list", "tables"]).stdout).contains("tideway");
+    (ipt, nft)
 }
