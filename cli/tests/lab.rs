@@ -355,22 +355,7 @@ fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
         } else {
             lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
         }
-        eventually(patience(10.0), || {
-            let s = lab.status();
-            let nodes = s["nodes"].as_array().unwrap();
-            let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
-            if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
-        })
-        .unwrap();
-        eventually(patience(15.0), || {
-            let (ipt, nft) = leftovers(&lab, &node);
-            match mode {
-                "nftables" if ipt == 0 && nft => Ok(()),
-                "iptables" if ipt > 0 && !nft => Ok(()),
-                _ => Err(format!("{mode}: {ipt} KUBE- iptables lines, tideway nft table: {nft}")),
-            }
-        })
-        .unwrap();
+        wait_switched(&lab, &node, mode);
         assert_eq!(conn.ask(), first, "the open connection survived the switch to {mode}");
         lab.curl("mypc", &lb).expect("new connections too");
     }

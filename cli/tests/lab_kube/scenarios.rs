@@ -263,22 +263,7 @@ pub(crate) fn a_live_mode_switch_with_kubectl_keeps_an_open_connection(lab: &Tes
     for mode in ["nftables", "iptables"] {
         let patch = format!(r#"{{"spec": {{"mode": "{mode}"}}}}"#);
         kubectl(lab, &["patch", "proxyconfig", "default", "--type", "merge", "-p", &patch]).unwrap();
-        eventually(patience(30.0), || {
-            let s = lab.status();
-            let nodes = s["nodes"].as_array().unwrap();
-            let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
-            if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
-        eventually(patience(15.0), || {
-            let (ipt, nft) = leftovers(lab, &node);
-            match mode {
-                "nftables" if ipt == 0 && nft => Ok(()),
-                "iptables" if ipt > 0 && !nft => Ok(()),
-                _ => Err(format!("{mode}: {ipt} KUBE- iptables lines, tideway nft table: {nft}")),
-            }
-        })
-        .unwrap();
+        wait_switched(lab, &node, mode);
         assert_eq!(conn.ask(), first, "the open connection survived the switch to {mode}");
         lab.curl("mypc", &lb).expect("new connections too");
     }

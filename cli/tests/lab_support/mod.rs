@@ -300,3 +300,24 @@ pub(crate) fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
     let nft = String::from_utf8_lossy(&lab.exec(node, &["nft", "list", "tables"]).stdout).contains("tideway");
     (ipt, nft)
 }
+
+/// Waits until every node of the lab runs `mode` and has synced, and `node` keeps nothing of
+/// the other mode (the switch is done).
+pub(crate) fn wait_switched(lab: &TestLab, node: &str, mode: &str) {
+    eventually(patience(30.0), || {
+        let s = lab.status();
+        let nodes = s["nodes"].as_array().unwrap();
+        let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
+        if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    eventually(patience(15.0), || {
+        let (ipt, nft) = leftovers(lab, node);
+        match mode {
+            "nftables" if ipt == 0 && nft => Ok(()),
+            "iptables" if ipt > 0 && !nft => Ok(()),
+            _ => Err(format!("{mode}: {ipt} KUBE- iptables lines, tideway nft table: {nft}")),
+        }
+    })
+    .unwrap();
+}
