@@ -361,11 +361,6 @@ fn live_mode_switch_keeps_an_open_connection_and_leaves_nothing_behind() {
     }
 }
 
-/// Node `node`'s row of `lab status`.
-fn node_row(lab: &TestLab, node: &str) -> Value {
-    lab.status()["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).cloned().unwrap()
-}
-
 /// Kills `fault` on the node announcing `lb` and waits for `mypc`'s neighbour entry to point
 /// at another node that serves it; the old announcer and how long the move took. How fast is
 /// the benchmark's to measure (`make bench-lab`): a test on a loaded machine asserts only that
@@ -614,13 +609,7 @@ fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
         lab.apply(&DEMO.replace("mode: iptables", &format!("mode: {mode}")));
         // Every agent's first transactions in a mode load the kernel modules they use; in an
         // emulated VM that alone can take minutes (the VM script loads them before the tests).
-        eventually(patience(40.0), || {
-            let s = lab.status();
-            let nodes = s["nodes"].as_array().unwrap();
-            let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
-            if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+        wait_all_in_mode(&lab, mode, patience(40.0));
         eventually(patience(15.0), || lab.curl("mypc", &lb))
             .unwrap_or_else(|e| panic!("after the switch to {mode}: {e}"));
     }

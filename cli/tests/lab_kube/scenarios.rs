@@ -26,13 +26,6 @@ use crate::lab_support::*;
 /// The control-plane node (the API server's namespace).
 const CONTROL_PLANE: &str = "myk8s-control-plane";
 
-/// Node `node`'s row of `lab status`.
-fn node_row(lab: &TestLab, node: &str) -> Value {
-    let s = lab.status();
-    let row = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).cloned();
-    row.unwrap_or_else(|| panic!("no node {node}: {s}"))
-}
-
 fn service(lab: &TestLab, name: &str) -> Value {
     let s = lab.status();
     s["services"].as_array().unwrap().iter().find(|x| x["name"] == name).cloned().unwrap()

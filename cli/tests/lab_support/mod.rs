@@ -304,13 +304,7 @@ pub(crate) fn leftovers(lab: &TestLab, node: &str) -> (usize, bool) {
 /// Waits until every node of the lab runs `mode` and has synced, and `node` keeps nothing of
 /// the other mode (the switch is done).
 pub(crate) fn wait_switched(lab: &TestLab, node: &str, mode: &str) {
-    eventually(patience(30.0), || {
-        let s = lab.status();
-        let nodes = s["nodes"].as_array().unwrap();
-        let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
-        if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    wait_all_in_mode(lab, mode, patience(30.0));
     eventually(patience(15.0), || {
         let (ipt, nft) = leftovers(lab, node);
         match mode {
@@ -320,4 +314,22 @@ pub(crate) fn wait_switched(lab: &TestLab, node: &str, mode: &str) {
         }
     })
     .unwrap();
+}
+
+/// Waits up to `within` until every node of the lab runs `mode` and has synced.
+pub(crate) fn wait_all_in_mode(lab: &TestLab, mode: &str, within: Duration) {
+    eventually(within, || {
+        let s = lab.status();
+        let nodes = s["nodes"].as_array().unwrap();
+        let all = nodes.iter().all(|n| n["mode"] == mode && n["synced"] == true);
+        if all { Ok(()) } else { Err(format!("not all nodes in {mode}: {nodes:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+}
+
+/// Node `node`'s row of `lab status`.
+pub(crate) fn node_row(lab: &TestLab, node: &str) -> Value {
+    let s = lab.status();
+    let row = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node).cloned();
+    row.unwrap_or_else(|| panic!("no node {node}: {s}"))
 }
