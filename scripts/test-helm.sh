@@ -73,6 +73,11 @@ for own in "--set gossip.existingSecret=my-gossip"; do
   grep -q 'secretName: my-gossip' <<<"$r" || { echo "gossip.existingSecret is not mounted"; exit 1; }
   ! grep -q 'name: tideway-gossip' <<<"$r" || { echo "gossip.existingSecret still makes a Secret"; exit 1; }
 done
+r=$("$HELM" template tideway "$CHART" --namespace tideway-system "${API[@]}" --set gossip.timeScale=2.5)
+[ "$(grep -c -- '--gossip-time-scale=2.5' <<<"$r")" = 2 ] || { echo "gossip.timeScale is not on the agents and the operator"; exit 1; }
+if "$HELM" template tideway "$CHART" --namespace tideway-system "${API[@]}" --set gossip.timeScale=0.5 >/dev/null 2>&1; then
+  echo "a gossip.timeScale below 1 rendered"; exit 1
+fi
 for s in "${sets[@]}"; do
   args=("${API[@]}")
   [ "$s" = default ] || args+=(-f "$CHART/ci/$s-values.yaml")

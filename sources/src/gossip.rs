@@ -148,6 +148,21 @@ impl Gossip {
         Ok(())
     }
 
+    /// [`Gossip::receive`], a refusal counted and complained of.
+    fn take(
+        &mut self,
+        datagram: &[u8],
+        from: SocketAddr,
+        cluster: &SharedCluster,
+        refusals: &Refusals,
+        complaints: &mut admit::Complaints,
+    ) {
+        if let Err(why) = self.receive(datagram, cluster) {
+            refusals.add(why);
+            complaints.maybe_log(refusals, from, why);
+        }
+    }
+
     /// Sends what the protocol asked for, schedules its timers, folds in its news (of agents
     /// whose identity fits a Node of `cluster`).
     async fn drain(&mut self, socket: &UdpSocket, cluster: &SharedCluster) {
@@ -236,15 +251,16 @@ pub async fn run(
             tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
         tokio::select! {
             r = socket.recv_from(&mut buf) => match r {
-                Ok((n, from)) => {
-                    if let Err(why) = g.receive(&buf[..n], &cluster) {
-                        refusals.add(why);
-                        complaints.maybe_log(&refusals, from, why);
-                    }
-                }
+                Ok((n, from)) => g.take(&buf[..n], from, &cluster, &refusals, &mut complaints),
                 Err(e) => tracing::warn!(error = %e, "gossip receive"),
             },
             _ = sleep, if next.is_some() => {
+                // What arrived meanwhile first: after a stall, a suspect's refutation waiting
+                // here must count before the suspicion's timer declares it down.
+                for _ in 0..WAITING {
+                    let Ok((n, from)) = socket.try_recv_from(&mut buf) else { break };
+                    g.take(&buf[..n], from, &cluster, &refusals, &mut complaints);
+                }
                 while let Some(entry) = g.timers.first_entry() {
                     if entry.key().0 > Instant::now() {
                         break;
@@ -268,6 +284,9 @@ pub async fn run(
         });
     }
 }
+
+/// The most datagrams read before the expired timers run (a flood does not hold them off).
+const WAITING: usize = 256;
 
 /// A `--gossip-time-scale` that is not a number from 1 to 100.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -304,11 +323,26 @@ pub struct Join<'a> {
 
 /// Joins the gossip as `join` says; what it learns goes to the returned receiver. A port that
 /// cannot be bound is an error: the caller decides whether to run without liveness.
+///
+/// The member runs on a thread of its own (a single-threaded runtime): whatever else the
+/// process does (a large sync, kernel work, a burst of logging) never delays its answers past
+/// the suspicion, where a stalled but living member would be declared down and its addresses
+/// moved. Only the machine's own starvation can; `--gossip-time-scale` is for that.
 pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<watch::Receiver<Members>> {
-    let socket = UdpSocket::bind(join.bind).await?;
+    let socket = std::net::UdpSocket::bind(join.bind)?;
+    socket.set_nonblocking(true)?;
     let me = Member::new(SocketAddr::new(join.advertise, join.bind.port()), join.node, join.role);
     let (tx, rx) = watch::channel(Members::default());
-    tokio::spawn(run(me, socket, join.timings, cluster, tx, join.keys, join.refusals));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (timings, keys, refusals) = (join.timings, join.keys, join.refusals);
+    std::thread::Builder::new().name("gossip".into()).spawn(move || {
+        runtime.block_on(async move {
+            match UdpSocket::from_std(socket) {
+                Ok(socket) => run(me, socket, timings, cluster, tx, keys, refusals).await,
+                Err(e) => tracing::error!(error = %e, "gossip socket"),
+            }
+        })
+    })?;
     Ok(rx)
 }
 

@@ -242,3 +242,41 @@ async fn an_agent_knowing_only_its_own_node_hears_the_others() {
     assert_eq!(refusals.all(), Default::default(), "node-b refused datagrams");
     assert_eq!(b_view.borrow().active, [b.0.to_string()].into(), "node-b counts only Nodes it knows");
 }
+
+/// A process whose runtime is busy for longer than the suspicion (its workers held by other
+/// work) is not declared down: its member answers from a thread of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_answers_while_its_process_is_busy() {
+    let cluster = cluster();
+    let port = free_port();
+    let view = start(join(OPERATOR, port, "op-0", Role::Operator, Arc::default()), cluster.clone())
+        .await
+        .expect("binds");
+    let (a, b) = (NODES[0], NODES[1]);
+    start(join(a.1, port, a.0, Role::Agent, Arc::default()), cluster.clone()).await.expect("binds");
+    let busy = TIMINGS.worst_detection() * 4;
+    let (go, told) = tokio::sync::oneshot::channel::<()>();
+    let c = cluster.clone();
+    let process = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let member = start(join(b.1, port, b.0, Role::Agent, Arc::default()), c).await.expect("binds");
+            let _ = told.await;
+            // The process's only worker, busy: nothing else on this runtime runs meanwhile.
+            std::thread::sleep(busy);
+            drop(member);
+        })
+    });
+    let both: BTreeSet<String> = [a.0, b.0].map(String::from).into();
+    let v = view.clone();
+    eventually("the operator sees both agents", move || (v.borrow().active == both).then_some(())).await;
+    go.send(()).expect("the process waits");
+    let mut downs = BTreeSet::new();
+    let polls = (busy + TIMINGS.worst_detection()).as_millis() / 10;
+    for _ in 0..polls {
+        downs.extend(view.borrow().down.iter().cloned());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    process.join().expect("the busy process ends");
+    assert!(downs.is_empty(), "declared down while its process was busy: {downs:?}");
+}

@@ -126,6 +126,9 @@ podAntiAffinity:
 {{/* The gossip key file, mounted read-only at /etc/tideway/gossip (volume + mount + flag). */}}
 {{- define "tideway.gossipArgs" -}}
 - --gossip-key-file=/etc/tideway/gossip/keys
+{{- if ne (toString .Values.gossip.timeScale) "1" }}
+- --gossip-time-scale={{ .Values.gossip.timeScale }}
+{{- end }}
 {{- end -}}
 {{- define "tideway.gossipMount" -}}
 - {name: gossip-key, mountPath: /etc/tideway/gossip, readOnly: true}
