@@ -22,6 +22,9 @@ pub async fn watch(cluster: SharedCluster, members: watch::Receiver<Members>, fe
         tick.tick().await;
         let reached = members.borrow().active.len();
         let nodes = cluster.lock().nodes().count();
+        // A minority may be a partition, where the API server's silence would go unnoticed
+        // for minutes (a watch's connection hangs): the source asks it while in doubt.
+        cluster.doubt_api(reached * 2 <= nodes);
         let api = cluster.api_reachable();
         let fenced = fencing(reached, nodes, api) == Fencing::Fenced;
         if fence.swap(fenced, Ordering::Relaxed) != fenced {

@@ -78,6 +78,7 @@ pub struct SharedCluster<S = ClusterState> {
     synced: watch::Sender<bool>,
     invalid: Arc<Mutex<InvalidObjects>>,
     api_reachable: watch::Sender<bool>,
+    api_doubted: watch::Sender<bool>,
     unlisted: Arc<Mutex<Vec<String>>>,
     /// Supervised tasks that panicked and have not recovered yet: task -> what happened.
     faults: Arc<Mutex<BTreeMap<String, String>>>,
@@ -93,6 +94,7 @@ impl<S> Clone for SharedCluster<S> {
             synced: self.synced.clone(),
             invalid: Arc::clone(&self.invalid),
             api_reachable: self.api_reachable.clone(),
+            api_doubted: self.api_doubted.clone(),
             unlisted: Arc::clone(&self.unlisted),
             faults: Arc::clone(&self.faults),
             unanswered: Arc::clone(&self.unanswered),
@@ -109,6 +111,7 @@ impl<S: Store> Default for SharedCluster<S> {
             synced: watch::channel(false).0,
             invalid: Arc::default(),
             api_reachable: watch::channel(true).0,
+            api_doubted: watch::channel(false).0,
             unlisted: Arc::default(),
             faults: Arc::default(),
             unanswered: Arc::default(),
@@ -233,6 +236,19 @@ impl<S: Store> SharedCluster<S> {
     /// Whether the source reached the API server at its last attempt.
     pub fn api_reachable(&self) -> bool {
         *self.api_reachable.borrow()
+    }
+
+    /// Records whether the consumer doubts that the API server still answers though nothing
+    /// failed (an agent whose gossip reaches a minority: a partition, where a watch's
+    /// connection hangs silently rather than failing). While in doubt a Kubernetes source asks
+    /// the API server, and one that does not answer counts as unreachable.
+    pub fn doubt_api(&self, doubt: bool) {
+        self.api_doubted.send_if_modified(|d| std::mem::replace(d, doubt) != doubt);
+    }
+
+    /// [`SharedCluster::doubt_api`], watched.
+    pub fn watch_api_doubted(&self) -> watch::Receiver<bool> {
+        self.api_doubted.subscribe()
     }
 
     fn invalid(&self) -> MutexGuard<'_, InvalidObjects> {

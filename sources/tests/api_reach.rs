@@ -1,6 +1,7 @@
 //! Whether the Kubernetes source reaches the API server, as self-fencing reads it
 //! (`SharedCluster::api_reachable`): through the real `kube::Client` against a stand-in API
-//! server that goes through an outage (every request answered 503, watches closed at once),
+//! server that goes through an outage (every request answered 503, watches closed at once) or
+//! falls silent (requests hang, as behind a partition),
 //! which the real server does not do on cue. The writes' side (a 5xx, refused connections, an
 //! RBAC denial) and a killed API server are tested against the real one, in
 //! `lab/tests/api_faults.rs`.
@@ -51,5 +52,29 @@ async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds
     })
     .await;
     assert!(cluster.api_reachable());
+    task.abort();
+}
+
+/// Behind a partition the watches' connections hang without failing, and nothing says the API
+/// server is gone. Only a consumer's doubt (an agent whose gossip reaches a minority) has the
+/// source ask it: unanswered, it counts as unreachable; answering again, reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_api_server_counts_as_unreachable_once_doubted() {
+    let api = FakeApi::start().await;
+    api.preload([json!({"kind": "Node", "metadata": {"name": "node-a"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})]);
+    let cluster = SharedCluster::new();
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
+    let source = KubeSource::new(kube_client(&api, "silent").await, role, SourceMetrics::default());
+    let task = tokio::spawn(source.run(cluster.clone()));
+    eventually("synced", || cluster.is_synced().then_some(())).await;
+
+    api.hang(Account::Agent.token());
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(cluster.api_reachable(), "nothing failed and nobody doubted: nothing was asked");
+    cluster.doubt_api(true);
+    eventually("unreachable once doubted", || (!cluster.api_reachable()).then_some(())).await;
+    api.release(Account::Agent.token());
+    eventually("reachable once it answers", || cluster.api_reachable().then_some(())).await;
     task.abort();
 }

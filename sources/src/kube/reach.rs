@@ -2,7 +2,10 @@
 //! Every watch, list and write of the source says so as it ends (`watch_kind`,
 //! `KubeNodeStateSink::reporting_to`); but a watch re-established after an outage says nothing
 //! until an object changes, so while the API server counts as unreachable the source asks it
-//! for its version every second, and the first answer makes it reachable again.
+//! for its version every second, and the first answer makes it reachable again. The opposite
+//! silence, a partition where the watches' connections hang without failing, is found the
+//! same way while the consumer doubts the server ([`SharedCluster::doubt_api`]): unanswered
+//! within two seconds, it counts as unreachable.
 
 use std::time::Duration;
 
@@ -11,16 +14,23 @@ use kube::Client;
 use super::errors::classify_request;
 use crate::shared::{SharedCluster, Store};
 
-/// How often an unreachable API server is asked.
+/// How often an unreachable (or doubted) API server is asked.
 const EVERY: Duration = Duration::from_secs(1);
 /// How long an answer may take.
 const PATIENCE: Duration = Duration::from_secs(2);
 
-/// Runs until dropped: while `cluster` says the API server is unreachable, asks it.
+/// Runs until dropped: while `cluster` says the API server is unreachable, or its consumer
+/// doubts it answers ([`SharedCluster::doubt_api`]), asks it; an answer makes it reachable, a
+/// doubted server's silence unreachable.
 pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: SharedCluster<S>) {
     let mut reachable = cluster.watch_api_reachable();
+    let mut doubted = cluster.watch_api_doubted();
     loop {
-        if reachable.wait_for(|r| !*r).await.is_err() {
+        let asked = tokio::select! {
+            r = reachable.wait_for(|r| !*r) => r.is_ok(),
+            d = doubted.wait_for(|d| *d) => d.is_ok(),
+        };
+        if !asked {
             return;
         }
         tokio::time::sleep(EVERY).await;
@@ -29,9 +39,16 @@ pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: S
             Ok(Err(e)) => !classify_request(&e).unreachable(),
             Err(_) => false,
         };
-        if answered && !cluster.api_reachable() {
+        let (was, doubt) = (cluster.api_reachable(), *doubted.borrow());
+        if answered && !was {
             tracing::info!("the API server answers again");
             cluster.set_api_reachable(true);
+        } else if !answered && was && doubt {
+            tracing::warn!(
+                within = ?PATIENCE,
+                "the API server does not answer (asked because the gossip reaches a minority of the nodes)"
+            );
+            cluster.set_api_reachable(false);
         }
     }
 }
