@@ -5,9 +5,9 @@
 //! failover of the announcer, and `lab down` after a crash. Each test runs its own lab
 //! (labs are independent: each has its own LAN namespace).
 //!
-//! The seed experiments, the faults but the partition, the live mode switch and a bad
-//! ProxyConfig also run on the real control plane (`lab_kube.rs`'s scenarios, which say why
-//! the partition does not yet). These stay here because the file-fed lab is
+//! The seed experiments, the faults, the live mode switch and a bad ProxyConfig also run on
+//! the real control plane (`lab_kube.rs`'s scenarios). These stay here because the file-fed
+//! lab is
 //! the demo a newcomer runs first and `make bench-lab` measures: its own faults (`lab start
 //! agent`, a cut-off flag the lab's source reads) and its REST-only paths (the lab's token) are
 //! not the kube lab's.

@@ -2,7 +2,7 @@
 //! demo's traffic served through Tideway's Pods, which the real API server, controllers and
 //! scheduler placed and the lab's kubelets run; the lab's scenarios on that one lab
 //! ([`scenarios`]: the seed experiments, an agent killed, a node off the network, the API
-//! server down, the live mode switch, a bad ProxyConfig; why the partition is not yet here);
+//! server down, a partition, the live mode switch, a bad ProxyConfig);
 //! what a platform engineer checks with `kubectl` (the pinned release, etcd in `livez`, the
 //! controllers' leader Leases, slices written by the EndpointSlice controller); every Tideway
 //! component authenticated as its chart ServiceAccount with a token bound to its Pod; a
@@ -187,8 +187,9 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     assert!(kubectl(&lab, &["get", "service", "svc1"]).is_ok(), "svc1 kept");
 
     // The faults: a node off the network (NotReady after the grace period, by the
-    // controller-manager), the API server down.
+    // controller-manager), a partition, the API server down.
     scenarios::a_node_off_the_network_loses_its_address_then_turns_not_ready(&lab);
+    scenarios::a_partitioned_node_fences_itself_and_its_address_moves(&lab);
     scenarios::the_api_server_down_fences_nobody(&lab);
     the_agents_and_the_operator_move_to_their_rotated_tokens(&lab, &accounts);
 }

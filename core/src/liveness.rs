@@ -176,9 +176,62 @@ pub fn fencing(reached: usize, nodes: usize, api_reachable: bool) -> Fencing {
     if api_reachable || reached * 2 > nodes { Fencing::Answering } else { Fencing::Fenced }
 }
 
+/// How long an agent that stopped answering still counts among the nodes an agent must reach
+/// a strict majority of (while that agent is not fenced): a Node removed from the cluster
+/// leaves the count this much later.
+pub const FORGET: Duration = Duration::from_secs(300);
+
+/// The nodes an agent counts for [`fencing`]'s majority: those its source knows (every Node in
+/// a file-fed lab; in a cluster an agent reads only its own Node, as kube-proxy does) and
+/// every agent its gossip has seen within [`FORGET`]. While fenced it forgets nobody: a
+/// partition longer than that keeps the agent fenced until it heals.
+#[derive(Debug, Clone, Default)]
+pub struct Electorate {
+    seen: std::collections::BTreeMap<String, std::time::Instant>,
+}
+
+impl Electorate {
+    /// Takes in the agents `active` now (this one included) and returns how many nodes count,
+    /// at least `known` (the source's Nodes).
+    pub fn count<'a>(
+        &mut self,
+        active: impl IntoIterator<Item = &'a String>,
+        known: usize,
+        fenced: bool,
+        now: std::time::Instant,
+    ) -> usize {
+        for node in active {
+            self.seen.insert(node.clone(), now);
+        }
+        if !fenced {
+            self.seen.retain(|_, at| now.saturating_duration_since(*at) < FORGET);
+        }
+        self.seen.len().max(known)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agents_seen_count_until_forgotten_and_a_fenced_agent_forgets_nobody() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let t0 = std::time::Instant::now();
+        let mut e = Electorate::default();
+        assert_eq!(e.count(&names(&["a"]), 1, false, t0), 1, "only itself yet");
+        assert_eq!(e.count(&names(&["a", "b", "c", "d"]), 1, false, t0), 4);
+        // A partition: only itself reached, the others still count.
+        let later = t0 + Duration::from_secs(2);
+        let n = e.count(&names(&["a"]), 1, false, later);
+        assert_eq!((n, fencing(1, n, false)), (4, Fencing::Fenced));
+        // Fenced past FORGET: nobody forgotten, still fenced.
+        let long = t0 + FORGET * 2;
+        assert_eq!(e.count(&names(&["a"]), 1, true, long), 4);
+        // Answering (the API reached) past FORGET: the gone ones leave the count.
+        assert_eq!(e.count(&names(&["a", "b"]), 1, false, long), 2);
+        assert_eq!(e.count(&names(&["a"]), 3, false, long), 3, "the source's Nodes at least");
+    }
 
     #[test]
     fn a_starting_agent_inherits_a_stop_only_while_its_hand_over_lasts() {

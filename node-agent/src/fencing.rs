@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tideway_core::liveness::{Fencing, fencing};
+use tideway_core::liveness::{Electorate, Fencing, fencing};
 use tideway_sources::SharedCluster;
 use tideway_sources::gossip::Members;
 use tokio::sync::watch;
@@ -15,13 +15,17 @@ use tokio::sync::watch;
 const EVERY: Duration = Duration::from_millis(100);
 
 /// Sets `fence` while this agent reaches neither a strict majority of the cluster's nodes
-/// (itself included) nor the API server, and wakes the agent when it changes.
+/// (itself included; the nodes its source knows and the agents its gossip has seen, as
+/// [`Electorate`] counts them) nor the API server, and wakes the agent when it changes.
 pub async fn watch(cluster: SharedCluster, members: watch::Receiver<Members>, fence: Arc<AtomicBool>) {
     let mut tick = tokio::time::interval(EVERY);
+    let mut electorate = Electorate::default();
     loop {
         tick.tick().await;
-        let reached = members.borrow().active.len();
-        let nodes = cluster.lock().nodes().count();
+        let active = members.borrow().active.clone();
+        let known = cluster.lock().nodes().count();
+        let reached = active.len();
+        let nodes = electorate.count(&active, known, fence.load(Ordering::Relaxed), Instant::now());
         // A minority may be a partition, where the API server's silence would go unnoticed
         // for minutes (a watch's connection hangs): the source asks it while in doubt.
         cluster.doubt_api(reached * 2 <= nodes);

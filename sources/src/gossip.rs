@@ -10,8 +10,10 @@
 //! Every datagram travels sealed with the cluster's shared key ([`envelope`]: HMAC-SHA256, a
 //! send time and a per-sender counter against replay), and a member takes an agent's message
 //! only at an address of the Node it names ([`admit`]); what the member list says counts only
-//! agents whose identity fits a Node. Without a key (`--gossip-insecure`) anyone who reaches
-//! the port can declare an agent down or a dead one alive.
+//! agents whose identity fits a Node, or names one the member's source does not know (an
+//! agent reads only its own Node: the sealed gossip vouches for the others). Without a key
+//! (`--gossip-insecure`) anyone who reaches the port can declare an agent down or a dead one
+//! alive.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -90,7 +92,8 @@ impl foca::Identity for Member {
 /// What the member list says of the agents.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Members {
-    /// Nodes with an agent up (alive or suspected), this member's own included.
+    /// Nodes with an agent up (alive or suspected), this member's own included: agents of
+    /// the Nodes the source knows, at their addresses, and of any Node it does not know.
     pub active: BTreeSet<String>,
     /// Nodes whose agent was declared down and not seen since.
     pub down: BTreeSet<String>,
@@ -164,7 +167,7 @@ impl Gossip {
     }
 
     /// Sends what the protocol asked for, schedules its timers, folds in its news (of agents
-    /// whose identity fits a Node of `cluster`).
+    /// that count as such, [`admit::counts_as_agent`]).
     async fn drain(&mut self, socket: &UdpSocket, cluster: &SharedCluster) {
         while let Some((to, data)) = self.runtime.to_send() {
             let data = self.guard.seal(&data);
@@ -183,7 +186,7 @@ impl Gossip {
                 OwnedNotification::MemberUp(m) if m.role == Role::Agent => {
                     tracing::info!(node = %m.node, addr = %m.addr, "agent up");
                 }
-                OwnedNotification::MemberDown(m) if admit::is_node_agent(&m, &state) => {
+                OwnedNotification::MemberDown(m) if admit::counts_as_agent(&m, &state) => {
                     tracing::warn!(node = %m.node, addr = %m.addr, "agent down");
                     self.members.down.insert(m.node.clone());
                 }
@@ -195,7 +198,7 @@ impl Gossip {
             .foca
             .iter_members()
             .map(|m| m.id())
-            .filter(|m| admit::is_node_agent(m, &state))
+            .filter(|m| admit::counts_as_agent(m, &state))
             .map(|m| m.node.clone())
             .collect();
         drop(state);

@@ -217,7 +217,8 @@ async fn forged_datagrams_are_counted_as_unsealed() {
 }
 
 /// An agent reading only its own Node from the API server (as in a cluster) still takes the
-/// other agents' sealed messages (their Nodes unknown to it), so nobody is declared down.
+/// other agents' sealed messages (their Nodes unknown to it), so nobody is declared down, and
+/// counts them as reached (its self-fencing's majority).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_knowing_only_its_own_node_hears_the_others() {
     let cluster = cluster();
@@ -240,7 +241,12 @@ async fn an_agent_knowing_only_its_own_node_hears_the_others() {
     assert_eq!(seen.active.len(), 2, "{seen:?}");
     assert!(seen.down.is_empty(), "{seen:?}");
     assert_eq!(refusals.all(), Default::default(), "node-b refused datagrams");
-    assert_eq!(b_view.borrow().active, [b.0.to_string()].into(), "node-b counts only Nodes it knows");
+    let b_sees = b_view.borrow().active.clone();
+    assert_eq!(
+        b_sees,
+        [a.0.to_string(), b.0.to_string()].into(),
+        "node-b counts node-a, vouched for by the seal"
+    );
 }
 
 /// A process whose runtime is busy for longer than the suspicion (its workers held by other

@@ -1,16 +1,14 @@
 //! The lab's scenarios on the real control plane, in the kube demo's one lab: the seed
-//! experiments; a fault of each kind but one (an agent SIGKILLed on a Ready node, which its
-//! kubelet restarts; a node off the network; the API server refusing every node); the live
-//! mode switch made with `kubectl`; and a bad ProxyConfig, which the API server refuses while
-//! nothing programmed is lost. They found that an object the components refuse got its
-//! condition only when something else woke the operator (now a refusal wakes it).
-//!
-//! The partition stays file-mode (`lab.rs`) for now, because here it fails: the partitioned
-//! node's agent did not fence itself (still unfenced after three minutes) and logged no peer
-//! going down, while the other agents and the operator saw it go and moved its addresses; it
-//! kept answering ARP beside the new announcer. Its connections to the API server go silent
-//! (packets dropped, not refused), so no request fails either. The file-fed lab's cut-off
-//! flag, which tells its agents at once, hid this.
+//! experiments; a fault of each kind (an agent SIGKILLed on a Ready node, which its kubelet
+//! restarts; a node off the network; a partition; the API server refusing every node); the
+//! live mode switch made with `kubectl`; and a bad ProxyConfig, which the API server refuses
+//! while nothing programmed is lost. They found that an object the components refuse got its
+//! condition only when something else woke the operator (now a refusal wakes it), and that a
+//! partitioned agent never fenced itself: reading only its own Node, as in any cluster, it
+//! counted itself the whole cluster, and its watches' connections went silent rather than
+//! failing (now it counts the agents its gossip has seen and asks the API server while it
+//! reaches a minority). The file-fed lab's agents read every Node and its cut-off flag tells
+//! them at once, which hid both.
 //!
 //! A node a fault takes off is never the control plane's (the API server runs in its
 //! namespace) nor the operator leader's (a leader cut off cannot move anything): the test picks
@@ -200,6 +198,28 @@ pub(crate) fn a_node_off_the_network_loses_its_address_then_turns_not_ready(lab:
     })
     .unwrap_or_else(|e| panic!("{node} did not come back: {e}\n{}", lab.diagnose()));
     node
+}
+
+/// `lab partition`: the node reaches only the outside hosts. The others' gossip moves its
+/// address, and its agent, cut off from the majority of the agents it has seen and from the
+/// API server (whose watches hang rather than fail, so the agent asks it), fences itself.
+/// `lab heal`: the fence lifts and the node is back, Ready and synced.
+pub(crate) fn a_partitioned_node_fences_itself_and_its_address_moves(lab: &TestLab) {
+    let (lb, node) = fault_target(lab);
+    assert_eq!(fenced(lab, &node), Ok(false), "{node} fenced before the partition");
+    ok(tideway(&["lab", "partition", &node, "--name", &lab.name]), "lab partition");
+    moved_off(lab, &lb, &node);
+    eventually(patience(20.0), || if fenced(lab, &node)? { Ok(()) } else { Err("not fenced".into()) })
+        .unwrap_or_else(|e| panic!("the partitioned agent did not fence itself: {e}\n{}", lab.diagnose()));
+    ok(tideway(&["lab", "heal", &node, "--name", &lab.name]), "lab heal");
+    eventually(patience(30.0), || if fenced(lab, &node)? { Err("still fenced".into()) } else { Ok(()) })
+        .unwrap_or_else(|e| panic!("the fence did not lift after the heal: {e}\n{}", lab.diagnose()));
+    eventually(patience(60.0), || {
+        let row = node_row(lab, &node);
+        if row["ready"] == true && row["synced"] == true { Ok(()) } else { Err(row.to_string()) }
+    })
+    .unwrap_or_else(|e| panic!("{node} did not come back: {e}\n{}", lab.diagnose()));
+    eventually(patience(15.0), || lab.curl("mypc", &lb)).expect("served after the heal");
 }
 
 /// Whether node `node`'s agent says it is fenced (its metrics, on the node's 127.0.0.1, over

@@ -71,6 +71,13 @@ pub fn is_node_agent(m: &Member, state: &ClusterState) -> bool {
     m.role == Role::Agent && node_has(state, &m.node, m.addr.ip())
 }
 
+/// Whether `m` counts as its node's agent in a member list: an agent of a Node that has its
+/// address, or of a Node `state` does not know (an agent reads only its own Node; the sealed
+/// gossip vouches for the others). An agent in a known Node's name at another address does not.
+pub fn counts_as_agent(m: &Member, state: &ClusterState) -> bool {
+    m.role == Role::Agent && (state.node(&m.node).is_none() || node_has(state, &m.node, m.addr.ip()))
+}
+
 fn node_has(state: &ClusterState, node: &str, ip: IpAddr) -> bool {
     state.node(node).is_some_and(|n| n.ips.contains(&ip))
 }
