@@ -3,9 +3,10 @@
 //! member probes one other per period, so a node's detection traffic does not grow with the
 //! cluster; the timings and what the member list means are `tideway_core::liveness`'s.
 //!
-//! Members find each other through the Nodes the source lists: a member announces itself to a
-//! few Node addresses it does not know as alive each second (three at most), and the protocol
-//! spreads the rest.
+//! Members find each other through the Nodes the source lists and the peers seen before (an
+//! agent lists only its own Node): a member announces itself to a few such addresses it does
+//! not know as alive each second (three at most), and the protocol spreads the rest. So a
+//! member cut off from all its peers (a partition) rejoins within seconds of the heal.
 //!
 //! Every datagram travels sealed with the cluster's shared key ([`envelope`]: HMAC-SHA256, a
 //! send time and a per-sender counter against replay), and a member takes an agent's message
@@ -121,7 +122,14 @@ pub struct Gossip {
     members: Members,
     rotation: usize,
     guard: admit::Guard,
+    /// Every peer's address this member has seen up, and when last: announced to again while
+    /// they are not alive (for [`PEERS_KEPT`]), so that a member cut off from all of them
+    /// rejoins once the network heals although its source lists only its own Node.
+    peers: BTreeMap<SocketAddr, Instant>,
 }
+
+/// How long a peer's address is announced to after it was last seen up.
+const PEERS_KEPT: Duration = Duration::from_secs(300);
 
 impl Gossip {
     /// `me`, with `timings`, for a cluster of about `nodes`.
@@ -139,6 +147,7 @@ impl Gossip {
             members,
             rotation: 0,
             guard: admit::Guard::new(keys),
+            peers: BTreeMap::new(),
         }
     }
 
@@ -194,6 +203,10 @@ impl Gossip {
             }
         }
         let me = self.foca.identity().clone();
+        for m in self.foca.iter_members() {
+            self.peers.insert(m.id().addr, now);
+        }
+        self.peers.retain(|_, seen| now.duration_since(*seen) < PEERS_KEPT);
         let mut active: BTreeSet<String> = self
             .foca
             .iter_members()
@@ -209,15 +222,22 @@ impl Gossip {
         self.members.active = active;
     }
 
-    /// Announces this member to up to three Node addresses not known as alive.
+    /// Announces this member to up to three addresses not known as alive: the Nodes' and the
+    /// peers' seen before.
     fn join(&mut self, cluster: &SharedCluster) {
         let known: BTreeSet<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
         let me = self.foca.identity().addr;
-        let candidates: Vec<SocketAddr> = cluster
+        let nodes: BTreeSet<SocketAddr> = cluster
             .lock()
             .nodes()
             .filter_map(|n| n.primary_ip(IpFamily::V4).or_else(|| n.primary_ip(IpFamily::V6)))
             .map(|ip| SocketAddr::new(ip, me.port()))
+            .collect();
+        let candidates: Vec<SocketAddr> = nodes
+            .into_iter()
+            .chain(self.peers.keys().copied())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .filter(|a| *a != me && !known.contains(a))
             .collect();
         for i in 0..candidates.len().min(3) {

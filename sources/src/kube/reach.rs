@@ -5,7 +5,7 @@
 //! for its version every second, and the first answer makes it reachable again. The opposite
 //! silence, a partition where the watches' connections hang without failing, is found the
 //! same way while the consumer doubts the server ([`SharedCluster::doubt_api`]): unanswered
-//! within two seconds, it counts as unreachable.
+//! within a second, it counts as unreachable.
 
 use std::time::Duration;
 
@@ -18,6 +18,9 @@ use crate::shared::{SharedCluster, Store};
 const EVERY: Duration = Duration::from_secs(1);
 /// How long an answer may take.
 const PATIENCE: Duration = Duration::from_secs(2);
+/// How long a doubted server's answer may take: the agent's addresses may already be answered
+/// for elsewhere, so it decides sooner.
+const DOUBTED_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Runs until dropped: while `cluster` says the API server is unreachable, or its consumer
 /// doubts it answers ([`SharedCluster::doubt_api`]), asks it; an answer makes it reachable, a
@@ -25,6 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(2);
 pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: SharedCluster<S>) {
     let mut reachable = cluster.watch_api_reachable();
     let mut doubted = cluster.watch_api_doubted();
+    let mut last: Option<tokio::time::Instant> = None;
     loop {
         let asked = tokio::select! {
             r = reachable.wait_for(|r| !*r) => r.is_ok(),
@@ -33,8 +37,13 @@ pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: S
         if !asked {
             return;
         }
-        tokio::time::sleep(EVERY).await;
-        let answered = match tokio::time::timeout(PATIENCE, client.apiserver_version()).await {
+        // The first question at once, then one every EVERY.
+        if let Some(at) = last {
+            tokio::time::sleep_until(at + EVERY).await;
+        }
+        last = Some(tokio::time::Instant::now());
+        let patience = if *doubted.borrow() { DOUBTED_PATIENCE } else { PATIENCE };
+        let answered = match tokio::time::timeout(patience, client.apiserver_version()).await {
             Ok(Ok(_)) => true,
             Ok(Err(e)) => !classify_request(&e).unreachable(),
             Err(_) => false,
@@ -45,7 +54,7 @@ pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: S
             cluster.set_api_reachable(true);
         } else if !answered && was && doubt {
             tracing::warn!(
-                within = ?PATIENCE,
+                within = ?patience,
                 "the API server does not answer (asked because the gossip reaches a minority of the nodes)"
             );
             cluster.set_api_reachable(false);
