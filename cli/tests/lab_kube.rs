@@ -99,6 +99,9 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     scenarios::the_seed_experiments(&lab);
     tideway_runs_from_its_image_with_the_charts_security_context(&lab);
     rollout::a_rolling_restart_of_the_agents_moves_no_address(&lab);
+    // The faults that move an address, first the partition: each moves one address off a
+    // worker to the node with the fewest, which the next fault then finds on a worker again.
+    scenarios::a_partitioned_node_fences_itself_and_its_address_moves(&lab);
     scenarios::an_agent_killed_on_a_ready_node_is_restarted_by_its_kubelet(&lab);
     scenarios::a_live_mode_switch_with_kubectl_keeps_an_open_connection(&lab);
     scenarios::a_bad_proxy_config_is_refused_and_nothing_programmed_is_lost(&lab);
@@ -187,9 +190,8 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     assert!(kubectl(&lab, &["get", "service", "svc1"]).is_ok(), "svc1 kept");
 
     // The faults: a node off the network (NotReady after the grace period, by the
-    // controller-manager), a partition, the API server down.
+    // controller-manager), the API server down.
     scenarios::a_node_off_the_network_loses_its_address_then_turns_not_ready(&lab);
-    scenarios::a_partitioned_node_fences_itself_and_its_address_moves(&lab);
     scenarios::the_api_server_down_fences_nobody(&lab);
     the_agents_and_the_operator_move_to_their_rotated_tokens(&lab, &accounts);
 }

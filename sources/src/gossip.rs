@@ -495,3 +495,25 @@ impl Sealing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent lists only its own Node: cut off from every peer, it announces itself to the
+    /// peers it saw, so it rejoins when the network heals.
+    #[test]
+    fn a_member_announces_itself_to_the_peers_it_saw_besides_the_nodes() {
+        let me = Member::new("127.0.0.2:7946".parse().unwrap(), "node-a", Role::Agent);
+        let mut g = Gossip::new(me, &tideway_core::liveness::TIMINGS, 3, None);
+        let cluster = SharedCluster::new();
+        g.join(&cluster);
+        assert_eq!(g.runtime.to_send(), None, "no Node, no peer: nobody to announce to");
+        let peer: SocketAddr = "127.0.0.3:7946".parse().unwrap();
+        g.peers.insert(peer, Instant::now());
+        g.join(&cluster);
+        let sent: Vec<SocketAddr> =
+            std::iter::from_fn(|| g.runtime.to_send()).map(|(to, _)| to.addr).collect();
+        assert_eq!(sent, [peer]);
+    }
+}

@@ -128,6 +128,19 @@ async fn members_counting(
     view
 }
 
+/// The operator's member and node-a's agent, on a free port: (the cluster, the port, the
+/// operator's view), node-b left to the test.
+async fn operator_and_node_a() -> (SharedCluster, u16, watch::Receiver<Members>) {
+    let cluster = cluster();
+    let port = free_port();
+    let view = start(join(OPERATOR, port, "op-0", Role::Operator, Arc::default()), cluster.clone())
+        .await
+        .expect("binds");
+    let a = NODES[0];
+    start(join(a.1, port, a.0, Role::Agent, Arc::default()), cluster.clone()).await.expect("binds");
+    (cluster, port, view)
+}
+
 fn send(datagram: &[u8], to: SocketAddr) {
     let s = UdpSocket::bind((ATTACKER, 0)).expect("the attacker's socket");
     s.send_to(datagram, to).expect("sent");
@@ -221,13 +234,8 @@ async fn forged_datagrams_are_counted_as_unsealed() {
 /// counts them as reached (its self-fencing's majority).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_knowing_only_its_own_node_hears_the_others() {
-    let cluster = cluster();
-    let port = free_port();
-    let view = start(join(OPERATOR, port, "op-0", Role::Operator, Arc::default()), cluster.clone())
-        .await
-        .expect("binds");
+    let (_cluster, port, view) = operator_and_node_a().await;
     let (a, b) = (NODES[0], NODES[1]);
-    start(join(a.1, port, a.0, Role::Agent, Arc::default()), cluster.clone()).await.expect("binds");
     let own = SharedCluster::new();
     own.update(|s| s.apply_node(mk_node(b.0, b.1, "z1")));
     own.mark_synced();
@@ -253,13 +261,8 @@ async fn an_agent_knowing_only_its_own_node_hears_the_others() {
 /// work) is not declared down: its member answers from a thread of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_answers_while_its_process_is_busy() {
-    let cluster = cluster();
-    let port = free_port();
-    let view = start(join(OPERATOR, port, "op-0", Role::Operator, Arc::default()), cluster.clone())
-        .await
-        .expect("binds");
+    let (cluster, port, view) = operator_and_node_a().await;
     let (a, b) = (NODES[0], NODES[1]);
-    start(join(a.1, port, a.0, Role::Agent, Arc::default()), cluster.clone()).await.expect("binds");
     let busy = TIMINGS.worst_detection() * 4;
     let (go, told) = tokio::sync::oneshot::channel::<()>();
     let c = cluster.clone();

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{audit, kubectl, kubectl_json};
 use crate::lab_support::{TestLab, eventually, ok, patience, tideway, wait_serving_within};
-use crate::rollout::{Traffic, announcers};
+use crate::rollout::{Traffic, announcers, liveness_log};
 
 /// The release as the chart README names it.
 const RELEASE: &str = "tideway";
@@ -215,43 +215,6 @@ impl Drop for KubeProxyShaped<'_> {
     fn drop(&mut self) {
         let _ = self.lab.exec(&self.node, &["pkill", "-f", LISTENERS]);
     }
-}
-
-/// What the operators' logs (every pod the lab's kubelets ran, gone ones too where their logs
-/// stay) say of agents' liveness and of announcers: why an address moved.
-fn liveness_log(lab: &TestLab) -> String {
-    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap_or_default()).join("nodes");
-    let mut out = String::new();
-    for node in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        for pod in std::fs::read_dir(node.path().join("pods")).into_iter().flatten().flatten() {
-            let name = pod.file_name().to_string_lossy().into_owned();
-            if !name.contains("tideway-operator") {
-                continue;
-            }
-            for log in std::fs::read_dir(pod.path().join("containers")).into_iter().flatten().flatten() {
-                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
-                // Not the debug lines: the in-release upgrade turns them on, and they name
-                // the announcement kinds in every request.
-                let told = |l: &&str| !l.contains(" DEBUG ") && !l.contains(" TRACE ");
-                for line in text
-                    .lines()
-                    .filter(told)
-                    .filter(|l| l.contains("liveness") || l.contains("announc") || l.contains("leader"))
-                {
-                    out += &format!("{name}: {line}\n");
-                }
-            }
-        }
-    }
-    // The operator says why each address moved in an Event of its Service (a leader whose Pod
-    // is gone left no log here).
-    let events =
-        kubectl_json(lab, &["get", "events", "-A", "--field-selector", "involvedObject.kind=Service"]);
-    for e in events["items"].as_array().into_iter().flatten() {
-        let (object, reason) = (&e["involvedObject"]["name"], &e["reason"]);
-        out += &format!("event {object} {reason} at {}: {}\n", e["lastTimestamp"], e["message"]);
-    }
-    out
 }
 
 /// The DaemonSet's pod template environment value `name` of the agent's container.

@@ -2,6 +2,7 @@
 //! in its NodeProxyState that it stopped (`stoppedAt`), the operator keeps the node's addresses
 //! for its hand-over time while the next Pod starts, and the kernel rules serve meanwhile.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -90,6 +91,43 @@ pub(crate) fn announcers(lab: &TestLab) -> Vec<(String, Option<String>)> {
     ["svc1", "svc2", "svc3"].iter().map(|s| (s.to_string(), lab.announcer(s))).collect()
 }
 
+/// What the operators' logs (every pod the lab's kubelets ran, gone ones too where their logs
+/// stay) say of agents' liveness and of announcers: why an address moved.
+pub(crate) fn liveness_log(lab: &TestLab) -> String {
+    let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap_or_default()).join("nodes");
+    let mut out = String::new();
+    for node in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        for pod in std::fs::read_dir(node.path().join("pods")).into_iter().flatten().flatten() {
+            let name = pod.file_name().to_string_lossy().into_owned();
+            if !name.contains("tideway-operator") {
+                continue;
+            }
+            for log in std::fs::read_dir(pod.path().join("containers")).into_iter().flatten().flatten() {
+                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+                // Not the debug lines: the in-release upgrade turns them on, and they name
+                // the announcement kinds in every request.
+                let told = |l: &&str| !l.contains(" DEBUG ") && !l.contains(" TRACE ");
+                for line in text
+                    .lines()
+                    .filter(told)
+                    .filter(|l| l.contains("liveness") || l.contains("announc") || l.contains("leader"))
+                {
+                    out += &format!("{name}: {line}\n");
+                }
+            }
+        }
+    }
+    // The operator says why each address moved in an Event of its Service (a leader whose Pod
+    // is gone left no log here).
+    let events =
+        kubectl_json(lab, &["get", "events", "-A", "--field-selector", "involvedObject.kind=Service"]);
+    for e in events["items"].as_array().into_iter().flatten() {
+        let (object, reason) = (&e["involvedObject"]["name"], &e["reason"]);
+        out += &format!("event {object} {reason} at {}: {}\n", e["lastTimestamp"], e["message"]);
+    }
+    out
+}
+
 /// The agents' Pods, by node: their UIDs.
 fn agent_pods(lab: &TestLab) -> Vec<(String, String)> {
     let pods = kubectl_json(lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/component=agent"]);
@@ -131,7 +169,12 @@ pub(crate) fn a_rolling_restart_of_the_agents_moves_no_address(lab: &TestLab) {
         assert_ne!(old, new, "{node}'s agent was not replaced");
     }
     eprintln!("rollout of {} agents in {took:?}: {report}", pods_after.len());
-    assert_eq!(announcers(lab), before, "an address moved during the rollout: {report}");
+    assert_eq!(
+        announcers(lab),
+        before,
+        "an address moved during the rollout: {report}\n{}",
+        liveness_log(lab)
+    );
     assert_eq!(report["failed"], 0, "requests failed during the rollout: {report}");
     assert_eq!(report["held"], true, "the held connection broke: {report}");
     assert!(report["sent"].as_u64().unwrap_or(0) > 100, "{report}");

@@ -73,25 +73,41 @@ fn leader_node(lab: &TestLab) -> String {
     pod["spec"]["nodeName"].as_str().unwrap().to_string()
 }
 
-/// A LoadBalancer Service of the demo (svc1 to svc3: their pods are on two nodes, so one
-/// stays reachable) announced by a node that is neither the control plane's nor the operator
-/// leader's: (its address, the node).
+/// A LoadBalancer Service announced by a node that is neither the control plane's nor the
+/// operator leader's, with a ready endpoint on another node (so it can be served while that
+/// node is cut off): (its address, the node).
 pub(crate) fn fault_target(lab: &TestLab) -> (String, String) {
     let leader = leader_node(lab);
-    let demo = |x: &&Value| ["svc1", "svc2", "svc3"].iter().any(|s| x["name"] == *s);
     let found = eventually(patience(30.0), || {
         let s = lab.status();
-        let lbs =
-            s["services"].as_array().unwrap().iter().filter(|x| x["type"] == "LoadBalancer").filter(demo);
-        let mut candidates =
-            lbs.filter_map(|x| Some((x["externalIPs"][0].as_str()?, x["announcer"].as_str()?)));
-        let found = candidates.find(|(_, node)| *node != CONTROL_PLANE && *node != leader);
-        let found = found.map(|(ip, node)| (ip.to_string(), node.to_string()));
+        let lbs = s["services"].as_array().unwrap().iter().filter(|x| x["type"] == "LoadBalancer");
+        let mut candidates = lbs.filter_map(|x| {
+            let (ip, node) = (x["externalIPs"][0].as_str()?, x["announcer"].as_str()?);
+            let (ns, name) = (x["namespace"].as_str()?, x["name"].as_str()?);
+            Some((ip, node, ns, name))
+        });
+        let found = candidates.find(|(_, node, ns, name)| {
+            *node != CONTROL_PLANE && *node != leader && endpoint_off(lab, ns, name, node)
+        });
+        let found = found.map(|(ip, node, _, _)| (ip.to_string(), node.to_string()));
         found.ok_or_else(|| {
             format!("no address announced off {CONTROL_PLANE} and {leader}: {}", s["services"])
         })
     });
     found.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()))
+}
+
+/// Whether Service `ns/name` has a ready endpoint on a node other than `node` (its
+/// EndpointSlices, as the EndpointSlice controller wrote them).
+fn endpoint_off(lab: &TestLab, ns: &str, name: &str, node: &str) -> bool {
+    let selector = format!("kubernetes.io/service-name={name}");
+    let slices = kubectl_json(lab, &["-n", ns, "get", "endpointslices", "-l", &selector]);
+    let endpoints = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default());
+    endpoints.into_iter().any(|e| e["conditions"]["ready"] == true && e["nodeName"] != node)
 }
 
 /// Which Service `lb` belongs to.
@@ -218,7 +234,7 @@ pub(crate) fn a_partitioned_node_fences_itself_and_its_address_moves(lab: &TestL
     eventually(patience(20.0), || if fenced(lab, &node)? { Ok(()) } else { Err("not fenced".into()) })
         .unwrap_or_else(|e| panic!("the partitioned agent did not fence itself: {e}\n{}", lab.diagnose()));
     eprintln!("partitioned {node} fenced itself after {:?}", partitioned.elapsed());
-    moved_off(lab, &lb, &node);
+    let new = moved_off(lab, &lb, &node);
     ok(tideway(&["lab", "heal", &node, "--name", &lab.name]), "lab heal");
     eventually(patience(30.0), || if fenced(lab, &node)? { Err("still fenced".into()) } else { Ok(()) })
         .unwrap_or_else(|e| panic!("the fence did not lift after the heal: {e}\n{}", lab.diagnose()));
@@ -228,6 +244,15 @@ pub(crate) fn a_partitioned_node_fences_itself_and_its_address_moves(lab: &TestL
     })
     .unwrap_or_else(|e| panic!("{node} did not come back: {e}\n{}", lab.diagnose()));
     eventually(patience(15.0), || lab.curl("mypc", &lb)).expect("served after the heal");
+    // Its watches hung through the partition: what they held said it still announced the
+    // address. Asked afresh, only the new announcer answers for it.
+    let old_mac = lab.mac_of(&node);
+    for _ in 0..3 {
+        lab.exec("mypc", &["ip", "neigh", "flush", "to", &lb]);
+        eventually(patience(10.0), || lab.curl("mypc", &lb)).expect("served");
+        let n = lab.neighbour("mypc", &lb);
+        assert!(!n.contains(&old_mac), "the healed {node} answers for {lb}, now {new}'s: {n}");
+    }
 }
 
 /// Whether node `node`'s agent says it is fenced (its metrics, on the node's 127.0.0.1, over

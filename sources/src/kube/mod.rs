@@ -218,17 +218,26 @@ impl KubeSource {
         KubeSource { bgp_secrets: namespace, ..self }
     }
 
-    /// Watches until dropped (and tells `cluster` whether the API server answers).
+    /// Watches until dropped (and tells `cluster` whether the API server answers). Once a
+    /// silence found by doubt ([`SharedCluster::doubt_api`]) ends, every watch starts again from
+    /// a list: their connections may have hung through it, and what they hold would be stale.
     pub async fn run(self, cluster: SharedCluster) {
-        let (client, probed) = (self.client.clone(), cluster.clone());
-        let watches = async move {
-            match self.role.clone() {
-                Role::Agent { node, service_cidrs } => self.run_agent(cluster, node, service_cidrs).await,
-                Role::Dns { .. } => self.watch_for_dns(cluster).await,
-                Role::Operator => self.run_operator(cluster).await,
+        loop {
+            let (source, client, probed, cluster) =
+                (self.clone(), self.client.clone(), cluster.clone(), cluster.clone());
+            let watches = async move {
+                match source.role.clone() {
+                    Role::Agent { node, service_cidrs } => {
+                        source.run_agent(cluster, node, service_cidrs).await
+                    }
+                    Role::Dns { .. } => source.watch_for_dns(cluster).await,
+                    Role::Operator => source.run_operator(cluster).await,
+                }
+            };
+            if !probing(client, probed, watches).await {
+                return;
             }
-        };
-        probing(client, probed, watches).await;
+        }
     }
 
     fn spawn<K: Kind, S: Holds<K>>(
@@ -302,8 +311,12 @@ impl KubeSource {
 
     /// [`Self::run`] into a DNS server's own store: the kinds its [`Role::Dns`] watches.
     pub async fn run_dns<S: DnsStore>(self, cluster: SharedCluster<S>) {
-        let (client, probed) = (self.client.clone(), cluster.clone());
-        probing(client, probed, self.watch_for_dns(cluster)).await;
+        loop {
+            let (source, client, probed) = (self.clone(), self.client.clone(), cluster.clone());
+            if !probing(client, probed, source.watch_for_dns(cluster.clone())).await {
+                return;
+            }
+        }
     }
 
     /// Services, EndpointSlices and Namespaces; pods and node reports when the role asks.
@@ -458,11 +471,19 @@ fn proxy_name(cluster: &SharedCluster, node: &str) -> Option<String> {
     resolve_proxy_config(state.proxy_configs(), &labels).and_then(|c| c.settings.service_proxy_name.clone())
 }
 
-/// Runs `watches` until they end, telling `cluster` meanwhile whether the API server answers.
-async fn probing<S: Store>(client: Client, cluster: SharedCluster<S>, watches: impl Future<Output = ()>) {
+/// Runs `watches` until they end, telling `cluster` meanwhile whether the API server answers;
+/// true when they were dropped to start again (a doubted silence ended).
+async fn probing<S: Store>(
+    client: Client,
+    cluster: SharedCluster<S>,
+    watches: impl Future<Output = ()>,
+) -> bool {
     let probe = reach::probe_while_unreachable(client, cluster);
     tokio::select! {
-        () = watches => {}
-        () = probe => {}
+        () = watches => false,
+        () = probe => {
+            tracing::info!("the API server answers after a silence: every watch starts again from a list");
+            true
+        }
     }
 }

@@ -24,11 +24,13 @@ const DOUBTED_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Runs until dropped: while `cluster` says the API server is unreachable, or its consumer
 /// doubts it answers ([`SharedCluster::doubt_api`]), asks it; an answer makes it reachable, a
-/// doubted server's silence unreachable.
+/// doubted server's silence unreachable. Returns when the server answers after such a silence:
+/// the watches' connections may have hung through it (the caller starts them again).
 pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: SharedCluster<S>) {
     let mut reachable = cluster.watch_api_reachable();
     let mut doubted = cluster.watch_api_doubted();
     let mut last: Option<tokio::time::Instant> = None;
+    let mut silenced = false;
     loop {
         let asked = tokio::select! {
             r = reachable.wait_for(|r| !*r) => r.is_ok(),
@@ -51,8 +53,14 @@ pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: S
         let (was, doubt) = (cluster.api_reachable(), *doubted.borrow());
         if answered && !was {
             tracing::info!("the API server answers again");
+            if silenced {
+                // Reachable again once a watch, started again, has listed: an agent stays
+                // fenced until then rather than answer for what its stale view says.
+                return;
+            }
             cluster.set_api_reachable(true);
         } else if !answered && was && doubt {
+            silenced = true;
             tracing::warn!(
                 within = ?patience,
                 "the API server does not answer (asked because the gossip reaches a minority of the nodes)"
