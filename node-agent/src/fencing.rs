@@ -30,9 +30,16 @@ pub async fn watch(cluster: SharedCluster, members: watch::Receiver<Members>, fe
         // for minutes (a watch's connection hangs): the source asks it while in doubt.
         cluster.doubt_api(reached * 2 <= nodes);
         let api = cluster.api_reachable();
-        let fenced = fencing(reached, nodes, api) == Fencing::Fenced;
+        // After the API server's silence the view may say this node announces what moved
+        // away meanwhile: fenced until every watch has listed again.
+        let stale = cluster.is_stale();
+        let fenced = stale || fencing(reached, nodes, api) == Fencing::Fenced;
         if fence.swap(fenced, Ordering::Relaxed) != fenced {
-            if fenced {
+            if fenced && stale {
+                tracing::warn!(
+                    "fenced: the view may be stale after the API server's silence; answering for no address until every watch has listed again"
+                );
+            } else if fenced {
                 tracing::warn!(
                     reached,
                     nodes,

@@ -79,6 +79,7 @@ pub struct SharedCluster<S = ClusterState> {
     invalid: Arc<Mutex<InvalidObjects>>,
     api_reachable: watch::Sender<bool>,
     api_doubted: watch::Sender<bool>,
+    stale: Arc<std::sync::atomic::AtomicBool>,
     unlisted: Arc<Mutex<Vec<String>>>,
     /// Supervised tasks that panicked and have not recovered yet: task -> what happened.
     faults: Arc<Mutex<BTreeMap<String, String>>>,
@@ -95,6 +96,7 @@ impl<S> Clone for SharedCluster<S> {
             invalid: Arc::clone(&self.invalid),
             api_reachable: self.api_reachable.clone(),
             api_doubted: self.api_doubted.clone(),
+            stale: Arc::clone(&self.stale),
             unlisted: Arc::clone(&self.unlisted),
             faults: Arc::clone(&self.faults),
             unanswered: Arc::clone(&self.unanswered),
@@ -112,6 +114,7 @@ impl<S: Store> Default for SharedCluster<S> {
             invalid: Arc::default(),
             api_reachable: watch::channel(true).0,
             api_doubted: watch::channel(false).0,
+            stale: Arc::default(),
             unlisted: Arc::default(),
             faults: Arc::default(),
             unanswered: Arc::default(),
@@ -158,6 +161,7 @@ impl<S: Store> SharedCluster<S> {
 
     /// Records that the source delivered its first complete view.
     pub fn mark_synced(&self) {
+        self.stale.store(false, std::sync::atomic::Ordering::Relaxed);
         self.synced.send_replace(true);
         self.changed.notify_one();
     }
@@ -244,6 +248,19 @@ impl<S: Store> SharedCluster<S> {
     /// the API server, and one that does not answer counts as unreachable.
     pub fn doubt_api(&self, doubt: bool) {
         self.api_doubted.send_if_modified(|d| std::mem::replace(d, doubt) != doubt);
+    }
+
+    /// Records that the view may be stale: the API server fell silent while doubted, and the
+    /// watches, whose connections may have hung through it, start again. The next complete
+    /// view ([`SharedCluster::mark_synced`]) clears it.
+    pub fn mark_stale(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the view may be stale ([`SharedCluster::mark_stale`]): an agent answers for no
+    /// address meanwhile.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// [`SharedCluster::doubt_api`], watched.

@@ -57,7 +57,8 @@ async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds
 
 /// Behind a partition the watches' connections hang without failing, and nothing says the API
 /// server is gone. Only a consumer's doubt (an agent whose gossip reaches a minority) has the
-/// source ask it: unanswered, it counts as unreachable; answering again, reachable.
+/// source ask it: unanswered, it counts as unreachable and the view as stale; answering again,
+/// every watch lists again, and it is reachable and fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_api_server_counts_as_unreachable_once_doubted() {
     let api = FakeApi::start().await;
@@ -74,7 +75,9 @@ async fn a_silent_api_server_counts_as_unreachable_once_doubted() {
     assert!(cluster.api_reachable(), "nothing failed and nobody doubted: nothing was asked");
     cluster.doubt_api(true);
     eventually("unreachable once doubted", || (!cluster.api_reachable()).then_some(())).await;
+    assert!(cluster.is_stale(), "the watches may have hung: the view may be stale");
     api.release(Account::Agent.token());
     eventually("reachable once it answers", || cluster.api_reachable().then_some(())).await;
+    eventually("fresh once every watch listed again", || (!cluster.is_stale()).then_some(())).await;
     task.abort();
 }

@@ -29,12 +29,19 @@ const DOUBTED_PATIENCE: Duration = Duration::from_secs(1);
 pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: SharedCluster<S>) {
     let mut reachable = cluster.watch_api_reachable();
     let mut doubted = cluster.watch_api_doubted();
+    let mut back = cluster.watch_api_reachable();
     let mut last: Option<tokio::time::Instant> = None;
     let mut silenced = false;
     loop {
+        // After a silence, whoever hears the server first (this probe or a watch that was not
+        // hung) ends it: the caller starts every watch again.
+        if silenced && cluster.api_reachable() {
+            return;
+        }
         let asked = tokio::select! {
             r = reachable.wait_for(|r| !*r) => r.is_ok(),
             d = doubted.wait_for(|d| *d) => d.is_ok(),
+            _ = back.wait_for(|r| *r), if silenced => return,
         };
         if !asked {
             return;
@@ -51,16 +58,17 @@ pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: S
             Err(_) => false,
         };
         let (was, doubt) = (cluster.api_reachable(), *doubted.borrow());
-        if answered && !was {
+        if answered && silenced {
+            // Reachable again once a watch, started again, has listed: an agent stays fenced
+            // until then rather than answer for what its stale view says.
             tracing::info!("the API server answers again");
-            if silenced {
-                // Reachable again once a watch, started again, has listed: an agent stays
-                // fenced until then rather than answer for what its stale view says.
-                return;
-            }
+            return;
+        } else if answered && !was {
+            tracing::info!("the API server answers again");
             cluster.set_api_reachable(true);
         } else if !answered && was && doubt {
             silenced = true;
+            cluster.mark_stale();
             tracing::warn!(
                 within = ?patience,
                 "the API server does not answer (asked because the gossip reaches a minority of the nodes)"
