@@ -58,6 +58,12 @@ pub(super) async fn probe_while_unreachable<S: Store>(client: Client, cluster: S
             Err(_) => false,
         };
         let (was, doubt) = (cluster.api_reachable(), *doubted.borrow());
+        if !was && doubt && !silenced {
+            // Unreachable while doubted, whoever found it (a write or a watch that failed):
+            // a silence all the same, through which other watches may have hung.
+            silenced = true;
+            cluster.mark_stale();
+        }
         if answered && silenced {
             // Reachable again once a watch, started again, has listed: an agent stays fenced
             // until then rather than answer for what its stale view says.
