@@ -24,16 +24,23 @@ async fn kube_client(api: &FakeApi, tag: &str) -> kube::Client {
     c
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds() {
+/// An agent's Kubernetes source for node-a, the one Node `api` holds, synced: (the API, its
+/// cluster, the running source).
+async fn synced_agent_source(tag: &str) -> (FakeApi, SharedCluster, tokio::task::JoinHandle<()>) {
     let api = FakeApi::start().await;
     api.preload([json!({"kind": "Node", "metadata": {"name": "node-a"},
         "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})]);
     let cluster = SharedCluster::new();
     let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
-    let source = KubeSource::new(kube_client(&api, "watch").await, role, SourceMetrics::default());
+    let source = KubeSource::new(kube_client(&api, tag).await, role, SourceMetrics::default());
     let task = tokio::spawn(source.run(cluster.clone()));
     eventually("synced", || cluster.is_synced().then_some(())).await;
+    (api, cluster, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds() {
+    let (api, cluster, task) = synced_agent_source("watch").await;
     assert!(cluster.api_reachable());
 
     // The API server restarts: its watches close and every relist is answered 503.
@@ -61,14 +68,7 @@ async fn watches_and_lists_that_fail_make_the_api_unreachable_until_one_succeeds
 /// every watch lists again, and it is reachable and fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_api_server_counts_as_unreachable_once_doubted() {
-    let api = FakeApi::start().await;
-    api.preload([json!({"kind": "Node", "metadata": {"name": "node-a"},
-        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})]);
-    let cluster = SharedCluster::new();
-    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
-    let source = KubeSource::new(kube_client(&api, "silent").await, role, SourceMetrics::default());
-    let task = tokio::spawn(source.run(cluster.clone()));
-    eventually("synced", || cluster.is_synced().then_some(())).await;
+    let (api, cluster, task) = synced_agent_source("silent").await;
 
     api.hang(Account::Agent.token());
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;
