@@ -350,7 +350,8 @@ pub struct Join<'a> {
 /// The member runs on a thread of its own (a single-threaded runtime): whatever else the
 /// process does (a large sync, kernel work, a burst of logging) never delays its answers past
 /// the suspicion, where a stalled but living member would be declared down and its addresses
-/// moved. Only the machine's own starvation can; `--gossip-time-scale` is for that.
+/// moved. Only the machine's own starvation can; `--gossip-time-scale` is for that. It stops
+/// when the runtime that started it shuts down (a test's member dies with its runtime).
 pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<watch::Receiver<Members>> {
     let socket = std::net::UdpSocket::bind(join.bind)?;
     socket.set_nonblocking(true)?;
@@ -358,11 +359,22 @@ pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<wa
     let (tx, rx) = watch::channel(Members::default());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (timings, keys, refusals) = (join.timings, join.keys, join.refusals);
+    // It lives as long as the runtime that started it, as a task of that runtime would: a
+    // task there holds `alive`, and the member stops when that task is dropped.
+    let (alive, mut ended) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _alive = alive;
+        std::future::pending::<()>().await
+    });
     std::thread::Builder::new().name("gossip".into()).spawn(move || {
         runtime.block_on(async move {
-            match UdpSocket::from_std(socket) {
-                Ok(socket) => run(me, socket, timings, cluster, tx, keys, refusals).await,
-                Err(e) => tracing::error!(error = %e, "gossip socket"),
+            let socket = match UdpSocket::from_std(socket) {
+                Ok(socket) => socket,
+                Err(e) => return tracing::error!(error = %e, "gossip socket"),
+            };
+            tokio::select! {
+                () = run(me, socket, timings, cluster, tx, keys, refusals) => {}
+                _ = &mut ended => {}
             }
         })
     })?;

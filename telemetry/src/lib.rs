@@ -134,7 +134,11 @@ pub fn init(
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("tideway")));
     let (text, json) = match format {
-        LogFormat::Text => (Some(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)), None),
+        // Colours only on a terminal: a container's log file keeps plain text.
+        LogFormat::Text => {
+            let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            (Some(tracing_subscriber::fmt::layer().with_ansi(colour).with_writer(std::io::stderr)), None)
+        }
         LogFormat::Json => (None, Some(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))),
     };
     let installed = tracing_subscriber::registry().with(filter).with(text).with(json).with(otel).try_init();
