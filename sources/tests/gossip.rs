@@ -274,7 +274,9 @@ async fn a_member_answers_while_its_process_is_busy() {
             // The process's only worker, busy: nothing else on this runtime runs meanwhile.
             std::thread::sleep(busy);
             drop(member);
-        })
+        });
+        // The process lives on (its member dies with its runtime).
+        runtime
     });
     let both: BTreeSet<String> = [a.0, b.0].map(String::from).into();
     let v = view.clone();
@@ -286,6 +288,7 @@ async fn a_member_answers_while_its_process_is_busy() {
         downs.extend(view.borrow().down.iter().cloned());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    process.join().expect("the busy process ends");
+    let process = process.join().expect("the busy spell ends");
     assert!(downs.is_empty(), "declared down while its process was busy: {downs:?}");
+    process.shutdown_background();
 }
