@@ -166,14 +166,50 @@ pub enum Fencing {
     /// It reaches neither a strict majority of the nodes nor the API server: another node may
     /// have been given its addresses, so it stays silent until it is back.
     Fenced,
+    /// Its view may be stale (the API server fell silent while doubted): it may announce what
+    /// moved away meanwhile, so it stays silent until every watch has listed again.
+    Stale,
 }
 
-/// The self-fencing rule: an agent that reaches a strict majority of the `nodes` (itself
-/// included, `reached` counts it) or the API server keeps answering; one that reaches neither
-/// is fenced. An API outage alone fences nobody, and neither does a dead peer in a two-node
-/// cluster (the survivor reaches the API).
-pub fn fencing(reached: usize, nodes: usize, api_reachable: bool) -> Fencing {
-    if api_reachable || reached * 2 > nodes { Fencing::Answering } else { Fencing::Fenced }
+/// What an agent knows of its reach when it decides whether to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    /// The nodes whose agents its gossip reaches, itself included.
+    pub reached: usize,
+    /// The nodes that count ([`Electorate`]).
+    pub nodes: usize,
+    /// Whether its source reaches the API server.
+    pub api_reachable: bool,
+    /// Whether its view may be stale after the API server's silence.
+    pub view_stale: bool,
+}
+
+impl Reach {
+    /// Whether it reaches a strict majority of the nodes.
+    pub fn majority(&self) -> bool {
+        self.reached * 2 > self.nodes
+    }
+
+    /// Whether to doubt the API server: in a minority, which may be a partition where the
+    /// server's silence would go unnoticed for minutes (a watch's connection hangs), the
+    /// source asks it at once and often.
+    pub fn doubts_api(&self) -> bool {
+        !self.majority()
+    }
+}
+
+/// The self-fencing rule: an agent whose view may be stale is silent; one that reaches a
+/// strict majority of the nodes (itself included) or the API server answers; one that reaches
+/// neither is fenced. An API outage alone fences nobody, and neither does a dead peer in a
+/// two-node cluster (the survivor reaches the API).
+pub fn fencing(reach: Reach) -> Fencing {
+    if reach.view_stale {
+        Fencing::Stale
+    } else if reach.api_reachable || reach.majority() {
+        Fencing::Answering
+    } else {
+        Fencing::Fenced
+    }
 }
 
 /// How long an agent that stopped answering still counts among the nodes an agent must reach
@@ -224,7 +260,8 @@ mod tests {
         // A partition: only itself reached, the others still count.
         let later = t0 + Duration::from_secs(2);
         let n = e.count(&names(&["a"]), 1, false, later);
-        assert_eq!((n, fencing(1, n, false)), (4, Fencing::Fenced));
+        let reach = Reach { reached: 1, nodes: n, api_reachable: false, view_stale: false };
+        assert_eq!((n, fencing(reach)), (4, Fencing::Fenced));
         // Fenced past FORGET: nobody forgotten, still fenced.
         let long = t0 + FORGET * 2;
         assert_eq!(e.count(&names(&["a"]), 1, true, long), 4);
@@ -334,23 +371,26 @@ mod tests {
     }
 
     #[test]
-    fn an_agent_fences_only_when_it_reaches_neither_a_majority_nor_the_api() {
+    fn an_agent_fences_when_it_reaches_neither_a_majority_nor_the_api_or_its_view_is_stale() {
         use Fencing::*;
         let table = [
-            // reached, nodes, API reachable
-            (1, 1, false, Answering), // one node: itself is the majority
-            (1, 2, true, Answering),  // two-node cluster, peer dead: the API answers
-            (1, 2, false, Fenced),    // two-node cluster, cut off from both
-            (2, 3, false, Answering), // majority side of a partition
-            (1, 3, false, Fenced),    // minority side
-            (1, 3, true, Answering),  // only the peers lost: the API decides
-            (2, 4, false, Fenced),    // half is not a strict majority
-            (3, 4, false, Answering),
-            (4, 4, false, Answering), // API outage alone
-            (0, 0, false, Fenced),    // knows no node: nothing to answer for safely
+            // reached, nodes, API reachable, view stale; decided; API doubted
+            (1, 1, false, false, Answering, false), // one node: itself is the majority
+            (1, 2, true, false, Answering, true),   // two-node cluster, peer dead: the API answers
+            (1, 2, false, false, Fenced, true),     // two-node cluster, cut off from both
+            (2, 3, false, false, Answering, false), // majority side of a partition
+            (1, 3, false, false, Fenced, true),     // minority side
+            (1, 3, true, false, Answering, true),   // only the peers lost: the API decides
+            (2, 4, false, false, Fenced, true),     // half is not a strict majority
+            (3, 4, false, false, Answering, false),
+            (4, 4, false, false, Answering, false), // API outage alone
+            (0, 0, false, false, Fenced, true),     // knows no node: nothing to answer for safely
+            (1, 3, true, true, Stale, true),        // healed, not yet listed again
+            (3, 3, true, true, Stale, false),       // whatever it reaches
         ];
-        for (reached, nodes, api, want) in table {
-            assert_eq!(fencing(reached, nodes, api), want, "reached {reached}/{nodes}, api {api}");
+        for (reached, nodes, api_reachable, view_stale, want, doubted) in table {
+            let reach = Reach { reached, nodes, api_reachable, view_stale };
+            assert_eq!((fencing(reach), reach.doubts_api()), (want, doubted), "{reach:?}");
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tideway_core::liveness::{Electorate, Fencing, fencing};
+use tideway_core::liveness::{Electorate, Fencing, Reach, fencing};
 use tideway_sources::SharedCluster;
 use tideway_sources::gossip::Members;
 use tokio::sync::watch;
@@ -16,7 +16,8 @@ const EVERY: Duration = Duration::from_millis(100);
 
 /// Sets `fence` while this agent reaches neither a strict majority of the cluster's nodes
 /// (itself included; the nodes its source knows and the agents its gossip has seen, as
-/// [`Electorate`] counts them) nor the API server, and wakes the agent when it changes.
+/// [`Electorate`] counts them) nor the API server, or while its view may be stale after the
+/// server's silence ([`fencing`] decides), and wakes the agent when it changes.
 pub async fn watch(cluster: SharedCluster, members: watch::Receiver<Members>, fence: Arc<AtomicBool>) {
     let mut tick = tokio::time::interval(EVERY);
     let mut electorate = Electorate::default();
@@ -24,36 +25,36 @@ pub async fn watch(cluster: SharedCluster, members: watch::Receiver<Members>, fe
         tick.tick().await;
         let active = members.borrow().active.clone();
         let known = cluster.lock().nodes().count();
-        let reached = active.len();
         let nodes = electorate.count(&active, known, fence.load(Ordering::Relaxed), Instant::now());
-        // A minority may be a partition, where the API server's silence would go unnoticed
-        // for minutes (a watch's connection hangs): the source asks it while in doubt.
-        cluster.doubt_api(reached * 2 <= nodes);
-        let api = cluster.api_reachable();
-        // After the API server's silence the view may say this node announces what moved
-        // away meanwhile: fenced until every watch has listed again.
-        let stale = cluster.is_stale();
-        let fenced = stale || fencing(reached, nodes, api) == Fencing::Fenced;
+        let mut reach = Reach { reached: active.len(), nodes, api_reachable: false, view_stale: false };
+        cluster.doubt_api(reach.doubts_api());
+        reach.api_reachable = cluster.api_reachable();
+        reach.view_stale = cluster.is_stale();
+        let decided = fencing(reach);
+        let fenced = decided != Fencing::Answering;
         if fence.swap(fenced, Ordering::Relaxed) != fenced {
-            if fenced && stale {
-                tracing::warn!(
-                    "fenced: the view may be stale after the API server's silence; answering for no address until every watch has listed again"
-                );
-            } else if fenced {
-                tracing::warn!(
-                    reached,
-                    nodes,
-                    "fenced: neither a majority of the nodes nor the API server answers; answering for no address"
-                );
-            } else {
-                tracing::info!(
-                    reached,
-                    nodes,
-                    api,
-                    "fence lifted: answering for this node's addresses again"
-                );
-            }
+            say(decided, reach);
             cluster.poke();
         }
+    }
+}
+
+/// Logs a change of the fence to `decided`.
+fn say(decided: Fencing, Reach { reached, nodes, api_reachable, .. }: Reach) {
+    match decided {
+        Fencing::Stale => tracing::warn!(
+            "fenced: the view may be stale after the API server's silence; answering for no address until every watch has listed again"
+        ),
+        Fencing::Fenced => tracing::warn!(
+            reached,
+            nodes,
+            "fenced: neither a majority of the nodes nor the API server answers; answering for no address"
+        ),
+        Fencing::Answering => tracing::info!(
+            reached,
+            nodes,
+            api = api_reachable,
+            "fence lifted: answering for this node's addresses again"
+        ),
     }
 }

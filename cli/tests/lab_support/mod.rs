@@ -190,9 +190,29 @@ impl Drop for TestLab {
             && let Some(dir) = s["dir"].as_str()
         {
             tideway_tests::audit::record_usage(&std::path::Path::new(dir).join("kube/audit.log"));
+            if std::thread::panicking() {
+                keep_logs(std::path::Path::new(dir), &self.name);
+            }
         }
         let _ = tideway(&["lab", "down", "--name", &self.name]);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A failed test's lab logs (the components', the pods' and the API server's audit), kept
+/// under the target's scratch directory for reading after the lab is gone.
+fn keep_logs(dir: &std::path::Path, name: &str) {
+    let kept = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("failed-labs").join(name);
+    let _ = std::fs::remove_dir_all(&kept);
+    let _ = std::fs::create_dir_all(&kept);
+    let copied = Command::new("sh")
+        .args(["-c", "find . -name '*.log' -size -100M -exec cp --parents {} \"$0\" \\;"])
+        .arg(&kept)
+        .current_dir(dir)
+        .status();
+    match copied {
+        Ok(_) => eprintln!("the lab's logs are kept in {}", kept.display()),
+        Err(e) => eprintln!("the lab's logs not kept: {e}"),
     }
 }
 
