@@ -99,8 +99,8 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
     scenarios::the_seed_experiments(&lab);
     tideway_runs_from_its_image_with_the_charts_security_context(&lab);
     rollout::a_rolling_restart_of_the_agents_moves_no_address(&lab);
-    // The faults that move an address, first the partition: each moves one address off a
-    // worker to the node with the fewest, which the next fault then finds on a worker again.
+    // The faults that move an address (the faults' own Service's, announced only by the
+    // workers the operator's leader does not run on), first the partition.
     scenarios::a_partitioned_node_fences_itself_and_its_address_moves(&lab);
     scenarios::an_agent_killed_on_a_ready_node_is_restarted_by_its_kubelet(&lab);
     scenarios::a_live_mode_switch_with_kubectl_keeps_an_open_connection(&lab);

@@ -1,7 +1,8 @@
 //! Whether the node agent's source and status writer reach the API server, as self-fencing
 //! reads it (`SharedCluster::api_reachable`), against the real API server (root; needs
 //! `make kube`) under real faults: the API server killed (connections refused until the
-//! control plane restarts it, as kubelet restarts a static pod); etcd stopped under a running
+//! control plane restarts it, as kubelet restarts a static pod, and the watches come back to
+//! the restarted server); etcd stopped under a running
 //! API server (its writes end in 504 timeouts); and an RBAC denial, which is an answer from a
 //! working server. (`sources/tests/api_reach.rs` keeps what the real server
 //! does not do on cue: a 503 to every request, watches closed at once, while its process runs.)
@@ -9,10 +10,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use tideway_core::model::NodeProxyState;
+use tideway_core::model::{NodeProxyState, ServiceName};
 use tideway_lab::kube::ControlPlane;
 use tideway_lab::kube::standalone::Standalone;
 use tideway_sources::SharedCluster;
@@ -83,6 +84,17 @@ async fn the_agent_reads_a_killed_api_server_as_unreachable_and_a_denial_as_an_a
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     until(cp, "reachable again", Duration::from_secs(30), || cluster.api_reachable()).await;
+    // The watches came back to the restarted server: a Service created now reaches the view.
+    let services: Api<Service> = Api::namespaced(admin.clone(), "default");
+    let svc = serde_json::from_value(json!({"metadata": {"name": "after-restart"},
+        "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let name = ServiceName::new("default", "after-restart");
+    until(cp, "the watch after the restart", Duration::from_secs(30), || {
+        cluster.lock().service(&name).is_some()
+    })
+    .await;
 
     // A user whom RBAC does not let write NodeProxyStates: 403, an answer, so reachable.
     let denied = KubeNodeStateSink::new(failing_fast_client(Some(&node_conf)).await.unwrap())

@@ -163,6 +163,7 @@ async fn join_gossip(
     bind: SocketAddr,
     scale: f64,
     keys: Option<tideway_sources::gossip::Keys>,
+    refusals: Arc<tideway_sources::gossip::Refusals>,
 ) -> Option<tokio::sync::watch::Receiver<tideway_sources::gossip::Members>> {
     use tideway_core::net::IpFamily;
     cluster.wait_synced().await;
@@ -183,7 +184,7 @@ async fn join_gossip(
         role: tideway_sources::gossip::Role::Agent,
         timings: tideway_core::liveness::TIMINGS.scaled(scale),
         keys,
-        refusals: Default::default(),
+        refusals,
     };
     match tideway_sources::gossip::start(join, cluster).await {
         Ok(members) => Some(members),
@@ -265,6 +266,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let metrics = Arc::new(Metrics::new(&mut registry));
         tideway_api::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
+        let refusals = Arc::new(tideway_sources::gossip::Refusals::default());
+        refusals.register(&mut registry);
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
         let mut review = None;
@@ -353,7 +356,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             let joining = status.clone();
             joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = inherited_stop;
             tokio::spawn(async move {
-                match join_gossip(cluster.clone(), node.clone(), bind, scale, keys).await {
+                match join_gossip(cluster.clone(), node.clone(), bind, scale, keys, refusals).await {
                     Some(members) => {
                         let within = tideway_core::liveness::HAND_OVER;
                         tokio::spawn(crate::report::joined(joining, members.clone(), node, within));

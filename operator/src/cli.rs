@@ -139,6 +139,8 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let metrics = Arc::new(Metrics::new(&mut registry));
         tideway_api::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
+        let refusals = Arc::new(tideway_sources::gossip::Refusals::default());
+        refusals.register(&mut registry);
         let restarts = source_metrics.clone();
         let status = Arc::new(RwLock::new(OperatorStatus::default()));
         let (leader_tx, leader_rx) = watch::channel(Lead::from(!args.leader_elect));
@@ -212,7 +214,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
                 role: tideway_sources::gossip::Role::Operator,
                 timings: tideway_core::liveness::TIMINGS.scaled(args.gossip_time_scale),
                 keys,
-                refusals: Default::default(),
+                refusals,
             };
             match tideway_sources::gossip::start(join, cluster.clone()).await {
                 Ok(members) => {

@@ -208,6 +208,10 @@ async fn a_replayed_datagram_is_refused() {
     eventually("the copies are refused as replayed", move || (r.get("replayed") >= before + 2).then_some(()))
         .await;
     eprintln!("captured {n} bytes from {from}; refusals at node-c: {:?}", refusals.all());
+    let mut registry = prometheus_client::registry::Registry::default();
+    refusals.register(&mut registry);
+    let exported = "tideway_gossip_refused_datagrams_total{reason=\"replayed\"}";
+    assert_eq!(tideway_tests::metrics::sum(&registry, exported), refusals.get("replayed") as f64, "exported");
     tokio::time::sleep(TIMINGS.worst_detection()).await;
     let seen = view.borrow().clone();
     assert_eq!(seen.active.len(), 3, "{seen:?}");

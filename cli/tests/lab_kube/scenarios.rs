@@ -11,8 +11,8 @@
 //! them at once, which hid both.
 //!
 //! A node a fault takes off is never the control plane's (the API server runs in its
-//! namespace) nor the operator leader's (a leader cut off cannot move anything): the test picks
-//! an announcing node that is neither ([`fault_target`]).
+//! namespace) nor the operator leader's (a leader cut off cannot move anything): the faults'
+//! own Service is announced only by the other workers ([`fault_target`]).
 use std::process::Command;
 use std::time::Instant;
 
@@ -73,28 +73,63 @@ fn leader_node(lab: &TestLab) -> String {
     pod["spec"]["nodeName"].as_str().unwrap().to_string()
 }
 
-/// A LoadBalancer Service announced by a node that is neither the control plane's nor the
-/// operator leader's, with a ready endpoint on another node (so it can be served while that
-/// node is cut off): (its address, the node).
+/// The Service the faults take its announcer off: the demo's web pods behind an address of
+/// [`FAULT_POOL`], which only the workers that do not run the operator's leader announce.
+const FAULT_SERVICE: &str = "faultweb";
+const FAULT_POOL: &str = "faults";
+
+/// The pool and Service of the faults, announced only by `nodes`.
+fn fault_objects(nodes: &[String]) -> String {
+    let nodes = nodes.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+    format!(
+        "apiVersion: tideway.io/v1alpha1\nkind: LoadBalancerPool\nmetadata: {{name: {FAULT_POOL}}}\n\
+         spec:\n  addresses: [172.18.254.10-172.18.254.19]\n  autoAssign: false\n  l2:\n    nodeSelectors:\n\
+         \x20   - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{nodes}]}}]\n\
+         ---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {FAULT_SERVICE}\n\
+         \x20 annotations: {{tideway.io/address-pool: {FAULT_POOL}}}\nspec:\n  type: LoadBalancer\n\
+         \x20 selector: {{app: webpod}}\n  ports: [{{port: 80, targetPort: 80}}]\n"
+    )
+}
+
+/// The address a fault takes off its announcer, announced by a node that is neither the
+/// control plane's nor the operator leader's, with a ready endpoint on another node (so it can
+/// be served while that node is cut off): (the address, the node). Which node announces the
+/// demo's Services is the operator's choice, and after a fault or two none may qualify: the
+/// faults' own Service is announced only by the workers the leader does not run on (at least
+/// two), its endpoints are the demo's web pods (on two nodes).
 pub(crate) fn fault_target(lab: &TestLab) -> (String, String) {
     let leader = leader_node(lab);
+    let status = lab.status();
+    let nodes: Vec<String> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["name"].as_str().map(str::to_string))
+        .filter(|n| n != CONTROL_PLANE && *n != leader)
+        .collect();
+    assert!(nodes.len() >= 2, "two workers besides the leader's: {nodes:?}");
+    let file = std::env::temp_dir().join(format!("fault-objects-{}.yaml", std::process::id()));
+    std::fs::write(&file, fault_objects(&nodes)).unwrap();
+    let applied = kubectl(lab, &["apply", "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    applied.unwrap_or_else(|e| panic!("the faults' pool and Service: {e}"));
     let found = eventually(patience(30.0), || {
         let s = lab.status();
-        let lbs = s["services"].as_array().unwrap().iter().filter(|x| x["type"] == "LoadBalancer");
-        let mut candidates = lbs.filter_map(|x| {
-            let (ip, node) = (x["externalIPs"][0].as_str()?, x["announcer"].as_str()?);
-            let (ns, name) = (x["namespace"].as_str()?, x["name"].as_str()?);
-            Some((ip, node, ns, name))
-        });
-        let found = candidates.find(|(_, node, ns, name)| {
-            *node != CONTROL_PLANE && *node != leader && endpoint_off(lab, ns, name, node)
-        });
-        let found = found.map(|(ip, node, _, _)| (ip.to_string(), node.to_string()));
-        found.ok_or_else(|| {
-            format!("no address announced off {CONTROL_PLANE} and {leader}: {}", s["services"])
-        })
+        let svc = s["services"].as_array().unwrap().iter().find(|x| x["name"] == FAULT_SERVICE).cloned();
+        let svc = svc.ok_or("no Service yet")?;
+        let (ip, node) = (svc["externalIPs"][0].as_str(), svc["announcer"].as_str());
+        match (ip, node) {
+            (Some(ip), Some(node))
+                if nodes.iter().any(|n| n == node) && endpoint_off(lab, "default", FAULT_SERVICE, node) =>
+            {
+                Ok((ip.to_string(), node.to_string()))
+            }
+            _ => Err(format!("{FAULT_SERVICE} not announced by one of {nodes:?} yet: {svc}")),
+        }
     });
-    found.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()))
+    let (ip, node) = found.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    wait_serving_within(lab, "mypc", &ip, 1, patience(30.0));
+    (ip, node)
 }
 
 /// Whether Service `ns/name` has a ready endpoint on a node other than `node` (its

@@ -13,6 +13,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use foca::{Codec, PostcardCodec};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use tideway_core::cluster::ClusterState;
 
 use super::envelope::{self, Keys, Refused, Replay, Stamp};
@@ -43,16 +47,25 @@ impl Refusal {
     }
 }
 
-/// Datagrams refused, by reason; shared with whoever reports them.
+/// Datagrams refused, by reason; shared with whoever reports them, and exported as
+/// `tideway_gossip_refused_datagrams_total{reason}` once [registered](Refusals::register).
 #[derive(Debug, Default)]
 pub struct Refusals {
     counts: Mutex<BTreeMap<&'static str, u64>>,
+    exported: Family<ReasonLabel, Counter>,
+}
+
+/// `reason`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
 }
 
 impl Refusals {
     /// Counts one.
     pub fn add(&self, r: Refusal) {
         *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(r.label()).or_default() += 1;
+        self.exported.get_or_create(&ReasonLabel { reason: r.label().to_string() }).inc();
     }
 
     /// How many were refused for `label` ([`Refusal::label`]).
@@ -63,6 +76,15 @@ impl Refusals {
     /// Every count.
     pub fn all(&self) -> BTreeMap<&'static str, u64> {
         self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Exports the counts in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "tideway_gossip_refused_datagrams",
+            "Liveness gossip datagrams refused, by reason (malformed, unknown_key, bad_tag, stale, replayed, undecodable, stranger)",
+            self.exported.clone(),
+        );
     }
 }
 
