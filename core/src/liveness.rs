@@ -84,7 +84,8 @@ pub fn liveness_of(active: bool, down: bool) -> AgentLiveness {
 /// as it left: a rollout, most likely) keeps its node's addresses while its member is down:
 /// the DaemonSet's next Pod has this long to start and join. Its kernel rules stay programmed
 /// meanwhile, so held connections and clients with the node's MAC cached are served; a crash
-/// (no `stoppedAt`) still moves them within [`TIMINGS`]' detection.
+/// (no `stoppedAt`) still moves them within [`TIMINGS`]' detection. A successor seen running
+/// gets one more ([`hand_over_from`]).
 pub const HAND_OVER: Duration = Duration::from_secs(30);
 
 /// The liveness a member list and the agent's last report say: a member declared down whose
@@ -128,6 +129,22 @@ pub fn reported_stop(
         return down_since;
     }
     report.stopped_at
+}
+
+/// When a node's hand-over counts from: its reported stop ([`reported_stop`]), or, once its
+/// `report` shows the next agent running but not yet in the gossip (a sync that agent finished
+/// after the stop), from that sync, but from no later than one hand-over after the stop. So a
+/// successor that is visibly starting, on a machine slow enough that it could not join within
+/// the hand-over, gets a hand-over of its own to join, and no stop keeps a node's addresses
+/// longer than two hand-overs.
+pub fn hand_over_from(
+    report: Option<&crate::model::NodeProxyState>,
+    down_since: Option<std::time::SystemTime>,
+    hand_over: Duration,
+) -> Option<std::time::SystemTime> {
+    let stop = reported_stop(report, down_since)?;
+    let successor = report.and_then(|r| r.last_sync).filter(|&synced| synced > stop);
+    Some(successor.map_or(stop, |synced| synced.min(stop + hand_over)))
 }
 
 /// When the hand-over of a graceful stop reported at `stopped_at` ends (a stop reported in
@@ -319,6 +336,35 @@ mod tests {
         // Counted from when it went down, not renewed on each look.
         let (l, until) = agent_liveness(false, true, down, None, at + Duration::from_secs(40), HAND_OVER);
         assert_eq!((l, until), (AgentLiveness::Dead, None), "its hand-over ended 30 s after it went down");
+    }
+
+    #[test]
+    fn a_successor_seen_running_gets_a_hand_over_of_its_own_but_no_more() {
+        use crate::model::NodeProxyState;
+        let t = |s: u64| std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let h = HAND_OVER;
+        let report = |stopped: Option<u64>, synced: Option<u64>| NodeProxyState {
+            agent_version: Some("0.2.0".into()),
+            stopped_at: stopped.map(t),
+            last_sync: synced.map(t),
+            ..Default::default()
+        };
+        let from = |r: NodeProxyState| hand_over_from(Some(&r), None, h);
+        let table = [
+            // stoppedAt, the report's last sync; the hand-over counts from
+            (Some(100), Some(90), Some(100)), // the stopping agent's own last sync: the stop
+            (Some(100), None, Some(100)),     // nothing synced since
+            (Some(100), Some(112), Some(112)), // the successor synced, not joined: from its sync
+            (Some(100), Some(150), Some(130)), // at most one hand-over after the stop
+            (None, Some(112), None),          // joined (or crashed): no hand-over
+        ];
+        for (stopped, synced, want) in table {
+            assert_eq!(from(report(stopped, synced)), want.map(t), "stopped {stopped:?}, synced {synced:?}");
+        }
+        // Still restarting 40 s after the stop when the successor synced at 112, not after 142.
+        let at = from(report(Some(100), Some(112)));
+        assert_eq!(agent_liveness(false, true, at, None, t(140), h).0, AgentLiveness::Restarting);
+        assert_eq!(agent_liveness(false, true, at, None, t(142), h).0, AgentLiveness::Dead);
     }
 
     #[test]

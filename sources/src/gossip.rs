@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use foca::{AccumulatingRuntime, Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
 use serde::{Deserialize, Serialize};
-use tideway_core::liveness::{GossipTimings, agent_liveness, reported_stop};
+use tideway_core::liveness::{GossipTimings, agent_liveness, hand_over_from};
 use tideway_core::net::IpFamily;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -395,7 +395,7 @@ pub async fn feed_liveness(
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Each node's hand-over granted so far, kept to its end (see `agent_liveness`), and since
-    // when its member is down (an agent before 0.2.0 reports no stop: `reported_stop`).
+    // when its member is down (an agent before 0.2.0 reports no stop: `hand_over_from`).
     let mut granted: BTreeMap<String, SystemTime> = Default::default();
     let mut down_since: BTreeMap<String, SystemTime> = Default::default();
     loop {
@@ -414,7 +414,7 @@ pub async fn feed_liveness(
                 } else {
                     down_since.remove(&n);
                 }
-                let stopped_at = reported_stop(s.node_state(&n), down_since.get(&n).copied());
+                let stopped_at = hand_over_from(s.node_state(&n), down_since.get(&n).copied(), hand_over);
                 let (l, until) =
                     agent_liveness(active, down, stopped_at, granted.get(&n).copied(), now, hand_over);
                 match until {
