@@ -438,10 +438,10 @@ fn pods_run_from_a_loaded_image_under_their_security_context(lab: &TestLab) {
         web["status"]["containerStatuses"][0]["restartCount"], 0,
         "its exec liveness probe passes: {web}"
     );
-    assert_eq!(
-        eventually(patience(30.0), || waiting_reason(lab, "imgalways")).unwrap_or_default(),
-        "ErrImagePull"
-    );
+    // Pulled every time, from no registry: kubelet's reason alternates between the failed pull
+    // and its back-off, and a loaded machine may show either first.
+    let always = eventually(patience(30.0), || waiting_reason(lab, "imgalways")).unwrap_or_default();
+    assert!(["ErrImagePull", "ImagePullBackOff"].contains(&always.as_str()), "{always}");
     let refused = eventually(patience(30.0), || waiting_reason(lab, "imgroot")).unwrap_or_default();
     assert_eq!(refused, "CreateContainerConfigError");
 }

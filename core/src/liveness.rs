@@ -24,6 +24,11 @@ pub struct GossipTimings {
     /// Members send what they learnt to a few others this often (besides piggybacking it on
     /// probes).
     pub gossip_interval: Duration,
+    /// How long an agent declared down has to come back before its node's addresses move: a
+    /// living member declared down (its refutation late on a starved machine, or a dying
+    /// member's stale suspicion) hears it within a gossip round and rejoins under a renewed
+    /// identity at once; a dead one never does.
+    pub rejoin: Duration,
 }
 
 /// Tuned for an address that moves within 2 s of its agent's death: a probe in every period
@@ -36,6 +41,7 @@ pub const TIMINGS: GossipTimings = GossipTimings {
     probe_rtt: Duration::from_millis(75),
     suspicion: Duration::from_millis(600),
     gossip_interval: Duration::from_millis(100),
+    rejoin: Duration::from_millis(250),
 };
 
 /// What the decision and the write path after detection may take (the operator decides, writes
@@ -57,14 +63,15 @@ impl GossipTimings {
             probe_rtt: self.probe_rtt.mul_f64(f),
             suspicion: self.suspicion.mul_f64(f),
             gossip_interval: self.gossip_interval.mul_f64(f),
+            rejoin: self.rejoin.mul_f64(f),
         }
     }
 
     /// The longest a dead member goes unnoticed by the member that learns last: probed within
-    /// one period (plus scheduling), the probe failing after one more, the suspicion, and the
-    /// news spreading.
+    /// one period (plus scheduling), the probe failing after one more, the suspicion, the news
+    /// spreading, and the time it has to rejoin.
     pub fn worst_detection(&self) -> Duration {
-        self.probe_period * 2 + self.suspicion + self.gossip_interval * 2
+        self.probe_period * 2 + self.suspicion + self.gossip_interval * 2 + self.rejoin
     }
 }
 
@@ -78,6 +85,16 @@ pub fn liveness_of(active: bool, down: bool) -> AgentLiveness {
         (false, true) => AgentLiveness::Dead,
         (false, false) => AgentLiveness::Unknown,
     }
+}
+
+/// Whether an agent the member list has said is down since `down_since` (and not back) is
+/// dead for good: down for its [`GossipTimings::rejoin`] time without rejoining.
+pub fn down_for_good(
+    down_since: Option<std::time::SystemTime>,
+    now: std::time::SystemTime,
+    rejoin: Duration,
+) -> bool {
+    down_since.is_some_and(|at| now.duration_since(at).unwrap_or_default() >= rejoin)
 }
 
 /// How long an agent that stopped gracefully (it said so in its NodeProxyState's `stoppedAt`
@@ -365,6 +382,16 @@ mod tests {
         let at = from(report(Some(100), Some(112)));
         assert_eq!(agent_liveness(false, true, at, None, t(140), h).0, AgentLiveness::Restarting);
         assert_eq!(agent_liveness(false, true, at, None, t(142), h).0, AgentLiveness::Dead);
+    }
+
+    #[test]
+    fn an_agent_is_down_for_good_once_it_did_not_rejoin_in_time() {
+        let t = |ms: u64| std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let r = TIMINGS.rejoin;
+        assert!(!down_for_good(None, t(10_000), r), "not down");
+        assert!(!down_for_good(Some(t(1_000)), t(1_100), r), "may still rejoin");
+        assert!(down_for_good(Some(t(1_000)), t(1_250), r));
+        assert!(!down_for_good(Some(t(2_000)), t(1_000), r), "a clock step back waits");
     }
 
     #[test]

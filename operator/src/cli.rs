@@ -222,6 +222,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
                         cluster.clone(),
                         members,
                         args.restart_hand_over,
+                        tideway_core::liveness::TIMINGS.scaled(args.gossip_time_scale).rejoin,
                     ));
                 }
                 Err(e) => tracing::error!(bind = %args.gossip_bind_address, error = %e, "cannot join the agents' gossip; addresses move on Node Ready alone"),

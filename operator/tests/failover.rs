@@ -176,7 +176,7 @@ async fn gossip(
         }
     }
     let (port, members) = joined.expect("a free UDP port on the loopback addresses");
-    tokio::spawn(feed_liveness(cluster.clone(), members, hand_over));
+    tokio::spawn(feed_liveness(cluster.clone(), members, hand_over, TIMINGS.rejoin));
     let agents = [("node-a", ips[0]), ("node-b", ips[1])]
         .into_iter()
         .map(|(node, ip)| (node, AgentMember::start(node, ip, port, cluster)))

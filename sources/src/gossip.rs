@@ -23,7 +23,8 @@ use std::time::{Duration, SystemTime};
 
 use foca::{AccumulatingRuntime, Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
 use serde::{Deserialize, Serialize};
-use tideway_core::liveness::{GossipTimings, agent_liveness, hand_over_from};
+use tideway_core::liveness::{GossipTimings, agent_liveness, down_for_good, hand_over_from};
+use tideway_core::model::AgentLiveness;
 use tideway_core::net::IpFamily;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -386,11 +387,13 @@ pub async fn start(join: Join<'_>, cluster: SharedCluster) -> std::io::Result<wa
 /// gracefully is `Restarting` for `hand_over` after (its addresses stay), to its end even if the
 /// next agent's first report clears `stoppedAt` before its member joins; checked again every
 /// [`RECHECK`] too, for the report that may arrive after the member list changed and for the
-/// hand-over's end.
+/// hand-over's end. An agent declared down counts as dead only once it has not rejoined for
+/// `rejoin` ([`GossipTimings::rejoin`]): a living member wrongly declared down moves nothing.
 pub async fn feed_liveness(
     cluster: SharedCluster,
     mut members: watch::Receiver<Members>,
     hand_over: Duration,
+    rejoin: Duration,
 ) {
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -398,11 +401,21 @@ pub async fn feed_liveness(
     // when its member is down (an agent before 0.2.0 reports no stop: `hand_over_from`).
     let mut granted: BTreeMap<String, SystemTime> = Default::default();
     let mut down_since: BTreeMap<String, SystemTime> = Default::default();
+    // The next time a node down but not for good yet ([`down_for_good`]) is looked at again.
+    let mut settle: Option<tokio::time::Instant> = None;
     loop {
+        let settled = async move {
+            match settle {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = members.changed() => if changed.is_err() { return },
             _ = recheck.tick() => {}
+            () = settled => {}
         }
+        settle = None;
         let m = members.borrow_and_update().clone();
         let now = SystemTime::now();
         cluster.update(|s| {
@@ -421,6 +434,11 @@ pub async fn feed_liveness(
                     Some(u) => granted.insert(n.clone(), u),
                     None => granted.remove(&n),
                 };
+                if l == AgentLiveness::Dead && !down_for_good(down_since.get(&n).copied(), now, rejoin) {
+                    let at = tokio::time::Instant::now() + rejoin;
+                    settle = Some(settle.map_or(at, |s| s.min(at)));
+                    continue;
+                }
                 if s.set_agent_liveness(&n, l) {
                     let until = until.map(|u| humantime_secs(u.duration_since(now).unwrap_or_default()));
                     tracing::info!(node = %n, liveness = ?l, hand_over_left = ?until, "agent liveness");
