@@ -155,6 +155,10 @@ pub struct AgentArgs {
     pub frr_pathspace: Option<String>,
 }
 
+/// How long a starting agent waits for its predecessor's last report (a loaded API server can
+/// take seconds while a rollout restarts every Pod).
+const INHERIT_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Joins the liveness gossip at this node's address once the source lists this node; a port
 /// in use is logged and the agent goes on without (addresses then move on Node Ready alone).
 async fn join_gossip(
@@ -307,6 +311,19 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             }
         };
         let farewell_sink = report.as_ref().map(|(sink, _)| sink.clone());
+        let keys = if args.no_gossip { None } else { sealing.keys() };
+        // The previous agent's graceful stop, kept in this one's reports until it has joined:
+        // read before the first report, which would otherwise clear it (a new leader that had
+        // not yet seen the stop would then move the node's addresses).
+        let inherited_stop = match (&farewell_sink, &keys) {
+            (Some(sink), Some(_)) => {
+                let read = tokio::time::timeout(INHERIT_PATIENCE, sink.last_report(&args.node));
+                let (now, hand_over) = (std::time::SystemTime::now(), tideway_core::liveness::HAND_OVER);
+                tideway_core::liveness::inherited_stop(read.await.ok().flatten().as_ref(), now, hand_over)
+            }
+            _ => None,
+        };
+        status.write().unwrap_or_else(|e| e.into_inner()).joining_since = inherited_stop;
         if let Some((sink, settings)) = report {
             tokio::spawn(report::run_supervised(status.clone(), sink, settings, cluster.clone(), source_metrics));
         }
@@ -339,22 +356,11 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             full_sync_period: args.full_sync_period,
         };
         let fence = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let keys = if args.no_gossip { None } else { sealing.keys() };
-        // The previous agent's graceful stop, kept in this one's reports until it has joined.
-        let inherited_stop = match (&farewell_sink, &keys) {
-            (Some(sink), Some(_)) => {
-                let read = tokio::time::timeout(Duration::from_secs(2), sink.last_report(&args.node));
-                let (now, hand_over) = (std::time::SystemTime::now(), tideway_core::liveness::HAND_OVER);
-                tideway_core::liveness::inherited_stop(read.await.ok().flatten().as_ref(), now, hand_over)
-            }
-            _ => None,
-        };
         if let Some(keys) = keys {
             let (cluster, node, bind, fence) =
                 (cluster.clone(), args.node.clone(), args.gossip_bind_address, fence.clone());
             let scale = args.gossip_time_scale;
             let joining = status.clone();
-            joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = inherited_stop;
             tokio::spawn(async move {
                 match join_gossip(cluster.clone(), node.clone(), bind, scale, keys, refusals).await {
                     Some(members) => {
