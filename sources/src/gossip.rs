@@ -434,8 +434,10 @@ pub async fn feed_liveness(
                     Some(u) => granted.insert(n.clone(), u),
                     None => granted.remove(&n),
                 };
-                if l == AgentLiveness::Dead && !down_for_good(down_since.get(&n).copied(), now, rejoin) {
-                    let at = tokio::time::Instant::now() + rejoin;
+                let since = down_since.get(&n).copied();
+                if l == AgentLiveness::Dead && !down_for_good(since, now, rejoin) {
+                    let waited = since.and_then(|at| now.duration_since(at).ok()).unwrap_or_default();
+                    let at = tokio::time::Instant::now() + rejoin.saturating_sub(waited);
                     settle = Some(settle.map_or(at, |s| s.min(at)));
                     continue;
                 }
