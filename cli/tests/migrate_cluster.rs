@@ -17,8 +17,6 @@ use tideway_lab::kube::pki::{self};
 use tideway_lab::kube::standalone::Standalone;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tideway");
-/// MetalLB's release whose CRDs are applied (its Go module carries config/crd/bases).
-const METALLB: &str = "go.universe.tf/metallb@v0.16.2";
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -41,30 +39,6 @@ fn run(argv: &[String]) -> String {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{argv:?}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
     text
-}
-
-/// The YAML documents of MetalLB's CRDs, from its Go module (downloaded into Go's module cache).
-fn metallb_crds(scratch: &Path) -> Vec<Value> {
-    std::fs::create_dir_all(scratch).unwrap();
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", METALLB])
-        .current_dir(scratch)
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("go (the Go toolchain) runs");
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("go mod download {METALLB}: {e}: {}", String::from_utf8_lossy(&out.stderr))
-    });
-    let bases = Path::new(info["Dir"].as_str().expect("a module directory")).join("config/crd/bases");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&bases).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    let crds: Vec<Value> = files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
-        .collect();
-    assert!(crds.iter().any(|c| c["metadata"]["name"] == "ipaddresspools.metallb.io"), "{bases:?}");
-    crds
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +96,7 @@ async fn a_real_cluster_set_up_by_kubeadm_migrates_as_its_objects_do_as_files() 
 
     // MetalLB's CRDs and objects.
     let mut applier = Applier::new(client.clone(), "tideway-migrate-test");
-    for crd in metallb_crds(&dir.join("go")) {
+    for crd in tideway_tests::metallb::crds(&dir.join("go")) {
         applier.apply(&crd).await.unwrap_or_else(|e| panic!("{}: {e}", crd["metadata"]["name"]));
     }
     let metallb_json = fixture("../operator/tests/fixtures/metallb-objects.json");

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod fake_api;
 pub mod fault_proxy;
 pub mod frr;
+pub mod metallb;
 pub mod metrics;
 pub mod netns;
 

@@ -11,12 +11,13 @@
 //! `sources/tests/api_server.rs` holds this server to), the agent's reach of a killed API
 //! server, of one whose etcd is stopped (504s) and an RBAC denial (`lab/tests/api_faults.rs`), fenced leadership over real Leases
 //! with the audit log's arrival times (`lab/tests/fencing.rs`), 429s from API Priority and
-//! Fairness (`lab/tests/throttled.rs`), and the lab in kube mode
-//! (`cli/tests/lab_kube.rs`). What still runs here, and why:
+//! Fairness (`lab/tests/throttled.rs`), the operator's writes, Events, election, reviewed
+//! REST changes and MetalLB's objects as its chart ServiceAccount (`lab/tests/operator_api.rs`),
+//! and the lab in kube mode (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
-//!   that time out every 200 ms, an outage answering 503 to every request and closing watches
-//!   at once (`api_reach`: the real one, etcd stopped, keeps watches open and lists from its
+//!   that time out every 200 ms, a 409 answered to one status write (`operator/tests/kube.rs`),
+//!   an outage answering 503 to every request and closing watches at once (`api_reach`: the real one, etcd stopped, keeps watches open and lists from its
 //!   cache), a server that cannot stream lists,
 //!   counting the reviews a flood of calls costs;
 //! * half of `make check-rbac`'s evidence: the requests this server authorized by the chart's
@@ -25,7 +26,7 @@
 //!   says which grants the real server saw used (the demo lab exercises no BGP, MetalLB
 //!   compatibility or REST writes, which the tests here do);
 //! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
-//!   operator's `kube`, `failover` and `metallb`, the CLI's `kubernetes` and
+//!   operator's `failover`, the CLI's `kubernetes` and
 //!   `failover`, and the benchmarks that count requests.
 //!
 //! It speaks just enough of the REST protocol for
