@@ -2,7 +2,7 @@
 //! real one cannot do on cue: a 409 answered to the first status write, which the writer
 //! retries. Everything else the operator writes, its leader election, its reviewed REST
 //! changes and MetalLB's objects run against the real API server in
-//! `lab/tests/operator_api.rs`.
+//! `lab/tests/operator_api/`.
 
 use std::sync::{Arc, RwLock};
 

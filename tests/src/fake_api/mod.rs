@@ -12,7 +12,8 @@
 //! server, of one whose etcd is stopped (504s) and an RBAC denial (`lab/tests/api_faults.rs`), fenced leadership over real Leases
 //! with the audit log's arrival times (`lab/tests/fencing.rs`), 429s from API Priority and
 //! Fairness (`lab/tests/throttled.rs`), the operator's writes, Events, election, reviewed
-//! REST changes and MetalLB's objects as its chart ServiceAccount (`lab/tests/operator_api.rs`),
+//! REST changes, failover and MetalLB's objects as its chart ServiceAccount
+//! (`lab/tests/operator_api/`),
 //! and the lab in kube mode (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
@@ -26,8 +27,7 @@
 //!   says which grants the real server saw used (the demo lab exercises no BGP, MetalLB
 //!   compatibility or REST writes, which the tests here do);
 //! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
-//!   operator's `failover`, the CLI's `kubernetes` and
-//!   `failover`, and the benchmarks that count requests.
+//!   CLI's `kubernetes` and `failover`, and the benchmarks that count requests.
 //!
 //! It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
