@@ -6,10 +6,16 @@
 //!     .admin()                 a client with kubeadm's admin credentials (through the host's forward)
 //!     .kubeconfig_for(user, groups, server)   a client certificate kubeadm signs
 //!     .apply_crds(dir)         every CustomResourceDefinition in a directory, served
+//!     .apply_chart_rbac(values)   the chart's namespace, ServiceAccounts and RBAC, as rendered
+//!     .token_kubeconfig(ns, account)   a kubeconfig with a token the server mints for an account
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+use kube::config::{AuthInfo, Kubeconfig};
 use serde_json::Value;
 
 use super::apply::Applier;
@@ -88,6 +94,50 @@ impl Standalone {
             applier.apply(&crd).await?;
         }
         Ok(files.len())
+    }
+}
+
+impl Standalone {
+    /// Applies the chart's release namespace and what it renders of RBAC (ServiceAccounts,
+    /// roles and their bindings) with `values`, as `helm install` would make them.
+    pub async fn apply_chart_rbac(&self, chart: &Path, values: &[(String, String)]) -> Result<(), KubeError> {
+        let mut all = vec![
+            // Rendering needs these; nothing of the chart but its RBAC runs here.
+            ("gossip.key".to_string(), "k".repeat(32)),
+            ("apiServer.address".to_string(), format!("{ADDRESS}:6443")),
+        ];
+        all.extend(values.iter().cloned());
+        let rendered = super::chart::render(chart, &all)
+            .map_err(|e| KubeError::Manifest { path: chart.display().to_string(), message: e.to_string() })?;
+        let rbac = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+        let mut objects = vec![super::chart::namespace()];
+        objects
+            .extend(rendered.into_iter().filter(|o| rbac.contains(&o["kind"].as_str().unwrap_or_default())));
+        Applier::new(self.admin().await?, "tideway-test").apply_all(objects).await?;
+        Ok(())
+    }
+
+    /// A kubeconfig at the host's forward whose credential is a token the API server mints for
+    /// ServiceAccount `namespace/account` (its own audience, an hour's life), as
+    /// `dir/NAMESPACE-ACCOUNT.conf`.
+    pub async fn token_kubeconfig(&self, namespace: &str, account: &str) -> Result<PathBuf, KubeError> {
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin().await?, namespace);
+        let minted =
+            accounts.create_token_request(account, &PostParams::default(), &TokenRequest::default()).await?;
+        let token = minted.status.map(|s| s.token).unwrap_or_default();
+        let admin = self.cp.admin_kubeconfig();
+        let bad = |message: String| KubeError::Kubeconfig { path: admin.display().to_string(), message };
+        let mut config = Kubeconfig::read_from(&admin).map_err(|e| bad(e.to_string()))?;
+        for cluster in config.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+            cluster.server = Some(self.cp.host_url());
+        }
+        for user in &mut config.auth_infos {
+            user.auth_info = Some(AuthInfo { token: Some(token.clone().into()), ..AuthInfo::default() });
+        }
+        let path = self.dir.join(format!("{namespace}-{account}.conf"));
+        let text = serde_json::to_string(&config).map_err(|e| bad(e.to_string()))?;
+        pki::write_private(&path, &text)?;
+        Ok(path)
     }
 }
 

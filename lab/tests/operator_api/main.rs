@@ -29,15 +29,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, PostParams};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tideway_core::operator::lease::{Elector, LeaseTimings};
 use tideway_lab::kube::apply::Applier;
-use tideway_lab::kube::chart;
 use tideway_lab::kube::standalone::Standalone;
 use tideway_operator::election::Lead;
 use tideway_operator::metrics::Metrics;
@@ -112,22 +108,12 @@ async fn setup(standalone: Standalone) -> Cluster {
     for crd in tideway_tests::metallb::crds(&standalone.dir.join("go")) {
         applier.apply(&crd).await.unwrap_or_else(|e| panic!("{}: {e}", crd["metadata"]["name"]));
     }
-    let values = [
-        ("metallb.compat".to_string(), "true".to_string()),
-        // Rendering needs these; no agent runs here.
-        ("gossip.key".to_string(), "k".repeat(32)),
-        ("apiServer.address".to_string(), format!("{}:6443", tideway_lab::kube::standalone::ADDRESS)),
-    ];
-    let rendered = chart::render(&root.join("helm/tideway"), &values).expect("helm template");
-    let rbac = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
-    let mut objects = vec![chart::namespace()];
-    objects.extend(rendered.into_iter().filter(|o| rbac.contains(&o["kind"].as_str().unwrap_or_default())));
-    applier.apply_all(objects).await.unwrap();
+    let values = [("metallb.compat".to_string(), "true".to_string())];
+    standalone.apply_chart_rbac(&root.join("helm/tideway"), &values).await.unwrap();
     for (name, ip) in [("node-a", "172.18.0.2"), ("node-b", "172.18.0.3")] {
         applier.apply(&node(name, ip)).await.unwrap();
     }
-    let token = token(&admin, "tideway-system", "tideway-operator").await;
-    let operator = kubeconfig(&standalone, "operator", &token);
+    let operator = standalone.token_kubeconfig("tideway-system", "tideway-operator").await.unwrap();
     Cluster { standalone, admin, applier, operator }
 }
 
@@ -136,32 +122,6 @@ fn node(name: &str, ip: &str) -> Value {
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {"addresses": [{"type": "InternalIP", "address": ip}],
                    "conditions": [{"type": "Ready", "status": "True"}]}})
-}
-
-/// A token for ServiceAccount `ns/name`, minted by the API server (its own audience).
-async fn token(admin: &kube::Client, ns: &str, name: &str) -> String {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-    let request: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
-    let minted: TokenRequest =
-        accounts.create_subresource("token", name, &PostParams::default(), &request).await.unwrap();
-    minted.status.expect("a token").token
-}
-
-/// The admin's kubeconfig with `token` for credentials, at the host's forward: `dir/NAME.conf`.
-fn kubeconfig(standalone: &Standalone, name: &str, token: &str) -> PathBuf {
-    let mut config = kube::config::Kubeconfig::read_from(standalone.cp.admin_kubeconfig()).unwrap();
-    for cluster in &mut config.clusters {
-        if let Some(c) = cluster.cluster.as_mut() {
-            c.server = Some(standalone.cp.host_url());
-        }
-    }
-    for user in &mut config.auth_infos {
-        user.auth_info =
-            Some(kube::config::AuthInfo { token: Some(token.to_string().into()), ..Default::default() });
-    }
-    let path = standalone.dir.join(format!("{name}.conf"));
-    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
-    path
 }
 
 /// GET `path` as the admin: the object, or None when it is not there.

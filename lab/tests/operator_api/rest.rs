@@ -1,6 +1,19 @@
 //! REST changes reviewed by the real server.
 
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+
 use super::*;
+
+/// A token for ServiceAccount `ns/name`, minted by the API server (its own audience).
+async fn token(admin: &kube::Client, ns: &str, name: &str) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    let request: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    let minted: TokenRequest =
+        accounts.create_subresource("token", name, &PostParams::default(), &request).await.unwrap();
+    minted.status.expect("a token").token
+}
 
 /// PATCH of a ProxyConfig over the operator's REST API: the token reviewed by the server's
 /// TokenReview, the verb by its SubjectAccessReview, the change a merge patch by `tideway-api`.

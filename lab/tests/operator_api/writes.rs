@@ -114,8 +114,7 @@ pub(super) async fn forbidden(cluster: &mut Cluster) {
         slice("no-events", "web", "10.10.1.7"),
     ];
     cluster.applier.apply_all(objects.clone()).await.unwrap();
-    let token = token(&admin, "no-events", "tideway-operator").await;
-    let kubeconfig = kubeconfig(&cluster.standalone, "no-events", &token);
+    let kubeconfig = cluster.standalone.token_kubeconfig("no-events", "tideway-operator").await.unwrap();
     let mut tasks = Tasks::default();
     let (_, status) = run_operator(&mut tasks, &kubeconfig, None).await;
     eventually("the Service's address", || ingress(&admin, "no-events", "web")).await;
