@@ -23,6 +23,18 @@ impl FaultProxy {
     /// Listens on 127.0.0.1 and forwards each connection to `target`.
     pub async fn start(target: SocketAddr) -> Arc<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port on 127.0.0.1");
+        FaultProxy::serve(listener, target)
+    }
+
+    /// Forwards each connection `listener` accepts to `target`: a listener opened inside a
+    /// network namespace ([`crate::netns::Netns::run`]) carries that namespace's clients to a
+    /// server this process reaches (the relay a node's agent reaches the API server through).
+    pub fn start_on(listener: std::net::TcpListener, target: SocketAddr) -> Arc<FaultProxy> {
+        listener.set_nonblocking(true).expect("a non-blocking listener");
+        FaultProxy::serve(TcpListener::from_std(listener).expect("a listener on this runtime"), target)
+    }
+
+    fn serve(listener: TcpListener, target: SocketAddr) -> Arc<FaultProxy> {
         let (cut, _) = watch::channel(0);
         let (held, _) = watch::channel(false);
         let addr = listener.local_addr().expect("bound");

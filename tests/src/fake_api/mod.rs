@@ -13,11 +13,13 @@
 //! with the audit log's arrival times (`lab/tests/fencing.rs`), 429s from API Priority and
 //! Fairness (`lab/tests/throttled.rs`), the operator's writes, Events, election, reviewed
 //! REST changes, failover and MetalLB's objects as its chart ServiceAccount
-//! (`lab/tests/operator_api/`),
+//! (`lab/tests/operator_api/`), `tideway dns` and `tideway agent` with `--source kubernetes`
+//! as their chart ServiceAccounts (`cli/tests/kubernetes_api.rs`),
 //! and the lab in kube mode (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
 //!   that time out every 200 ms, a 409 answered to one status write (`operator/tests/kube.rs`),
+//!   a 410 answered to the agent's watch and an invalid Service (`cli/tests/kubernetes.rs`),
 //!   an outage answering 503 to every request and closing watches at once (`api_reach`: the real one, etcd stopped, keeps watches open and lists from its
 //!   cache), a server that cannot stream lists,
 //!   counting the reviews a flood of calls costs;
@@ -27,7 +29,7 @@
 //!   says which grants the real server saw used (the demo lab exercises no BGP, MetalLB
 //!   compatibility or REST writes, which the tests here do);
 //! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
-//!   CLI's `kubernetes` and `failover`, and the benchmarks that count requests.
+//!   CLI's `failover`, and the benchmarks that count requests.
 //!
 //! It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
