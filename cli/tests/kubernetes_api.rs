@@ -25,62 +25,24 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::real_api::{Api, battery, get, merge, relays};
 use support::*;
-use tideway_lab::kube::apply::Applier;
-use tideway_lab::kube::standalone::Standalone;
-use tideway_tests::fault_proxy::FaultProxy;
 use tideway_tests::netns::{eventually, tcp};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tideway")
 }
 
-fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway")
-}
-
-/// The control plane, the admin's client and applier.
-struct Api {
-    standalone: Standalone,
-    admin: kube::Client,
-    applier: Applier,
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_and_agent_on_the_real_api_server() {
     tideway_tests::netns::require_root("the control plane and the agent");
-    let standalone = Standalone::start("kapi", |config| {
-        config.service_cidr = "10.96.0.0/16".into();
-        // No kubelet heartbeats here: the test's Nodes stay as written.
-        config.grace = Duration::from_secs(3600);
-    })
-    .await
-    .expect("a control plane (root; make kube)");
-    standalone.apply_crds(&chart().join("crds")).await.unwrap();
     let values = [("dns.requireProgrammed".to_string(), "true".to_string())];
-    standalone.apply_chart_rbac(&chart(), &values).await.unwrap();
-    let admin = standalone.admin().await.unwrap();
-    let applier = Applier::new(admin.clone(), "tideway-test");
-    let mut api = Api { standalone, admin, applier };
-    api.applier.apply_all(battery()).await.unwrap();
+    let mut api = Api::start("kapi", &values).await;
+    api.applier.apply_all(battery("")).await.unwrap();
     dns_serves(&mut api).await;
     dns_holds_back(&mut api).await;
     agent(&mut api).await;
-    tideway_tests::audit::record_usage(&api.standalone.cp.layout().audit_log());
-}
-
-/// The battery's objects (`support::manifest`), namespace `demo` first.
-fn battery() -> Vec<Value> {
-    let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}})];
-    let text = manifest("nftables", "");
-    for doc in text.split("\n---").filter(|d| !d.trim().is_empty()) {
-        let object: Value = serde_saphyr::from_str(doc).expect("manifest document");
-        // The server made its own ServiceCIDR from its flags: the same range.
-        if object["kind"] != "ServiceCIDR" {
-            objects.push(object);
-        }
-    }
-    objects
+    api.record_usage();
 }
 
 /// ClusterRole `name` without `resource` in any rule (a grant withdrawn); the role as it was.
@@ -102,25 +64,6 @@ async fn withdraw(api: &mut Api, name: &str, resource: &str) -> Value {
     api.applier.apply(&less).await.unwrap();
     less["rules"] = role["rules"].clone();
     less
-}
-
-/// GET `path` as the admin: the object, or None when it is not there.
-async fn get(admin: &kube::Client, path: &str) -> Option<Value> {
-    let req = http::Request::get(path).body(Vec::new()).unwrap();
-    match admin.request::<Value>(req).await {
-        Ok(v) => Some(v),
-        Err(kube::Error::Api(s)) if s.code == 404 => None,
-        Err(e) => panic!("GET {path}: {e}"),
-    }
-}
-
-/// A JSON merge patch of `path` as the admin.
-async fn merge(admin: &kube::Client, path: &str, patch: Value) {
-    let req = http::Request::patch(path)
-        .header("content-type", "application/merge-patch+json")
-        .body(serde_json::to_vec(&patch).unwrap())
-        .unwrap();
-    admin.request::<Value>(req).await.unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
 }
 
 struct Dns {
@@ -266,17 +209,8 @@ async fn agent(api: &mut Api) {
     let role = withdraw(api, "tideway-agent", "endpointslices").await;
     let mut c = cluster("kapi-agent");
     // The API server where node-a's agent reaches it: a relay on node-a's loopback.
-    let listener =
-        c.nodes[0].ns.run(|| std::net::TcpListener::bind("127.0.0.1:0").expect("a port in node-a"));
-    let relay = FaultProxy::start_on(listener, api.standalone.cp.host_endpoint());
-    let kubeconfig = api.standalone.token_kubeconfig("tideway-system", "tideway-agent").await.unwrap();
-    let text = std::fs::read_to_string(&kubeconfig).unwrap();
-    std::fs::write(
-        &kubeconfig,
-        text.replace(&api.standalone.cp.host_url(), &format!("https://{}", relay.addr)),
-    )
-    .unwrap();
-    let kc = kubeconfig.display().to_string();
+    let (port, _relay) = relays(&[&c.nodes[0].ns], api.standalone.cp.host_endpoint());
+    let kc = api.kubeconfig_via("tideway-system", "tideway-agent", port).await.display().to_string();
     // The REST API takes the tests' token (it needs one on loopback too).
     let token_file = c.path("api-token");
     std::fs::write(&token_file, API_TOKEN).unwrap();

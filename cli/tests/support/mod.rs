@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tideway_tests::netns::{Cluster, Netns, eventually};
 
+pub(crate) mod real_api;
+
 pub(crate) const WEB: &str = "10.96.0.10:80";
 
 /// `secs` seconds, times `TIDEWAY_TEST_TIME_SCALE` (a VM without hardware acceleration runs
