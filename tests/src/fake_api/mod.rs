@@ -14,7 +14,8 @@
 //! Fairness (`lab/tests/throttled.rs`), the operator's writes, Events, election, reviewed
 //! REST changes, failover and MetalLB's objects as its chart ServiceAccount
 //! (`lab/tests/operator_api/`), `tideway dns` and `tideway agent` with `--source kubernetes`
-//! as their chart ServiceAccounts (`cli/tests/kubernetes_api.rs`),
+//! as their chart ServiceAccounts (`cli/tests/kubernetes_api.rs`), the operator and two agents
+//! as processes failing over (`cli/tests/failover.rs`),
 //! and the lab in kube mode (`cli/tests/lab_kube.rs`). What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
@@ -28,8 +29,8 @@
 //!   ([`crate::audit`]), where the components run as their chart ServiceAccounts; `check-rbac`
 //!   says which grants the real server saw used (the demo lab exercises no BGP, MetalLB
 //!   compatibility or REST writes, which the tests here do);
-//! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, the
-//!   CLI's `failover`, and the benchmarks that count requests.
+//! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, and the
+//!   benchmarks that count requests.
 //!
 //! It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
