@@ -1,36 +1,43 @@
 //! A stand-in for the Kubernetes API server, for tests and benchmarks of the Kubernetes edge.
 //!
-//! The real API server now runs in the test bed (the lab's control plane, built from
-//! Kubernetes' own modules: `make kube`), and tests move to it: CRD admission with the real
-//! schema and CEL (`lab/tests/crd_admission.rs`), watches, streamed first views and 410 Gone
-//! after a real compaction (`lab/tests/watches.rs`, with [`crate::fault_proxy`] for cut and
-//! hung connections), `tideway migrate --from-cluster` against kubeadm's ConfigMaps and
-//! MetalLB's CRDs (`cli/tests/migrate_cluster.rs`), TokenReviews and SubjectAccessReviews of
-//! tokens the server mints, by audience and RBAC (`lab/tests/reviews.rs`), server-side apply's
-//! conflicts and a real `kubectl edit` (`lab/tests/server_side_apply.rs`, whose assertions
-//! `sources/tests/api_server.rs` holds this server to), the agent's reach of a killed API
-//! server, of one whose etcd is stopped (504s) and an RBAC denial (`lab/tests/api_faults.rs`), fenced leadership over real Leases
-//! with the audit log's arrival times (`lab/tests/fencing.rs`), 429s from API Priority and
-//! Fairness (`lab/tests/throttled.rs`), the operator's writes, Events, election, reviewed
-//! REST changes, failover and MetalLB's objects as its chart ServiceAccount
-//! (`lab/tests/operator_api/`), `tideway dns` and `tideway agent` with `--source kubernetes`
-//! as their chart ServiceAccounts (`cli/tests/kubernetes_api.rs`), the operator and two agents
-//! as processes failing over (`cli/tests/failover.rs`),
-//! and the lab in kube mode (`cli/tests/lab_kube.rs`). What still runs here, and why:
+//! The real API server runs in the test bed (the lab's control plane, built from Kubernetes'
+//! own modules: `make kube`), and every Kubernetes-facing test that it can serve runs there:
+//! * CRD admission with the real schema and CEL (`lab/tests/crd_admission.rs`);
+//! * watches, streamed first views, 410 Gone after a real compaction, a server without
+//!   WatchList (`lab/tests/watches.rs`, with [`crate::fault_proxy`] for cut and hung connections);
+//! * the Kubernetes source's selectors, streamed views, ServiceCIDRs, synced signal, the
+//!   NodeProxyState's server-side apply, RBAC denials and the reviews' cost
+//!   (`lab/tests/source_api.rs`);
+//! * TokenReviews and SubjectAccessReviews by audience and RBAC (`lab/tests/reviews.rs`);
+//!   server-side apply's conflicts and a real `kubectl edit` (`lab/tests/server_side_apply.rs`);
+//! * a killed API server, a stopped etcd (504s), an RBAC denial (`lab/tests/api_faults.rs`);
+//!   fenced leadership over real Leases (`lab/tests/fencing.rs`); 429s from API Priority and
+//!   Fairness (`lab/tests/throttled.rs`);
+//! * the operator's writes, Events, election, reviewed REST changes, failover and MetalLB's
+//!   objects (`lab/tests/operator_api/`);
+//! * `tideway dns` and `tideway agent` with `--source kubernetes` (`cli/tests/kubernetes_api.rs`),
+//!   the operator and two agents failing over as processes (`cli/tests/failover.rs`),
+//!   `tideway migrate --from-cluster` (`cli/tests/migrate_cluster.rs`), and the lab in kube
+//!   mode (`cli/tests/lab_kube.rs`).
+//!
+//! The components run there as the chart's ServiceAccounts, and the server's audit log
+//! ([`crate::audit`]) is `make check-rbac`'s evidence. What still runs here, and why:
 //! * what a real server does not do on cue: an object changed or removed with no watch event
-//!   (`remove_silently`, the relist's diff), a bounded history of exactly N versions, watches
-//!   that time out every 200 ms, a 409 answered to one status write (`operator/tests/kube.rs`),
-//!   a 410 answered to the agent's watch and an invalid Service (`cli/tests/kubernetes.rs`),
-//!   an outage answering 503 to every request and closing watches at once (`api_reach`: the real one, etcd stopped, keeps watches open and lists from its
-//!   cache), a server that cannot stream lists,
-//!   counting the reviews a flood of calls costs;
-//! * half of `make check-rbac`'s evidence: the requests this server authorized by the chart's
-//!   roles. The other half is the real API server's audit log of every kube lab test
-//!   ([`crate::audit`]), where the components run as their chart ServiceAccounts; `check-rbac`
-//!   says which grants the real server saw used (the demo lab exercises no BGP, MetalLB
-//!   compatibility or REST writes, which the tests here do);
-//! * tests not moved yet: the sources' `kube_source`, `api_reach` and `api_server`, and the
-//!   benchmarks that count requests.
+//!   (`remove_silently`, the relist's diff) and a 410 at once, watches that time out every
+//!   200 ms, a server that cannot stream lists answering 410 after a list, an invalid object
+//!   (`sources/tests/kube_source.rs`); a 409 answered to one status write
+//!   (`operator/tests/kube.rs`); a 410 answered to the agent's watch and an invalid Service
+//!   (`cli/tests/kubernetes.rs`); an outage answering 503 to every request and closing
+//!   watches at once, and a silent server (`sources/tests/api_reach.rs`: the real one, etcd
+//!   stopped, keeps watches open and lists from its cache);
+//! * `sources/tests/api_server.rs`, which holds this server to the real one's answers
+//!   (`lab/tests/server_side_apply.rs`'s assertions) for as long as tests run here;
+//! * not moved yet: MetalLB's `BGPPeer` read from both groups (`sources/tests/kube_source.rs`:
+//!   MetalLB's CRD converts through MetalLB's own webhook), and the benchmarks that count
+//!   requests (`node-agent/benches/report.rs`, `cli/benches/agent/process.rs`: the real
+//!   server beside them on two cores would measure itself).
+//!
+//! Its requests authorized by the chart's roles are recorded for `make check-rbac` too.
 //!
 //! It speaks just enough of the REST protocol for
 //! kube-rs: paginated lists with label and field selectors, watches as streams of JSON lines
