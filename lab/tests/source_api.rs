@@ -13,11 +13,16 @@
 //!   Node, later only its status; deleted, the next report is a 404 and the one after creates it;
 //! * a report sent as the DNS server's account is the server's 403, naming who was refused;
 //! * 2,000 calls with a bad token and 2,000 with a good one cost the server a handful of
-//!   TokenReviews and SubjectAccessReviews.
+//!   TokenReviews and SubjectAccessReviews;
+//! * an agent speaking BGP, with the chart's grants for BGP and MetalLB, reads Tideway's BGP
+//!   kinds and MetalLB's (its own CRDs; one `BGPPeer` kind in each group, each its own watch),
+//!   the peers' password Secrets by field selector in their namespace only, and follows
+//!   deletions.
 //!
 //! Requests are read from the server's audit log. What the real server does not do on cue
 //! stays on the imitation (`sources/tests/kube_source.rs`): a change with no watch event, a
-//! 410 or a watch timeout on cue, an invalid object.
+//! 410 or a watch timeout on cue, an invalid object, a server that cannot stream lists
+//! answering 410 after a list.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -67,6 +72,7 @@ async fn the_kubernetes_source_on_the_real_api_server() {
     report_refused(&cluster).await;
     review_flood(&mut cluster).await;
     without_service_cidrs(&mut cluster).await;
+    bgp(&mut cluster).await;
     tideway_tests::audit::record_usage(&cluster.standalone.cp.layout().audit_log());
 }
 
@@ -375,5 +381,85 @@ async fn without_service_cidrs(cluster: &mut Cluster) {
     assert!(names(&view).contains("ns1/web"));
     let asked = audited(cluster, AGENT, since);
     assert!(asked.iter().all(|r| !r.contains("/apis/networking.k8s.io")), "{asked:#?}");
+    task.abort();
+}
+
+/// As the chart's agent with `bgp.enabled` and `metallb.compat`: what it grants is what the
+/// agent needs.
+async fn bgp(cluster: &mut Cluster) {
+    for crd in tideway_tests::metallb::crds(&cluster.standalone.dir.join("go")) {
+        cluster.applier.apply(&crd).await.unwrap_or_else(|e| panic!("{}: {e}", crd["metadata"]["name"]));
+    }
+    let namespace = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    // The namespaces of the chart's Roles for BGP come first, as `helm install` needs them.
+    cluster
+        .applier
+        .apply_all(vec![namespace("metallb-system"), namespace("tideway-bgp-secrets")])
+        .await
+        .unwrap();
+    let values =
+        [("bgp.enabled", "true"), ("metallb.compat", "true")].map(|(k, v)| (k.to_string(), v.to_string()));
+    cluster.standalone.apply_chart_rbac(&chart(), &values).await.unwrap();
+    let since = SystemTime::now();
+    let peer = |api_version: &str, ns: Option<&str>, name: &str, asn: u32| {
+        json!({"apiVersion": api_version, "kind": "BGPPeer", "metadata": {"name": name, "namespace": ns},
+            "spec": {"myASN": asn, "peerASN": 64513, "peerAddress": "172.30.0.1"}})
+    };
+    let secret = |ns: &str, name: &str, kind: &str, data: Value| json!({"apiVersion": "v1", "kind": "Secret", "type": kind, "metadata": {"name": name, "namespace": ns}, "data": data});
+    let objects = vec![
+        peer("tideway.io/v1alpha1", None, "router", 64512),
+        peer("metallb.io/v1beta2", Some("metallb-system"), "router", 64600),
+        peer("metallb.io/v1beta2", Some("metallb-system"), "spare", 64512),
+        json!({"apiVersion": "metallb.io/v1beta1", "kind": "Community",
+            "metadata": {"name": "c", "namespace": "metallb-system"},
+            "spec": {"communities": [{"name": "vpn-only", "value": "1234:1"}]}}),
+        // A peer's password Secret (base64 of "s3cret") in the chart's namespace for them, a
+        // Secret of another type there, not even listed, and the release's TLS key, which the
+        // agent may not read.
+        secret(
+            "tideway-bgp-secrets",
+            "bgp-auth",
+            "kubernetes.io/basic-auth",
+            json!({"password": "czNjcmV0"}),
+        ),
+        secret("tideway-bgp-secrets", "stray", "kubernetes.io/tls", json!({"tls.crt": "", "tls.key": ""})),
+        secret("tideway-system", "tideway-tls", "kubernetes.io/tls", json!({"tls.crt": "", "tls.key": ""})),
+    ];
+    cluster.applier.apply_all(objects.clone()).await.unwrap();
+    let view = SharedCluster::new();
+    let agent = Role::Agent { node: "node-a".into(), service_cidrs: true };
+    let source = KubeSource::new(agent_client(cluster).await, agent, SourceMetrics::default())
+        .with_bgp(true)
+        .with_bgp_secrets(Some("tideway-bgp-secrets".into()))
+        .with_metallb(Some("metallb-system".into()));
+    let task = tokio::spawn(source.run(view.clone()));
+    tokio::time::timeout(Duration::from_secs(15), view.wait_synced()).await.expect("synced");
+    let peers = |v: &SharedCluster| -> Vec<(String, u32)> {
+        v.lock().bgp().peers.iter().map(|p| (p.name.clone(), p.my_asn)).collect()
+    };
+    assert_eq!(peers(&view), [("router".to_string(), 64512), ("spare".to_string(), 64512)]);
+    assert_eq!(view.lock().bgp().conflicts.len(), 1);
+    assert_eq!(view.lock().bgp().communities.len(), 1);
+    assert_eq!(view.lock().bgp_secret("bgp-auth").map(|s| s.password.clone()).as_deref(), Some("s3cret"));
+    assert!(view.invalid_objects().is_empty(), "the TLS Secret is not read: {:?}", view.errors());
+    let requests = audited(cluster, AGENT, since);
+    let secrets: Vec<&String> = requests.iter().filter(|r| r.contains("/secrets")).collect();
+    assert!(!secrets.is_empty());
+    for r in &secrets {
+        assert!(r.contains("/api/v1/namespaces/tideway-bgp-secrets/secrets?"), "{r}");
+        assert!(r.contains("fieldSelector=type=kubernetes.io/basic-auth"), "{r}");
+    }
+    assert!(
+        requests.iter().any(|r| r.contains("/apis/metallb.io/v1beta2/namespaces/metallb-system/bgppeers"))
+    );
+
+    cluster.applier.delete(&objects[0]).await.unwrap();
+    until("MetalLB's router is used once Tideway's is gone", || {
+        peers(&view) == [("router".to_string(), 64600), ("spare".to_string(), 64512)]
+    })
+    .await;
+    cluster.applier.delete(&objects[2]).await.unwrap();
+    until("spare is gone", || peers(&view).len() == 1).await;
+    assert!(view.lock().bgp().conflicts.is_empty());
     task.abort();
 }

@@ -2,9 +2,7 @@
 //! what the real one does not do on cue: a change or removal with no watch event and a 410
 //! answered at once (the relist reports only the differences), a server that cannot stream
 //! lists answering 410 after a list, an invalid object (the real server refuses it), watches
-//! that time out every 200 ms with a bookmark first. MetalLB's `BGPPeer` read from both groups
-//! is here too, not moved yet (MetalLB's BGPPeer CRD converts through MetalLB's webhook, which
-//! the test bed does not run). Selectors,
+//! that time out every 200 ms with a bookmark first. Selectors, BGP kinds of both groups,
 //! streamed views, ServiceCIDRs, the synced signal, RBAC denials, the NodeProxyState's
 //! server-side apply and the reviews' cost run against the real API server in
 //! `lab/tests/source_api.rs`; compaction and a server without WatchList in `lab/tests/watches.rs`.
@@ -32,11 +30,6 @@ fn slice(ns: &str, name: &str, svc: &str, ip: &str) -> Value {
         "labels": {"kubernetes.io/service-name": svc}},
         "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}, "nodeName": "node-a"}]})
-}
-
-fn node(name: &str, ip: &str) -> Value {
-    json!({"kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"addresses": [{"type": "InternalIP", "address": ip}]}})
 }
 
 fn namespace(name: &str) -> Value {
@@ -250,84 +243,5 @@ async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothin
         watches.iter().filter_map(|r| r.query.get("resourceVersion")?.parse().ok()).collect();
     assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
     assert!(watches.iter().all(|r| r.query.get("allowWatchBookmarks").map(String::as_str) == Some("true")));
-    task.abort();
-}
-
-/// An agent speaking BGP lists and watches Tideway's BGP kinds and, with MetalLB's namespace,
-/// MetalLB's too (one `BGPPeer` kind in each group, each its own watch): the state holds the
-/// Tideway peer under the shared name, a MetalLB-only name, and follows a deletion.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_speaking_bgp_reads_both_groups_bgp_kinds() {
-    // From a server that streams lists, and from one that cannot: every kind the agent reads
-    // (with the chart's grants for BGP) is streamed or listed to the same state.
-    for streams in [true, false] {
-        agent_reads_both_groups_bgp_kinds(streams).await;
-    }
-}
-
-async fn agent_reads_both_groups_bgp_kinds(streams: bool) {
-    let api = FakeApi::start().await;
-    api.stream_lists(streams);
-    let dir = tempdir::Dir::new(&format!("agent-bgp-{streams}"));
-    let peer = |api_version: &str, ns: Option<&str>, name: &str, asn: u32| {
-        json!({"apiVersion": api_version, "kind": "BGPPeer", "metadata": {"name": name, "namespace": ns},
-            "spec": {"myASN": asn, "peerASN": 64513, "peerAddress": "172.30.0.1"}})
-    };
-    api.preload([
-        node("node-a", "192.168.0.10"),
-        peer("tideway.io/v1alpha1", None, "router", 64512),
-        peer("metallb.io/v1beta2", Some("metallb-system"), "router", 64600),
-        peer("metallb.io/v1beta2", Some("metallb-system"), "spare", 64512),
-        json!({"apiVersion": "metallb.io/v1beta1", "kind": "Community",
-            "metadata": {"name": "c", "namespace": "metallb-system"},
-            "spec": {"communities": [{"name": "vpn-only", "value": "1234:1"}]}}),
-        // A peer's password Secret (base64 of "s3cret") in the chart's namespace for them, a
-        // Secret of another type there, not even listed, and the release's TLS key, which the
-        // agent may not read.
-        json!({"kind": "Secret", "type": "kubernetes.io/basic-auth",
-            "metadata": {"name": "bgp-auth", "namespace": "tideway-bgp-secrets"}, "data": {"password": "czNjcmV0"}}),
-        json!({"kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": "stray", "namespace": "tideway-bgp-secrets"}, "data": {"tls.crt": ""}}),
-        json!({"kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": "tideway-tls", "namespace": "tideway-system"}, "data": {"tls.crt": ""}}),
-    ]);
-    // As the chart's agent account with bgp.enabled and metallb.compat: what it grants is what
-    // the agent needs.
-    api.chart_values("bgp");
-    let cluster = SharedCluster::new();
-    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
-    let client = kube_client(&api, &dir, Account::Agent).await;
-    let source = KubeSource::new(client, role, SourceMetrics::default())
-        .with_bgp(true)
-        .with_bgp_secrets(Some("tideway-bgp-secrets".into()))
-        .with_metallb(Some("metallb-system".into()));
-    let task = tokio::spawn(source.run(cluster.clone()));
-    tokio::time::timeout(Duration::from_secs(15), cluster.wait_synced()).await.expect("synced");
-    let peers = |c: &SharedCluster| -> Vec<(String, u32)> {
-        c.lock().bgp().peers.iter().map(|p| (p.name.clone(), p.my_asn)).collect()
-    };
-    assert_eq!(peers(&cluster), [("router".to_string(), 64512), ("spare".to_string(), 64512)]);
-    assert_eq!(cluster.lock().bgp().conflicts.len(), 1);
-    assert_eq!(cluster.lock().bgp().communities.len(), 1);
-    assert_eq!(cluster.lock().bgp_secret("bgp-auth").map(|s| s.password.clone()).as_deref(), Some("s3cret"));
-    assert!(cluster.invalid_objects().is_empty(), "the TLS Secret is not read: {:?}", cluster.errors());
-    let lists = api.requests_to("/api/v1/namespaces/tideway-bgp-secrets/secrets");
-    assert!(!lists.is_empty());
-    for r in &lists {
-        let selector = r.query.get("fieldSelector").map(String::as_str);
-        assert_eq!(selector, Some("type=kubernetes.io/basic-auth"), "{} {:?}", r.path, r.query);
-    }
-    assert!(api.requests_to("/api/v1/namespaces/tideway-system/secrets").is_empty());
-    assert!(api.requests_to("/api/v1/secrets").is_empty());
-    assert!(!api.requests_to("/apis/metallb.io/v1beta2/namespaces/metallb-system/bgppeers").is_empty());
-
-    api.delete("BGPPeer", None, "router");
-    until("MetalLB's router is used once Tideway's is gone", || {
-        peers(&cluster) == [("router".to_string(), 64600), ("spare".to_string(), 64512)]
-    })
-    .await;
-    api.delete("BGPPeer.metallb.io", Some("metallb-system"), "spare");
-    until("spare is gone", || peers(&cluster).len() == 1).await;
-    assert!(cluster.lock().bgp().conflicts.is_empty());
     task.abort();
 }

@@ -5,9 +5,9 @@
 //! * CRD admission with the real schema and CEL (`lab/tests/crd_admission.rs`);
 //! * watches, streamed first views, 410 Gone after a real compaction, a server without
 //!   WatchList (`lab/tests/watches.rs`, with [`crate::fault_proxy`] for cut and hung connections);
-//! * the Kubernetes source's selectors, streamed views, ServiceCIDRs, synced signal, the
-//!   NodeProxyState's server-side apply, RBAC denials and the reviews' cost
-//!   (`lab/tests/source_api.rs`);
+//! * the Kubernetes source's selectors, streamed views, ServiceCIDRs, synced signal, BGP kinds
+//!   of both groups (MetalLB's own CRDs), the NodeProxyState's server-side apply, RBAC denials
+//!   and the reviews' cost (`lab/tests/source_api.rs`);
 //! * TokenReviews and SubjectAccessReviews by audience and RBAC (`lab/tests/reviews.rs`);
 //!   server-side apply's conflicts and a real `kubectl edit` (`lab/tests/server_side_apply.rs`);
 //! * a killed API server, a stopped etcd (504s), an RBAC denial (`lab/tests/api_faults.rs`);
@@ -32,10 +32,9 @@
 //!   stopped, keeps watches open and lists from its cache);
 //! * `sources/tests/api_server.rs`, which holds this server to the real one's answers
 //!   (`lab/tests/server_side_apply.rs`'s assertions) for as long as tests run here;
-//! * not moved yet: MetalLB's `BGPPeer` read from both groups (`sources/tests/kube_source.rs`:
-//!   MetalLB's CRD converts through MetalLB's own webhook), and the benchmarks that count
-//!   requests (`node-agent/benches/report.rs`, `cli/benches/agent/process.rs`: the real
-//!   server beside them on two cores would measure itself).
+//! * the benchmarks that count requests (`node-agent/benches/report.rs`,
+//!   `cli/benches/agent/process.rs`): the real server beside them on two cores would measure
+//!   itself.
 //!
 //! Its requests authorized by the chart's roles are recorded for `make check-rbac` too.
 //!
