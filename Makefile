@@ -79,9 +79,10 @@ unit:
 		-E '($(PRIVILEGED)) and not ($(NOT_ON_THIS_KERNEL))' 2>/dev/null | wc -l); \
 	echo "TIDEWAY_SKIP_PRIVILEGED=1: $$n privileged tests were left out (not run)";,) exit $$rc
 
-# Least privilege: each grant of the chart's RBAC is used by a request some test made through
-# the test API server in `unit` (recorded in target/rbac-usage), or is named with its reason in
-# helm/tideway/tests/rbac-outside-tests.txt. Prints every grant, used or not.
+# Least privilege: each grant of the chart's RBAC is used by a request some test made on the
+# lab's real API server in `unit` (its audit logs, recorded in target/rbac-usage), or is named
+# with its reason in helm/tideway/tests/rbac-outside-tests.txt, which cannot grow quietly (a
+# line without a reason, or naming a used grant, fails). Prints every grant, used or not.
 check-rbac:
 	$(CARGO) run -q --locked -p tideway-tests --bin rbac-usage -- $(RBAC_USAGE)
 

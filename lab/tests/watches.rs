@@ -6,16 +6,20 @@
 //!   watches), as the audit log records them;
 //! * a watch away while the server compacted its history comes back to 410 Gone, relists, and
 //!   reports exactly what changed meanwhile, nothing lost, nothing twice;
-//! * a server without the WatchList feature: lists, then watches from the list's version.
+//! * a server without the WatchList feature: lists, then watches from the list's version; the
+//!   DNS server's source and a BGP-speaking agent's, as the chart's ServiceAccounts, list
+//!   every kind they read and sync.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tideway_core::model::ServiceName;
 use tideway_lab::kube::ControlPlane;
+use tideway_lab::kube::apply::Applier;
 use tideway_lab::kube::pki::rewrite_server;
 use tideway_lab::kube::standalone::Standalone;
 use tideway_sources::SharedCluster;
@@ -200,4 +204,70 @@ async fn without_watch_list_the_source_lists_then_watches() {
     };
     assert!(audited(cp, "services").iter().any(plain_watch), "a watch from the list's version");
     task.abort();
+    every_kind_listed_as_the_charts_accounts(&standalone).await;
+    tideway_tests::audit::record_usage(&standalone.cp.layout().audit_log());
+}
+
+/// The DNS server's source (pods and reports read) and a BGP-speaking agent's with MetalLB's
+/// kinds, as the chart's ServiceAccounts with what the chart grants them then, sync from a
+/// server that cannot stream: each kind listed with their own credentials.
+async fn every_kind_listed_as_the_charts_accounts(standalone: &Standalone) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    standalone.apply_crds(&root.join("helm/tideway/crds")).await.unwrap();
+    let mut applier = Applier::new(standalone.admin().await.unwrap(), "tideway-test");
+    for crd in tideway_tests::metallb::crds(&standalone.dir.join("go")) {
+        applier.apply(&crd).await.unwrap();
+    }
+    let namespace = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    applier.apply_all(vec![namespace("metallb-system"), namespace("tideway-bgp-secrets")]).await.unwrap();
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}});
+    applier.apply(&node).await.unwrap();
+    let values = [("bgp.enabled", "true"), ("metallb.compat", "true"), ("dns.requireProgrammed", "true")];
+    let values = values.map(|(k, v)| (k.to_string(), v.to_string()));
+    standalone.apply_chart_rbac(&root.join("helm/tideway"), &values).await.unwrap();
+    let since = std::time::SystemTime::now();
+    for (namespace, account, source) in [
+        ("kube-system", "tideway-dns", Role::Dns { pods: true, node_states: true }),
+        ("tideway-system", "tideway-agent", Role::Agent { node: "node-a".into(), service_cidrs: true }),
+    ] {
+        let kubeconfig = standalone.token_kubeconfig(namespace, account).await.unwrap();
+        let source =
+            KubeSource::new(client(Some(&kubeconfig)).await.unwrap(), source, SourceMetrics::default())
+                .with_bgp(account == "tideway-agent")
+                .with_bgp_secrets((account == "tideway-agent").then(|| "tideway-bgp-secrets".into()))
+                .with_metallb((account == "tideway-agent").then(|| "metallb-system".into()));
+        let cluster = SharedCluster::new();
+        let task = tokio::spawn(source.run(cluster.clone()));
+        tokio::time::timeout(Duration::from_secs(30), cluster.wait_synced())
+            .await
+            .unwrap_or_else(|_| panic!("{account} synced"));
+        task.abort();
+    }
+    let text = std::fs::read_to_string(standalone.cp.layout().audit_log()).unwrap_or_default();
+    let lists: BTreeSet<(String, String)> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["verb"] == "list" && e["responseStatus"]["code"] == 200)
+        .filter(|e| {
+            let at: Option<MicroTime> = serde_json::from_value(e["requestReceivedTimestamp"].clone()).ok();
+            at.is_some_and(|at| std::time::SystemTime::from(at.0) >= since)
+        })
+        .filter_map(|e| {
+            let user = e["user"]["username"].as_str()?.rsplit(':').next()?.to_string();
+            Some((user, e["objectRef"]["resource"].as_str()?.to_string()))
+        })
+        .collect();
+    for (account, resource) in [
+        ("tideway-dns", "pods"),
+        ("tideway-dns", "nodeproxystates"),
+        ("tideway-agent", "bgppeers"),
+        ("tideway-agent", "communities"),
+        ("tideway-agent", "secrets"),
+        ("tideway-agent", "servicecidrs"),
+    ] {
+        assert!(
+            lists.contains(&(account.to_string(), resource.to_string())),
+            "{account} listed {resource}: {lists:?}"
+        );
+    }
 }

@@ -1,9 +1,11 @@
 //! Least privilege, checked: every rule the chart grants a Tideway component is used by some
-//! request that component made in the tests (recorded into the directory given as the
-//! argument, see `TIDEWAY_RBAC_USAGE`, by the test API server and from the real API server's
-//! audit log of every kube lab test, [`tideway_tests::audit`]), or is listed in
-//! `helm/tideway/tests/rbac-outside-tests.txt` with the reason it is needed outside the tests.
-//! Prints each component's grants, used or not; fails on an unused grant nobody explained.
+//! request that component made on a real API server in the tests (the audit log of every
+//! test on the lab's control plane, [`tideway_tests::audit`], recorded into the directory given
+//! as the argument, see `TIDEWAY_RBAC_USAGE`), or is listed in
+//! `helm/tideway/tests/rbac-outside-tests.txt` with the reason it is needed outside them. What
+//! the test API server saw is printed but proves nothing. The list cannot grow quietly: a line
+//! without its reason, or one naming a grant that a test uses or the chart no longer makes,
+//! fails the check. Prints each component's grants; fails on an unused grant nobody explained.
 //!
 //! Usage: `rbac-usage DIR` (after the tests ran with `TIDEWAY_RBAC_USAGE=DIR`).
 
@@ -37,12 +39,22 @@ struct Seen {
     real: bool,
 }
 
-/// The grants listed as needed outside the tests: `account verb group resource  # why`.
-fn explained(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .map(|l| l.split('#').next().unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|l| !l.is_empty())
-        .collect()
+/// The grants listed as needed outside the tests (`account verb group resource  # why`), and
+/// the lines that give no reason.
+fn explained(text: &str) -> (BTreeSet<String>, Vec<String>) {
+    let (mut grants, mut unreasoned) = (BTreeSet::new(), Vec::new());
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let (grant, why) = line.split_once('#').unwrap_or((line, ""));
+        let grant = grant.split_whitespace().collect::<Vec<_>>().join(" ");
+        if grant.is_empty() {
+            continue;
+        }
+        if why.trim().is_empty() {
+            unreasoned.push(grant.clone());
+        }
+        grants.insert(grant);
+    }
+    (grants, unreasoned)
 }
 
 fn main() -> ExitCode {
@@ -59,7 +71,7 @@ fn main() -> ExitCode {
         used.extend(text.lines().filter_map(Attributes::parse_line).map(|(who, a)| (who, a, real)));
     }
     let outside = tideway_tests::root().join("../helm/tideway/tests/rbac-outside-tests.txt");
-    let explained = explained(&std::fs::read_to_string(&outside).unwrap_or_default());
+    let (explained, unreasoned) = explained(&std::fs::read_to_string(&outside).unwrap_or_default());
     // Each grant of each value set's chart, at the grain RBAC checks: used or not.
     let mut grants: BTreeMap<(Triple, String), Seen> = BTreeMap::new();
     for rbac in Rbac::value_sets().values() {
@@ -98,19 +110,24 @@ fn main() -> ExitCode {
     for ((t, role), seen) in &grants {
         let why = if seen.real {
             "used on the real API server"
-        } else if seen.used {
-            "used on the test API server"
         } else if explained.contains(&t.to_string()) {
             listed.insert(t.to_string());
             "needed outside the tests"
+        } else if seen.used {
+            unexplained += 1;
+            "UNUSED on a real API server (the test API server's use proves nothing)"
         } else {
             unexplained += 1;
             "UNUSED"
         };
         let _ = writeln!(out, "{:<62} {:<42} {why}", t.to_string(), role);
     }
-    for stale in explained.difference(&listed) {
-        let _ = writeln!(out, "{stale}: listed in {} but used by a test or not granted", outside.display());
+    let stale: Vec<&String> = explained.difference(&listed).collect();
+    for line in &stale {
+        let _ = writeln!(out, "{line}: listed in {} but used by a test or not granted", outside.display());
+    }
+    for line in &unreasoned {
+        let _ = writeln!(out, "{line}: listed in {} without its reason (`# why`)", outside.display());
     }
     let real = grants.values().filter(|s| s.real).count();
     let _ = writeln!(
@@ -124,10 +141,19 @@ fn main() -> ExitCode {
         eprintln!("no requests recorded: run the tests with TIDEWAY_RBAC_USAGE={dir} first");
         return ExitCode::FAILURE;
     }
+    if !stale.is_empty() || !unreasoned.is_empty() {
+        eprintln!(
+            "{} stale and {} unexplained lines in {}: remove them, or give the reason",
+            stale.len(),
+            unreasoned.len(),
+            outside.display()
+        );
+        return ExitCode::FAILURE;
+    }
     if unexplained > 0 {
         eprintln!(
-            "{unexplained} grants no test used: remove them from the chart, add a test that needs \
-             them, or say in {} why they are needed",
+            "{unexplained} grants no test used on a real API server: remove them from the chart, add \
+             a test that needs them, or say in {} why they are needed",
             outside.display()
         );
         return ExitCode::FAILURE;
