@@ -6,6 +6,9 @@
 //!   watches), as the audit log records them;
 //! * a watch away while the server compacted its history comes back to 410 Gone, relists, and
 //!   reports exactly what changed meanwhile, nothing lost, nothing twice;
+//! * bookmarks: an agent's watch of Services (label-selected) whose server ends it every 5 s
+//!   resumes from the bookmark's version, past Services its selector never showed it, and
+//!   never lists again;
 //! * a server without the WatchList feature: lists, then watches from the list's version; the
 //!   DNS server's source and a BGP-speaking agent's, as the chart's ServiceAccounts, list
 //!   every kind they read and sync.
@@ -270,4 +273,78 @@ async fn every_kind_listed_as_the_charts_accounts(standalone: &Standalone) {
             "{account} listed {resource}: {lists:?}"
         );
     }
+}
+
+/// The `resourceVersion` a request URI asks from (0 when it names none).
+fn asked_version(uri: &str) -> u64 {
+    uri.split(['?', '&'])
+        .find_map(|p| p.strip_prefix("resourceVersion="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The server ends the agent's watches every 5 s, sending a bookmark of its latest version 2 s
+/// before. Services its selector leaves out (another proxy's) move that version on: the next
+/// watch of Services starts from the bookmark, past them, with no list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_carry_a_watch_past_what_its_selector_leaves_out() {
+    let standalone = Standalone::start("bkm", |config| config.service_cidr = "10.96.0.0/16".into())
+        .await
+        .expect("a control plane (root; make kube)");
+    let cp = &standalone.cp;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    standalone.apply_crds(&root.join("helm/tideway/crds")).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
+    let services = ns1_with_services(&admin, 2).await;
+    let cluster = SharedCluster::new();
+    let kubeconfig = standalone.dir.join("host.conf");
+    cp.write_host_kubeconfig(&kubeconfig).unwrap();
+    let role = Role::Agent { node: "node-a".into(), service_cidrs: true };
+    let source = KubeSource::new(client(Some(&kubeconfig)).await.unwrap(), role, SourceMetrics::default())
+        .with_watch_timeout(Duration::from_secs(5));
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(30), cluster.wait_synced()).await.expect("synced");
+    assert_eq!(names(&cluster).len(), 2);
+
+    // Another proxy's Services: the agent's selector leaves them out.
+    let mut last = 0;
+    for i in 0..5 {
+        let mut other = service(&format!("other{i}"), 80);
+        other.metadata.labels =
+            Some([("service.kubernetes.io/service-proxy-name".to_string(), "other".to_string())].into());
+        let made = services.create(&PostParams::default(), &other).await.unwrap();
+        last = made.metadata.resource_version.and_then(|v| v.parse().ok()).unwrap();
+    }
+    // The agent's watches of Services, once each (as they started).
+    let watches = || -> Vec<String> {
+        let text = std::fs::read_to_string(cp.layout().audit_log()).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["verb"] == "watch" && e["stage"] == "ResponseStarted")
+            .filter(|e| e["objectRef"]["resource"] == "services")
+            .filter_map(|e| e["requestURI"].as_str().map(str::to_string))
+            .filter(|uri| uri.contains("service-proxy-name"))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let resumed = loop {
+        if let Some(w) = watches().into_iter().find(|w| asked_version(w) >= last) {
+            break w;
+        }
+        assert!(std::time::Instant::now() < deadline, "no watch resumed past {last}: {:#?}", watches());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(!resumed.contains("sendInitialEvents"), "resumed, not streamed again: {resumed}");
+    let first_views = watches().iter().filter(|w| w.contains("sendInitialEvents=true")).count();
+    assert_eq!(first_views, 1, "one first view, then resumptions: {:#?}", watches());
+    let agents = audited(cp, "services");
+    assert!(
+        agents.iter().filter(|r| r.contains("service-proxy-name")).all(|r| !r.starts_with("list ")),
+        "never listed"
+    );
+    assert_eq!(names(&cluster).len(), 2, "another proxy's Services stay out");
+    // And the resumed watch still sees what is this proxy's.
+    services.create(&PostParams::default(), &service("late", 80)).await.unwrap();
+    tideway_tests::until("the late Service", || names(&cluster).contains("ns1/late")).await;
+    task.abort();
 }

@@ -123,6 +123,8 @@ pub struct KubeSource {
     bgp: bool,
     /// An agent speaking BGP reads the password Secrets of this namespace.
     bgp_secrets: Option<String>,
+    /// How long the API server keeps each watch open (seconds; kube's default when None).
+    watch_timeout: Option<u32>,
 }
 
 /// Marks the state synced once every kind delivered its first complete list.
@@ -194,7 +196,15 @@ impl WatchSpec {
 impl KubeSource {
     /// A source for `role` over `client`; errors and events are counted in `metrics`.
     pub fn new(client: Client, role: Role, metrics: SourceMetrics) -> Self {
-        KubeSource { client, role, metrics, metallb: None, bgp: false, bgp_secrets: None }
+        KubeSource {
+            client,
+            role,
+            metrics,
+            metallb: None,
+            bgp: false,
+            bgp_secrets: None,
+            watch_timeout: None,
+        }
     }
 
     /// The operator also reads MetalLB's `IPAddressPool`s and `L2Advertisement`s in
@@ -216,6 +226,13 @@ impl KubeSource {
     /// for the peers' `passwordSecret`s (with read access to that namespace's Secrets only).
     pub fn with_bgp_secrets(self, namespace: Option<String>) -> Self {
         KubeSource { bgp_secrets: namespace, ..self }
+    }
+
+    /// The API server ends each watch after `timeout` (kube's default is 290 s), with a bookmark
+    /// of its latest version 2 s before, and the watch resumes from there without a list:
+    /// tests shorten it to see bookmarks carry a watch in seconds.
+    pub fn with_watch_timeout(self, timeout: std::time::Duration) -> Self {
+        KubeSource { watch_timeout: Some(timeout.as_secs().clamp(1, u32::MAX.into()) as u32), ..self }
     }
 
     /// Watches until dropped (and tells `cluster` whether the API server answers). Once a
@@ -296,6 +313,10 @@ impl KubeSource {
     ) {
         let kind = K::watch_name();
         let task = format!("watch {kind}");
+        let spec = match self.watch_timeout {
+            Some(t) => WatchSpec { config: spec.config.timeout(t), ..spec },
+            None => spec,
+        };
         let (cluster, barrier, metrics) = (cluster.clone(), barrier.clone(), self.metrics.clone());
         let report = {
             let (cluster, metrics, task) = (cluster.clone(), metrics.clone(), task.clone());
