@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::Child;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::real_api::{Api, battery, get, relays};
 use support::*;
 use tideway_tests::netns::{Cluster, Netns, eventually, tcp};
@@ -57,13 +57,11 @@ async fn lb_address(admin: &kube::Client) -> Option<IpAddr> {
     svc["status"]["loadBalancer"]["ingress"][0]["ip"].as_str()?.parse().ok()
 }
 
-/// What kubelet keeps of each Node while only an agent dies: its Ready condition and addresses
-/// (the controller-manager's own annotations and taints come and go).
+/// What kubelet keeps of each Node while only an agent dies.
 async fn nodes(admin: &kube::Client) -> Vec<Value> {
     let mut out = Vec::new();
     for node in ["node-a", "node-b"] {
-        let n = get(admin, &format!("/api/v1/nodes/{node}")).await.expect("the Node");
-        out.push(json!([n["status"]["conditions"], n["status"]["addresses"]]));
+        out.push(tideway_lab::kube::rest::kubelet_view(admin, node).await.expect("the Node"));
     }
     out
 }

@@ -45,27 +45,6 @@ async fn dns_and_agent_on_the_real_api_server() {
     api.record_usage();
 }
 
-/// ClusterRole `name` without `resource` in any rule (a grant withdrawn); the role as it was.
-async fn withdraw(api: &mut Api, name: &str, resource: &str) -> Value {
-    let path = format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}");
-    let role = get(&api.admin, &path).await.expect("the chart's role");
-    let mut rules: Vec<Value> = Vec::new();
-    for rule in role["rules"].as_array().unwrap() {
-        let mut rule = rule.clone();
-        let kept: Vec<Value> =
-            rule["resources"].as_array().unwrap().iter().filter(|r| *r != resource).cloned().collect();
-        if !kept.is_empty() {
-            rule["resources"] = Value::from(kept);
-            rules.push(rule);
-        }
-    }
-    let mut less = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name}, "rules": rules});
-    api.applier.apply(&less).await.unwrap();
-    less["rules"] = role["rules"].clone();
-    less
-}
-
 struct Dns {
     child: Child,
     addr: SocketAddr,
@@ -138,7 +117,7 @@ fn http_code(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 async fn dns_serves(api: &mut Api) {
-    let role = withdraw(api, "tideway-dns", "namespaces").await;
+    let role = api.standalone.withdraw("tideway-dns", "namespaces").await.unwrap();
     let kubeconfig = api.standalone.token_kubeconfig("kube-system", "tideway-dns").await.unwrap();
     let ready: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let flags = ["--ready-listen", &ready.to_string(), "--health-listen", "none", "--metrics-listen", "none"];
@@ -206,7 +185,7 @@ async fn dns_holds_back(api: &mut Api) {
 }
 
 async fn agent(api: &mut Api) {
-    let role = withdraw(api, "tideway-agent", "endpointslices").await;
+    let role = api.standalone.withdraw("tideway-agent", "endpointslices").await.unwrap();
     let mut c = cluster("kapi-agent");
     // The API server where node-a's agent reaches it: a relay on node-a's loopback.
     let (port, _relay) = relays(&[&c.nodes[0].ns], api.standalone.cp.host_endpoint());

@@ -113,27 +113,6 @@ fn audited(cluster: &Cluster, user: &str, since: SystemTime) -> Vec<String> {
         .collect()
 }
 
-/// ClusterRole `name` without `resource` in any rule (a grant withdrawn); the role as it was.
-async fn withdraw(cluster: &mut Cluster, name: &str, resource: &str) -> Value {
-    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(cluster.admin.clone());
-    let role = serde_json::to_value(roles.get(name).await.expect("the chart's role")).unwrap();
-    let mut rules = Vec::new();
-    for rule in role["rules"].as_array().unwrap() {
-        let mut rule = rule.clone();
-        let kept: Vec<Value> =
-            rule["resources"].as_array().unwrap().iter().filter(|r| *r != resource).cloned().collect();
-        if !kept.is_empty() {
-            rule["resources"] = Value::from(kept);
-            rules.push(rule);
-        }
-    }
-    let mut less = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name}, "rules": rules});
-    cluster.applier.apply(&less).await.unwrap();
-    less["rules"] = role["rules"].clone();
-    less
-}
-
 fn service(name: &str, ip: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "ns1", "labels": labels,
@@ -173,7 +152,7 @@ async fn agent_selects(cluster: &mut Cluster) {
             "endpoints": [{"addresses": ["10.244.1.5"], "conditions": {"ready": true}, "nodeName": "node-a"}]}),
     ];
     cluster.applier.apply_all(objects).await.unwrap();
-    let role = withdraw(cluster, "tideway-agent", "endpointslices").await;
+    let role = cluster.standalone.withdraw("tideway-agent", "endpointslices").await.unwrap();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SourceMetrics::new(&mut registry);
     let view = SharedCluster::new();

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tideway_lab::kube::apply::Applier;
+use tideway_lab::kube::rest;
 use tideway_lab::kube::standalone::Standalone;
 use tideway_tests::fault_proxy::FaultProxy;
 use tideway_tests::netns::Netns;
@@ -101,19 +102,10 @@ pub(crate) fn battery(extra: &str) -> Vec<Value> {
 
 /// GET `path` as `client`: the object, or None when it is not there.
 pub(crate) async fn get(client: &kube::Client, path: &str) -> Option<Value> {
-    let req = http::Request::get(path).body(Vec::new()).unwrap();
-    match client.request::<Value>(req).await {
-        Ok(v) => Some(v),
-        Err(kube::Error::Api(s)) if s.code == 404 => None,
-        Err(e) => panic!("GET {path}: {e}"),
-    }
+    rest::get(client, path).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 /// A JSON merge patch of `path` as `client`.
 pub(crate) async fn merge(client: &kube::Client, path: &str, patch: Value) {
-    let req = http::Request::patch(path)
-        .header("content-type", "application/merge-patch+json")
-        .body(serde_json::to_vec(&patch).unwrap())
-        .unwrap();
-    client.request::<Value>(req).await.unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
+    rest::merge(client, path, &patch).await.unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
 }

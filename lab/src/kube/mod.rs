@@ -24,6 +24,7 @@ pub mod chart;
 pub mod control_plane;
 pub mod objects;
 pub mod pki;
+pub mod rest;
 pub mod standalone;
 pub mod view;
 

@@ -8,6 +8,7 @@
 //!     .apply_crds(dir)         every CustomResourceDefinition in a directory, served
 //!     .apply_chart_rbac(values)   the chart's namespace, ServiceAccounts and RBAC, as rendered
 //!     .token_kubeconfig(ns, account)   a kubeconfig with a token the server mints for an account
+//!     .withdraw(role, resource)   a ClusterRole without a resource (the role as it was, to restore)
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -138,6 +139,36 @@ impl Standalone {
         let text = serde_json::to_string(&config).map_err(|e| bad(e.to_string()))?;
         pki::write_private(&path, &text)?;
         Ok(path)
+    }
+}
+
+impl Standalone {
+    /// ClusterRole `role` without `resource` in any of its rules (a grant withdrawn, as a
+    /// cluster admin might); the role as it was, to apply again.
+    pub async fn withdraw(&self, role: &str, resource: &str) -> Result<Value, KubeError> {
+        let admin = self.admin().await?;
+        let path = format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}");
+        let held = super::rest::get(&admin, &path).await?.unwrap_or_default();
+        let mut rules = Vec::new();
+        for rule in held["rules"].as_array().into_iter().flatten() {
+            let mut rule = rule.clone();
+            let kept: Vec<Value> = rule["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| *r != resource)
+                .cloned()
+                .collect();
+            if !kept.is_empty() {
+                rule["resources"] = Value::from(kept);
+                rules.push(rule);
+            }
+        }
+        let mut less = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role}, "rules": rules});
+        Applier::new(admin, "tideway-test").apply(&less).await?;
+        less["rules"] = held["rules"].clone();
+        Ok(less)
     }
 }
 

@@ -53,13 +53,11 @@ async fn moved_from(admin: &kube::Client, name: &str, first: &str) -> Option<Str
     announcer(admin, name).await.filter(|n| n != first)
 }
 
-/// What kubelet keeps of each Node while only an agent dies: its Ready condition and addresses
-/// (the controller-manager's own annotations and taints come and go).
+/// What kubelet keeps of each Node while only an agent dies.
 async fn nodes(admin: &kube::Client) -> Vec<Value> {
     let mut out = Vec::new();
     for node in ["node-a", "node-b"] {
-        let n = get(admin, &format!("/api/v1/nodes/{node}")).await.expect("the Node");
-        out.push(json!([n["status"]["conditions"], n["status"]["addresses"]]));
+        out.push(tideway_lab::kube::rest::kubelet_view(admin, node).await.expect("the Node"));
     }
     out
 }

@@ -34,6 +34,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tideway_core::operator::lease::{Elector, LeaseTimings};
 use tideway_lab::kube::apply::Applier;
+use tideway_lab::kube::rest as api_rest;
 use tideway_lab::kube::standalone::Standalone;
 use tideway_operator::election::Lead;
 use tideway_operator::metrics::Metrics;
@@ -126,21 +127,12 @@ fn node(name: &str, ip: &str) -> Value {
 
 /// GET `path` as the admin: the object, or None when it is not there.
 async fn get(admin: &kube::Client, path: &str) -> Option<Value> {
-    let req = http::Request::get(path).body(Vec::new()).unwrap();
-    match admin.request::<Value>(req).await {
-        Ok(v) => Some(v),
-        Err(kube::Error::Api(s)) if s.code == 404 => None,
-        Err(e) => panic!("GET {path}: {e}"),
-    }
+    api_rest::get(admin, path).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 /// A JSON merge patch of `path` as the admin (a status, for a CRD's `/status`).
 async fn merge(admin: &kube::Client, path: &str, patch: Value) {
-    let req = http::Request::patch(path)
-        .header("content-type", "application/merge-patch+json")
-        .body(serde_json::to_vec(&patch).unwrap())
-        .unwrap();
-    admin.request::<Value>(req).await.unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
+    api_rest::merge(admin, path, &patch).await.unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
 }
 
 /// Polls `f` every 100 ms until it gives `Some`, failing after 30 s with `what`.
