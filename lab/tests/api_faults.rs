@@ -85,13 +85,16 @@ async fn the_agent_reads_a_killed_api_server_as_unreachable_and_a_denial_as_an_a
     }
     until(cp, "reachable again", Duration::from_secs(30), || cluster.api_reachable()).await;
     // The watches came back to the restarted server: a Service created now reaches the view.
+    // A watch that failed while the server was down retries on kube's backoff (0.8 s doubling
+    // to 30 s, jittered, as client-go's reflectors back off), so its next try may come a whole
+    // step after the server is back.
     let services: Api<Service> = Api::namespaced(admin.clone(), "default");
     let svc = serde_json::from_value(json!({"metadata": {"name": "after-restart"},
         "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}))
     .unwrap();
     services.create(&PostParams::default(), &svc).await.unwrap();
     let name = ServiceName::new("default", "after-restart");
-    until(cp, "the watch after the restart", Duration::from_secs(30), || {
+    until(cp, "the watch after the restart", Duration::from_secs(75), || {
         cluster.lock().service(&name).is_some()
     })
     .await;
