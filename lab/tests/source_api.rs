@@ -28,10 +28,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tideway_core::model::{NodeProxyState, ServiceName};
 use tideway_lab::kube::apply::Applier;
@@ -252,12 +249,10 @@ async fn node_state_applied(cluster: &mut Cluster) {
         first[1]
     );
     let path = "/apis/tideway.io/v1alpha1/nodeproxystates/node-a";
+    let admin = cluster.admin.clone();
     let get = |path: String| {
-        let admin = cluster.admin.clone();
-        async move {
-            let req = http::Request::get(path).body(Vec::new()).unwrap();
-            admin.request::<Value>(req).await.ok()
-        }
+        let admin = admin.clone();
+        async move { tideway_lab::kube::rest::get(&admin, &path).await.expect("a GET answered") }
     };
     let stored = get(path.into()).await.expect("stored");
     let node = get("/api/v1/nodes/node-a".into()).await.expect("the Node");
@@ -313,10 +308,7 @@ async fn review_flood(cluster: &mut Cluster) {
             "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "tw"}]}),
     ];
     cluster.applier.apply_all(objects).await.unwrap();
-    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.admin.clone(), "tw");
-    let minted =
-        accounts.create_token_request("alice", &PostParams::default(), &TokenRequest::default()).await;
-    let alice = minted.unwrap().status.expect("a token").token;
+    let alice = cluster.standalone.token("tw", "alice").await.unwrap();
     let since = SystemTime::now();
     let cached = CachedReview::new(KubeReview::new(agent_client(cluster).await));
     let get = |name: String| Access {

@@ -118,14 +118,20 @@ impl Standalone {
         Ok(())
     }
 
+    /// A token the API server mints for ServiceAccount `namespace/account` (its own audience,
+    /// an hour's life), as `kubectl create token` asks for one.
+    pub async fn token(&self, namespace: &str, account: &str) -> Result<String, KubeError> {
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin().await?, namespace);
+        let minted =
+            accounts.create_token_request(account, &PostParams::default(), &TokenRequest::default()).await?;
+        Ok(minted.status.map(|s| s.token).unwrap_or_default())
+    }
+
     /// A kubeconfig at the host's forward whose credential is a token the API server mints for
     /// ServiceAccount `namespace/account` (its own audience, an hour's life), as
     /// `dir/NAMESPACE-ACCOUNT.conf`.
     pub async fn token_kubeconfig(&self, namespace: &str, account: &str) -> Result<PathBuf, KubeError> {
-        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin().await?, namespace);
-        let minted =
-            accounts.create_token_request(account, &PostParams::default(), &TokenRequest::default()).await?;
-        let token = minted.status.map(|s| s.token).unwrap_or_default();
+        let token = self.token(namespace, account).await?;
         let admin = self.cp.admin_kubeconfig();
         let bad = |message: String| KubeError::Kubeconfig { path: admin.display().to_string(), message };
         let mut config = Kubeconfig::read_from(&admin).map_err(|e| bad(e.to_string()))?;

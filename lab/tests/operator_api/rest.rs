@@ -1,19 +1,6 @@
 //! REST changes reviewed by the real server.
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, PostParams};
-
 use super::*;
-
-/// A token for ServiceAccount `ns/name`, minted by the API server (its own audience).
-async fn token(admin: &kube::Client, ns: &str, name: &str) -> String {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-    let request: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
-    let minted: TokenRequest =
-        accounts.create_subresource("token", name, &PostParams::default(), &request).await.unwrap();
-    minted.status.expect("a token").token
-}
 
 /// PATCH of a ProxyConfig over the operator's REST API: the token reviewed by the server's
 /// TokenReview, the verb by its SubjectAccessReview, the change a merge patch by `tideway-api`.
@@ -37,7 +24,9 @@ pub(super) async fn rest(cluster: &mut Cluster) {
             "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "tw"}]}),
     ];
     cluster.applier.apply_all(objects).await.unwrap();
-    let (alice, bob) = (token(&admin, "tw", "alice").await, token(&admin, "tw", "bob").await);
+    let standalone = &cluster.standalone;
+    let (alice, bob) =
+        (standalone.token("tw", "alice").await.unwrap(), standalone.token("tw", "bob").await.unwrap());
     let c = client(Some(&cluster.operator)).await.unwrap();
     let mut tasks = Tasks::default();
     let view = SharedCluster::new();
