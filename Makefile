@@ -77,7 +77,8 @@ unit:
 		-E 'not ($(NOT_ON_THIS_KERNEL))$(if $(filter 1,$(TIDEWAY_SKIP_PRIVILEGED)), and not ($(PRIVILEGED)),)' || rc=$$?; \
 	$(if $(filter 1,$(TIDEWAY_SKIP_PRIVILEGED)),n=$$($(CARGO) nextest list --workspace --locked --message-format oneline \
 		-E '($(PRIVILEGED)) and not ($(NOT_ON_THIS_KERNEL))' 2>/dev/null | wc -l); \
-	echo "TIDEWAY_SKIP_PRIVILEGED=1: $$n privileged tests were left out (not run)";,) exit $$rc
+	echo "TIDEWAY_SKIP_PRIVILEGED=1: $$n privileged tests were left out (not run)";,) \
+	[ ! -f target/nextest/default/junit.xml ] || ./scripts/slowest-tests.py target/nextest/default/junit.xml; exit $$rc
 
 # Least privilege: each grant of the chart's RBAC is used by a request some test made on the
 # lab's real API server in `unit` (its audit logs, recorded in target/rbac-usage), or is named
