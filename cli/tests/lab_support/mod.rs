@@ -232,8 +232,9 @@ pub(crate) fn eventually<T>(within: Duration, mut f: impl FnMut() -> Result<T, S
 /// costs seconds in an emulated VM, and 40 of them were most of the IPVS scenario's time there.
 pub(crate) fn split(lab: &TestLab, from: &str, url: &str, n: usize) -> BTreeMap<String, usize> {
     assert!(!url.contains('\''), "{url}");
-    let script =
-        format!("for i in $(seq {n}); do curl -s --max-time 2 '{url}' || echo \"curl $i failed: exit $?\"; done");
+    let script = format!(
+        "for i in $(seq {n}); do curl -s --max-time 2 '{url}' || echo \"curl $i failed: exit $?\"; done"
+    );
     let out = lab.exec(from, &["sh", "-c", &script]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut seen = BTreeMap::new();
@@ -246,7 +247,12 @@ pub(crate) fn split(lab: &TestLab, from: &str, url: &str, n: usize) -> BTreeMap<
         }
     }
     let answered: usize = seen.values().sum();
-    assert_eq!(answered, n, "{n} curls of {url} from {from} gave {answered} answers: {text}\n{}", lab.diagnose());
+    assert_eq!(
+        answered,
+        n,
+        "{n} curls of {url} from {from} gave {answered} answers: {text}\n{}",
+        lab.diagnose()
+    );
     seen
 }
 
