@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# The core crate must stay pure: no async runtime, Kubernetes client, DNS library, HTTP stack
-# or netlink in its normal dependency tree.
+# Two crates stay pure in their normal dependency trees:
+# * tideway-core, the decisions: no async runtime, Kubernetes client, DNS library, HTTP stack
+#   or netlink;
+# * tideway-api, the contract (CRD types, conversions): no runtime, server, TLS or CLI — how
+#   the components serve HTTP is tideway-serve's.
 set -euo pipefail
-forbidden='^(tokio|kube|kube-client|kube-runtime|k8s-openapi|hickory-[a-z]+|axum|hyper|tower|netlink-[a-z-]+|rtnetlink|nix|reqwest) '
-tree=$(cargo tree -p tideway-core -e normal --prefix none --format '{p}' | sort -u)
-if bad=$(echo "$tree" | grep -E "$forbidden"); then
-  echo "tideway-core must stay pure, but depends on:" >&2
-  echo "$bad" >&2
-  exit 1
-fi
-echo "core purity: ok ($(echo "$tree" | wc -l) crates, none forbidden)"
+
+check() { # crate, forbidden pattern, what it is
+  local tree bad
+  tree=$(cargo tree -p "$1" -e normal --prefix none --format '{p}' | sort -u)
+  if bad=$(echo "$tree" | grep -E "$2"); then
+    echo "$1 must stay $3, but depends on:" >&2
+    echo "$bad" >&2
+    exit 1
+  fi
+  echo "$1 purity: ok ($(echo "$tree" | wc -l) crates, none forbidden)"
+}
+
+check tideway-core \
+  '^(tokio|kube|kube-client|kube-runtime|k8s-openapi|hickory-[a-z]+|axum|hyper|tower|netlink-[a-z-]+|rtnetlink|nix|reqwest) ' \
+  "pure decisions"
+check tideway-api \
+  '^(tokio|tokio-rustls|axum|hyper|hyper-util|tower|rustls|clap|prometheus-client|kube-client|kube-runtime|reqwest) ' \
+  "the contract"

@@ -21,7 +21,7 @@ use tideway_api::ConvertError;
 use tideway_api::crd::{
     self, IPAddressPool, L2Advertisement, L2Announcement, LoadBalancerPool, NodeProxyState, ProxyConfig,
 };
-use tideway_api::problem::Problem;
+use tideway_serve::problem::Problem;
 
 mod support;
 
@@ -403,7 +403,7 @@ fn mutated_objects_never_panic_a_conversion_and_every_refusal_names_a_field() {
         ("IPAddressPool", fuzz::<IPAddressPool, _>("IPAddressPool", &seeds, r, crd::ip_address_pool)),
         ("L2Advertisement", fuzz::<L2Advertisement, _>("L2Advertisement", &seeds, r, crd::l2_advertisement)),
         ("PATCH ProxyConfig", fuzz_patch(&seeds, r)),
-        ("POST trace", fuzz_body(&trace_seeds(), r, tideway_api::bodies::trace_packet)),
+        ("POST trace", fuzz_body(&trace_seeds(), r, tideway_serve::bodies::trace_packet)),
     ];
     let total: usize = counts.iter().map(|(_, t)| t.tried).sum();
     eprintln!("conversion fuzz: {total} inputs");

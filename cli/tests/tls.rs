@@ -182,7 +182,7 @@ fn the_dns_rest_api_serves_https_and_its_probes_stay_plain() {
 /// `/v1/traces`, decoded with the OpenTelemetry protocol's own types.
 async fn otlp_receiver(
     listener: tokio::net::TcpListener,
-    tls: std::sync::Arc<tideway_api::tls::Tls>,
+    tls: std::sync::Arc<tideway_serve::tls::Tls>,
     spans: std::sync::mpsc::Sender<String>,
 ) {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -201,7 +201,7 @@ async fn otlp_receiver(
         }
     };
     let router = axum::Router::new().route("/v1/traces", axum::routing::post(receive));
-    let _ = tideway_api::http::serve(listener, Some(tls), router, std::future::pending()).await;
+    let _ = tideway_serve::http::serve(listener, Some(tls), router, std::future::pending()).await;
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn traces_reach_an_https_collector_verified_with_its_ca() {
     let dir = test_dir("otlp");
     let ca = certs::make_ca(&dir).unwrap();
     let cert = certs::issue(&dir, "collector", &["localhost"], &[]).unwrap();
-    let tls = std::sync::Arc::new(tideway_api::tls::Tls::load(&cert.cert, &cert.key).unwrap());
+    let tls = std::sync::Arc::new(tideway_serve::tls::Tls::load(&cert.cert, &cert.key).unwrap());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -248,12 +248,12 @@ fn traces_reach_an_https_collector_verified_with_its_ca() {
 fn an_https_listener_closes_half_open_connections_and_holds_its_cap() {
     use std::io::{Read, Write};
     use std::time::{Duration, Instant};
-    use tideway_api::listen::Limits;
+    use tideway_serve::listen::Limits;
 
     let dir = test_dir("half-open");
     let ca = certs::make_ca(&dir).unwrap();
     let cert = certs::issue(&dir, "server", &["localhost"], &[]).unwrap();
-    let tls = std::sync::Arc::new(tideway_api::tls::Tls::load(&cert.cert, &cert.key).unwrap());
+    let tls = std::sync::Arc::new(tideway_serve::tls::Tls::load(&cert.cert, &cert.key).unwrap());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -265,7 +265,7 @@ fn an_https_listener_closes_half_open_connections_and_holds_its_cap() {
     };
     let refused = limits.refused.clone();
     let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
-    runtime.spawn(tideway_api::listen::serve(listener, Some(tls), router, limits, std::future::pending()));
+    runtime.spawn(tideway_serve::listen::serve(listener, Some(tls), router, limits, std::future::pending()));
 
     // Whether the server closed `c` within `within` (end of stream or reset).
     let closed_within = |c: &mut std::net::TcpStream, within: Duration| {

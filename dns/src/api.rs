@@ -19,8 +19,8 @@ use hickory_proto::op::{LowerQuery, Query, ResponseCode};
 use hickory_proto::rr::{Name, Record, RecordType};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tideway_api::openapi::{Answer as Doc, OpenApi, Value, query_parameter, query_string};
-use tideway_api::problem::{Problem, query_params};
+use tideway_serve::openapi::{Answer as Doc, OpenApi, Value, query_parameter, query_string};
+use tideway_serve::problem::{Problem, query_params};
 
 use crate::answer::{Answer, Outcome, answer};
 use crate::records::RecordIndex;
@@ -217,8 +217,8 @@ pub fn router(index: IndexSource) -> Router {
     let router = Router::new()
         .route("/api/v1/records", get(records))
         .route("/api/v1/stats", get(stats))
-        .merge(tideway_api::openapi::router(openapi()))
-        .fallback(tideway_api::problem::not_found)
+        .merge(tideway_serve::openapi::router(openapi()))
+        .fallback(tideway_serve::problem::not_found)
         .with_state(index);
-    tideway_api::http::with_timeout(router)
+    tideway_serve::http::with_timeout(router)
 }

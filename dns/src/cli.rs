@@ -89,7 +89,7 @@ pub struct DnsArgs {
     pub api_listen: String,
     /// HTTPS for the REST API (the probes and `/metrics` stay plain HTTP).
     #[command(flatten)]
-    pub tls: tideway_api::tls::TlsArgs,
+    pub tls: tideway_serve::tls::TlsArgs,
     /// Keep serving this long after SIGTERM, with `/ready` failing.
     #[arg(long, default_value = "5s")]
     pub lameduck: String,

@@ -54,7 +54,7 @@ pub struct ServerConfig {
     /// REST API listener ([`crate::api`]).
     pub api: Option<SocketAddr>,
     /// HTTPS for the REST API listener (the probes and `/metrics` stay plain).
-    pub api_tls: Option<Arc<tideway_api::tls::Tls>>,
+    pub api_tls: Option<Arc<tideway_serve::tls::Tls>>,
     /// UDP sockets sharing the port (one per worker).
     pub udp_sockets: usize,
     /// UDP receive path.
@@ -267,7 +267,7 @@ impl Server {
         let routers = [
             (config.health, None, ops::health_router()),
             (config.ready, None, ops::ready_router(Arc::clone(&readiness))),
-            (config.metrics, None, tideway_api::http::metrics_router(registry)),
+            (config.metrics, None, tideway_serve::http::metrics_router(registry)),
             (config.api, config.api_tls.clone(), crate::api::router(Arc::new(move || index_core.index()))),
         ];
         for (slot, (addr, tls, router)) in bound.iter_mut().zip(routers) {
@@ -278,7 +278,7 @@ impl Server {
                     let stop = async move {
                         let _ = rx.wait_for(|s| *s).await;
                     };
-                    if let Err(e) = tideway_api::http::serve(listener, tls, router, stop).await {
+                    if let Err(e) = tideway_serve::http::serve(listener, tls, router, stop).await {
                         tracing::error!(error = %e, "HTTP listener failed");
                     }
                 });

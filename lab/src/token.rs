@@ -24,7 +24,7 @@ pub fn make(dir: &Path) -> std::io::Result<()> {
 }
 
 fn write_secret(to: &Path) -> std::io::Result<()> {
-    let secret = tideway_api::auth::new_token()?;
+    let secret = tideway_serve::auth::new_token()?;
     let _ = std::fs::remove_file(to);
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(to)?;
     writeln!(f, "{secret}")

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::json;
-use tideway_api::auth::{Access, Authorizer, Denied};
 use tideway_lab::kube::standalone::Standalone;
+use tideway_serve::auth::{Access, Authorizer, Denied};
 use tideway_sources::kube::KubeReview;
 
 /// Creates `object` (any kind) as the admin.

@@ -297,7 +297,7 @@ async fn report_refused(cluster: &Cluster) {
 /// 2,000 calls with one bad token, each naming another object, and 2,000 with a good one: the
 /// server sees a TokenReview or two per token, not one per call.
 async fn review_flood(cluster: &mut Cluster) {
-    use tideway_api::auth::{Access, Authorizer, Denied};
+    use tideway_serve::auth::{Access, Authorizer, Denied};
     use tideway_sources::kube::{CachedReview, KubeReview};
     let objects = vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tw"}}),

@@ -22,11 +22,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tideway_api::bodies::{TraceRequest, trace_packet};
-use tideway_api::openapi::{Answer, OpenApi, path_parameter, query_parameter};
-use tideway_api::problem::{Problem, query_params};
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
+use tideway_serve::bodies::{TraceRequest, trace_packet};
+use tideway_serve::openapi::{Answer, OpenApi, path_parameter, query_parameter};
+use tideway_serve::problem::{Problem, query_params};
 
 use crate::agent::AgentStatus;
 use crate::agent::query::{Programmed, Published};
@@ -185,8 +185,8 @@ pub fn openapi() -> serde_json::Value {
 /// What a request to the REST API needs a token for (on loopback too, unless
 /// `--api-anonymous-reads`): `get` on the node's `nodeproxystates` (what the agent reports),
 /// for the trace too (it changes nothing).
-pub fn access_of(_method: &axum::http::Method, path: &str) -> Option<tideway_api::auth::Access> {
-    path.starts_with("/api/v1/").then_some(tideway_api::auth::Access {
+pub fn access_of(_method: &axum::http::Method, path: &str) -> Option<tideway_serve::auth::Access> {
+    path.starts_with("/api/v1/").then_some(tideway_serve::auth::Access {
         verb: "get",
         group: "tideway.io",
         resource: "nodeproxystates",
@@ -203,12 +203,12 @@ pub fn router(programmed: Programmed, status: Arc<RwLock<AgentStatus>>) -> Route
         .route("/api/v1/ruleset", get(ruleset))
         .route("/api/v1/trace", post(trace))
         .route("/api/v1/services/{namespace}/{name}", get(service))
-        .merge(tideway_api::openapi::router(openapi()))
+        .merge(tideway_serve::openapi::router(openapi()))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(Api { programmed, status })
 }
 
 /// Unknown paths as problems.
 pub fn fallback(router: Router) -> Router {
-    router.fallback(tideway_api::problem::not_found)
+    router.fallback(tideway_serve::problem::not_found)
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
-use tideway_api::auth::Authorizer;
 use tideway_api::duration::parse_duration;
 use tideway_core::config::ProxyMode;
+use tideway_serve::auth::Authorizer;
 use tideway_sources::kube::{CachedReview, KubeNodeStateSink, KubeReview, KubeSource, Role};
 use tideway_sources::lab::{LabDir, LabNodeStateSink};
 use tideway_sources::metrics::SourceMetrics;
@@ -80,7 +80,7 @@ pub struct AgentArgs {
     pub metrics_bind_address: SocketAddr,
     /// HTTPS on `--metrics-bind-address` (`/healthz` stays plain HTTP).
     #[command(flatten)]
-    pub tls: tideway_api::tls::TlsArgs,
+    pub tls: tideway_serve::tls::TlsArgs,
     /// A file holding the bearer token the REST API (`/api/v1/...`) needs, on loopback too.
     /// Without it, `--source kubernetes` checks tokens with TokenReview and
     /// SubjectAccessReview (verb `get` on `nodeproxystates`); with neither, the API answers
@@ -268,7 +268,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
-        tideway_api::listen::register(&mut registry);
+        tideway_serve::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
         let refusals = Arc::new(tideway_sources::gossip::Refusals::default());
         refusals.register(&mut registry);
@@ -337,10 +337,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             tracing::warn!("the REST API answers no one: start with --api-token-file, --source kubernetes or --api-anonymous-reads");
         }
         let auth =
-            tideway_api::auth::choose(args.api_token_file.as_deref(), review).context("reading --api-token-file")?;
+            tideway_serve::auth::choose(args.api_token_file.as_deref(), review).context("reading --api-token-file")?;
         let metrics_router = crate::http::guarded(metrics_router, args.api_anonymous_reads, auth);
         // A port another process holds (kube-proxy's, beside it) is retried, not fatal.
-        let mut servers = tideway_api::http::Servers::new();
+        let mut servers = tideway_serve::http::Servers::new();
         let conflicts = |addr| listener_conflicts(status.clone(), addr);
         if let Some(addr) = args.probe_bind_address {
             servers.serve_when_bound(addr, None, health_router.clone(), conflicts(addr));

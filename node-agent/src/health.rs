@@ -1,6 +1,6 @@
 //! Health: the proxy's own `/healthz` state (kube-proxy semantics) and one HTTP server per
 //! `healthCheckNodePort`, answering 200 while the node has a ready local endpoint, within the
-//! limits of every listener ([`tideway_api::listen`]: 10 s for a request head, 256 connections).
+//! limits of every listener ([`tideway_serve::listen`]: 10 s for a request head, 256 connections).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -12,9 +12,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use tideway_api::listen::Limits;
 use tideway_core::model::ServiceName;
 use tideway_core::plan::HealthCheck;
+use tideway_serve::listen::Limits;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -163,7 +163,7 @@ impl HealthServers {
                         let router = Router::new().fallback(answer).with_state(state.clone());
                         let (limits, stop) = (Limits::default(), std::future::pending());
                         tasks.push(tokio::spawn(async move {
-                            let _ = tideway_api::listen::serve(listener, None, router, limits, stop).await;
+                            let _ = tideway_serve::listen::serve(listener, None, router, limits, stop).await;
                         }));
                     }
                     Err(e) => {

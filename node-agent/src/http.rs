@@ -92,9 +92,9 @@ pub fn metrics_router(
         .route("/proxyMode", get(proxy_mode))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(agent.clone())
-        .merge(tideway_api::http::metrics_router(registry))
+        .merge(tideway_serve::http::metrics_router(registry))
         .merge(crate::api::router(programmed, agent));
-    tideway_api::http::with_timeout(crate::api::fallback(plain))
+    tideway_serve::http::with_timeout(crate::api::fallback(plain))
 }
 
 /// `router` with its REST API (`/api/v1/...`) answering only to tokens `auth` admits, on
@@ -103,10 +103,10 @@ pub fn metrics_router(
 pub fn guarded(
     router: Router,
     anonymous_reads: bool,
-    auth: Arc<dyn tideway_api::auth::Authorizer>,
+    auth: Arc<dyn tideway_serve::auth::Authorizer>,
 ) -> Router {
     if anonymous_reads {
         return router;
     }
-    tideway_api::auth::require_tokens(router, auth, crate::api::access_of)
+    tideway_serve::auth::require_tokens(router, auth, crate::api::access_of)
 }

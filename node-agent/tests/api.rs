@@ -197,7 +197,7 @@ async fn questions_are_answered_while_the_sync_loop_is_blocked() {
 /// loopback), unless the agent runs with `--api-anonymous-reads`; `/metrics` stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_loopback_the_api_needs_a_token_unless_anonymous_reads() {
-    use tideway_api::auth::StaticToken;
+    use tideway_serve::auth::StaticToken;
     let (router, _cluster) = api(true);
     programmed(&router).await;
     let serve = |anonymous: bool| {
@@ -206,7 +206,7 @@ async fn on_loopback_the_api_needs_a_token_unless_anonymous_reads() {
         async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
-            tokio::spawn(tideway_api::http::serve(listener, None, router, std::future::pending()));
+            tokio::spawn(tideway_serve::http::serve(listener, None, router, std::future::pending()));
             addr
         }
     };

@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
-use tideway_api::auth::Authorizer;
 use tideway_api::duration::parse_duration;
 use tideway_core::operator::lease::{Elector, LeaseTimings};
+use tideway_serve::auth::Authorizer;
 use tideway_sources::kube::{CachedReview, KubeLease, KubeReview, KubeSource, KubeWriter, Role};
 use tideway_sources::lab::{LabDir, LabWriter};
 use tideway_sources::metrics::SourceMetrics;
@@ -43,7 +43,7 @@ pub struct OperatorArgs {
     pub http_bind_address: SocketAddr,
     /// HTTPS on `--http-bind-address` (probes then use HTTPS too).
     #[command(flatten)]
-    pub tls: tideway_api::tls::TlsArgs,
+    pub tls: tideway_serve::tls::TlsArgs,
     /// Elect a leader among replicas with a Lease (only the leader writes).
     #[arg(long)]
     pub leader_elect: bool,
@@ -137,7 +137,7 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let cluster = SharedCluster::new();
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
-        tideway_api::listen::register(&mut registry);
+        tideway_serve::listen::register(&mut registry);
         let source_metrics = SourceMetrics::new(&mut registry);
         let refusals = Arc::new(tideway_sources::gossip::Refusals::default());
         refusals.register(&mut registry);
@@ -192,12 +192,12 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let api = ApiState {
             cluster: cluster.clone(),
             writer: writer.clone(),
-            auth: tideway_api::auth::choose(args.api_token_file.as_deref(), review)
+            auth: tideway_serve::auth::choose(args.api_token_file.as_deref(), review)
                 .with_context(|| "reading --api-token-file")?,
             open_reads: args.api_anonymous_reads || args.http_bind_address.ip().is_loopback(),
         };
         let router = crate::http::router(Arc::new(registry), status.clone(), api);
-        let mut servers = tideway_api::http::Servers::new();
+        let mut servers = tideway_serve::http::Servers::new();
         servers.serve(listener, tls, router);
         let opts = LoopOptions {
             class: args.load_balancer_class.clone(),

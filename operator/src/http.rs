@@ -51,12 +51,12 @@ pub fn router(registry: Arc<Registry>, status_: Status, api: crate::api::ApiStat
         .route("/api/v1/status", get(status))
         .with_state(status_)
         .merge(ready)
-        .merge(tideway_api::http::metrics_router(registry))
+        .merge(tideway_serve::http::metrics_router(registry))
         .merge(crate::api::router(api))
-        .fallback(tideway_api::problem::not_found);
-    let router = tideway_api::http::with_timeout(router);
+        .fallback(tideway_serve::problem::not_found);
+    let router = tideway_serve::http::with_timeout(router);
     match guard {
-        Some(auth) => tideway_api::auth::require_tokens(router, auth, crate::api::read_access_of),
+        Some(auth) => tideway_serve::auth::require_tokens(router, auth, crate::api::read_access_of),
         None => router,
     }
 }

@@ -6,8 +6,8 @@ use super::*;
 /// TokenReview, the verb by its SubjectAccessReview, the change a merge patch by `tideway-api`.
 pub(super) async fn rest(cluster: &mut Cluster) {
     use axum::body::Body;
-    use tideway_api::auth::Authorizer;
     use tideway_operator::api::ApiState;
+    use tideway_serve::auth::Authorizer;
     use tideway_sources::kube::KubeReview;
     use tower::ServiceExt;
 

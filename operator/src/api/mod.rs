@@ -24,14 +24,14 @@ use axum::routing::get;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
-use tideway_api::auth::{Access, Authorizer, check};
 use tideway_api::crd::{
     NodeProxyStateStatus, ProxyConfigSpec, ProxyConfigStatus, node_proxy_state_status, patch_proxy_config,
     proxy_config_status, spec_of,
 };
-use tideway_api::openapi::{Answer, OpenApi, path_parameter};
-use tideway_api::problem::{Problem, json_body};
 use tideway_core::operator::rollout::rollout;
+use tideway_serve::auth::{Access, Authorizer, check};
+use tideway_serve::openapi::{Answer, OpenApi, path_parameter};
+use tideway_serve::problem::{Problem, json_body};
 use tideway_sources::SharedCluster;
 use tideway_sources::status::{ClusterWriter, WriteError};
 
@@ -206,7 +206,7 @@ fn read_access(path: &str) -> Access {
 /// Reads that need a token when reads are not open: every safe method (`GET`, `HEAD`,
 /// `OPTIONS`) under `/api/v1/` (the PATCH handler checks its own).
 pub fn read_access_of(method: &Method, path: &str) -> Option<Access> {
-    (tideway_api::auth::is_safe_method(method) && path.starts_with("/api/v1/")).then(|| read_access(path))
+    (tideway_serve::auth::is_safe_method(method) && path.starts_with("/api/v1/")).then(|| read_access(path))
 }
 
 /// One node and what its agent last reported.
@@ -307,7 +307,7 @@ pub fn router(api: ApiState) -> Router {
         .route("/api/v1/proxyconfigs/{name}", get(proxy_config).patch(patch_config))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/services/{namespace}/{name}", get(service))
-        .merge(tideway_api::openapi::router(openapi()))
+        .merge(tideway_serve::openapi::router(openapi()))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(api);
     router

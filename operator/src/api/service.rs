@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
-use tideway_api::problem::Problem;
 use tideway_core::model::{Service, ServiceName};
+use tideway_serve::problem::Problem;
 
 use super::ApiState;
 

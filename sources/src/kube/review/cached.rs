@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tideway_api::auth::{Access, Authorizer, Caller, Denied};
+use tideway_serve::auth::{Access, Authorizer, Caller, Denied};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 

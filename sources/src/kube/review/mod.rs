@@ -25,7 +25,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tideway_api::auth::{Access, Authorizer, Caller, Denied};
+use tideway_serve::auth::{Access, Authorizer, Caller, Denied};
 
 /// Who holds a token, as a TokenReview says.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]

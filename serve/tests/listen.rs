@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use tideway_api::listen::Limits;
+use tideway_serve::listen::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -19,8 +19,8 @@ async fn start(limits: Option<Limits>) -> SocketAddr {
     let stop = std::future::pending();
     tokio::spawn(async move {
         let _ = match limits {
-            Some(l) => tideway_api::listen::serve(listener, None, router(), l, stop).await,
-            None => tideway_api::http::serve(listener, None, router(), stop).await,
+            Some(l) => tideway_serve::listen::serve(listener, None, router(), l, stop).await,
+            None => tideway_serve::http::serve(listener, None, router(), stop).await,
         };
     });
     addr
