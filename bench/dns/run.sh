@@ -55,7 +55,7 @@ if [ -n "${TIDEWAY_BIN:-}" ]; then
   TIDEWAY=$(realpath "$TIDEWAY_BIN")
 else
   echo "building tideway (release)..." >&2
-  (cd "$ROOT" && cargo build --release -p tideway >&2)
+  (cd "$ROOT" && cargo build --release -p tideway --features bench >&2)
   TIDEWAY=$ROOT/target/release/tideway
 fi
 

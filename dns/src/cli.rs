@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use tideway_sources::kube::{KubeSource, Role};
 use tideway_sources::metrics::SourceMetrics;
@@ -97,16 +97,16 @@ pub struct DnsArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// How often the settings file and the resolv.conf are checked for changes.
-    #[arg(long, default_value = "30s")]
-    pub reload_interval: String,
+    #[arg(long, default_value = "30s", value_parser = parse_interval)]
+    pub reload_interval: Duration,
     /// Worker threads and UDP sockets (default: one per CPU).
     #[arg(long)]
     pub workers: Option<usize>,
     /// UDP receive path: `native`, `hickory` (hickory-server's per-datagram tasks), or
     /// `floor` (benchmarks only: the native workers answering every query with one canned
-    /// reply).
-    #[arg(long, default_value = "native")]
-    pub udp_engine: String,
+    /// reply). `hickory` and `floor` are in builds with the `bench` feature only.
+    #[arg(long, value_enum, default_value = "native", hide_possible_values = true)]
+    pub udp_engine: UdpEngine,
     /// What the UDP workers' copies of their replies may take in memory, all workers together
     /// (`16Mi`, `512Ki`, or bytes).
     #[arg(long, default_value = "16Mi")]
@@ -128,6 +128,11 @@ fn optional_addr(flag: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> 
         return Ok(None);
     }
     value.parse().map(Some).with_context(|| format!("--{flag}: invalid address {value:?}"))
+}
+
+/// `--reload-interval`'s value (`30s`, `1m`, `500ms`).
+fn parse_interval(value: &str) -> Result<Duration, String> {
+    tideway_api::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
 fn duration(flag: &str, value: &str) -> anyhow::Result<Duration> {
@@ -171,12 +176,6 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
     let watch_pods = settings.index.pods == PodsMode::Verified;
     let require_programmed = settings.index.require_programmed;
     let source_metrics = SourceMetrics::default();
-    let udp_engine = match args.udp_engine.as_str() {
-        "native" => UdpEngine::Native,
-        "hickory" => UdpEngine::Hickory,
-        "floor" => UdpEngine::Floor,
-        other => bail!("--udp-engine: unknown engine {other:?} (native, hickory or floor)"),
-    };
     let workers =
         args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     let config = ServerConfig {
@@ -186,7 +185,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         api: optional_addr("api-listen", &args.api_listen)?,
         api_tls: args.tls.load()?,
         udp_sockets: workers,
-        udp_engine,
+        udp_engine: args.udp_engine,
         replay_budget: crate::config::parse_size("--replay-budget", &args.replay_budget)?,
         tcp: crate::tcp::TcpLimits {
             max_clients: args.tcp_max_clients.max(1),
@@ -196,7 +195,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         source_metrics: Some(source_metrics.clone()),
         ..ServerConfig::new(args.listen, settings)
     };
-    let reload_interval = duration("reload-interval", &args.reload_interval)?.max(Duration::from_millis(100));
+    let reload_interval = args.reload_interval.max(Duration::from_millis(100));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()

@@ -26,17 +26,20 @@ use crate::records::RecordIndex;
 use crate::tcp::TcpLimits;
 use crate::udp::Answering;
 
-/// Which code receives UDP queries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which code receives UDP queries. The product has one; the DNS benchmark's comparison
+/// points come with the `bench` feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum UdpEngine {
     /// [`crate::udp`]: a thread per socket answering in place, bursts via `recvmmsg`/`sendmmsg`
     /// (default).
     #[default]
     Native,
     /// hickory-server's `register_socket` (a task per datagram); kept for comparison.
+    #[cfg(feature = "bench")]
     Hickory,
     /// The native workers answering every query with one canned reply: the floor of the
     /// socket code, for benchmarks. Not a DNS server.
+    #[cfg(feature = "bench")]
     Floor,
 }
 
@@ -227,31 +230,28 @@ impl Server {
         let mut workers = Vec::new();
         let budget = ReplayBudget::new(config.replay_budget, sockets.udp.len());
         for (i, udp) in sockets.udp.into_iter().enumerate() {
-            match config.udp_engine {
+            let answering = match config.udp_engine {
+                UdpEngine::Native => Answering::Server,
+                #[cfg(feature = "bench")]
+                UdpEngine::Floor => Answering::Floor,
+                #[cfg(feature = "bench")]
                 UdpEngine::Hickory => {
                     udp.set_nonblocking(true).map_err(err)?;
                     hickory.register_socket(UdpSocket::from_std(udp).map_err(err)?);
+                    continue;
                 }
-                UdpEngine::Native | UdpEngine::Floor => {
-                    let answering = match config.udp_engine {
-                        UdpEngine::Floor => Answering::Floor,
-                        _ => Answering::Server,
-                    };
-                    let runtime = tokio::runtime::Handle::current();
-                    let budget = Arc::clone(&budget);
-                    let ready = Arc::clone(&readiness);
-                    let worker = crate::udp::Worker::start(
-                        udp,
-                        Arc::clone(&core),
-                        runtime,
-                        i,
-                        answering,
-                        budget,
-                        ready,
-                    );
-                    workers.push(worker.map_err(err)?);
-                }
-            }
+            };
+            let runtime = tokio::runtime::Handle::current();
+            let worker = crate::udp::Worker::start(
+                udp,
+                Arc::clone(&core),
+                runtime,
+                i,
+                answering,
+                Arc::clone(&budget),
+                Arc::clone(&readiness),
+            );
+            workers.push(worker.map_err(err)?);
         }
         let mut rx = shutdown_rx.clone();
         tasks.spawn(async move {

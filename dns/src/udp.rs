@@ -66,11 +66,14 @@ pub(crate) enum Answering {
     /// Through the server ([`Replay`], then the full request path).
     Server,
     /// With the query's ID and question and one canned record (the benchmark floor).
+    #[cfg(feature = "bench")]
     Floor,
 }
 
+#[cfg(feature = "bench")]
 /// The floor's reply header after the ID: a response, AA, NOERROR, one question, one answer.
 const FLOOR_HEADER: [u8; 10] = [0x84, 0, 0, 1, 0, 1, 0, 0, 0, 0];
+#[cfg(feature = "bench")]
 /// The floor's answer: the question's name (a pointer to it), A, IN, TTL 5, 10.96.0.1.
 const FLOOR_ANSWER: [u8; 16] = [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 96, 0, 1];
 
@@ -239,7 +242,7 @@ fn serve(
                 continue;
             }
         }
-        if let Answering::Server = answering {
+        if matches!(answering, Answering::Server) {
             replay.arrived(received.iter().enumerate().map(|(i, &(n, _))| datagram(&bufs, i, n)));
         }
         for (i, &(n, src)) in received.iter().enumerate() {
@@ -249,6 +252,7 @@ fn serve(
             let query = datagram(&bufs, i, n);
             let handled = match answering {
                 Answering::Server => replay.handle(core, query, src),
+                #[cfg(feature = "bench")]
                 Answering::Floor => floor(query),
             };
             match handled {
@@ -282,6 +286,7 @@ fn datagram(bufs: &[u8], i: usize, n: usize) -> &[u8] {
 }
 
 /// The floor's reply to `query`; nothing for a query without a plain question.
+#[cfg(feature = "bench")]
 fn floor(query: &[u8]) -> Handled {
     let Some(end) = question_end(query) else { return Handled::Drop };
     let mut out = Vec::with_capacity(end + FLOOR_ANSWER.len());
@@ -294,6 +299,7 @@ fn floor(query: &[u8]) -> Handled {
 
 /// The end of the only question of `msg` (name, type, class), or `None` when there is not
 /// exactly one or its name has a compression pointer.
+#[cfg(feature = "bench")]
 fn question_end(msg: &[u8]) -> Option<usize> {
     if msg.get(4..6)? != [0, 1] || msg.len() < 12 {
         return None;
