@@ -5,8 +5,10 @@ use std::sync::LazyLock;
 use rustc_hash::FxHashMap;
 
 use super::Name;
+use crate::render::chains;
 
-const KNOWN: &[&str] = &[
+/// nftables' fixed chain, set and map names (iptables' and IPVS's are [`crate::render::chains`]'s).
+const NFTABLES: &[&str] = &[
     // nftables
     "service-ips",
     "service-nodeports",
@@ -38,32 +40,12 @@ const KNOWN: &[&str] = &[
     "firewall-check",
     "service-endpoints-check",
     "nodeport-endpoints-check",
-    // iptables / IPVS
-    "KUBE-SERVICES",
-    "KUBE-EXTERNAL-SERVICES",
-    "KUBE-NODEPORTS",
-    "KUBE-NODE-PORT",
-    "KUBE-FORWARD",
-    "KUBE-PROXY-FIREWALL",
-    "KUBE-POSTROUTING",
-    "KUBE-MARK-MASQ",
-    "KUBE-LOAD-BALANCER",
-    "KUBE-CLUSTER-IP",
-    "KUBE-LOOP-BACK",
-    "KUBE-EXTERNAL-IP",
-    "KUBE-EXTERNAL-IP-LOCAL",
-    "KUBE-LOAD-BALANCER-LOCAL",
-    "KUBE-LOAD-BALANCER-FW",
-    "KUBE-LOAD-BALANCER-SOURCE-CIDR",
-    "KUBE-LOAD-BALANCER-SOURCE-IP",
-    "KUBE-HEALTH-CHECK-NODE-PORT",
-    "KUBE-IPVS-IPS",
-    "KUBE-INTERNAL-NO-LOCAL",
-    "KUBE-EXTERNAL-NO-LOCAL",
 ];
 
-static NAMES: LazyLock<FxHashMap<&'static str, Name>> =
-    LazyLock::new(|| KNOWN.iter().map(|n| (*n, Name::from(*n))).collect());
+static NAMES: LazyLock<FxHashMap<&'static str, Name>> = LazyLock::new(|| {
+    let known = NFTABLES.iter().chain(chains::FIXED_CHAINS).chain(chains::IPVS_SETS);
+    known.map(|n| (*n, Name::from(*n))).collect()
+});
 
 /// A shared copy of a well-known name (a fresh allocation for any other name).
 pub fn name(s: &str) -> Name {

@@ -1,6 +1,7 @@
 //! Renderers: lower a [`Ruleset`] into a [`Program`]
 //! per backend, and print programs and change sets as kernel input text.
 
+pub mod chains;
 mod fmt;
 pub mod iptables;
 pub mod ipvs;

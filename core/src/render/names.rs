@@ -5,21 +5,7 @@ use sha2::{Digest, Sha256};
 use crate::model::ServicePortName;
 use crate::net::join_host_port;
 use crate::plan::Backend;
-
-/// Fixed chains the iptables and IPVS renderers create (per-Service chains aside).
-const FIXED_CHAINS: &[&str] = &[
-    "KUBE-SERVICES",
-    "KUBE-EXTERNAL-SERVICES",
-    "KUBE-NODEPORTS",
-    "KUBE-NODE-PORT",
-    "KUBE-FORWARD",
-    "KUBE-PROXY-FIREWALL",
-    "KUBE-POSTROUTING",
-    "KUBE-MARK-MASQ",
-    "KUBE-LOAD-BALANCER",
-    "KUBE-SOURCE-RANGES-FIREWALL",
-    "KUBE-IPVS-FILTER",
-];
+use crate::render::chains::{FIXED_CHAINS, KUBE_IPVS_OUT_FILTER, KUBE_PROXY_CANARY};
 
 /// Chains only kube-proxy writes, never Tideway's renderers: `(table, chain, kube-proxy's
 /// mode)`. kube-proxy's iptables mode keeps its canary `KUBE-PROXY-CANARY` in every table it
@@ -27,7 +13,7 @@ const FIXED_CHAINS: &[&str] = &[
 /// node's own traffic to load balancers in `KUBE-IPVS-OUT-FILTER`. Either one on a node says
 /// a kube-proxy programs the `KUBE-*` names there, which iptables and IPVS modes share with it.
 pub const KUBE_PROXY_SIGNATURES: &[(&str, &str, &str)] =
-    &[("nat", "KUBE-PROXY-CANARY", "iptables"), ("filter", "KUBE-IPVS-OUT-FILTER", "ipvs")];
+    &[("nat", KUBE_PROXY_CANARY, "iptables"), ("filter", KUBE_IPVS_OUT_FILTER, "ipvs")];
 
 /// Prefixes of the hashed per-Service and per-endpoint chains.
 const SERVICE_CHAIN_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];

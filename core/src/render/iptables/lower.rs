@@ -9,6 +9,10 @@ use crate::plan::{Backend, NodePlan, NodePortDestinations, Ruleset, ServicePortP
 use crate::program::{
     Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Fragment, Hook, Match, Name, Rule, Verdict, name,
 };
+use crate::render::chains::{
+    KUBE_EXTERNAL_SERVICES, KUBE_FIREWALL, KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_POSTROUTING,
+    KUBE_PROXY_FIREWALL, KUBE_SERVICES,
+};
 use crate::render::{detector, names};
 
 /// The filter table.
@@ -18,16 +22,6 @@ pub const NAT: &str = "nat";
 
 /// kube-proxy drops per-endpoint comments above this many endpoints ("large cluster mode").
 pub const LARGE_CLUSTER_ENDPOINTS: usize = 1000;
-
-const KUBE_SERVICES: &str = "KUBE-SERVICES";
-const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
-const KUBE_NODEPORTS: &str = "KUBE-NODEPORTS";
-const KUBE_FORWARD: &str = "KUBE-FORWARD";
-const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
-const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
-const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
-/// kubelet's anti-martian chain, which kube-proxy writes too when it serves localhost NodePorts.
-const KUBE_FIREWALL: &str = "KUBE-FIREWALL";
 
 fn cref(table: &'static str, chain: &str) -> ChainRef {
     ChainRef { table, name: name(chain) }

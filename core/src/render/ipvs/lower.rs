@@ -16,6 +16,7 @@ use crate::program::{
     Action, BaseHook, Chain, ChainKind, CtState, Element, Field, Fragment, Hook, KeyType, Match, Name,
     RealServer, Rule, Set, SetFlags, SetRef, Value, Verdict, VirtualServer,
 };
+use crate::render::chains::*;
 use crate::render::detector;
 use crate::render::iptables::{FILTER, NAT};
 
@@ -23,7 +24,7 @@ use crate::render::iptables::{FILTER, NAT};
 pub const DUMMY_INTERFACE: &str = "kube-ipvs0";
 
 /// The ipset holding every address bound to the dummy interface.
-pub const IPVS_IPS: &str = "KUBE-IPVS-IPS";
+pub const IPVS_IPS: &str = KUBE_IPVS_IPS;
 
 /// The longest ipset name the kernel accepts.
 const MAX_SET_NAME: usize = 31;
@@ -116,19 +117,19 @@ pub fn base(np: &NodePlan) -> Fragment {
     let mark = np.masquerade_mark;
     let new = || Match::Ct(CtState::New);
     let mut sets = vec![
-        s.def("KUBE-CLUSTER-IP", "hash:ip,port", false),
-        s.def("KUBE-LOOP-BACK", "hash:ip,port,ip", true),
-        s.def("KUBE-EXTERNAL-IP", "hash:ip,port", false),
-        s.def("KUBE-EXTERNAL-IP-LOCAL", "hash:ip,port", false),
-        s.def("KUBE-LOAD-BALANCER", "hash:ip,port", false),
-        s.def("KUBE-LOAD-BALANCER-LOCAL", "hash:ip,port", false),
-        s.def("KUBE-LOAD-BALANCER-FW", "hash:ip,port", false),
-        s.def("KUBE-LOAD-BALANCER-SOURCE-CIDR", "hash:ip,port,net", false),
-        s.def("KUBE-LOAD-BALANCER-SOURCE-IP", "hash:ip,port,ip", false),
-        s.def("KUBE-HEALTH-CHECK-NODE-PORT", "bitmap:port", true),
+        s.def(KUBE_CLUSTER_IP, "hash:ip,port", false),
+        s.def(KUBE_LOOP_BACK, "hash:ip,port,ip", true),
+        s.def(KUBE_EXTERNAL_IP, "hash:ip,port", false),
+        s.def(KUBE_EXTERNAL_IP_LOCAL, "hash:ip,port", false),
+        s.def(KUBE_LOAD_BALANCER, "hash:ip,port", false),
+        s.def(KUBE_LOAD_BALANCER_LOCAL, "hash:ip,port", false),
+        s.def(KUBE_LOAD_BALANCER_FW, "hash:ip,port", false),
+        s.def(KUBE_LOAD_BALANCER_SOURCE_CIDR, "hash:ip,port,net", false),
+        s.def(KUBE_LOAD_BALANCER_SOURCE_IP, "hash:ip,port,ip", false),
+        s.def(KUBE_HEALTH_CHECK_NODE_PORT, "bitmap:port", true),
         s.def(IPVS_IPS, "hash:ip", true),
-        s.def("KUBE-INTERNAL-NO-LOCAL", "hash:ip,port", false),
-        s.def("KUBE-EXTERNAL-NO-LOCAL", "hash:ip,port", false),
+        s.def(KUBE_INTERNAL_NO_LOCAL, "hash:ip,port", false),
+        s.def(KUBE_EXTERNAL_NO_LOCAL, "hash:ip,port", false),
     ];
     for p in protos() {
         for kind in ["", "LOCAL-", "NO-LOCAL-"] {
@@ -144,15 +145,15 @@ pub fn base(np: &NodePlan) -> Fragment {
             ChainKind::Filter,
             0,
             vec![
-                Rule::new(vec![comment("kubernetes ipvs access filter")], jump("KUBE-IPVS-FILTER")),
+                Rule::new(vec![comment("kubernetes ipvs access filter")], jump(KUBE_IPVS_FILTER)),
                 Rule::new(
                     vec![new(), comment("kubernetes load balancer firewall")],
-                    jump("KUBE-PROXY-FIREWALL"),
+                    jump(KUBE_PROXY_FIREWALL),
                 ),
-                Rule::new(vec![comment("kubernetes health check rules")], jump("KUBE-NODE-PORT")),
+                Rule::new(vec![comment("kubernetes health check rules")], jump(KUBE_NODE_PORT)),
                 Rule::new(
                     vec![new(), comment("kubernetes externally-visible service portals")],
-                    jump("KUBE-EXTERNAL-SERVICES"),
+                    jump(KUBE_EXTERNAL_SERVICES),
                 ),
             ],
         ),
@@ -165,9 +166,9 @@ pub fn base(np: &NodePlan) -> Fragment {
             vec![
                 Rule::new(
                     vec![new(), comment("kubernetes load balancer firewall")],
-                    jump("KUBE-PROXY-FIREWALL"),
+                    jump(KUBE_PROXY_FIREWALL),
                 ),
-                Rule::new(vec![comment("kubernetes forwarding rules")], jump("KUBE-FORWARD")),
+                Rule::new(vec![comment("kubernetes forwarding rules")], jump(KUBE_FORWARD)),
             ],
         ),
         builtin(
@@ -178,7 +179,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             0,
             vec![Rule::new(
                 vec![new(), comment("kubernetes load balancer firewall")],
-                jump("KUBE-PROXY-FIREWALL"),
+                jump(KUBE_PROXY_FIREWALL),
             )],
         ),
         builtin(
@@ -187,7 +188,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             Hook::Prerouting,
             ChainKind::Nat,
             -100,
-            vec![Rule::new(vec![portals()], jump("KUBE-SERVICES"))],
+            vec![Rule::new(vec![portals()], jump(KUBE_SERVICES))],
         ),
         builtin(
             NAT,
@@ -195,7 +196,7 @@ pub fn base(np: &NodePlan) -> Fragment {
             Hook::Output,
             ChainKind::Nat,
             -100,
-            vec![Rule::new(vec![portals()], jump("KUBE-SERVICES"))],
+            vec![Rule::new(vec![portals()], jump(KUBE_SERVICES))],
         ),
         builtin(
             NAT,
@@ -203,63 +204,61 @@ pub fn base(np: &NodePlan) -> Fragment {
             Hook::Postrouting,
             ChainKind::Nat,
             100,
-            vec![Rule::new(vec![comment("kubernetes postrouting rules")], jump("KUBE-POSTROUTING"))],
+            vec![Rule::new(vec![comment("kubernetes postrouting rules")], jump(KUBE_POSTROUTING))],
         ),
     ];
     // nat KUBE-SERVICES: masquerade decisions; IPVS itself does the DNAT.
     let mut services =
         vec![Rule::new(vec![Match::Src(np.family.loopback_net(), false)], Action::Verdict(Verdict::Return))];
     services.push(Rule::new(
-        vec![comment("Kubernetes service lb portal"), s.matches("KUBE-LOAD-BALANCER", &IP_PORT, false)],
-        jump("KUBE-LOAD-BALANCER"),
+        vec![comment("Kubernetes service lb portal"), s.matches(KUBE_LOAD_BALANCER, &IP_PORT, false)],
+        jump(KUBE_LOAD_BALANCER),
     ));
     let cluster_ip = || {
         vec![
             comment("Kubernetes service cluster ip + port for masquerade purpose"),
-            s.matches("KUBE-CLUSTER-IP", &IP_PORT, false),
+            s.matches(KUBE_CLUSTER_IP, &IP_PORT, false),
         ]
     };
     if np.masquerade_all {
-        services.push(Rule::new(cluster_ip(), jump("KUBE-MARK-MASQ")));
+        services.push(Rule::new(cluster_ip(), jump(KUBE_MARK_MASQ)));
     } else if let Some(not_local) = detector(np, false) {
         let mut m = cluster_ip();
         m.push(not_local);
-        services.push(Rule::new(m, jump("KUBE-MARK-MASQ")));
+        services.push(Rule::new(m, jump(KUBE_MARK_MASQ)));
     }
     let ext = || {
         vec![
             comment("Kubernetes service external ip + port for masquerade and filter purpose"),
-            s.matches("KUBE-EXTERNAL-IP", &IP_PORT, false),
+            s.matches(KUBE_EXTERNAL_IP, &IP_PORT, false),
         ]
     };
-    services.push(Rule::new(ext(), jump("KUBE-MARK-MASQ")));
+    services.push(Rule::new(ext(), jump(KUBE_MARK_MASQ)));
     services.push(Rule::new(ext(), Action::Verdict(Verdict::Accept)));
     services.push(Rule::new(
         vec![
             comment("Kubernetes service external ip + port with externalTrafficPolicy=local"),
-            s.matches("KUBE-EXTERNAL-IP-LOCAL", &IP_PORT, false),
+            s.matches(KUBE_EXTERNAL_IP_LOCAL, &IP_PORT, false),
         ],
         Action::Verdict(Verdict::Accept),
     ));
-    services.push(Rule::new(vec![Match::DstLocal(true)], jump("KUBE-NODE-PORT")));
+    services.push(Rule::new(vec![Match::DstLocal(true)], jump(KUBE_NODE_PORT)));
+    services
+        .push(Rule::new(vec![s.matches(KUBE_CLUSTER_IP, &IP_PORT, false)], Action::Verdict(Verdict::Accept)));
     services.push(Rule::new(
-        vec![s.matches("KUBE-CLUSTER-IP", &IP_PORT, false)],
+        vec![s.matches(KUBE_LOAD_BALANCER, &IP_PORT, false)],
         Action::Verdict(Verdict::Accept),
     ));
-    services.push(Rule::new(
-        vec![s.matches("KUBE-LOAD-BALANCER", &IP_PORT, false)],
-        Action::Verdict(Verdict::Accept),
-    ));
-    chains.push(Chain::new(NAT, "KUBE-SERVICES", services));
+    chains.push(Chain::new(NAT, KUBE_SERVICES, services));
     chains.push(Chain::new(
         NAT,
-        "KUBE-LOAD-BALANCER",
+        KUBE_LOAD_BALANCER,
         vec![
             Rule::new(
-                vec![s.matches("KUBE-LOAD-BALANCER-LOCAL", &IP_PORT, false)],
+                vec![s.matches(KUBE_LOAD_BALANCER_LOCAL, &IP_PORT, false)],
                 Action::Verdict(Verdict::Return),
             ),
-            Rule::new(vec![], jump("KUBE-MARK-MASQ")),
+            Rule::new(vec![], jump(KUBE_MARK_MASQ)),
         ],
     ));
     let mut nodeport_nat = Vec::new();
@@ -271,19 +270,19 @@ pub fn base(np: &NodePlan) -> Fragment {
         ));
         nodeport_nat.push(Rule::new(
             vec![Match::Proto(p), s.matches(&np_set("", p), &port, false)],
-            jump("KUBE-MARK-MASQ"),
+            jump(KUBE_MARK_MASQ),
         ));
     }
-    chains.push(Chain::new(NAT, "KUBE-NODE-PORT", nodeport_nat));
+    chains.push(Chain::new(NAT, KUBE_NODE_PORT, nodeport_nat));
     chains.push(Chain::new(
         NAT,
-        "KUBE-POSTROUTING",
+        KUBE_POSTROUTING,
         vec![
             Rule::new(
                 vec![
                     comment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
                     s.matches(
-                        "KUBE-LOOP-BACK",
+                        KUBE_LOOP_BACK,
                         &[Field::DstIp, Field::Proto, Field::DstPort, Field::SrcIp],
                         false,
                     ),
@@ -298,12 +297,12 @@ pub fn base(np: &NodePlan) -> Fragment {
             ),
         ],
     ));
-    chains.push(Chain::new(NAT, "KUBE-MARK-MASQ", vec![Rule::new(vec![], Action::MarkOr(mark))]));
+    chains.push(Chain::new(NAT, KUBE_MARK_MASQ, vec![Rule::new(vec![], Action::MarkOr(mark))]));
 
     // filter
     chains.push(Chain::new(
         FILTER,
-        "KUBE-FORWARD",
+        KUBE_FORWARD,
         vec![
             Rule::new(vec![Match::Ct(CtState::Invalid)], Action::Verdict(Verdict::Drop)),
             Rule::new(
@@ -318,53 +317,53 @@ pub fn base(np: &NodePlan) -> Fragment {
     ));
     chains.push(Chain::new(
         FILTER,
-        "KUBE-NODE-PORT",
+        KUBE_NODE_PORT,
         vec![Rule::new(
             vec![
                 comment("Kubernetes health check node port"),
-                s.matches("KUBE-HEALTH-CHECK-NODE-PORT", &[Field::DstPort], false),
+                s.matches(KUBE_HEALTH_CHECK_NODE_PORT, &[Field::DstPort], false),
             ],
             Action::Verdict(Verdict::Accept),
         )],
     ));
     chains.push(Chain::new(
         FILTER,
-        "KUBE-PROXY-FIREWALL",
+        KUBE_PROXY_FIREWALL,
         vec![Rule::new(
-            vec![s.matches("KUBE-LOAD-BALANCER-FW", &IP_PORT, false)],
-            jump("KUBE-SOURCE-RANGES-FIREWALL"),
+            vec![s.matches(KUBE_LOAD_BALANCER_FW, &IP_PORT, false)],
+            jump(KUBE_SOURCE_RANGES_FIREWALL),
         )],
     ));
     let with_src = [Field::DstIp, Field::Proto, Field::DstPort, Field::SrcIp];
     chains.push(Chain::new(
         FILTER,
-        "KUBE-SOURCE-RANGES-FIREWALL",
+        KUBE_SOURCE_RANGES_FIREWALL,
         vec![
             Rule::new(
-                vec![s.matches("KUBE-LOAD-BALANCER-SOURCE-CIDR", &with_src, false)],
+                vec![s.matches(KUBE_LOAD_BALANCER_SOURCE_CIDR, &with_src, false)],
                 Action::Verdict(Verdict::Return),
             ),
             Rule::new(
-                vec![s.matches("KUBE-LOAD-BALANCER-SOURCE-IP", &with_src, false)],
+                vec![s.matches(KUBE_LOAD_BALANCER_SOURCE_IP, &with_src, false)],
                 Action::Verdict(Verdict::Return),
             ),
             Rule::new(vec![], Action::Verdict(Verdict::Drop)),
         ],
     ));
     let mut ipvs_filter: Vec<Rule> =
-        ["KUBE-LOAD-BALANCER", "KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-EXTERNAL-IP-LOCAL"]
+        [KUBE_LOAD_BALANCER, KUBE_CLUSTER_IP, KUBE_EXTERNAL_IP, KUBE_EXTERNAL_IP_LOCAL]
             .iter()
             .map(|n| Rule::new(vec![s.matches(n, &IP_PORT, false)], Action::Verdict(Verdict::Return)))
             .collect();
     ipvs_filter.push(Rule::new(
-        vec![s.matches("KUBE-HEALTH-CHECK-NODE-PORT", &[Field::DstPort], false)],
+        vec![s.matches(KUBE_HEALTH_CHECK_NODE_PORT, &[Field::DstPort], false)],
         Action::Verdict(Verdict::Return),
     ));
     ipvs_filter.push(Rule::new(
         vec![new(), s.matches(IPVS_IPS, &[Field::DstIp], false)],
         Action::Verdict(Verdict::Reject),
     ));
-    chains.push(Chain::new(FILTER, "KUBE-IPVS-FILTER", ipvs_filter));
+    chains.push(Chain::new(FILTER, KUBE_IPVS_FILTER, ipvs_filter));
     // Local policy without local endpoints: drop (internal: all sources; external: sources
     // that are neither pods nor the node, which are served by every endpoint instead).
     let mut external_only: Vec<Match> = Vec::new();
@@ -373,13 +372,13 @@ pub fn base(np: &NodePlan) -> Fragment {
     let mut no_local = vec![Rule::new(
         vec![
             comment("internalTrafficPolicy=Local without local endpoints"),
-            s.matches("KUBE-INTERNAL-NO-LOCAL", &IP_PORT, false),
+            s.matches(KUBE_INTERNAL_NO_LOCAL, &IP_PORT, false),
         ],
         Action::Verdict(Verdict::Drop),
     )];
     let mut m = vec![
         comment("externalTrafficPolicy=Local without local endpoints"),
-        s.matches("KUBE-EXTERNAL-NO-LOCAL", &IP_PORT, false),
+        s.matches(KUBE_EXTERNAL_NO_LOCAL, &IP_PORT, false),
     ];
     m.extend(external_only.clone());
     no_local.push(Rule::new(m, Action::Verdict(Verdict::Drop)));
@@ -392,7 +391,7 @@ pub fn base(np: &NodePlan) -> Fragment {
         m.extend(external_only.clone());
         no_local.push(Rule::new(m, Action::Verdict(Verdict::Drop)));
     }
-    chains.push(Chain::new(FILTER, "KUBE-EXTERNAL-SERVICES", no_local));
+    chains.push(Chain::new(FILTER, KUBE_EXTERNAL_SERVICES, no_local));
     Fragment { chains, sets, ..Fragment::default() }
 }
 
@@ -445,45 +444,42 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
         if external == Target::Drop { real_servers(&plan.cluster_endpoints) } else { pick(external) };
     if let Some(cip) = plan.cluster_ip {
         vs.push(make(cip, plan.port, pick(internal)));
-        add("KUBE-CLUSTER-IP", ip_port(cip, plan));
+        add(KUBE_CLUSTER_IP, ip_port(cip, plan));
         add(IPVS_IPS, Element { key: smallvec![Value::Ip(cip)], data: None });
         if internal == Target::Drop {
-            add("KUBE-INTERNAL-NO-LOCAL", ip_port(cip, plan));
+            add(KUBE_INTERNAL_NO_LOCAL, ip_port(cip, plan));
         }
     }
     for ip in &plan.external_ips {
         vs.push(make(*ip, plan.port, ext_rs.clone()));
-        add(
-            if plan.external_local { "KUBE-EXTERNAL-IP-LOCAL" } else { "KUBE-EXTERNAL-IP" },
-            ip_port(*ip, plan),
-        );
+        add(if plan.external_local { KUBE_EXTERNAL_IP_LOCAL } else { KUBE_EXTERNAL_IP }, ip_port(*ip, plan));
         add(IPVS_IPS, Element { key: smallvec![Value::Ip(*ip)], data: None });
         if external == Target::Drop {
-            add("KUBE-EXTERNAL-NO-LOCAL", ip_port(*ip, plan));
+            add(KUBE_EXTERNAL_NO_LOCAL, ip_port(*ip, plan));
         }
     }
     for ip in &plan.load_balancer_ips {
         vs.push(make(*ip, plan.port, ext_rs.clone()));
-        add("KUBE-LOAD-BALANCER", ip_port(*ip, plan));
+        add(KUBE_LOAD_BALANCER, ip_port(*ip, plan));
         add(IPVS_IPS, Element { key: smallvec![Value::Ip(*ip)], data: None });
         if plan.external_local {
-            add("KUBE-LOAD-BALANCER-LOCAL", ip_port(*ip, plan));
+            add(KUBE_LOAD_BALANCER_LOCAL, ip_port(*ip, plan));
         }
         if external == Target::Drop {
-            add("KUBE-EXTERNAL-NO-LOCAL", ip_port(*ip, plan));
+            add(KUBE_EXTERNAL_NO_LOCAL, ip_port(*ip, plan));
         }
         if plan.uses_firewall() {
-            add("KUBE-LOAD-BALANCER-FW", ip_port(*ip, plan));
+            add(KUBE_LOAD_BALANCER_FW, ip_port(*ip, plan));
             for range in &plan.source_ranges {
                 let mut e = ip_port(*ip, plan);
                 e.key.push(Value::Net(*range));
-                add("KUBE-LOAD-BALANCER-SOURCE-CIDR", e);
+                add(KUBE_LOAD_BALANCER_SOURCE_CIDR, e);
             }
             if plan.allow_from_node {
                 for src in &plan.load_balancer_ips {
                     let mut e = ip_port(*ip, plan);
                     e.key.push(Value::Ip(*src));
-                    add("KUBE-LOAD-BALANCER-SOURCE-IP", e);
+                    add(KUBE_LOAD_BALANCER_SOURCE_IP, e);
                 }
             }
         }
@@ -504,7 +500,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
         }
     }
     if let Some(hc) = plan.health_check_node_port {
-        add("KUBE-HEALTH-CHECK-NODE-PORT", Element { key: smallvec![Value::Port(hc)], data: None });
+        add(KUBE_HEALTH_CHECK_NODE_PORT, Element { key: smallvec![Value::Port(hc)], data: None });
     }
     for ep in plan.reachable_endpoints() {
         let e = Element {
@@ -516,7 +512,7 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan, scheduler: Scheduler) -
             ],
             data: None,
         };
-        add("KUBE-LOOP-BACK", e);
+        add(KUBE_LOOP_BACK, e);
     }
     frag.virtual_servers = vs;
     frag.shrunk()
