@@ -24,6 +24,7 @@ lint:
 
 purity:
 	./scripts/check-purity.sh
+	python3 ./scripts/check-cycles.py
 
 # Regenerate committed artifacts (CRDs, golden rulesets, rendered chart snapshots).
 generated: build

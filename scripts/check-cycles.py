@@ -1,22 +1,20 @@
 #!/usr/bin/env python3
 """File-level dependency cycles inside each workspace crate.
 
-Nodes are the src/ files of a crate (reached from lib.rs, main.rs, bin/*.rs through `mod`
-declarations, `#[path]` honoured, `#[cfg(test)]` items and comments ignored). An edge A -> B
-means file A names an item of module B (`use` trees, `crate::`/`super::`/`self::`/child-module
-paths in code), resolved to the deepest module that is a file. A parent's `mod child;` is not
-an edge. Strongly connected components of more than one file are cycles; those entirely under
-an allowed prefix pass. Exit 1 on any other cycle. `--report` prints every cycle, exits 0.
+Nodes: the src/ files reached from lib.rs, main.rs, bin/*.rs through `mod` declarations
+(`#[path]` honoured; `#[cfg(test)]` items and `//` comments ignored). Edge A -> B: file A names
+module B (`use` trees; `crate::`, `super::`, `self::`, child-module paths in code), resolved to the
+deepest module that is a file. A parent's `mod child;` is no edge. Strongly connected components
+of 2+ files are cycles; exit 1 on one not wholly under ALLOWED. `--report` prints all, exits 0.
 """
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = ("core/src/plan/",)
 
-ITEM_END = re.compile(r"[;},]\s*$")
+ITEM_END = re.compile(r"[;},]$")
 MOD_DECL = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod (\w+)\s*;")
 MOD_OPEN = re.compile(r"^(\s*)(?:pub(?:\([^)]*\))?\s+)?mod (\w+)\s*\{")
 USE_START = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+(.*)")
@@ -28,24 +26,32 @@ def indent(line):
     return len(line) - len(line.lstrip())
 
 
+def item_end(raw, i, ind):
+    """Index of the last line of the item starting at raw[i], an item indented by `ind`."""
+    block = raw[i][1].endswith("{")  # a body: ends at its `}`, not at a `;` inside a raw string
+    if ITEM_END.search(raw[i][1]):
+        return i
+    while i + 1 < len(raw):
+        i += 1
+        line = raw[i][1]
+        if line.strip() and indent(line) == ind and (line.lstrip()[0] == "}" or not block and line.endswith(";")):
+            break
+    return i
+
+
 def clean_lines(text):
-    """(lineno, line) pairs without comments and without `#[cfg(test)]` items."""
+    """(lineno, line) pairs without comments, blank lines and `#[cfg(test)]` items."""
     raw = [(n, re.sub(r"(^|\s)//.*", "", l).rstrip()) for n, l in enumerate(text.splitlines(), 1)]
     out, i = [], 0
     while i < len(raw):
-        n, line = raw[i]
-        if line.strip() != "#[cfg(test)]":
-            out.append((n, line)) if line.strip() else None
+        line = raw[i][1]
+        if line.strip() == "#[cfg(test)]":
             i += 1
-            continue
-        ind, i = indent(line), i + 1
-        while i < len(raw) and raw[i][1].lstrip().startswith("#["):
-            i += 1  # further attributes of the same item
-        if i < len(raw) and not ITEM_END.search(raw[i][1]):
-            i += 1
-            while i < len(raw) and not (indent(raw[i][1]) == ind and raw[i][1].strip()
-                                        and (raw[i][1].lstrip()[0] == "}" or raw[i][1].endswith(";"))):
-                i += 1
+            while i < len(raw) and raw[i][1].lstrip().startswith("#["):
+                i += 1  # further attributes of the same item
+            i = item_end(raw, i, indent(line)) if i < len(raw) else i
+        elif line.strip():
+            out.append(raw[i])
         i += 1
     return out
 
@@ -67,10 +73,7 @@ def child_file(parent, name, attr_path, owns_dir):
     if attr_path:
         return parent.parent / attr_path
     base = parent.parent if owns_dir else parent.with_suffix("")
-    for cand in (base / f"{name}.rs", base / name / "mod.rs"):
-        if cand.exists():
-            return cand
-    return None
+    return next((c for c in (base / f"{name}.rs", base / name / "mod.rs") if c.exists()), None)
 
 
 def walk_crate_root(root_file):
@@ -168,7 +171,8 @@ def components(graph):
 
     def visit(v):
         index[v] = low[v] = len(index)
-        stack.append(v), on.add(v)
+        stack.append(v)
+        on.add(v)
         for w in graph.get(v, {}):
             if w not in index:
                 visit(w)
@@ -178,8 +182,10 @@ def components(graph):
         if low[v] == index[v]:
             comp = []
             while not comp or comp[-1] != v:
-                comp.append(stack.pop()), on.discard(comp[-1])
-            out.append(sorted(comp)) if len(comp) > 1 else None
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                out.append(sorted(comp))
 
     for v in sorted(graph):
         if v not in index:
@@ -187,30 +193,61 @@ def components(graph):
     return out
 
 
+KNOWN = ROOT / "scripts" / "file-cycles.txt"
+
+
+def read_known():
+    """The recorded cycles: one per line, `crate: file file ...`."""
+    if not KNOWN.exists():
+        return set()
+    lines = [l.strip() for l in KNOWN.read_text().splitlines()]
+    return {l for l in lines if l and not l.startswith("#")}
+
+
+def write_known(found):
+    header = (
+        "# File cycles the tree still has, one per line (crate: its files). scripts/check-cycles.py\n"
+        "# fails when a cycle appears or grows, and when one here is gone or shrank (then delete or\n"
+        "# rewrite its line: `scripts/check-cycles.py --write`). The list only ever gets shorter.\n"
+    )
+    KNOWN.write_text(header + "".join(f"{c}\n" for c in sorted(found)))
+
+
 def main():
-    report = "--report" in sys.argv[1:]
-    members = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["members"]
+    args = sys.argv[1:]
+    report, write = "--report" in args, "--write" in args
+    members = re.findall(r'"([^"]+)"', re.search(r"(?m)^members = \[(.*?)\]", (ROOT / "Cargo.toml").read_text(), re.S)[1])
     rel = lambda p: str(p.relative_to(ROOT))
-    nfiles, bad = 0, 0
+    nfiles, found = 0, set()
     for member in members:
         graph = crate_graph(ROOT / member)
         nfiles += len(graph)
         for comp in components(graph):
             allowed = all(rel(f).startswith(ALLOWED) for f in comp)
-            bad += not allowed
-            if allowed and not report:
-                continue
-            print(f"{member}: cycle of {len(comp)} files{' (allowed)' if allowed else ''}")
-            for f in comp:
-                print(f"  {rel(f)}")
-                for t, (n, ref) in sorted(graph[f].items()):
-                    if t in comp:
-                        print(f"    -> {rel(t)}  via {ref} (line {n})")
-    status = "ok" if not bad else f"{bad} disallowed cycle(s)"
-    print(f"file cycles: {status} ({nfiles} files in {len(members)} crates; allowed: {', '.join(a.rstrip('/') for a in ALLOWED)})")
-    return 0 if report or not bad else 1
+            if not allowed:
+                found.add(f"{member}: {' '.join(rel(f) for f in comp)}")
+            if report:
+                print(f"{member}: cycle of {len(comp)} files{' (allowed)' if allowed else ''}")
+                for f in comp:
+                    print(f"  {rel(f)}")
+                    for t, (n, ref) in sorted(graph[f].items()):
+                        if t in comp:
+                            print(f"    -> {rel(t)}  via {ref} (line {n})")
+    if write:
+        write_known(found)
+    known = read_known()
+    new, gone = sorted(found - known), sorted(known - found)
+    for c in new:
+        print(f"new or grown cycle (break it; `--report` shows its edges): {c}")
+    for c in gone:
+        print(f"recorded cycle gone or shrunk (update {rel(KNOWN)} with --write): {c}")
+    status = "ok" if not new and not gone else "changed"
+    print(
+        f"file cycles: {status} ({nfiles} files in {len(members)} crates; {len(found)} recorded cycles left;"
+        f" allowed: {', '.join(a.rstrip('/') for a in ALLOWED)})"
+    )
+    return 0 if report or (not new and not gone) else 1
 
 
 if __name__ == "__main__":
-    sys.setrecursionlimit(10000)
     sys.exit(main())
