@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use tideway_api::crd::{CLEANUP_ANNOTATION, NodeProxyState, ProxyConfig, node_state_from};
-use tideway_core::config::cleanup_waiting_for;
 use tideway_core::liveness::HAND_OVER;
+use tideway_core::liveness::cleanup_waiting_for;
 
 /// The ProxyConfig that carries the request.
 const CONFIG: &str = "tideway-cleanup";

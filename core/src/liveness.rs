@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::model::AgentLiveness;
+use crate::model::{AgentLiveness, NodeProxyState};
 
 /// The failure detector's timings (SWIM with suspicion).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,6 +280,25 @@ impl Electorate {
     }
 }
 
+/// The nodes whose agent has not yet reported clean-up `request` done, by name, at `now`. A
+/// node whose agent stopped (`stoppedAt`) more than `hand_over` ago has no agent left to ask
+/// and is not waited for; within it the DaemonSet's next agent may be starting (a rollout just
+/// before the uninstall; a starting agent reports its predecessor's stop until it has joined),
+/// and it sees the request as it starts.
+pub fn cleanup_waiting_for<'a>(
+    states: impl IntoIterator<Item = &'a NodeProxyState>,
+    request: &str,
+    now: std::time::SystemTime,
+    hand_over: std::time::Duration,
+) -> Vec<String> {
+    let gone = |s: &NodeProxyState| s.stopped_at.is_some_and(|at| now >= hand_over_end(at, now, hand_over));
+    states
+        .into_iter()
+        .filter(|s| !gone(s) && s.cleaned_up.as_deref() != Some(request))
+        .map(|s| s.node.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,5 +484,31 @@ mod tests {
             let reach = Reach { reached, nodes, api_reachable, view_stale };
             assert_eq!((fencing(reach), reach.doubts_api()), (want, doubted), "{reach:?}");
         }
+    }
+
+    #[test]
+    fn an_uninstall_waits_for_every_running_agent_to_report_its_request_done() {
+        let now = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000);
+        let ago = |s: u64| Some(now - std::time::Duration::from_secs(s));
+        let state = |node: &str, done: Option<&str>, stopped_at| NodeProxyState {
+            node: node.into(),
+            cleaned_up: done.map(Into::into),
+            stopped_at,
+            ..Default::default()
+        };
+        let states = [
+            state("a", Some("9"), None),
+            state("b", Some("8"), None),
+            state("c", None, ago(30)),
+            state("d", None, None),
+            state("e", None, ago(5)),
+        ];
+        let hand_over = std::time::Duration::from_secs(30);
+        assert_eq!(
+            cleanup_waiting_for(&states, "9", now, hand_over),
+            ["b", "d", "e"],
+            "an earlier request does not count; an agent stopped for longer than the hand-over is \
+             not waited for, one stopped within it may be followed by the next"
+        );
     }
 }

@@ -7,10 +7,13 @@ use std::net::IpAddr;
 
 use smallvec::SmallVec;
 
+use super::error::{AllocError, PoolError};
+use super::pool::PoolStats;
 use super::pool::{PoolEntry, PoolSet, families_of};
 use super::range::UsedRuns;
+use super::request::{Assignment, ClearReason, Cleared, LbRequest};
 use super::share::Terms;
-use super::{AllocError, Assignment, ClearReason, Cleared, LbRequest, Pool, PoolError, PoolStats};
+use crate::model::Pool;
 use crate::model::ServiceName;
 use crate::net::IpFamily;
 

@@ -1,59 +1,20 @@
-//! Address pools: validation over the whole set, which pools admit a Service and in what
+//! Address pools ([`Pool`], a model type): validation over the whole set, which pools admit a Service and in what
 //! order they are tried, and usage figures.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::LbRequest;
-use super::range::{AddrRange, RangeError, is_buggy};
-use crate::config::LabelSelector;
+use super::error::PoolError;
+use super::range::{AddrRange, is_buggy};
+use super::request::LbRequest;
+use crate::model::{Pool, ServiceAllocation};
 use crate::net::IpFamily;
 
-/// A `LoadBalancerPool` (MetalLB `IPAddressPool`), as the allocator needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pool {
-    /// Object name, unique (a later pool with the same name replaces an earlier one).
-    pub name: String,
-    /// `spec.addresses`: CIDRs and `first-last` ranges, IPv4 and IPv6 mixed.
-    pub addresses: Vec<String>,
-    /// `spec.autoAssign` (default true): false pools serve only Services that ask for one of
-    /// their addresses or name the pool.
-    pub auto_assign: bool,
-    /// `spec.avoidBuggyIPs`: the pool holds no IPv4 address ending in `.0` or `.255`.
-    pub avoid_buggy_ips: bool,
-    /// `spec.serviceAllocation`.
-    pub allocation: Option<ServiceAllocation>,
-}
-
 impl Pool {
-    /// A pool with MetalLB's defaults (auto-assigned, every address, every Service).
-    pub fn new(name: impl Into<String>, addresses: &[&str]) -> Pool {
-        Pool {
-            name: name.into(),
-            addresses: addresses.iter().map(|a| a.to_string()).collect(),
-            auto_assign: true,
-            avoid_buggy_ips: false,
-            allocation: None,
-        }
-    }
-
     /// True when `ip` is within one of the entries of `addresses` that parse.
     pub fn holds(&self, ip: IpAddr) -> bool {
         self.addresses.iter().filter_map(|a| AddrRange::parse(a).ok()).any(|r| r.contains(ip))
     }
-}
-
-/// `spec.serviceAllocation`: which Services a pool serves, and its precedence.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ServiceAllocation {
-    /// Lower numbers are tried first; pools without one come after those with one.
-    pub priority: Option<i32>,
-    /// Namespaces whose Services the pool serves.
-    pub namespaces: Vec<String>,
-    /// Selectors over namespace labels (a namespace matching any is served).
-    pub namespace_selectors: Vec<LabelSelector>,
-    /// Selectors over Service labels (a Service matching any is served).
-    pub service_selectors: Vec<LabelSelector>,
 }
 
 impl ServiceAllocation {
@@ -68,33 +29,6 @@ impl ServiceAllocation {
             || self.service_selectors.iter().any(|s| s.matches(&req.labels));
         namespace_ok && service_ok
     }
-}
-
-/// Why a pool is invalid. An invalid pool assigns nothing new; addresses it already gave out
-/// stay with their Services.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PoolError {
-    /// An entry of `spec.addresses` does not parse.
-    #[error(transparent)]
-    Range(#[from] RangeError),
-    /// Two entries of the pool overlap.
-    #[error("{range} overlaps {other} in the same pool")]
-    OverlapWithin {
-        /// The later entry (in address order).
-        range: String,
-        /// The entry it overlaps.
-        other: String,
-    },
-    /// An entry overlaps a valid pool whose name sorts first.
-    #[error("{range} overlaps {other_range} of pool {other_pool:?}")]
-    Overlap {
-        /// This pool's entry.
-        range: String,
-        /// The pool that keeps the addresses.
-        other_pool: String,
-        /// Its entry.
-        other_range: String,
-    },
 }
 
 /// Usage of one pool, as MetalLB reports it: distinct addresses, not Services (a shared

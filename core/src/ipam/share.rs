@@ -3,34 +3,10 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::{AllocError, LbRequest};
+use super::error::{AllocError, SharingConflict};
+use super::request::LbRequest;
 use crate::model::{ServiceName, TrafficPolicy};
 use crate::net::Protocol;
-
-/// What keeps two Services with the same sharing key off one address.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SharingConflict {
-    /// Both use the same protocol and port.
-    #[error("both use port {protocol}/{port}")]
-    Port {
-        /// Protocol.
-        protocol: Protocol,
-        /// Port.
-        port: u16,
-    },
-    /// One is `externalTrafficPolicy: Local`, the other `Cluster`, and their pod selectors
-    /// differ, so no single node can serve both.
-    #[error("externalTrafficPolicy is {ours:?} here and {theirs:?} there, with different pod selectors")]
-    Policy {
-        /// This Service's policy.
-        ours: TrafficPolicy,
-        /// The other's.
-        theirs: TrafficPolicy,
-    },
-    /// Both are `Local` with different pod selectors.
-    #[error("both have externalTrafficPolicy Local with different pod selectors")]
-    Selector,
-}
 
 /// The parts of a request that decide sharing.
 #[derive(Debug, Clone, PartialEq, Eq)]

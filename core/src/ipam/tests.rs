@@ -5,7 +5,9 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::config::LabelSelector;
+use crate::model::{ServiceName, TrafficPolicy};
 use crate::net::IpFamily::{V4, V6};
+use crate::net::Protocol;
 use crate::testing::ip;
 
 fn name(n: &str) -> ServiceName {

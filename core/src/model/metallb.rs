@@ -9,9 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::LabelSelector;
-use crate::ipam::Pool;
 
-use super::{L2Settings, LoadBalancerPool, PoolOrigin};
+use super::pool::{L2Settings, LoadBalancerPool, Pool, PoolOrigin};
 
 /// An `IPAddressPool`: the allocator's pool (named as the object) and the labels that
 /// `ipAddressPoolSelectors` match.

@@ -14,7 +14,7 @@ pub use node::{
     AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, LABEL_ZONE, Namespace, Node, Pod, TAINT_TO_BE_DELETED,
     Taint,
 };
-pub use pool::{L2Settings, LoadBalancerPool, PoolOrigin};
+pub use pool::{L2Settings, LoadBalancerPool, Pool, PoolOrigin, ServiceAllocation};
 pub use report::{ReportPolicy, report_due, report_jitter};
 pub use service::{
     ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,

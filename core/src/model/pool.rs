@@ -1,7 +1,7 @@
-//! `LoadBalancerPool`: the allocator's pool plus its layer-2 announcement settings.
+//! `LoadBalancerPool`: the allocator's pool (its spec: addresses, auto-assignment, which
+//! Services it serves; the allocator is [`crate::ipam`]) plus its layer-2 announcement settings.
 
 use crate::config::LabelSelector;
-use crate::ipam::Pool;
 
 /// A pool of LoadBalancer addresses and who may announce them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,4 +51,46 @@ impl LoadBalancerPool {
     pub fn name(&self) -> &str {
         &self.pool.name
     }
+}
+
+/// A `LoadBalancerPool` (MetalLB `IPAddressPool`), as the allocator needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    /// Object name, unique (a later pool with the same name replaces an earlier one).
+    pub name: String,
+    /// `spec.addresses`: CIDRs and `first-last` ranges, IPv4 and IPv6 mixed.
+    pub addresses: Vec<String>,
+    /// `spec.autoAssign` (default true): false pools serve only Services that ask for one of
+    /// their addresses or name the pool.
+    pub auto_assign: bool,
+    /// `spec.avoidBuggyIPs`: the pool holds no IPv4 address ending in `.0` or `.255`.
+    pub avoid_buggy_ips: bool,
+    /// `spec.serviceAllocation`.
+    pub allocation: Option<ServiceAllocation>,
+}
+
+impl Pool {
+    /// A pool with MetalLB's defaults (auto-assigned, every address, every Service).
+    pub fn new(name: impl Into<String>, addresses: &[&str]) -> Pool {
+        Pool {
+            name: name.into(),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            auto_assign: true,
+            avoid_buggy_ips: false,
+            allocation: None,
+        }
+    }
+}
+
+/// `spec.serviceAllocation`: which Services a pool serves, and its precedence.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServiceAllocation {
+    /// Lower numbers are tried first; pools without one come after those with one.
+    pub priority: Option<i32>,
+    /// Namespaces whose Services the pool serves.
+    pub namespaces: Vec<String>,
+    /// Selectors over namespace labels (a namespace matching any is served).
+    pub namespace_selectors: Vec<LabelSelector>,
+    /// Selectors over Service labels (a Service matching any is served).
+    pub service_selectors: Vec<LabelSelector>,
 }

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use super::NodeProxyState;
+use super::status::NodeProxyState;
 
 /// How often an agent may write its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Service, ServiceName};
+use super::service::{Service, ServiceName};
 use crate::config::ProxyMode;
 
 /// What a node's agent has programmed, as it reports it.
