@@ -7,7 +7,9 @@ use crate::announce::{LocalEndpoints, NodeInfo, ServiceTraffic};
 use crate::cluster::ClusterState;
 use crate::model::{Service, ServiceType};
 
-use super::{NodeBgp, Objects, ServiceAddress, decide};
+use super::decide::decide;
+use super::node::{NodeBgp, ServiceAddress};
+use crate::model::bgp::Objects;
 
 /// What node `node` advertises to which peer, decided from the state (its router id: its
 /// first IPv4 address; a peer's `passwordSecret` read from the state's password Secrets); None

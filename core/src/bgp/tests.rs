@@ -1,7 +1,7 @@
 //! Who advertises what to whom, table by table; then the FRR text of a small case.
 
 use super::*;
-use crate::announce::LocalEndpoints;
+use crate::announce::{LocalEndpoints, NodeInfo};
 use crate::model::{AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, TrafficPolicy};
 use crate::testing::{ip, mk_node_info, mk_service_address, net, rack};
 

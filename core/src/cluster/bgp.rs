@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::ClusterState;
 use super::store::{Key, Store};
-use crate::bgp::{BfdProfile, BgpAdvertisement, BgpPeer, CommunityAlias, Objects};
+use crate::model::bgp::{BfdProfile, BgpAdvertisement, BgpPeer, CommunityAlias, Objects};
 
 /// The four BGP kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,5 +1,6 @@
 //! The domain model: Kubernetes objects reduced to the parts that matter, validated at the edge.
 
+pub mod bgp;
 mod endpoint;
 mod metallb;
 mod node;
