@@ -1,4 +1,5 @@
-//! The lab's upstream routers (pure; [`crate::frr`] and [`crate::netns`] carry it out):
+//! The lab's upstream routers ([`LabRouter`], as the lab file gives them; pure: [`crate::frr`]
+//! and [`crate::netns`] carry it out):
 //!
 //! ```text
 //!  tw-<lab>-lan  br0 (the node network)
@@ -14,21 +15,8 @@
 use std::net::Ipv4Addr;
 
 use crate::control::{NodeState, Plan, in_net};
-use crate::spec::LabHost;
+use crate::spec::{LabHost, LabRouter};
 use crate::topology::{Cmd, Names, attach, cmd, ifname, sysctls};
-
-/// A router upstream of the nodes (`lab.tideway.io/v1alpha1 LabRouter`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LabRouter {
-    /// Name (`lab exec NAME`).
-    pub name: String,
-    /// Its address on the node network: the nodes' BGPPeer `peerAddress`.
-    pub ip: Ipv4Addr,
-    /// Its ASN: the nodes' BGPPeer `peerASN`.
-    pub asn: u32,
-    /// Its address on the outside network, and that network's prefix length.
-    pub outside: (Ipv4Addr, u8),
-}
 
 impl LabRouter {
     /// The outside network (address, prefix length).

@@ -12,8 +12,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use tideway_api::crd::{LoadBalancerPool, ProxyConfig};
 
-use crate::router::LabRouter;
-
 /// A machine outside the cluster on the node network.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabHost {
@@ -36,6 +34,19 @@ struct LabHostSpec {
     ip: Ipv4Addr,
     #[serde(default)]
     router: Option<String>,
+}
+
+/// A router upstream of the nodes (`lab.tideway.io/v1alpha1 LabRouter`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabRouter {
+    /// Name (`lab exec NAME`).
+    pub name: String,
+    /// Its address on the node network: the nodes' BGPPeer `peerAddress`.
+    pub ip: Ipv4Addr,
+    /// Its ASN: the nodes' BGPPeer `peerASN`.
+    pub asn: u32,
+    /// Its address on the outside network, and that network's prefix length.
+    pub outside: (Ipv4Addr, u8),
 }
 
 #[derive(Deserialize)]

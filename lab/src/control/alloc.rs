@@ -5,7 +5,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
-use super::ControlError;
+/// Why the lab file cannot be made into a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// An address or port asked for is taken.
+    #[error("{0} is already taken")]
+    Taken(String),
+    /// Outside the lab's ranges.
+    #[error("{0} is outside the lab's range")]
+    OutOfRange(String),
+    /// A range is full.
+    #[error("no {0} left")]
+    Exhausted(String),
+    /// An address that does not parse.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// The lab's address plan (the defaults follow kind and the seeds).
 #[derive(Debug, Clone, PartialEq, Eq)]

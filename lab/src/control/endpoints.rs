@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::PodState;
+use super::state::PodState;
 use crate::spec::namespace;
 
 /// The port of `pod` a Service port targets (None: the pod has no such named port).

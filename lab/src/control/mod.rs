@@ -15,6 +15,7 @@
 
 mod alloc;
 mod endpoints;
+mod state;
 mod versions;
 pub mod writes;
 
@@ -22,37 +23,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 pub(crate) use alloc::in_net;
-pub use alloc::{Allocations, Plan};
+pub use alloc::{Allocations, ControlError, Plan};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use serde_json::{Value, json};
+pub use state::{ContainerPortState, DNS_LABEL, DNS_POD, NodeState, PodState};
 use tideway_api::crd::ProxyConfig;
 pub use versions::ResourceVersions;
 pub use writes::Writes;
 
-use crate::router::LabRouter;
-use crate::spec::{LabHost, LabSpec, namespace};
-
-/// The label the cluster DNS pod carries (and its Service selects).
-pub const DNS_LABEL: (&str, &str) = ("k8s-app", "kube-dns");
-/// The cluster DNS pod, `kube-system/tideway-dns`.
-pub const DNS_POD: &str = "tideway-dns";
-
-/// Why the lab file cannot be made into a cluster.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ControlError {
-    /// An address or port asked for is taken.
-    #[error("{0} is already taken")]
-    Taken(String),
-    /// Outside the lab's ranges.
-    #[error("{0} is outside the lab's range")]
-    OutOfRange(String),
-    /// A range is full.
-    #[error("no {0} left")]
-    Exhausted(String),
-    /// An address that does not parse.
-    #[error("{0}")]
-    Invalid(String),
-}
+use crate::spec::{LabHost, LabRouter, LabSpec, namespace};
 
 /// Which agents and pod processes run (the runner says; a node is Ready while its agent runs).
 #[derive(Debug, Clone, Default)]
@@ -62,60 +41,6 @@ pub struct Health {
     /// Pods whose servers listen on every port, (namespace, name): only they are ready (the
     /// DNS pod is ready from the start).
     pub pods_started: BTreeSet<(String, String)>,
-}
-
-/// A node as the topology builds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeState {
-    /// Name.
-    pub name: String,
-    /// Address on the node network.
-    pub ip: Ipv4Addr,
-    /// Index (pod CIDR `10.10.N.0/24`).
-    pub index: u8,
-    /// Pod CIDR.
-    pub pod_cidr: (Ipv4Addr, u8),
-}
-
-/// A declared container port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerPortState {
-    /// Its name.
-    pub name: Option<String>,
-    /// Number.
-    pub port: i32,
-    /// `TCP`, `UDP` or `SCTP`.
-    pub protocol: String,
-}
-
-/// A pod as the topology builds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodState {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// Node it runs on.
-    pub node: String,
-    /// Address.
-    pub ip: Ipv4Addr,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Ready (its `status.conditions` do not say otherwise).
-    pub ready: bool,
-    /// Ports it serves.
-    pub ports: Vec<ContainerPortState>,
-    /// `spec.hostname`.
-    pub hostname: Option<String>,
-    /// `spec.subdomain`.
-    pub subdomain: Option<String>,
-}
-
-impl PodState {
-    /// True for the cluster DNS pod (it runs `tideway dns`, not the whoami server).
-    pub fn is_dns(&self) -> bool {
-        self.namespace == "kube-system" && self.name == DNS_POD
-    }
 }
 
 /// The cluster the lab runs.

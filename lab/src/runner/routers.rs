@@ -11,7 +11,8 @@ use super::{Lab, LabError};
 use crate::control::World;
 use crate::frr;
 use crate::netns;
-use crate::router::{self, LabRouter};
+use crate::router;
+use crate::spec::LabRouter;
 
 /// How long after a failed router configuration it is tried again.
 const RETRY: Duration = Duration::from_secs(1);
