@@ -424,7 +424,7 @@ impl ProgramState {
 /// The minimal change from `old` to `new`. When the base differs (node addresses, settings,
 /// mode), the result is a full replacement.
 pub fn diff(old: &Program, new: &Program) -> ChangeSet {
-    if old.dialect != new.dialect
+    if old.mode != new.mode
         || old.family != new.family
         || old.base != new.base
         || old.large_cluster != new.large_cluster

@@ -16,17 +16,6 @@ use crate::net::{IpFamily, IpNet, Protocol};
 /// A cheap-to-clone name (chains, sets, comments).
 pub type Name = Arc<str>;
 
-/// Which printer and kernel interface a program is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum Dialect {
-    /// One `nft -f` transaction.
-    Nftables,
-    /// `iptables-restore --noflush` input.
-    Iptables,
-    /// IPVS services + ipsets + iptables rules.
-    Ipvs,
-}
-
 /// A netfilter hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Hook {

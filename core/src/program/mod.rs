@@ -21,14 +21,16 @@ pub use intern::name;
 pub use ir::*;
 pub use state::{KernelState, Refused};
 
+use crate::config::ProxyMode;
 use crate::model::ServicePortName;
 use crate::net::IpFamily;
 
-/// A complete program for one family and one dialect.
+/// A complete program for one family and one proxy mode (which printer and kernel interface
+/// it is for).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Program {
     /// Printer/kernel interface.
-    pub dialect: Dialect,
+    pub mode: ProxyMode,
     /// Family.
     pub family: IpFamily,
     /// Chains, sets and rules that exist regardless of Services.
@@ -84,8 +86,8 @@ impl<'a> Assembled<'a> {
 
 impl Program {
     /// An empty program.
-    pub fn new(dialect: Dialect, family: IpFamily, base: Fragment) -> Program {
-        Program { dialect, family, base, services: BTreeMap::new(), large_cluster: false }
+    pub fn new(mode: ProxyMode, family: IpFamily, base: Fragment) -> Program {
+        Program { mode, family, base, services: BTreeMap::new(), large_cluster: false }
     }
 
     /// Every fragment, base first.

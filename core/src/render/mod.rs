@@ -36,19 +36,19 @@ fn fragments<'r>(
         .filter(|(_, f)| *f != Fragment::default())
 }
 
-use crate::program::{ChangeSet, Dialect};
+use crate::program::ChangeSet;
 
-/// The node-level part of what [`lower`] gives: dialect, family and base, no service
+/// The node-level part of what [`lower`] gives: mode, family and base, no service
 /// fragments.
 pub fn skeleton(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
     let np = ruleset.family(family);
     match mode {
-        ProxyMode::Nftables => Program::new(Dialect::Nftables, family, nftables::base(np)),
+        ProxyMode::Nftables => Program::new(ProxyMode::Nftables, family, nftables::base(np)),
         ProxyMode::Iptables => Program {
             large_cluster: iptables::is_large(ruleset, family),
-            ..Program::new(Dialect::Iptables, family, iptables::base(np))
+            ..Program::new(ProxyMode::Iptables, family, iptables::base(np))
         },
-        ProxyMode::Ipvs => Program::new(Dialect::Ipvs, family, ipvs::base(np)),
+        ProxyMode::Ipvs => Program::new(ProxyMode::Ipvs, family, ipvs::base(np)),
     }
 }
 
@@ -90,19 +90,19 @@ pub fn stream_only<R>(
 
 /// The full kernel input for a program, in its backend's syntax.
 pub fn program_text(p: &Program) -> String {
-    match p.dialect {
-        Dialect::Nftables => nftables::text::program(p),
-        Dialect::Iptables => iptables::text::program(p, &[]),
-        Dialect::Ipvs => ipvs::text::program(p),
+    match p.mode {
+        ProxyMode::Nftables => nftables::text::program(p),
+        ProxyMode::Iptables => iptables::text::program(p, &[]),
+        ProxyMode::Ipvs => ipvs::text::program(p),
     }
 }
 
 /// The kernel input applying `cs`, in `p`'s backend syntax (`p` is the new program).
 pub fn changes_text(p: &Program, cs: &ChangeSet) -> String {
-    match p.dialect {
-        Dialect::Nftables => nftables::text::changes(p, cs),
-        Dialect::Iptables => iptables::text::changes(p, cs),
-        Dialect::Ipvs => ipvs::text::changes(p, cs),
+    match p.mode {
+        ProxyMode::Nftables => nftables::text::changes(p, cs),
+        ProxyMode::Iptables => iptables::text::changes(p, cs),
+        ProxyMode::Ipvs => ipvs::text::changes(p, cs),
     }
 }
 

@@ -4,10 +4,11 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::{Origin, Outcome, Packet, Step, Trace, TraceEnv, TracePath};
+use crate::config::ProxyMode;
 use crate::net::Protocol;
 use crate::program::{
-    Action, Assembled, AssembledChain, AssembledSet, CtState, Dialect, ElemData, Element, Field, Hook, Match,
-    Program, Rule, Value, Verdict,
+    Action, Assembled, AssembledChain, AssembledSet, CtState, ElemData, Element, Field, Hook, Match, Program,
+    Rule, Value, Verdict,
 };
 use crate::render;
 
@@ -60,7 +61,7 @@ struct Interp<'a> {
 pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
     let asm = program.assemble();
     let mut env = env.clone();
-    if program.dialect == Dialect::Ipvs {
+    if program.mode == ProxyMode::Ipvs {
         // Every IPVS service address sits on the dummy interface: it is local.
         env.local.extend(asm.virtual_servers.iter().map(|v| crate::net::IpNet::from(v.ip)));
     }
@@ -154,7 +155,7 @@ impl<'a> Interp<'a> {
             .iter()
             .filter_map(|c| c.def.hook.filter(|h| h.hook == hook).map(|h| (h.priority, Some(c))))
             .collect();
-        if self.program.dialect == Dialect::Ipvs {
+        if self.program.mode == ProxyMode::Ipvs {
             match hook {
                 Hook::Input => bases.push((IPVS_INPUT_PRIORITY, None)),
                 Hook::Output => bases.push((IPVS_OUTPUT_PRIORITY, None)),
@@ -259,9 +260,9 @@ impl<'a> Interp<'a> {
     }
 
     fn step(&self, c: &AssembledChain<'a>, rule: &Rule, st: &mut State, note: Option<String>) {
-        let text = match self.program.dialect {
-            Dialect::Nftables => render::nftables::text::rule(self.program.family, rule),
-            Dialect::Iptables | Dialect::Ipvs => render::iptables::text::rule(&c.def.name, rule),
+        let text = match self.program.mode {
+            ProxyMode::Nftables => render::nftables::text::rule(self.program.family, rule),
+            ProxyMode::Iptables | ProxyMode::Ipvs => render::iptables::text::rule(&c.def.name, rule),
         };
         st.steps.push(Step {
             hook: st.hook,

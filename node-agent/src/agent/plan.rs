@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{NodeContext, Ruleset, compile};
 use tideway_core::program::{ChangeSet, Program, ProgramState};
@@ -53,7 +52,7 @@ impl Planning {
     fn full(node: NodeContext, ruleset: Arc<Ruleset>) -> Planning {
         let mode = node.settings.mode;
         let _render = tracing::info_span!("render", full = true).entered();
-        if mode == ProxyMode::Nftables {
+        if mode.streams_full_apply() {
             // What is kept is counted while the apply streams the programs; until then, the
             // node-level part alone.
             let programs = IpFamily::ALL.map(|f| ProgramState::start(&render::skeleton(mode, &ruleset, f)));

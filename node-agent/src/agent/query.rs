@@ -15,7 +15,7 @@ use tideway_core::config::ProxyMode;
 use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{Ruleset, ServicePortPlan};
-use tideway_core::program::{Dialect, Program};
+use tideway_core::program::Program;
 use tideway_core::render::{self, iptables, ipvs, nftables};
 use tideway_core::trace::{Packet, TraceEnv, TracePath, render_trace, trace};
 use tokio::sync::watch;
@@ -70,10 +70,10 @@ impl Published {
     /// The rules of one family, as the mode's own tool would print them.
     pub fn ruleset_text(&self, family: IpFamily) -> String {
         let p = self.program(family);
-        match p.dialect {
-            Dialect::Nftables => nftables::text::program(p),
-            Dialect::Iptables => iptables::text::program(p, &[]),
-            Dialect::Ipvs => format!("{}{}", iptables::text::program(p, &[]), ipvs::text::program(p)),
+        match p.mode {
+            ProxyMode::Nftables => nftables::text::program(p),
+            ProxyMode::Iptables => iptables::text::program(p, &[]),
+            ProxyMode::Ipvs => format!("{}{}", iptables::text::program(p, &[]), ipvs::text::program(p)),
         }
     }
 

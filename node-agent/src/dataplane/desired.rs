@@ -101,7 +101,7 @@ impl<'a> Desired<'a> {
     /// What a retired backend must leave in place for these programs (shared iptables
     /// names; nothing for nftables, whose programs are then not rendered for it).
     pub fn keep(&self) -> Keep {
-        if self.mode == ProxyMode::Nftables {
+        if !self.mode.writes_iptables() {
             return Keep::default();
         }
         Keep::of(self.programs())

@@ -70,7 +70,7 @@ impl Keep {
     pub fn of(programs: [&Program; 2]) -> Keep {
         let mut keep = Keep::default();
         for p in programs {
-            if p.dialect == tideway_core::program::Dialect::Nftables {
+            if !p.mode.writes_iptables() {
                 continue;
             }
             for c in p.assemble().chains {
