@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::{Action, Event, ObjectRef};
+use super::action::{Action, Event, ObjectRef};
 use crate::announce::{self, Change, Load, LocalEndpoints, NodeInfo, ServiceTraffic};
 use crate::cluster::ClusterState;
 use crate::config::LabelSelector;

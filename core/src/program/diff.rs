@@ -13,8 +13,9 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::Serialize;
 
-use super::{
-    Chain, ChainRef, ElemData, Element, Fragment, Program, Rule, Set, SetRef, Value, Verdict, VirtualServer,
+use super::complete::Program;
+use super::ir::{
+    Chain, ChainRef, ElemData, Element, Fragment, Rule, Set, SetRef, Value, Verdict, VirtualServer,
 };
 use crate::model::ServicePortName;
 use crate::net::Protocol;

@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use rustc_hash::FxHashMap;
 
-use super::Name;
+use super::ir::Name;
 use crate::render::chains;
 
 /// nftables' fixed chain, set and map names (iptables' and IPVS's are [`crate::render::chains`]'s).

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::{ChainRef, ChangeSet, Element, Program, Rule, SetRef, VirtualServer};
+use super::complete::Program;
+use super::diff::ChangeSet;
+use super::ir::{ChainRef, Element, Rule, SetRef, VirtualServer};
 
 /// A change the kernel would refuse, and what it names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,6 +3,11 @@
 //! habits and `kube-proxy --cleanup` know them); the hashed per-Service chains are
 //! [`super::names`]'s.
 
+/// The filter table.
+pub const FILTER: &str = "filter";
+/// The nat table.
+pub const NAT: &str = "nat";
+
 /// nat: the ClusterIP, external IP and LoadBalancer dispatch (both modes); filter: the
 /// no-endpoint rejects.
 pub const KUBE_SERVICES: &str = "KUBE-SERVICES";

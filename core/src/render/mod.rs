@@ -5,6 +5,7 @@ pub mod chains;
 mod fmt;
 pub mod iptables;
 pub mod ipvs;
+mod local_traffic;
 pub mod names;
 pub mod nftables;
 
@@ -13,8 +14,8 @@ use std::collections::BTreeSet;
 use crate::config::ProxyMode;
 use crate::model::ServicePortName;
 use crate::net::IpFamily;
-use crate::plan::{Changed, LocalTraffic, NodePlan, PlanKey, Ruleset};
-use crate::program::{Fragment, Match, Program, ProgramState};
+use crate::plan::{Changed, PlanKey, Ruleset};
+use crate::program::{Fragment, Program, ProgramState};
 
 /// Lowers `ruleset` for `family` with the backend of `mode`.
 pub fn lower(mode: ProxyMode, ruleset: &Ruleset, family: IpFamily) -> Program {
@@ -175,17 +176,4 @@ pub fn needs_full(mode: ProxyMode, ruleset: &Ruleset, p: &Program) -> bool {
     };
     let large = mode == ProxyMode::Iptables && iptables::is_large(ruleset, p.family);
     fresh_base != p.base || large != p.large_cluster
-}
-
-/// kube-proxy's local-traffic detector as one condition: the packet is pod traffic (`local`)
-/// or it is not. `None` without a detector. Source networks are tested by the family's first,
-/// as kube-proxy's iptables detector does.
-pub(crate) fn detector(np: &NodePlan, local: bool) -> Option<Match> {
-    match &np.local {
-        LocalTraffic::Undetected => None,
-        LocalTraffic::Sources(nets) => nets.first().map(|n| Match::Src(*n, !local)),
-        LocalTraffic::Interface { name, prefix } => {
-            Some(Match::InInterface { name: name.as_str().into(), prefix: *prefix, neg: !local })
-        }
-    }
 }

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::{Origin, Outcome, Packet, Step, Trace, TraceEnv, TracePath};
+use super::packet::{Origin, Packet, TraceEnv};
+use super::path::{Outcome, Step, Trace, TracePath};
 use crate::config::ProxyMode;
 use crate::net::Protocol;
 use crate::program::{

@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Origin, Trace};
+use super::packet::Origin;
+use super::path::{Step, Trace};
 use crate::net::join_host_port;
 
 /// Renders a trace: the packet, the rules common to every path, each path's own rules and
@@ -33,7 +34,7 @@ pub fn render_trace(t: &Trace) -> String {
                 .count()
         })
         .unwrap_or(0);
-    let step_line = |out: &mut String, s: &super::Step, indent: &str| {
+    let step_line = |out: &mut String, s: &Step, indent: &str| {
         let _ = write!(out, "{indent}{:<11} {:<40} {}", s.hook.as_str(), s.chain, s.rule);
         if let Some(n) = &s.note {
             let _ = write!(out, "   [{n}]");

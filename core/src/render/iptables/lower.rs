@@ -10,15 +10,11 @@ use crate::program::{
     Action, BaseHook, Chain, ChainKind, ChainRef, CtState, Fragment, Hook, Match, Name, Rule, Verdict, name,
 };
 use crate::render::chains::{
-    KUBE_EXTERNAL_SERVICES, KUBE_FIREWALL, KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_POSTROUTING,
-    KUBE_PROXY_FIREWALL, KUBE_SERVICES,
+    FILTER, KUBE_EXTERNAL_SERVICES, KUBE_FIREWALL, KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_NODEPORTS,
+    KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES, NAT,
 };
-use crate::render::{detector, names};
-
-/// The filter table.
-pub const FILTER: &str = "filter";
-/// The nat table.
-pub const NAT: &str = "nat";
+use crate::render::local_traffic::detector;
+use crate::render::names;
 
 /// kube-proxy drops per-endpoint comments above this many endpoints ("large cluster mode").
 pub const LARGE_CLUSTER_ENDPOINTS: usize = 1000;

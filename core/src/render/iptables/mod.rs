@@ -3,7 +3,8 @@
 mod lower;
 pub mod text;
 
-pub use lower::{FILTER, LARGE_CLUSTER_ENDPOINTS, NAT, base, is_large, lower_plan};
+pub use crate::render::chains::{FILTER, NAT};
+pub use lower::{LARGE_CLUSTER_ENDPOINTS, base, is_large, lower_plan};
 
 use crate::program::{ChainRef, Program, name};
 use crate::render::names::is_service_chain;

@@ -8,7 +8,7 @@ use crate::net::IpNet;
 use crate::program::{Action, Assembled, ChainRef, ChangeSet, CtState, Field, Match, Program, Rule, Verdict};
 use crate::render::fmt;
 
-use super::lower::{FILTER, NAT};
+use crate::render::chains::{FILTER, NAT};
 
 /// `1/n` with ten decimals, as kube-proxy writes it (`%0.10f`); common values are cached.
 fn push_probability(out: &mut String, n: u32) {

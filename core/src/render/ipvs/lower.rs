@@ -17,8 +17,7 @@ use crate::program::{
     RealServer, Rule, Set, SetFlags, SetRef, Value, Verdict, VirtualServer,
 };
 use crate::render::chains::*;
-use crate::render::detector;
-use crate::render::iptables::{FILTER, NAT};
+use crate::render::local_traffic::detector;
 
 /// The dummy interface holding every service address.
 pub const DUMMY_INTERFACE: &str = "kube-ipvs0";

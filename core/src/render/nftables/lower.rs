@@ -29,7 +29,8 @@ use crate::program::{
     Action, BaseHook, Chain, ChainKind, CtState, DataType, ElemData, Element, Field, Fragment, Hook, Key,
     KeyType, Match, Name, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
 };
-use crate::render::{detector, names};
+use crate::render::local_traffic::detector;
+use crate::render::names;
 
 /// The table every object lives in (`table ip tideway` / `table ip6 tideway`).
 pub const TABLE: &str = "tideway";
