@@ -8,7 +8,7 @@
 //!                                      v  take_changes()
 //!                         agent / DNS / operator (decisions in tideway-core)
 //!                                      |
-//!                                      v  StatusSink: NodeProxyState (agent), decisions (operator)
+//!                                      v  NodeStateSink: NodeProxyState (agent); ClusterWriter: decisions (operator)
 //!                         Kubernetes (server-side apply) / lab files / memory (tests)
 //! ```
 //! Every source converts objects once, at the edge (`tideway_api::convert`, `tideway_api::crd`),
