@@ -13,7 +13,8 @@
 use hickory_proto::rr::rdata::SRV;
 use hickory_proto::rr::{Name, RData, RecordType};
 
-use super::{Cx, Outcome, strip_underscore};
+use super::outcome::Outcome;
+use super::query::{Cx, strip_underscore};
 use crate::records::{ExternalIndex, RecordIndex};
 
 /// Answers `qname` (lower-cased: `lower`), a name at or under the external zone.

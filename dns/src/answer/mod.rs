@@ -27,19 +27,21 @@
 //! the query spelled them, while the Service, namespace and host labels of an SRV target are
 //! spelled as the objects name them; all matching is case-insensitive.
 
-use std::net::IpAddr;
-
 use hickory_proto::op::{LowerQuery, ResponseCode};
-use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SRV, TXT};
+use hickory_proto::rr::rdata::{CNAME, PTR, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
+pub use outcome::{Answer, Outcome};
 pub use programmed::{Gate, gate};
+use query::{Cx, strip_underscore};
 
 use crate::records::names::{pod_label_ip, reverse_ip, reverse_tree};
 use crate::records::{EndpointRecord, Host, Kind, PodsMode, Port, RecordIndex, Svc};
 
 mod external;
+mod outcome;
 mod programmed;
+mod query;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -49,36 +51,6 @@ pub const SCHEMA_VERSION: &str = "1.1.0";
 const VERSION_TTL: u32 = 28800;
 /// How many in-zone CNAMEs (ExternalName pointing at ExternalName ...) are followed.
 const MAX_CHASE: usize = 8;
-
-/// A complete authoritative answer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Answer {
-    /// NOERROR (with or without records), NXDOMAIN, or SERVFAIL before the first sync.
-    pub rcode: ResponseCode,
-    /// Answer section.
-    pub answers: Vec<Record>,
-    /// Authority section (the SOA of negative answers).
-    pub authority: Vec<Record>,
-    /// Additional section (SRV targets, NS addresses).
-    pub additionals: Vec<Record>,
-}
-
-/// What to do with a query.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Send this authoritative answer.
-    Answer(Answer),
-    /// An ExternalName: send `answer` (ending in a CNAME to `target`) completed with `target`'s
-    /// records of the query type, looked up upstream.
-    Chase {
-        /// The CNAME chain so far.
-        answer: Answer,
-        /// The name to look up upstream.
-        target: Name,
-    },
-    /// Not the cluster's to answer: forward it.
-    Forward,
-}
 
 /// Answers `query` from `index`.
 pub fn answer(index: &RecordIndex, query: &LowerQuery) -> Outcome {
@@ -168,132 +140,8 @@ fn reverse(cx: &Cx<'_>, lower: &Name) -> Outcome {
     }
 }
 
-/// `_http` -> `http`; CoreDNS accepts the labels with or without the underscore.
-fn strip_underscore(label: &[u8]) -> &[u8] {
-    label.strip_prefix(b"_").unwrap_or(label)
-}
-
-/// One query being answered, in the cluster zone or the external one.
-struct Cx<'a> {
-    ix: &'a RecordIndex,
-    qname: &'a Name,
-    qtype: RecordType,
-    /// The zone's record TTL and its SOA.
-    ttl: u32,
-    soa: &'a Record,
-    /// The depth in labels of the zone the query is in.
-    zone_labels: usize,
-    /// The depth of the zone the index's own names (SOA, Service names) are under: the first
-    /// cluster zone, or the external zone.
-    own_labels: usize,
-}
-
-impl<'a> Cx<'a> {
-    /// A query in the cluster zone `zone_labels` deep.
-    fn cluster(ix: &'a RecordIndex, qname: &'a Name, qtype: RecordType, zone_labels: usize) -> Self {
-        Cx { ix, qname, qtype, ttl: ix.ttl, soa: &ix.soa, zone_labels, own_labels: ix.zone_labels }
-    }
-
-    fn record(&self, owner: &Name, data: RData) -> Record {
-        Record::from_rdata(owner.clone(), self.ttl, data)
-    }
-
-    /// A positive answer, or NODATA when `answers` is empty.
-    fn answer(&self, answers: Vec<Record>, additionals: Vec<Record>) -> Outcome {
-        if answers.is_empty() {
-            return self.nodata();
-        }
-        Outcome::Answer(Answer { rcode: ResponseCode::NoError, answers, authority: Vec::new(), additionals })
-    }
-
-    fn nodata(&self) -> Outcome {
-        Outcome::Answer(Answer {
-            rcode: ResponseCode::NoError,
-            authority: vec![self.soa()],
-            ..Answer::default()
-        })
-    }
-
-    /// The zone as the query spells it.
-    fn zone_name(&self) -> Name {
-        self.qname.trim_to(self.zone_labels)
-    }
-
-    /// The zone's SOA, with the zone as the query spells it: its owner, and under it the
-    /// primary server (`ns.dns.<zone>`) and mailbox (`hostmaster.<zone>`), as CoreDNS writes them.
-    fn soa(&self) -> Record {
-        let mut soa = self.soa.clone();
-        let zone = self.zone_name();
-        if let RData::SOA(data) = &mut soa.data {
-            data.mname = self.under_zone(&data.mname, &zone);
-            data.rname = self.under_zone(&data.rname, &zone);
-        }
-        soa.name = zone;
-        soa
-    }
-
-    /// `name` (one of the index's own names) with its zone part replaced by `zone`.
-    fn under_zone(&self, name: &Name, zone: &Name) -> Name {
-        let own = usize::from(name.num_labels()).saturating_sub(self.own_labels);
-        Name::from_labels(name.iter().take(own))
-            .and_then(|prefix| prefix.append_domain(zone))
-            .unwrap_or_else(|_| name.clone())
-    }
-
-    /// An SRV target naming the Service: `<svc>.<ns>.svc.` as the Service is named, then the
-    /// zone as the query spells it (CoreDNS's case: `svc1.testns.svc.cLuStEr.LoCaL.`).
-    fn service_target(&self, svc: &Svc<'_>) -> Name {
-        self.under_zone(&svc.fqdn(), &self.zone_name())
-    }
-
-    /// An SRV target naming an endpoint: `<host>.<svc>.<ns>.svc.` as named, the zone as queried.
-    fn endpoint_target(&self, svc: &Svc<'_>, ep: &EndpointRecord) -> Name {
-        self.under_zone(&svc.endpoint_fqdn(ep), &self.zone_name())
-    }
-
-    /// NXDOMAIN, or SERVFAIL while the index has not seen a full sync: a denial would be
-    /// cached downstream for a name that may well exist (kubernetes/dns#186).
-    fn nxdomain(&self) -> Outcome {
-        let rcode = if self.ix.synced { ResponseCode::NXDomain } else { ResponseCode::ServFail };
-        Outcome::Answer(Answer { rcode, authority: vec![self.soa()], ..Answer::default() })
-    }
-
-    /// A/AAAA records (per the query type) of `ips`, owned by `owner`.
-    fn addresses(&self, owner: &Name, ips: impl Iterator<Item = IpAddr>) -> Vec<Record> {
-        let qtype = self.qtype;
-        ips.filter_map(|ip| match (qtype, ip) {
-            (RecordType::A, IpAddr::V4(v4)) => Some(self.record(owner, RData::A(A(v4)))),
-            (RecordType::AAAA, IpAddr::V6(v6)) => Some(self.record(owner, RData::AAAA(AAAA(v6)))),
-            _ => None,
-        })
-        .collect()
-    }
-
-    /// A and AAAA records of `ips` (for the additional section).
-    fn glue(&self, owner: &Name, ips: impl Iterator<Item = IpAddr>, out: &mut Vec<Record>) {
-        out.extend(ips.map(|ip| match ip {
-            IpAddr::V4(v4) => self.record(owner, RData::A(A(v4))),
-            IpAddr::V6(v6) => self.record(owner, RData::AAAA(AAAA(v6))),
-        }));
-    }
-
-    /// The zone's apex: its SOA, and NS `<ns_prefix>.<zone>` with `ns_addrs` as glue.
-    fn apex(&self, ns_prefix: &str, ns_addrs: &[IpAddr]) -> Outcome {
-        match self.qtype {
-            RecordType::SOA => self.answer(vec![self.soa()], Vec::new()),
-            RecordType::NS => {
-                let ns_name = Name::from_ascii(ns_prefix)
-                    .and_then(|n| n.append_domain(self.qname))
-                    .unwrap_or_else(|_| self.qname.clone());
-                let ns = self.record(self.qname, RData::NS(NS(ns_name.clone())));
-                let mut glue = Vec::new();
-                self.glue(&ns_name, ns_addrs.iter().copied(), &mut glue);
-                self.answer(vec![ns], glue)
-            }
-            _ => self.nodata(),
-        }
-    }
-
+/// The cluster zone's names: Services, their endpoints and ports, pods.
+impl Cx<'_> {
     /// `<svc>.<ns>.svc.<zone>`.
     fn service(&self, svc: &Svc<'_>, depth: usize) -> Outcome {
         match svc.kind() {

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use hickory_proto::op::Message;
 use tokio::sync::watch;
 
-use super::ForwardError;
 use super::cache::CacheKey;
+use super::error::ForwardError;
 
 /// What the waiting queries receive: the answer, or why there is none.
 type Outcome = Option<Result<Message, String>>;

@@ -10,7 +10,10 @@ use hickory_proto::rr::{DNSClass, Name, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
-use super::{EDNS_PAYLOAD, Question};
+use super::question::Question;
+
+/// The UDP payload size advertised upstream and to clients (DNS flag day 2020).
+pub const EDNS_PAYLOAD: u16 = 1232;
 
 /// `name` with each letter's case chosen at random.
 pub fn randomize_case(name: &Name) -> Name {

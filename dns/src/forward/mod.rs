@@ -14,9 +14,11 @@
 
 pub mod cache;
 pub mod coalesce;
+mod error;
 mod exchange;
 pub mod health;
 pub mod limits;
+mod question;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -24,20 +26,19 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hickory_proto::op::Message;
-use hickory_proto::rr::{DNSClass, LowerName, Name, Record, RecordType};
+use hickory_proto::rr::{Name, Record, RecordType};
 
-use self::cache::CacheKey;
 use self::coalesce::Coalescer;
-pub use self::exchange::randomize_case;
+pub use self::error::ForwardError;
+pub use self::exchange::{EDNS_PAYLOAD, randomize_case};
 use self::exchange::{exchange, is_case_lost};
 use self::health::{Checks, Health};
 use self::limits::{Limits, Refused};
+pub use self::question::Question;
 use crate::metrics::{Metrics, ToLabels, ToRcodeLabels, rcode_label};
 
 /// At most this many upstreams are read from a resolv.conf (CoreDNS's limit).
 pub const MAX_UPSTREAMS: usize = 15;
-/// The UDP payload size advertised upstream and to clients (DNS flag day 2020).
-pub const EDNS_PAYLOAD: u16 = 1232;
 
 /// Reads `nameserver` lines of resolv.conf text (port 53; at most [`MAX_UPSTREAMS`]).
 pub fn parse_resolv_conf(text: &str) -> Vec<SocketAddr> {
@@ -51,20 +52,6 @@ pub fn parse_resolv_conf(text: &str) -> Vec<SocketAddr> {
         })
         .take(MAX_UPSTREAMS)
         .collect()
-}
-
-/// Why a query could not be forwarded.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// No upstream is configured.
-    #[error("no upstream servers configured")]
-    NoUpstreams,
-    /// Too many queries are already in flight, in all or from this client.
-    #[error("too many concurrent upstream queries")]
-    Overloaded,
-    /// Every upstream failed or timed out.
-    #[error("no upstream answered: {0}")]
-    Failed(String),
 }
 
 /// Forwarder settings.
@@ -99,33 +86,6 @@ impl Default for ForwardSettings {
             health_check: Duration::from_millis(500),
             max_fails: 2,
             randomize_case: true,
-        }
-    }
-}
-
-/// A question to forward, and who asks it.
-#[derive(Debug, Clone)]
-pub struct Question {
-    /// Query name (the asker's case).
-    pub name: Name,
-    /// Query type.
-    pub qtype: RecordType,
-    /// Query class.
-    pub qclass: DNSClass,
-    /// DNSSEC OK bit of the asker's query.
-    pub dnssec_ok: bool,
-    /// The asker's address (its share of the slots).
-    pub client: IpAddr,
-}
-
-impl Question {
-    /// What its answer is cached and shared by.
-    pub fn key(&self) -> CacheKey {
-        CacheKey {
-            name: LowerName::new(&self.name),
-            qtype: self.qtype,
-            qclass: self.qclass,
-            dnssec_ok: self.dnssec_ok,
         }
     }
 }

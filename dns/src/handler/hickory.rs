@@ -16,8 +16,9 @@ use hickory_server::zone_handler::MessageResponseBuilder;
 
 use tracing::Instrument;
 
+use super::core::Core;
+use super::reply::Reply;
 use super::wire::{self, response_edns, response_metadata, udp_limit};
-use super::{Core, Reply};
 use crate::metrics::Proto;
 
 /// hickory-server's view of the DNS server.
@@ -55,7 +56,7 @@ impl RequestHandler for DnsHandler {
             Proto::Tcp => u16::MAX,
         };
         let fitted = wire::encode(request, &reply, limit).ok();
-        self.core.metrics.response(
+        self.core.metrics().response(
             proto,
             request.queries.queries().first().map_or(hickory_proto::rr::RecordType::NULL, |q| q.query_type()),
             reply.rcode,

@@ -54,8 +54,8 @@ use rustc_hash::{FxHashMap, FxHasher};
 mod addresses;
 
 use self::addresses::{Addresses, shuffled_addresses};
-use super::Core;
 pub use super::budget::ReplayBudget;
+use super::core::Core;
 use super::wire::{self, Decided, Handled};
 use crate::metrics::{Proto, Source};
 

@@ -3,7 +3,7 @@
 
 use hickory_proto::rr::RecordType;
 
-use super::super::shuffled_from;
+use super::super::loadbalance::shuffled_from;
 
 /// Compression pointers followed before a name is taken as malformed.
 const MAX_HOPS: usize = 16;

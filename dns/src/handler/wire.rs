@@ -20,7 +20,8 @@ use hickory_server::zone_handler::{MessageResponseBuilder, Queries};
 
 use tracing::Instrument;
 
-use super::{Core, Reply, Step};
+use super::core::Core;
+use super::reply::{Reply, Step};
 use crate::forward::EDNS_PAYLOAD;
 use crate::metrics::{Proto, Source};
 
@@ -245,7 +246,7 @@ fn respond(core: &Core, request: &Request, reply: &Reply, proto: Proto, started:
             encode(request, &Reply::error(ResponseCode::ServFail), limit).ok()?.bytes
         }
     };
-    core.metrics.response(
+    core.metrics().response(
         proto,
         qtype_of(request),
         reply.rcode,
@@ -294,7 +295,7 @@ pub(crate) fn handle(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) -
             let mut msg =
                 Message::error_msg(header.metadata.id, header.metadata.op_code, ResponseCode::FormErr);
             msg.metadata.recursion_desired = header.metadata.recursion_desired;
-            core.metrics.response(
+            core.metrics().response(
                 proto,
                 RecordType::NULL,
                 ResponseCode::FormErr,
@@ -327,7 +328,7 @@ pub(crate) fn handle(core: &Core, bytes: &[u8], src: SocketAddr, proto: Proto) -
 /// Records the request metrics.
 pub(crate) fn record_request(core: &Core, request: &Request, proto: Proto, size: usize) {
     let dnssec_ok = request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
-    core.metrics.request(proto, request.src().is_ipv6(), qtype_of(request), size, dnssec_ok);
+    core.metrics().request(proto, request.src().is_ipv6(), qtype_of(request), size, dnssec_ok);
 }
 
 #[cfg(test)]

@@ -7,12 +7,13 @@ use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
 use tideway_core::net::Protocol;
 
+use super::external::ExternalIndex;
 use super::names::is_host_label;
+use super::programmed::ProgrammedIndex;
 use super::reverse::{Claims, ReverseMap, Target};
 use super::rows::{self, Row, Rows, ServiceOf};
 use super::{
-    EndpointRecord, ExternalIndex, IndexSettings, Kind, PodsMode, Port, ProgrammedIndex, RecordIndex,
-    ServiceRecords, Span, name_hash,
+    EndpointRecord, IndexSettings, Kind, PodsMode, Port, RecordIndex, ServiceRecords, Span, name_hash,
 };
 use crate::view::{ClusterView, Ports, Publish};
 

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
 
-use super::{ZoneError, parse_zone};
+use super::zone::{ZoneError, parse_zone};
 
 /// The external zone's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,11 +17,13 @@ pub mod names;
 mod programmed;
 mod reverse;
 mod rows;
+mod zone;
 
 pub(crate) use external::ExternalIndex;
 pub use external::ExternalZone;
 pub(crate) use programmed::ProgrammedIndex;
 pub use programmed::programmed_fingerprint;
+pub use zone::{ZoneError, parse_zone};
 
 use std::collections::HashMap;
 
@@ -143,33 +145,6 @@ impl IndexSettings {
 /// `first`, then `extra`: the cluster zones as settings and the index both hold them.
 fn cluster_zones<'a>(first: &'a Name, extra: &'a [Name]) -> impl Iterator<Item = &'a Name> {
     std::iter::once(first).chain(extra)
-}
-
-/// A zone name that cannot be served.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ZoneError {
-    /// Not a domain name.
-    #[error("invalid zone {zone:?}: {reason}")]
-    Invalid {
-        /// What was given.
-        zone: String,
-        /// Why it is not a name.
-        reason: String,
-    },
-    /// The root: every name would be ours.
-    #[error("a zone cannot be the root")]
-    Root,
-}
-
-/// Parses a zone name into its lower-case, fully qualified form.
-pub fn parse_zone(zone: &str) -> Result<Name, ZoneError> {
-    let mut name = Name::from_ascii(zone)
-        .map_err(|e| ZoneError::Invalid { zone: zone.to_string(), reason: e.to_string() })?;
-    name.set_fqdn(true);
-    if name.is_root() {
-        return Err(ZoneError::Root);
-    }
-    Ok(name.to_lowercase())
 }
 
 /// FNV-1a over `namespace.name`, finished with a 64-bit mixer so every bit of the result
