@@ -8,10 +8,10 @@ use netlink_sys::Socket;
 use tideway_core::conntrack::Flow;
 use tideway_core::net::{IpFamily, Protocol};
 
+use crate::dataplane::backend::{DataplaneError, NetlinkError, Refusal};
 use crate::dataplane::netlink::{
     Attrs, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, attrs, dump, errno_of, messages, netlink_socket,
 };
-use crate::dataplane::{DataplaneError, NetlinkError, Refusal};
 
 const NETLINK_NETFILTER: isize = 12;
 const NLM_F_ACK: u16 = 4;

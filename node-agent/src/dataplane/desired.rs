@@ -17,7 +17,7 @@ use tideway_core::plan::{PlanKey, Ruleset};
 use tideway_core::program::{Fragment, Program, ProgramState};
 use tideway_core::render;
 
-use super::Keep;
+use super::keep::Keep;
 
 /// The programs a sync wants ([IPv4, IPv6]), rendered when first asked for.
 pub struct Desired<'a> {

@@ -18,9 +18,12 @@ use tideway_core::render::iptables::stale_chains;
 use tideway_core::render::iptables::text;
 use tideway_core::render::names::is_own_chain;
 
+use super::backend::{Dataplane, DataplaneError, Drift, Retired, Update};
+use super::desired::Desired;
+use super::keep::{Keep, OWNER_MARK};
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
+use tideway_core::drift::DriftKind;
 
 /// Which iptables implementation the host uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,12 +40,6 @@ pub const BACKEND_ENV: &str = "TIDEWAY_IPTABLES_BACKEND";
 /// Rules beyond which `iptables-nft-restore` gets slow (its time grows much faster than the
 /// input: about 6 s for 31,000 rules and 70 s for 62,000 here, where legacy takes 0.3 s and 1 s).
 const NFT_BACKEND_SLOW_RULES: usize = 20_000;
-
-/// An empty chain in the `filter` table that says Tideway wrote the `KUBE-*` chains beside it:
-/// iptables and IPVS modes use kube-proxy's own chain names, so without it a Tideway agent in
-/// nftables mode beside kube-proxy would take kube-proxy's chains for its own leftovers and
-/// remove them. Every full sync writes it; a clean-up removes it with the chains.
-pub(super) const OWNER_MARK: &str = "TIDEWAY-OWNED";
 
 /// Lines mentioning `KUBE-` and rules (`-A`) in one variant's saved tables, both families.
 fn census(variant: &str) -> (usize, usize) {

@@ -15,11 +15,14 @@ use tideway_core::net::Protocol;
 use tideway_core::program::{ChangeSet, Program, SetRef, VirtualServer};
 use tideway_core::render::ipvs::{DUMMY_INTERFACE, IPVS_IPS, set_name, text};
 
+use super::backend::{Dataplane, DataplaneError, Drift, Retired, Update};
+use super::desired::Desired;
 use super::iptables::Iptables;
 use super::ipvs_netlink::IpvsNetlink;
+use super::keep::Keep;
 use super::observe::Counts;
-use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
 use crate::exec;
+use tideway_core::drift::DriftKind;
 
 /// Real servers still draining after this long are removed anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(15 * 60);

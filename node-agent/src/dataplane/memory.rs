@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tideway_core::config::{ProxyMode, ProxySettings};
 use tideway_core::program::KernelState;
 
-use super::{Dataplane, DataplaneError, Desired, Drift, DriftKind, Keep, Retired, Update};
+use super::backend::{Dataplane, DataplaneError, Drift, Retired, Update};
+use super::desired::Desired;
+use super::keep::Keep;
 use crate::exec::{CommandError, CommandStatus};
+use tideway_core::drift::DriftKind;
 
 /// One call a dataplane received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Netlink attributes (type-length-value, 4-byte aligned) and the socket every netlink
 //! client of the agent opens: nf_tables, IPVS over generic netlink, ctnetlink.
 
-use super::{DataplaneError, NetlinkError};
+use super::backend::{DataplaneError, NetlinkError, Refusal};
 
 const NLA_F_NESTED: u16 = 0x8000;
 const NLA_TYPE_MASK: u16 = 0x3fff;
@@ -162,7 +162,7 @@ pub(crate) fn dump(
                 NLMSG_ERROR if errno_of(m.payload) == 0 => return Ok(dumped),
                 NLMSG_ERROR => {
                     let refusal =
-                        super::Refusal { what: what.to_string(), errno: errno_of(m.payload), message: None };
+                        Refusal { what: what.to_string(), errno: errno_of(m.payload), message: None };
                     return Err(NetlinkError::Refused(vec![refusal]).into());
                 }
                 kind => each(kind, m.payload),

@@ -20,8 +20,10 @@ use tideway_core::program::{ChangeSet, Element, Program};
 use tideway_core::render::nftables::capacity::Room;
 use tideway_core::render::nftables::{TABLE, text};
 
+use super::backend::{Dataplane, DataplaneError, Drift, Retired, Update};
+use super::desired::Desired;
+use super::keep::Keep;
 use super::nft_netlink::{ElementRead, NftNetlink, element_digest, full_batch_room};
-use super::{Dataplane, DataplaneError, Desired, Drift, Keep, Retired, Update};
 use crate::exec;
 
 /// Sets up to this size are read back whole (extra elements are found too); larger ones are

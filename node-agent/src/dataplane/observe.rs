@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use tideway_core::program::Program;
 
-use super::{Drift, DriftKind};
+use super::backend::Drift;
+use tideway_core::drift::DriftKind;
 
 /// Rule counts per chain and member counts per set: cheap to read back and to compare.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use netlink_sys::{Socket, constants::NETLINK_GENERIC};
 use tideway_core::net::Protocol;
 
-use super::{DataplaneError, NetlinkError, Refusal};
+use super::backend::{DataplaneError, NetlinkError, Refusal};
 use msg::{Attrs, Reply, cmd};
 
 pub(crate) use msg::{DestEntry, ServiceEntry};

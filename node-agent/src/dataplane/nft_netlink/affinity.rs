@@ -11,14 +11,14 @@ use std::collections::HashMap;
 use tideway_core::net::IpFamily;
 use tideway_core::render::nftables::TABLE;
 
-use super::NftNetlink;
 use super::batch::{Batch, NLM_F_CREATE, msg};
+use super::objects::{TABLE_NAME, nfproto};
 use super::read::{
     GETSET, GETSETELEM, NEWSET, NEWSETELEM, SET_TIMEOUT, be32, body, inner_value, is_missing, string,
 };
 use super::sets::attr;
-use super::{TABLE_NAME, nfproto};
-use crate::dataplane::DataplaneError;
+use super::socket::NftNetlink;
+use crate::dataplane::backend::DataplaneError;
 use crate::dataplane::netlink::{Attrs, attrs};
 
 /// `NFTA_SET_ELEM_EXPIRATION`: milliseconds left.

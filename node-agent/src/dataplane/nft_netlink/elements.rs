@@ -8,8 +8,8 @@ use tideway_core::net::IpNet;
 use tideway_core::program::{ElemData, Element, Set, Value};
 
 use super::batch::{Batch, NLM_F_CREATE, msg};
-use super::expr::verdict;
 use super::sets::attr;
+use super::verdict::verdict;
 
 const ELEM_INTERVAL_END: u32 = 0x1;
 /// Elements converted to their wire form at a time.

@@ -10,6 +10,7 @@ use tideway_core::program::{Action, CtState, Field, Match, Rule, Set, Verdict};
 
 use super::batch::{Batch, NLM_F_APPEND, NLM_F_CREATE, msg};
 use super::sets;
+use super::verdict::{verdict, verdict_code};
 
 const LIST_ELEM: u16 = 1;
 const EXPR_NAME: u16 = 1;
@@ -19,16 +20,8 @@ const RULE_CHAIN: u16 = 2;
 const RULE_EXPRESSIONS: u16 = 4;
 const RULE_USERDATA: u16 = 7;
 const DATA_VALUE: u16 = 1;
-const DATA_VERDICT: u16 = 2;
-const VERDICT_CODE: u16 = 1;
-const VERDICT_CHAIN: u16 = 2;
 
-const NF_DROP: i32 = 0;
-const NF_ACCEPT: i32 = 1;
 const NFT_CONTINUE: i32 = -1;
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
-const NFT_RETURN: i32 = -5;
 
 const BASE_NETWORK: u32 = 1;
 const BASE_TRANSPORT: u32 = 2;
@@ -101,27 +94,6 @@ fn expr(b: &mut Batch, name: &str, body: impl FnOnce(&mut Batch)) {
 fn data_value(b: &mut Batch, ty: u16, value: &[u8]) {
     let n = b.nest(ty);
     b.put(DATA_VALUE, value);
-    b.end(n);
-}
-
-/// `NFTA_DATA_VERDICT` (inside element data or an immediate).
-pub(super) fn verdict(b: &mut Batch, v: &Verdict) {
-    let (code, chain) = match v {
-        Verdict::Jump(c) => (NFT_JUMP, Some(c)),
-        Verdict::Goto(c) => (NFT_GOTO, Some(c)),
-        Verdict::Return => (NFT_RETURN, None),
-        Verdict::Accept => (NF_ACCEPT, None),
-        Verdict::Drop | Verdict::Reject => (NF_DROP, None),
-    };
-    verdict_code(b, code, chain.map(|c| &**c));
-}
-
-fn verdict_code(b: &mut Batch, code: i32, chain: Option<&str>) {
-    let n = b.nest(DATA_VERDICT);
-    b.be32(VERDICT_CODE, code as u32);
-    if let Some(c) = chain {
-        b.str(VERDICT_CHAIN, c);
-    }
     b.end(n);
 }
 

@@ -20,7 +20,8 @@ use tideway_core::render::nftables::capacity::{Room, capacity};
 
 use super::batch::{Batch, msg};
 use super::expr::{self, SetIndex};
-use super::{affinity, chain, elements, nfproto, sets, table};
+use super::objects::{chain, nfproto, table};
+use super::{affinity, elements, sets};
 
 /// One family's affinity clients, by set name.
 pub(super) type Kept = std::collections::HashMap<String, Vec<affinity::Client>>;
@@ -60,7 +61,7 @@ impl<'p> Full<'p> {
         let fam = nfproto(skeleton.family);
         table(b, fam, false, "add table");
         b.message(msg::DELTABLE, fam, 0, "delete table");
-        b.str(super::TABLE_NAME, TABLE);
+        b.str(super::objects::TABLE_NAME, TABLE);
         table(b, fam, true, "recreate table");
         let base = &skeleton.base;
         let mut w = Full {

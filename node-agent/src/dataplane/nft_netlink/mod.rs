@@ -8,53 +8,32 @@ mod batch;
 mod elements;
 mod expr;
 mod full;
+mod objects;
 mod read;
 mod sets;
+mod socket;
+mod verdict;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use netlink_sys::Socket;
 use tideway_core::drift::{Digest, Observed, Repair};
 use tideway_core::net::IpFamily;
 use tideway_core::program::{ChangeSet, Element, Fragment, Program, ProgramState, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
 use tideway_core::render::nftables::capacity::Room;
 
-use super::{DataplaneError, NetlinkError, Refusal};
-use batch::{Batch, NLM_F_CREATE, msg};
+use super::backend::{DataplaneError, NetlinkError, Refusal};
+use batch::Batch;
 use expr::SetIndex;
+use objects::{chain, delete_chain, flush_chain, nfproto};
 pub use read::ElementRead;
+pub use socket::NftNetlink;
 
 const NETLINK_NETFILTER: isize = 12;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
 const NLMSGERR_ATTR_MSG: u16 = 1;
-const TABLE_NAME: u16 = 1;
-const TABLE_FLAGS: u16 = 2;
-const TABLE_USERDATA: u16 = 6;
-const CHAIN_TABLE: u16 = 1;
-const CHAIN_HOOK: u16 = 4;
-const CHAIN_NAME: u16 = 3;
-const CHAIN_POLICY: u16 = 5;
-const CHAIN_TYPE: u16 = 7;
-const HOOK_NUM: u16 = 1;
-const HOOK_PRIORITY: u16 = 2;
-const RULE_TABLE: u16 = 1;
-const RULE_CHAIN: u16 = 2;
-/// The table comment `nft` shows.
-const TABLE_COMMENT: &str = "rules for tideway";
-
-/// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
-fn nfproto(f: IpFamily) -> u8 {
-    if f == IpFamily::V4 { 2 } else { 10 }
-}
-
-/// A netfilter netlink socket.
-pub struct NftNetlink {
-    socket: Socket,
-    seq: u32,
-}
 
 pub use affinity::{Client, Clients};
 
@@ -298,57 +277,6 @@ fn acks(buf: &[u8]) -> Vec<(u32, i32, Option<String>)> {
         off += (len + 3) & !3;
     }
     out
-}
-
-fn table(b: &mut Batch, fam: u8, comment: bool, what: &str) {
-    b.message(msg::NEWTABLE, fam, NLM_F_CREATE, what);
-    b.str(TABLE_NAME, TABLE);
-    b.be32(TABLE_FLAGS, 0);
-    if comment {
-        let mut u = vec![0u8, (TABLE_COMMENT.len() + 1) as u8];
-        u.extend_from_slice(TABLE_COMMENT.as_bytes());
-        u.push(0);
-        b.put(TABLE_USERDATA, &u);
-    }
-}
-
-fn chain(b: &mut Batch, fam: u8, c: &tideway_core::program::Chain) {
-    b.message(msg::NEWCHAIN, fam, NLM_F_CREATE, format!("add chain {}", c.name));
-    b.str(CHAIN_TABLE, TABLE);
-    b.str(CHAIN_NAME, &c.name);
-    if let Some(h) = c.hook {
-        b.str(
-            CHAIN_TYPE,
-            match h.kind {
-                tideway_core::program::ChainKind::Filter => "filter",
-                tideway_core::program::ChainKind::Nat => "nat",
-            },
-        );
-        b.be32(CHAIN_POLICY, 1);
-        let n = b.nest(CHAIN_HOOK);
-        let num = match h.hook {
-            tideway_core::program::Hook::Prerouting => 0,
-            tideway_core::program::Hook::Input => 1,
-            tideway_core::program::Hook::Forward => 2,
-            tideway_core::program::Hook::Output => 3,
-            tideway_core::program::Hook::Postrouting => 4,
-        };
-        b.be32(HOOK_NUM, num);
-        b.be32(HOOK_PRIORITY, h.priority as u32);
-        b.end(n);
-    }
-}
-
-fn flush_chain(b: &mut Batch, fam: u8, name: &str) {
-    b.message(msg::DELRULE, fam, 0, format!("flush chain {name}"));
-    b.str(RULE_TABLE, TABLE);
-    b.str(RULE_CHAIN, name);
-}
-
-fn delete_chain(b: &mut Batch, fam: u8, name: &str) {
-    b.message(msg::DELCHAIN, fam, 0, format!("delete chain {name}"));
-    b.str(CHAIN_TABLE, TABLE);
-    b.str(CHAIN_NAME, name);
 }
 
 /// Room for the batch of a full apply of about `elements` set elements, generously: an

@@ -15,11 +15,14 @@ use tideway_core::program::{BaseHook, ChainKind, Element, Hook, Set};
 use tideway_core::render::nftables::TABLE;
 
 use super::batch::Batch;
+use super::objects::{
+    CHAIN_HOOK, CHAIN_NAME, CHAIN_POLICY, CHAIN_TABLE, CHAIN_TYPE, HOOK_NUM, HOOK_PRIORITY, RULE_CHAIN,
+    RULE_TABLE, TABLE_NAME,
+};
 use super::sets::attr;
-use super::{CHAIN_HOOK, CHAIN_NAME, CHAIN_POLICY, CHAIN_TABLE, CHAIN_TYPE, HOOK_NUM, HOOK_PRIORITY};
-use super::{NftNetlink, RULE_CHAIN, RULE_TABLE, TABLE_NAME};
+use super::socket::NftNetlink;
+use crate::dataplane::backend::{DataplaneError, NetlinkError};
 use crate::dataplane::netlink::{Attrs, Dumped, NLM_F_DUMP, NLM_F_REQUEST, attrs, dump, messages};
-use crate::dataplane::{DataplaneError, NetlinkError};
 
 const SUBSYS_NFTABLES: u16 = 10;
 const GETTABLE: u8 = 1;

@@ -7,7 +7,7 @@ use tideway_core::program::{DataType, KeyType, Set, Verdict};
 use tideway_core::render::nftables::capacity;
 
 use super::batch::{Batch, NLM_F_CREATE, msg};
-use super::expr::verdict;
+use super::verdict::verdict;
 
 pub(super) mod attr {
     pub(in super::super) const SET_TABLE: u16 = 1;

@@ -14,8 +14,9 @@ use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::plan::PlanKey;
 
 use crate::conntrack_netlink::Conntrack;
+use crate::dataplane::backend::DataplaneError;
+use crate::dataplane::desired::Desired;
 use crate::dataplane::nft_netlink::NftNetlink;
-use crate::dataplane::{DataplaneError, Desired};
 
 /// What goes first: the families whose table is gone, and the service ports of theirs that
 /// conntrack shows in use.
