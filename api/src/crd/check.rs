@@ -4,10 +4,12 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{
-    BFDProfile, BGPAdvertisement, BGPPeer, Community, LoadBalancerPool, ProxyConfig, Source, bfd_profile,
-    bgp_advertisement, bgp_peer, community_aliases, load_balancer_pool, proxy_config,
+use super::bgp::{
+    BFDProfile, BGPAdvertisement, BGPPeer, Community, Source, bfd_profile, bgp_advertisement, bgp_peer,
+    community_aliases,
 };
+use super::load_balancer_pool::{LoadBalancerPool, load_balancer_pool};
+use super::proxy_config::{ProxyConfig, proxy_config};
 use crate::error::ConvertError;
 
 /// The kinds `check` converts.

@@ -185,7 +185,10 @@ pub(crate) fn selectors(
     list: &[LabelSelector],
 ) -> Result<Vec<tideway_core::config::LabelSelector>, ConvertError> {
     validation::max_items(cx, field, list, validation::MAX_ALLOCATION_ENTRIES)?;
-    list.iter().enumerate().map(|(i, s)| super::selector(cx, &format!("{field}[{i}]"), Some(s))).collect()
+    list.iter()
+        .enumerate()
+        .map(|(i, s)| super::selector::selector(cx, &format!("{field}[{i}]"), Some(s)))
+        .collect()
 }
 
 /// Interface names at `field`, each valid.
@@ -221,7 +224,7 @@ pub fn load_balancer_pool_status(
         assigned_ipv6: clamp(s.assigned_ipv6),
         available_ipv4: clamp(u128::from(s.available_ipv4)),
         available_ipv6: clamp(s.available_ipv6),
-        conditions: super::conditions(
+        conditions: super::conditions::conditions(
             std::slice::from_ref(&report.valid),
             previous,
             report.observed_generation,

@@ -14,8 +14,9 @@ use tideway_core::model::{
     L2Advertisement as CoreAdvertisement, MetalLbPool, PoolConflict, PoolOrigin, merge_pools,
 };
 
+use super::load_balancer_pool::{L2Settings, LoadBalancerPool, LoadBalancerPoolSpec, ServiceAllocation};
 use super::load_balancer_pool::{interfaces, pool_of, selectors};
-use super::{L2Settings, LoadBalancerPool, LoadBalancerPoolSpec, ServiceAllocation, selector_object};
+use super::selector::selector_object;
 use crate::error::{ConvertError, Ctx};
 use crate::validation;
 

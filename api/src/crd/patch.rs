@@ -6,7 +6,7 @@
 use serde_json::Value;
 use tideway_core::config::ProxyConfig as CoreConfig;
 
-use super::{ProxyConfig, ProxyConfigSpec, proxy_config, spec_of};
+use super::proxy_config::{ProxyConfig, ProxyConfigSpec, proxy_config, spec_of};
 use crate::error::{ConvertError, Ctx};
 use crate::merge_patch::{merge_patch, unknown_fields};
 

@@ -189,7 +189,12 @@ pub fn proxy_config_status(status: &ConfigStatus, previous: &[Condition], now: &
             .iter()
             .map(|(node, message)| NodeFailure { node: node.clone(), message: message.clone() })
             .collect(),
-        conditions: super::conditions(&status.conditions, previous, status.observed_generation, now),
+        conditions: super::conditions::conditions(
+            &status.conditions,
+            previous,
+            status.observed_generation,
+            now,
+        ),
     }
 }
 
@@ -207,7 +212,7 @@ pub fn proxy_config(pc: &ProxyConfig) -> Result<CoreConfig, ConvertError> {
     Ok(CoreConfig {
         name,
         generation: pc.metadata.generation.unwrap_or(0),
-        node_selector: super::selector(&cx, "spec.nodeSelector", pc.spec.node_selector.as_ref())?,
+        node_selector: super::selector::selector(&cx, "spec.nodeSelector", pc.spec.node_selector.as_ref())?,
         priority: pc.spec.priority.unwrap_or(0),
         settings: settings_from_spec(&cx, &pc.spec)?,
         cleanup: pc.metadata.annotations.as_ref().and_then(|a| a.get(CLEANUP_ANNOTATION)).cloned(),
@@ -353,7 +358,7 @@ fn detect_local(cx: &Ctx, spec: &ProxyConfigSpec) -> Result<DetectLocal, Convert
 /// inverse of [`proxy_config`] for the REST API.
 pub fn spec_of(c: &CoreConfig) -> ProxyConfigSpec {
     let s = &c.settings;
-    let node_selector = super::selector_object(&c.node_selector);
+    let node_selector = super::selector::selector_object(&c.node_selector);
     let node_port_addresses = match &s.node_port_addresses {
         NodePortAddresses::Unset => vec![],
         NodePortAddresses::Primary => vec!["primary".into()],

@@ -9,9 +9,7 @@
 //! than the one asked for would be worse than none. `connectTime`, `disableMP` and
 //! `dualStackAddressFamily` change nothing Tideway does and are ignored.
 
-mod object;
-
-pub use object::BgpResource;
+pub(super) mod object;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::CustomResource;
