@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use tideway_core::net::IpFamily;
-use tideway_node_agent::conntrack_netlink::Conntrack;
+use tideway_node_agent::netlink::conntrack::Conntrack;
 use tideway_tests::netns::Netns;
 
 fn env(name: &str, default: usize) -> usize {

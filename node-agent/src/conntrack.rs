@@ -5,8 +5,8 @@ use tideway_core::conntrack::stale_udp_flows;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::Ruleset;
 
-use crate::conntrack_netlink::Conntrack;
 use crate::dataplane::{DataplaneError, NetlinkError};
+use crate::netlink::conntrack::Conntrack;
 
 /// Deletes stale UDP flows; returns how many were deleted.
 pub fn clean(ruleset: &Ruleset) -> Result<usize, DataplaneError> {

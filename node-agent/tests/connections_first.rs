@@ -13,9 +13,9 @@ use tideway_core::plan::compile;
 use tideway_core::program::ProgramState;
 use tideway_core::render;
 use tideway_core::testing::*;
-use tideway_node_agent::conntrack_netlink::Conntrack;
-use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
 use tideway_node_agent::dataplane::{Dataplane, Desired, Nftables, Update};
+use tideway_node_agent::netlink::conntrack::Conntrack;
+use tideway_node_agent::netlink::nft::NftNetlink;
 use tideway_tests::netns::{Netns, require_root};
 
 const SERVICES: usize = 40;

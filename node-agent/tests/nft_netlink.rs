@@ -15,7 +15,7 @@ use tideway_core::render;
 use tideway_core::render::nftables::capacity::{MIN_CAPACITY, Room};
 use tideway_core::render::nftables::text;
 use tideway_core::testing::*;
-use tideway_node_agent::dataplane::nft_netlink::NftNetlink;
+use tideway_node_agent::netlink::nft::NftNetlink;
 use tideway_tests::netns::{Netns, require_root};
 
 /// The ruleset as JSON, normalized: no handles, set elements sorted (hash sets list in hash

@@ -18,10 +18,10 @@ use tideway_core::render::ipvs::{DUMMY_INTERFACE, IPVS_IPS, set_name, text};
 use super::backend::{Dataplane, DataplaneError, Drift, Retired, Update};
 use super::desired::Desired;
 use super::iptables::Iptables;
-use super::ipvs_netlink::IpvsNetlink;
 use super::keep::Keep;
 use super::observe::Counts;
 use crate::exec;
+use crate::netlink::ipvs::IpvsNetlink;
 use tideway_core::drift::DriftKind;
 
 /// Real servers still draining after this long are removed anyway.

@@ -23,8 +23,8 @@ use tideway_core::render::nftables::{TABLE, text};
 use super::backend::{Dataplane, DataplaneError, Drift, Retired, Update};
 use super::desired::Desired;
 use super::keep::Keep;
-use super::nft_netlink::{ElementRead, NftNetlink, element_digest, full_batch_room};
 use crate::exec;
+use crate::netlink::nft::{ElementRead, NftNetlink, element_digest, full_batch_room};
 
 /// Sets up to this size are read back whole (extra elements are found too); larger ones are
 /// read by key, because a dump costs the kernel time quadratic in the set's size.

@@ -13,10 +13,10 @@ use tideway_core::conntrack::{Flow, ports_first};
 use tideway_core::net::{IpFamily, Protocol};
 use tideway_core::plan::PlanKey;
 
-use crate::conntrack_netlink::Conntrack;
 use crate::dataplane::backend::DataplaneError;
 use crate::dataplane::desired::Desired;
-use crate::dataplane::nft_netlink::NftNetlink;
+use crate::netlink::conntrack::Conntrack;
+use crate::netlink::nft::NftNetlink;
 
 /// What goes first: the families whose table is gone, and the service ports of theirs that
 /// conntrack shows in use.

@@ -23,7 +23,7 @@ pub(super) const TABLE_COMMENT: &str = "rules for tideway";
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
 pub(super) fn nfproto(f: IpFamily) -> u8 {
-    if f == IpFamily::V4 { 2 } else { 10 }
+    crate::netlink::family_number(f)
 }
 
 pub(super) fn table(b: &mut Batch, fam: u8, comment: bool, what: &str) {

@@ -3,8 +3,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::dataplane::netlink::align4;
-pub(crate) use crate::dataplane::netlink::{Attrs, attrs};
+use crate::netlink::align4;
+pub(crate) use crate::netlink::{Attrs, attrs};
 
 pub(crate) const NLMSG_ERROR: u16 = 2;
 pub(crate) const NLMSG_DONE: u16 = 3;

@@ -1,7 +1,20 @@
-//! Netlink attributes (type-length-value, 4-byte aligned) and the socket every netlink
-//! client of the agent opens: nf_tables, IPVS over generic netlink, ctnetlink.
+//! The agent's netlink codecs, one per kernel subsystem ([`nft`]: nf_tables, [`ipvs`]: IPVS
+//! over generic netlink, [`conntrack`]: ctnetlink), and what they share: attributes
+//! (type-length-value, 4-byte aligned), the address family numbers and the socket.
 
-use super::backend::{DataplaneError, NetlinkError, Refusal};
+pub mod conntrack;
+pub(crate) mod ipvs;
+pub mod nft;
+
+use tideway_core::net::IpFamily;
+
+use crate::dataplane::backend::{DataplaneError, NetlinkError, Refusal};
+
+/// The address family a netlink message carries: `AF_INET` (2) or `AF_INET6` (10), the same
+/// numbers as nf_tables' `NFPROTO_IPV4` and `NFPROTO_IPV6`.
+pub(crate) fn family_number(f: IpFamily) -> u8 {
+    if f == IpFamily::V4 { 2 } else { 10 }
+}
 
 const NLA_F_NESTED: u16 = 0x8000;
 const NLA_TYPE_MASK: u16 = 0x3fff;

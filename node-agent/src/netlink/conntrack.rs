@@ -9,7 +9,7 @@ use tideway_core::conntrack::Flow;
 use tideway_core::net::{IpFamily, Protocol};
 
 use crate::dataplane::backend::{DataplaneError, NetlinkError, Refusal};
-use crate::dataplane::netlink::{
+use crate::netlink::{
     Attrs, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, attrs, dump, errno_of, messages, netlink_socket,
 };
 
@@ -39,7 +39,7 @@ const IPPROTO_UDP: u8 = 17;
 const BATCH: usize = 256;
 
 fn af(family: IpFamily) -> u8 {
-    if family == IpFamily::V4 { 2 } else { 10 }
+    super::family_number(family)
 }
 
 /// One ctnetlink message: header, `nfgenmsg` for `family`, attributes.

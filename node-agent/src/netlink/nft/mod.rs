@@ -22,7 +22,7 @@ use tideway_core::program::{ChangeSet, Element, Fragment, Program, ProgramState,
 use tideway_core::render::nftables::TABLE;
 use tideway_core::render::nftables::capacity::Room;
 
-use super::backend::{DataplaneError, NetlinkError, Refusal};
+use crate::dataplane::backend::{DataplaneError, NetlinkError, Refusal};
 use batch::Batch;
 use expr::SetIndex;
 use objects::{chain, delete_chain, flush_chain, nfproto};
@@ -67,7 +67,7 @@ impl FullApply {
 impl NftNetlink {
     /// Opens the socket.
     pub fn open() -> Result<Self, DataplaneError> {
-        let socket = super::netlink::netlink_socket(NETLINK_NETFILTER, 4 << 20)?;
+        let socket = super::netlink_socket(NETLINK_NETFILTER, 4 << 20)?;
         let _ = socket.set_cap_ack(true);
         let _ = socket.set_ext_ack(true);
         let seq = std::time::SystemTime::now()

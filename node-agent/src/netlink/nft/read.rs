@@ -22,7 +22,7 @@ use super::objects::{
 use super::sets::attr;
 use super::socket::NftNetlink;
 use crate::dataplane::backend::{DataplaneError, NetlinkError};
-use crate::dataplane::netlink::{Attrs, Dumped, NLM_F_DUMP, NLM_F_REQUEST, attrs, dump, messages};
+use crate::netlink::{Attrs, Dumped, NLM_F_DUMP, NLM_F_REQUEST, attrs, dump, messages};
 
 const SUBSYS_NFTABLES: u16 = 10;
 const GETTABLE: u8 = 1;

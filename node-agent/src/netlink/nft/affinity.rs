@@ -19,7 +19,7 @@ use super::read::{
 use super::sets::attr;
 use super::socket::NftNetlink;
 use crate::dataplane::backend::DataplaneError;
-use crate::dataplane::netlink::{Attrs, attrs};
+use crate::netlink::{Attrs, attrs};
 
 /// `NFTA_SET_ELEM_EXPIRATION`: milliseconds left.
 const ELEM_EXPIRATION: u16 = 5;

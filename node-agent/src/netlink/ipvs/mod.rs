@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use netlink_sys::{Socket, constants::NETLINK_GENERIC};
 use tideway_core::net::Protocol;
 
-use super::backend::{DataplaneError, NetlinkError, Refusal};
+use crate::dataplane::backend::{DataplaneError, NetlinkError, Refusal};
 use msg::{Attrs, Reply, cmd};
 
 pub(crate) use msg::{DestEntry, ServiceEntry};
@@ -23,7 +23,7 @@ pub(crate) struct IpvsNetlink {
 impl IpvsNetlink {
     /// Connects and resolves the IPVS family; fails when the `ip_vs` module is not loaded.
     pub(crate) fn open() -> Result<Self, DataplaneError> {
-        let socket = super::netlink::netlink_socket(NETLINK_GENERIC, 8 << 20)?;
+        let socket = super::netlink_socket(NETLINK_GENERIC, 8 << 20)?;
         let mut nl = IpvsNetlink { socket, family: msg::GENL_ID_CTRL, seq: 0 };
         let attrs = Attrs::default().string(msg::CTRL_ATTR_FAMILY_NAME, "IPVS");
         let what = "resolving the IPVS family (is the ip_vs module loaded?)";

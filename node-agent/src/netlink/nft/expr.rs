@@ -271,7 +271,7 @@ fn lookup(b: &mut Batch, set: &str, id: Option<u32>, dreg: Option<u32>, invert: 
 }
 
 fn nat_family(family: IpFamily) -> u32 {
-    if family == IpFamily::V4 { 2 } else { 10 }
+    u32::from(crate::netlink::family_number(family))
 }
 
 /// The bytes `meta iifname` is compared with, as nft writes them: a whole name padded with
