@@ -23,6 +23,7 @@ pub mod caps;
 pub mod cli;
 pub mod conntrack;
 pub mod dataplane;
+pub mod effects;
 pub mod exec;
 pub mod fencing;
 pub mod frr;

@@ -1,5 +1,6 @@
 //! The sync loop without root and in milliseconds: the real agent over an in-memory kernel
-//! (`dataplane::memory`), its time from tokio's paused clock. Each test reads the calls the
+//! (`dataplane::memory`) and node (`effects::MemoryEffects`: conntrack, health checks), its
+//! time from tokio's paused clock. Each test reads the calls the
 //! dataplanes received and what the kernel holds.
 
 use std::sync::{Arc, RwLock};
@@ -8,11 +9,13 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tideway_core::cluster::Snapshot;
 use tideway_core::config::{ProxyConfig, ProxyMode, ProxySettings};
-use tideway_core::net::Protocol::Tcp;
+use tideway_core::conntrack::Flow;
+use tideway_core::net::Protocol::{Tcp, Udp};
 use tideway_core::program::KernelState;
-use tideway_core::testing::{mk_node, mk_service, mk_slice};
+use tideway_core::testing::{ip, mk_node, mk_service, mk_slice};
 use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus};
 use tideway_node_agent::dataplane::memory::{Call, SharedKernel};
+use tideway_node_agent::effects::MemoryEffects;
 use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_sources::SharedCluster;
@@ -74,7 +77,8 @@ impl Rig {
         let opts = AgentOptions::for_node("node-a");
         let k = kernel.clone();
         let agent = Agent::new(opts, cluster.clone(), status.clone(), metrics.clone(), health.clone())
-            .with_dataplanes(Box::new(move |s: &ProxySettings| k.dataplane(s)));
+            .with_dataplanes(Box::new(move |s: &ProxySettings| k.dataplane(s)))
+            .with_effects(Box::new(MemoryEffects::default()));
         Rig { agent, kernel, cluster, status, registry, health, metrics }
     }
 
@@ -526,4 +530,94 @@ async fn an_uninstalls_cleanup_empties_the_kernel_and_nothing_is_programmed_afte
     assert_eq!(kernel.take_calls(), [], "nothing programmed or checked after the clean-up");
     let _ = stop.send(());
     task.await.unwrap();
+}
+
+/// The cluster's DNS-like UDP Service (`kube-system/dns`, 10.96.0.10:53 → :5353) with one
+/// endpoint on this node and one on another, and a Local LoadBalancer Service whose health
+/// check port is 32000.
+fn with_udp(cluster: &SharedCluster) {
+    let dns = mk_service("kube-system", "dns").cluster_ip("10.96.0.10").port("dns", Udp, 53).build();
+    let slice = mk_slice("kube-system", "dns")
+        .port("dns", Udp, 5353)
+        .ready("10.244.1.7", "node-a")
+        .ready("10.244.2.7", "node-b")
+        .build();
+    let lb = mk_service("demo", "lb")
+        .cluster_ip("10.96.0.20")
+        .port("http", Tcp, 80)
+        .node_port(30080)
+        .load_balancer()
+        .lb_ip("192.0.2.20")
+        .etp_local()
+        .health_check_node_port(32000)
+        .build();
+    let lb_slice = mk_slice("demo", "lb").port("http", Tcp, 8080).ready("10.244.1.8", "node-a").build();
+    cluster.update(|s| {
+        s.apply_service(dns)
+            && s.apply_endpoint_slice(slice)
+            && s.apply_service(lb)
+            && s.apply_endpoint_slice(lb_slice)
+    });
+}
+
+/// A client's UDP flow to the DNS Service, answered by `endpoint`.
+fn dns_flow(sport: u16, endpoint: &str) -> Flow {
+    Flow {
+        src: ip("10.244.3.3"),
+        dst: ip("10.96.0.10"),
+        sport,
+        dport: 53,
+        reply_src: ip(endpoint),
+        reply_sport: 5353,
+    }
+}
+
+/// With a UDP Service, every sync that may change its endpoints removes the conntrack entries
+/// of the endpoints gone — and only those — through core's decision, and the health check of
+/// a Local Service is served with its local endpoint count.
+#[tokio::test]
+async fn udp_flows_of_endpoints_gone_are_cleaned_and_health_checks_follow_local_endpoints() {
+    let kernel = SharedKernel::default();
+    let cluster = cluster(Nftables, Duration::ZERO);
+    with_udp(&cluster);
+    let effects = MemoryEffects::default();
+    let (to_a, to_b, to_gone) =
+        (dns_flow(40001, "10.244.1.7"), dns_flow(40002, "10.244.2.7"), dns_flow(40003, "10.244.9.9"));
+    effects.lock().udp_flows = vec![to_a, to_b, to_gone];
+    let mut rig = Rig::new(cluster, kernel.clone());
+    rig.agent = rig.agent.with_effects(Box::new(effects.clone()));
+
+    rig.agent.sync(false).await.expect("first sync");
+    {
+        let node = effects.lock();
+        assert_eq!(
+            node.deleted,
+            [to_gone],
+            "the full sync cleans the flow of an endpoint the Service does not have"
+        );
+        assert_eq!(node.udp_flows, [to_a, to_b]);
+        assert_eq!(
+            node.health_checks.get(&32000),
+            Some(&(tideway_core::model::ServiceName::new("demo", "lb"), 1))
+        );
+    }
+    assert!(rig.metric("kubeproxy_conntrack_reconciler_deleted_entries").ends_with(" 1"));
+    assert_eq!(rig.status().health_check_ports, [32000]);
+
+    // The endpoint on node-a goes: its flow is cleaned, node-b's stays.
+    let slice = mk_slice("kube-system", "dns").port("dns", Udp, 5353).ready("10.244.2.7", "node-b").build();
+    rig.cluster.update(|s| s.apply_endpoint_slice(slice));
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(kernel.take_calls().last(), Some(&Apply { mode: Nftables, full: false }));
+    assert_eq!(effects.lock().deleted, [to_gone, to_a]);
+    assert_eq!(effects.lock().udp_flows, [to_b]);
+    assert!(rig.metric("kubeproxy_conntrack_reconciler_deleted_entries").ends_with(" 2"));
+
+    // The Local Service loses its local endpoint: the check answers with none.
+    let lb_slice = mk_slice("demo", "lb").port("http", Tcp, 8080).ready("10.244.2.8", "node-b").build();
+    rig.cluster.update(|s| s.apply_endpoint_slice(lb_slice));
+    rig.agent.sync(false).await.unwrap();
+    assert_eq!(effects.lock().health_checks.get(&32000).map(|c| c.1), Some(0));
+    assert_eq!(effects.lock().deleted.len(), 2, "nothing else was stale");
+    rig.assert_kernel_is_desired(Nftables).await;
 }

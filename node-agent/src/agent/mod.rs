@@ -40,7 +40,8 @@ pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 use self::plan::{Planned, Planning};
 use crate::announcer::Announcer;
 use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, Update};
-use crate::health::{HealthServers, ProxyHealth};
+use crate::effects::{KernelEffects, NodeEffects};
+use crate::health::ProxyHealth;
 use crate::metrics::{KindLabel, Metrics};
 use record::Synced;
 
@@ -109,7 +110,8 @@ pub struct Agent {
     status: Arc<RwLock<AgentStatus>>,
     metrics: Arc<Metrics>,
     health: Arc<ProxyHealth>,
-    hc_servers: HealthServers,
+    /// Conntrack clean-up, health-check listeners, `route_localnet`.
+    effects: Box<dyn NodeEffects>,
     /// One announcer per interface answering for this node's addresses.
     announcers: BTreeMap<String, Announcer>,
     /// Where each programmed plan is published for the REST API.
@@ -189,7 +191,7 @@ impl Agent {
             publisher: None,
             spare: None,
             status,
-            hc_servers: HealthServers::new(health.clone()),
+            effects: Box::new(KernelEffects::new(health.clone())),
             metrics,
             health,
             announcers: BTreeMap::new(),
@@ -205,6 +207,12 @@ impl Agent {
     /// The same agent, its dataplanes made by `factory` (tests use an in-memory kernel).
     pub fn with_dataplanes(mut self, factory: dataplane::Factory) -> Agent {
         self.factory = factory;
+        self
+    }
+
+    /// The same agent, its node-side effects done by `effects` (tests use a node in memory).
+    pub fn with_effects(mut self, effects: Box<dyn NodeEffects>) -> Agent {
+        self.effects = effects;
         self
     }
 
@@ -376,19 +384,19 @@ impl Agent {
         }
         let mut unset = self.dataplane.as_ref().map(|d| d.unset_sysctls()).unwrap_or_default();
         if planned.ruleset.families.get(&IpFamily::V4).is_some_and(|f| f.localhost_node_ports) {
-            unset.extend(enable_route_localnet());
+            unset.extend(self.effects.enable_route_localnet());
         }
         self.set_status(|s| s.unset_sysctls = unset);
         let mut deleted = 0;
         if udp_changed && planned.ruleset.tally().udp > 0 {
-            match blocking(|| crate::conntrack::clean(&planned.ruleset)) {
+            match blocking(|| self.effects.clean_udp_flows(&planned.ruleset)) {
                 Ok(n) => deleted = n,
                 Err(e) => tracing::warn!(error = %e, "conntrack cleanup failed"),
             }
         }
         self.metrics.conntrack_deleted.inc_by(deleted as u64);
         let addresses = planned.ruleset.health_check_addresses();
-        let hc_errors = self.hc_servers.sync(&planned.ruleset.health_checks, &addresses).await;
+        let hc_errors = self.effects.sync_health_checks(&planned.ruleset.health_checks, &addresses).await;
         for e in &hc_errors {
             tracing::warn!(error = %e, "health check server");
         }
@@ -470,18 +478,4 @@ impl Agent {
         self.set_status(|s| s.drift_repairs += 1);
         Ok(true)
     }
-}
-
-/// Localhost NodePorts need `route_localnet` (kube-proxy sets it once, and never back); why
-/// it could not be set.
-fn enable_route_localnet() -> Option<String> {
-    match crate::sysctl::ensure(crate::sysctl::ROUTE_LOCALNET, "1") {
-        Ok(true) => tracing::info!("set route_localnet=1 to serve NodePorts on 127.0.0.1"),
-        Ok(false) => {}
-        Err(e) => {
-            tracing::error!(error = %e, "cannot set route_localnet; NodePorts on 127.0.0.1 will not answer");
-            return Some(e.to_string());
-        }
-    }
-    None
 }

@@ -57,7 +57,7 @@ impl Agent {
             planned.ruleset.warnings().iter().map(|w| format!("{}: {}", w.service_port, w.message)).collect()
         };
         let invalid: Vec<String> = self.cluster.errors().iter().map(ToString::to_string).collect();
-        let ports = self.hc_servers.ports();
+        let ports = self.effects.health_check_ports();
         let rules = planned.rule_count();
         self.set_status(|s| {
             s.mode = Some(mode);
