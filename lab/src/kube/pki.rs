@@ -21,7 +21,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::KubeError;
+use super::error::KubeError;
 
 /// The API server's port.
 pub const API_PORT: u16 = 6443;

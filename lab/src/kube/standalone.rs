@@ -20,8 +20,9 @@ use kube::config::{AuthInfo, Kubeconfig};
 use serde_json::Value;
 
 use super::apply::Applier;
+use super::error::KubeError;
 use super::pki::{self, rewrite_server};
-use super::{ControlPlane, ControlPlaneConfig, KubeError, standalone_namespace};
+use super::{ControlPlane, ControlPlaneConfig, standalone_namespace};
 use crate::netns;
 
 /// The API server's address inside the namespace (each namespace has its own).

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::KubeletError;
+
 /// The image the chart's Pods run (`tideway` is its entrypoint).
 pub const TIDEWAY_IMAGE: &str = "ghcr.io/tideway-net/tideway";
 /// The images that mean the lab's built-in whoami server (as the file-fed lab runs every pod).
@@ -146,12 +148,12 @@ impl KubeletConfig {
     }
 
     /// Reads a configuration file.
-    pub fn read(path: &Path) -> Result<KubeletConfig, super::KubeletError> {
+    pub fn read(path: &Path) -> Result<KubeletConfig, KubeletError> {
         let text = std::fs::read_to_string(path)?;
         let cfg: KubeletConfig = serde_json::from_str(&text)
-            .map_err(|e| super::KubeletError::Config(format!("{}: {e}", path.display())))?;
+            .map_err(|e| KubeletError::Config(format!("{}: {e}", path.display())))?;
         if cfg.node_ip().is_none() || cfg.pod_net().is_none() {
-            return Err(super::KubeletError::Config(format!(
+            return Err(KubeletError::Config(format!(
                 "{}: the node needs an InternalIP and a pod CIDR",
                 path.display()
             )));

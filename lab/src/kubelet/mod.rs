@@ -53,6 +53,7 @@
 pub mod config;
 pub mod containers;
 pub mod env;
+mod error;
 pub mod from_image;
 pub mod ipam;
 pub mod launch;
@@ -66,6 +67,7 @@ pub mod runc;
 pub mod runtime;
 pub mod sandbox;
 pub mod status;
+mod timestamp;
 pub mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,31 +81,12 @@ use kube::runtime::watcher::{self, Event};
 
 pub use config::KubeletConfig;
 use containers::ProbeMsg;
+pub use error::KubeletError;
 use ipam::Ipam;
+pub use node::KUBELET_VERSION;
 pub use pods::unready_flag;
 use pods::{Ctx, Worker};
-
-/// The version the lab's kubelet reports (the control plane's).
-pub const KUBELET_VERSION: &str = "v1.37.2";
-
-/// Why the kubelet stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum KubeletError {
-    /// The configuration is wrong.
-    #[error("kubelet configuration: {0}")]
-    Config(String),
-    /// A file.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// The kubeconfig or the API server.
-    #[error("the API server: {0}")]
-    Api(String),
-}
-
-/// Now, as Kubernetes writes times.
-pub fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
+pub use timestamp::now;
 
 /// A client with the node's credentials; `timeout` bounds each read (heartbeats must not hang
 /// on a partition).

@@ -14,7 +14,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::config::KubeletConfig;
-use super::{KUBELET_VERSION, now};
+use super::timestamp::now;
+
+/// The version the lab's kubelet reports (the control plane's).
+pub const KUBELET_VERSION: &str = "v1.37.2";
 
 /// kubelet's `nodeStatusReportFrequency`: the status is written at least this often.
 const REPORT_EVERY: Duration = Duration::from_secs(300);

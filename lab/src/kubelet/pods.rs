@@ -23,9 +23,10 @@ use super::mounts::{ContainerSpec, Mount};
 use super::probe::Kind;
 use super::projection::Volumes;
 use super::runtime::{self, Process, Record};
+use super::sandbox;
 use super::status::{PodView, State, pod_status};
+use super::timestamp::now;
 use super::volumes::{container_mounts, pod_dir};
-use super::{now, sandbox};
 
 /// How often volumes are read again (ConfigMaps and Secrets change; tokens have their own time).
 const VOLUME_RESYNC: Duration = Duration::from_secs(30);

@@ -18,41 +18,17 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Lab, LabError};
+use super::error::{KubeLabError, LabError};
+use super::kube_side::KubeSide;
+use super::lab::Lab;
 use crate::kube::apply::{Applier, ApplyError};
 use crate::kube::view::KubeView;
 use crate::kube::{ControlPlane, ControlPlaneConfig, KubeError, chart, objects};
 use crate::kubelet::config::{KubeletConfig, NodeAddress, TIDEWAY_IMAGE, WHOAMI_IMAGES, heartbeat};
 use crate::spec::LabSpec;
 
-/// The kube lab's state beside the network.
-pub(super) struct KubeSide {
-    pub(super) control_plane: ControlPlane,
-    client: kube::Client,
-    pub(super) view: KubeView,
-    chart_applied: bool,
-    /// The file's tideway.io objects whose CRDs are not served yet (`--no-components`, before
-    /// `helm install`), and when they are tried again.
-    held: Vec<Value>,
-    held_retry_at: std::time::Instant,
-}
-
 /// How often held objects are tried again.
 const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Why the kube lab could not do what it was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum KubeLabError {
-    /// The control plane.
-    #[error(transparent)]
-    ControlPlane(#[from] KubeError),
-    /// An object.
-    #[error(transparent)]
-    Apply(#[from] ApplyError),
-    /// The chart.
-    #[error(transparent)]
-    Chart(#[from] chart::ChartError),
-}
 
 /// Runs `fut` to its end from the lab's synchronous code (the lab runs on a multi-threaded
 /// runtime).

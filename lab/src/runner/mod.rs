@@ -3,7 +3,6 @@
 //! what components wrote and which processes died.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -12,100 +11,24 @@ use tideway_sources::lab::{LabDir, write_atomically};
 
 use crate::control::{self, Allocations, Health, NodeState, Plan, PodState, ResourceVersions, World, Writes};
 use crate::faults::{self, Fault, Faults};
-use crate::netns::{self, NetError};
+use crate::netns;
 use crate::procs::{Exit, Procs};
 use crate::spec::{Change, LabHost, LabSpec};
 use crate::topology::{self, Names};
 
+mod error;
 mod kube;
+mod kube_side;
+mod lab;
+mod pods;
 mod processes;
 mod routers;
 mod status;
 
-pub use kube::KubeLabError;
-
-/// Why the lab could not do what it was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum LabError {
-    /// The lab file is wrong.
-    #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
-    /// The control plane refused it.
-    #[error(transparent)]
-    Control(#[from] control::ControlError),
-    /// The network could not be built.
-    #[error(transparent)]
-    Net(#[from] NetError),
-    /// A file or a process.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// The kube lab's control plane or objects.
-    #[error(transparent)]
-    Kube(#[from] KubeLabError),
-    /// FRR could not be set up.
-    #[error(transparent)]
-    Frr(#[from] crate::frr::FrrError),
-    /// A fault named a node the lab does not have.
-    #[error("the lab has no node {0:?}")]
-    NoSuchNode(String),
-    /// `lab kill agent` found no agent container on the node (a kube lab).
-    #[error("no agent container runs on {0} (is Tideway installed, and its Pod there started?)")]
-    NoAgent(String),
-    /// `lab start agent` in a kube lab, where the kubelet restarts what was killed.
-    #[error(
-        "in a kube lab the node's kubelet restarts a killed agent itself (at once, then with its back-off): `lab start agent` is the file-fed lab's"
-    )]
-    KubeletRestarts,
-}
-
-/// A running lab.
-pub struct Lab {
-    /// Namespace names.
-    pub names: Names,
-    /// Address plan.
-    pub plan: Plan,
-    /// Exchange directory.
-    pub dir: LabDir,
-    bin: PathBuf,
-    mode: Option<String>,
-    spec: LabSpec,
-    alloc: Allocations,
-    /// The cluster as built.
-    pub world: World,
-    health: Health,
-    procs: Procs,
-    writes: Writes,
-    seen_writes: BTreeMap<String, (SystemTime, u64)>,
-    published: String,
-    /// The objects' `resourceVersion`s.
-    versions: ResourceVersions,
-    departure: Option<Departure>,
-    faults: Faults,
-    /// The components' APIs on the host: label -> address.
-    pub apis: BTreeMap<String, SocketAddr>,
-    /// Each router's FRR configuration as last applied.
-    routers_applied: BTreeMap<String, String>,
-    /// When to try a router's configuration again after a failure.
-    routers_retry_at: Option<Instant>,
-    /// A kube lab (`lab up --kube`): a real control plane in place of the lab's own.
-    kube_mode: bool,
-    /// The kube lab's control plane and view, once started.
-    kube: Option<kube::KubeSide>,
-    /// How often the kubelets rewrite projected tokens (tests; none: at 80 % of their life).
-    token_rotation: Option<Duration>,
-    /// A kube lab without Tideway (`--no-components`): the chart is left to `helm install`.
-    no_components: bool,
-}
-
-fn pod_key(p: &PodState) -> (String, String) {
-    (p.namespace.clone(), p.name.clone())
-}
-
-/// The ports pod `p` serves on: those declared, or 80.
-fn server_ports(p: &PodState) -> BTreeSet<i32> {
-    let ports: BTreeSet<i32> = p.ports.iter().map(|c| c.port).collect();
-    if ports.is_empty() { BTreeSet::from([80]) } else { ports }
-}
+pub use error::{KubeLabError, LabError};
+use lab::Departure;
+pub use lab::Lab;
+use pods::{pod_key, server_ports};
 
 /// Whether `world` has a pod named as `p`.
 fn has_pod(world: &World, p: &PodState) -> bool {
@@ -119,12 +42,6 @@ fn same_pod_in(world: &World, p: &PodState) -> bool {
 
 /// How long a removed pod, node or host keeps running after the cluster file stops naming it.
 pub const GRACE: Duration = Duration::from_secs(2);
-
-/// What an apply removed, and when it goes.
-struct Departure {
-    old: World,
-    due: Instant,
-}
 
 impl Lab {
     /// A lab called `name` with its directory `dir`, running `bin` for its components, every

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{Lab, server_ports};
+use super::lab::Lab;
+use super::pods::server_ports;
 
 impl Lab {
     pub(super) fn exec_in(&self, ns: &str, args: &[&str]) -> Vec<String> {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Lab, LabError};
+use super::error::LabError;
+use super::lab::Lab;
 use crate::control::World;
 use crate::frr;
 use crate::netns;

@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Lab, pod_key};
+use super::lab::Lab;
+use super::pods::pod_key;
 use crate::spec::LabHost;
 
 impl Lab {

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::FakeApi;
+use super::server::FakeApi;
 
 /// A [`FakeApi`] served from its own thread and runtime (inside a network namespace when
 /// `netns` is given, so processes in that namespace reach it on their 127.0.0.1). Stops on drop.

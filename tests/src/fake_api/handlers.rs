@@ -1,4 +1,5 @@
-//! The REST surface: routing, selectors, list, watch, get, create, replace, apply, delete.
+//! The REST surface: routing, authentication and authorization, list, watch, get, create,
+//! replace, apply, delete.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,14 +11,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::rbac::{Attributes, forbidden_message};
+use super::recorded::Recorded;
+use super::selectors::selected;
+use super::state::Inner;
+use super::status::status;
 use super::writes::Write;
-use super::{Inner, Recorded};
-
-pub(super) fn status(code: u16, reason: &str, message: &str) -> Response {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code});
-    (StatusCode::from_u16(code).expect("status"), axum::Json(body)).into_response()
-}
 
 /// A request path: collection, namespace, name, subresource.
 type Route = (String, Option<String>, Option<String>, Option<String>);
@@ -44,38 +42,6 @@ fn route(path: &str) -> Option<Route> {
         rest.get(1).map(|s| s.to_string()),
         rest.get(2).map(|s| s.to_string()),
     ))
-}
-
-/// Label selector terms: `k`, `!k`, `k=v`, `k==v`, `k!=v`.
-fn labels_match(selector: &str, labels: &Value) -> bool {
-    selector.split(',').map(str::trim).filter(|t| !t.is_empty()).all(|term| {
-        let get = |k: &str| labels.get(k).and_then(Value::as_str);
-        if let Some(k) = term.strip_prefix('!') {
-            get(k).is_none()
-        } else if let Some((k, v)) = term.split_once("!=") {
-            get(k) != Some(v)
-        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-            get(k) == Some(v)
-        } else {
-            get(term).is_some()
-        }
-    })
-}
-
-/// Field selector terms: `metadata.name=x`, `metadata.namespace=y`.
-fn fields_match(selector: &str, obj: &Value) -> bool {
-    selector.split(',').filter(|t| !t.is_empty()).all(|term| match term.split_once('=') {
-        Some(("metadata.name", v)) => obj["metadata"]["name"].as_str() == Some(v),
-        Some(("metadata.namespace", v)) => obj["metadata"]["namespace"].as_str() == Some(v),
-        // Secrets' type, as the API server selects it.
-        Some(("type", v)) => obj["type"].as_str() == Some(v),
-        _ => false,
-    })
-}
-
-pub(super) fn selected(q: &BTreeMap<String, String>, obj: &Value) -> bool {
-    q.get("labelSelector").is_none_or(|s| labels_match(s, &obj["metadata"]["labels"]))
-        && q.get("fieldSelector").is_none_or(|s| fields_match(s, obj))
 }
 
 pub(super) async fn handle(
@@ -275,6 +241,7 @@ fn list(
 
 #[cfg(test)]
 mod tests {
+    use super::super::selectors::labels_match;
     use super::*;
 
     #[test]

@@ -23,8 +23,22 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::handlers::{selected, status};
-use super::{CLOSE, DROP, Inner, gone};
+use super::selectors::selected;
+use super::state::Inner;
+use super::status::status;
+
+/// The type of the internal event that ends a watch without a word (never sent to a client).
+pub(super) const CLOSE: &str = "CLOSE";
+
+/// The type of the internal event that cuts a watch's connection (never sent to a client).
+pub(super) const DROP: &str = "DROP";
+
+/// The event that ends a watch from a version compacted away: `410 Gone`, too old resource
+/// version.
+pub(super) fn gone() -> Value {
+    json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "too old resource version", "reason": "Expired", "code": 410}})
+}
 
 /// How long a watch lasts when the client names no `timeoutSeconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);

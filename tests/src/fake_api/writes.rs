@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::apply::Owners;
-use super::handlers::status;
-use super::{Inner, Resource, object_key};
+use super::state::{Inner, Resource, object_key};
+use super::status::status;
 
 /// Where a write goes and how it was asked for.
 pub(super) struct Write {
