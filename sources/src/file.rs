@@ -1,12 +1,9 @@
 //! The file source: a multi-document Kubernetes YAML file, re-read when it changes.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use tideway_api::manifest::{self, LoadError, ObjectRef};
-use tideway_core::cluster::{ClusterState, Snapshot};
-use tideway_core::model::{LoadBalancerPool, PoolOrigin};
 
 use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, Store, compact};
 
@@ -18,7 +15,7 @@ use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, Store, compact};
 pub struct FileSource {
     path: PathBuf,
     interval: Duration,
-    reach: Option<crate::lab::Reach>,
+    reach: Option<crate::lab::reach::Reach>,
 }
 
 /// What tells a new version of the file without reading it: its inode (a file replaced by a
@@ -35,7 +32,7 @@ impl FileSource {
 
     /// Reads the file only while `reach` says the control plane is reachable (the lab's
     /// faults): cut off, the state stays as it was, as with an API server that does not answer.
-    pub fn gated(mut self, reach: crate::lab::Reach) -> Self {
+    pub fn gated(mut self, reach: crate::lab::reach::Reach) -> Self {
         self.reach = Some(reach);
         self
     }
@@ -66,7 +63,7 @@ impl FileSource {
         let mut last: Option<Fingerprint> = None;
         let mut synced = false;
         loop {
-            let reachable = self.reach.as_ref().is_none_or(crate::lab::Reach::reachable);
+            let reachable = self.reach.as_ref().is_none_or(crate::lab::reach::Reach::reachable);
             cluster.set_api_reachable(reachable);
             if !reachable {
                 tokio::time::sleep(self.interval).await;
@@ -107,59 +104,6 @@ impl FileSource {
             tokio::time::sleep(self.interval).await;
         }
     }
-}
-
-/// Puts the current version of every object in `keep` back into `snapshot`.
-pub(crate) fn carry_over(state: &ClusterState, keep: &[ObjectRef], snapshot: &mut Snapshot) {
-    let wanted: BTreeMap<(&str, Option<&str>, &str), ()> =
-        keep.iter().map(|o| ((o.kind.as_str(), o.namespace.as_deref(), o.name.as_str()), ())).collect();
-    let has = |kind: &str, ns: Option<&str>, name: &str| {
-        wanted.contains_key(&(kind, ns, name)) || wanted.contains_key(&(kind, None, name))
-    };
-    snapshot
-        .services
-        .extend(state.services().filter(|s| has("Service", Some(&s.name.namespace), &s.name.name)).cloned());
-    snapshot.endpoint_slices.extend(
-        state.endpoint_slices().filter(|s| has("EndpointSlice", Some(&s.namespace), &s.name)).cloned(),
-    );
-    snapshot.nodes.extend(state.nodes().filter(|n| has("Node", None, &n.name)).cloned());
-    snapshot.pods.extend(state.pods().filter(|p| has("Pod", Some(&p.namespace), &p.name)).cloned());
-    snapshot
-        .proxy_configs
-        .extend(state.proxy_configs().filter(|c| has("ProxyConfig", None, &c.name)).cloned());
-    snapshot.namespaces.extend(state.namespaces().filter(|n| has("Namespace", None, &n.name)).cloned());
-    snapshot
-        .service_cidrs
-        .extend(state.service_cidr_objects().filter(|c| has("ServiceCIDR", None, &c.name)).cloned());
-    snapshot
-        .node_states
-        .extend(state.node_states().filter(|n| has("NodeProxyState", None, &n.node)).cloned());
-    let own = |p: &&LoadBalancerPool| p.origin == PoolOrigin::Tideway;
-    snapshot
-        .pools
-        .extend(state.pools().filter(own).filter(|p| has("LoadBalancerPool", None, p.name())).cloned());
-    snapshot.metallb_pools.extend(
-        state.metallb_pools().filter(|p| has("IPAddressPool", Some(&p.namespace), p.name())).cloned(),
-    );
-    snapshot.l2_advertisements.extend(
-        state.l2_advertisements().filter(|a| has("L2Advertisement", Some(&a.namespace), &a.name)).cloned(),
-    );
-    snapshot.announcements.extend(
-        state
-            .announcements()
-            .filter(|a| has("L2Announcement", Some(&a.service.namespace), &a.service.name))
-            .cloned(),
-    );
-    // Tideway's BGP kinds are cluster-scoped (namespace ""), MetalLB's namespaced.
-    snapshot.bgp.extend(
-        state
-            .bgp_objects()
-            .filter(|o| {
-                let ns = (!o.namespace.is_empty()).then_some(o.namespace.as_str());
-                has(o.spec.kind().as_str(), ns, &o.name)
-            })
-            .cloned(),
-    );
 }
 
 /// The file's errors keyed by object (a document that names no object is keyed by its place).

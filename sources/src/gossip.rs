@@ -22,7 +22,6 @@ use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime};
 
 use foca::{AccumulatingRuntime, Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
-use serde::{Deserialize, Serialize};
 use tideway_core::liveness::{GossipTimings, agent_liveness, down_for_good, hand_over_from};
 use tideway_core::model::AgentLiveness;
 use tideway_core::net::IpFamily;
@@ -34,62 +33,15 @@ use crate::SharedCluster;
 
 pub mod admit;
 pub mod envelope;
+mod member;
 pub mod sim;
 
 pub use admit::{Refusal, Refusals};
 pub use envelope::{KeyError, Keys};
+pub use member::{Member, Role};
 
 /// The gossip port (memberlist's, as MetalLB's speakers use).
 pub const PORT: u16 = 7946;
-
-/// What a member is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Role {
-    /// A node's agent.
-    Agent,
-    /// The operator (decides, announces nothing).
-    Operator,
-}
-
-/// A member's identity: where it listens, which node's agent it is, and a number that grows
-/// with each restart (a restarted agent wins its address back from its former self).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    addr: SocketAddr,
-    node: String,
-    role: Role,
-    bump: u64,
-}
-
-impl Member {
-    /// Member `node` (the operator: any name) in `role`, listening on `addr`.
-    pub fn new(addr: SocketAddr, node: &str, role: Role) -> Member {
-        let bump =
-            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
-        Member { addr, node: node.to_string(), role, bump }
-    }
-
-    /// Someone at `addr` whose identity is learnt when it answers.
-    fn somebody_at(addr: SocketAddr) -> Member {
-        Member { addr, node: String::new(), role: Role::Agent, bump: 0 }
-    }
-}
-
-impl foca::Identity for Member {
-    type Addr = SocketAddr;
-
-    fn renew(&self) -> Option<Self> {
-        Some(Member { bump: self.bump.wrapping_add(1), ..self.clone() })
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    fn win_addr_conflict(&self, adversary: &Self) -> bool {
-        self.bump > adversary.bump
-    }
-}
 
 /// What the member list says of the agents.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

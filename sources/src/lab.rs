@@ -23,6 +23,8 @@
 //! No Kubernetes API is imitated: the files hold the same objects the API would, and the code
 //! above [`crate::Source`], [`NodeStateSink`] and [`ClusterWriter`] does not know it is in a lab.
 
+pub(crate) mod reach;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,8 +34,9 @@ use tideway_api::crd::{self, SpecChange};
 use tideway_core::model::{NodeProxyState, ServiceName};
 use tideway_core::operator::Action;
 
-use crate::FileSource;
+use crate::file::FileSource;
 use crate::status::{ClusterWriter, NodeStateSink, WriteError};
+pub use reach::Reach;
 
 /// How often lab components look at the cluster file (a `stat` each time).
 pub const POLL: Duration = Duration::from_millis(10);
@@ -42,29 +45,6 @@ pub const POLL: Duration = Duration::from_millis(10);
 /// [`Reach`] cut it off).
 #[derive(Debug, Clone)]
 pub struct LabDir(PathBuf, Reach);
-
-/// Whether a lab component reaches the lab's control plane: the flags under `<dir>/cutoff`.
-#[derive(Debug, Clone)]
-pub struct Reach {
-    cutoff: PathBuf,
-    node: Option<String>,
-}
-
-impl Reach {
-    /// True unless the API is down, or this component's node is cut off.
-    pub fn reachable(&self) -> bool {
-        !self.cutoff.join("api").exists()
-            && self.node.as_ref().is_none_or(|n| !self.cutoff.join(format!("node_{n}")).exists())
-    }
-
-    fn check(&self) -> Result<(), WriteError> {
-        if self.reachable() {
-            Ok(())
-        } else {
-            Err(WriteError::Transport("the lab's control plane is unreachable from here".into()))
-        }
-    }
-}
 
 impl LabDir {
     /// The directory `path`, seen by a component on no node (the operator, the DNS).

@@ -1,6 +1,8 @@
 //! The cluster state a source shares with its consumer, with the source's "synced" signal and
 //! the objects it had to skip as invalid.
 
+mod carry_over;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,7 +67,7 @@ impl Store for ClusterState {
     }
 
     fn reset_keeping(&mut self, mut snapshot: Snapshot, keep: &[ObjectRef]) {
-        crate::file::carry_over(self, keep, &mut snapshot);
+        carry_over::carry_over(self, keep, &mut snapshot);
         self.reset(snapshot);
     }
 }

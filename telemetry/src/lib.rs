@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+mod error;
 mod export_log;
 mod otlp;
 #[cfg(feature = "testing")]
@@ -34,6 +35,8 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
+
+pub use error::TelemetryError;
 
 /// How logs are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -53,14 +56,6 @@ pub struct LogArgs {
     /// queries traced, default 0.01).
     #[arg(long, value_enum, default_value_t)]
     pub log_format: LogFormat,
-}
-
-/// Why telemetry could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum TelemetryError {
-    /// The OTLP exporter could not be built (a bad endpoint, say).
-    #[error("OTLP exporter: {0}")]
-    Exporter(String),
 }
 
 /// The installed telemetry; flush it on exit.

@@ -19,7 +19,7 @@ use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
-use crate::TelemetryError;
+use crate::error::TelemetryError;
 
 /// The largest collector answer read (a partial-success message is a few hundred bytes).
 const ANSWER_LIMIT: usize = 4 * 1024 * 1024;

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
-use super::MigrateError;
+use super::error::MigrateError;
 
 /// Where kubeadm keeps kube-proxy's and CoreDNS's configuration.
 const KUBE_SYSTEM: &str = "kube-system";

@@ -6,7 +6,9 @@
 
 use serde_json::Value;
 
-use super::{Left, MigrateError, Values};
+use super::error::MigrateError;
+use super::left::Left;
+use super::values::Values;
 
 const SOURCE: &str = "CoreDNS";
 

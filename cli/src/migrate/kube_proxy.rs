@@ -9,7 +9,10 @@
 use serde_json::Value;
 use tideway_api::crd::{IpvsSpec, ProxyConfig, ProxyConfigSpec};
 
-use super::{Left, MigrateError, Values, leaves, parse_yaml};
+use super::error::MigrateError;
+use super::left::Left;
+use super::parse::{leaves, parse_yaml};
+use super::values::Values;
 
 const SOURCE: &str = "kube-proxy";
 

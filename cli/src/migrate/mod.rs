@@ -9,12 +9,21 @@
 
 pub(crate) mod cluster;
 pub(crate) mod corefile;
+mod error;
 pub(crate) mod kube_proxy;
+mod left;
+mod parse;
+mod values;
 
 use std::path::PathBuf;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tideway_api::crd::{IPAddressPool, L2Advertisement, load_balancer_pools};
+
+pub(crate) use error::MigrateError;
+pub(crate) use left::Left;
+pub(crate) use parse::parse_yaml;
+pub(crate) use values::Values;
 
 /// `tideway migrate`.
 #[derive(Debug, clap::Args)]
@@ -49,119 +58,6 @@ impl MigrateArgs {
     fn reads_the_cluster(&self) -> bool {
         self.from_cluster || self.kubeconfig.is_some()
     }
-}
-
-/// Why an input could not be read.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum MigrateError {
-    /// A file could not be read.
-    #[error("cannot read {0}: {1}")]
-    Read(PathBuf, std::io::Error),
-    /// An input is not what it should be.
-    #[error("{0}: {1}")]
-    Input(String, String),
-    /// No client for the cluster could be made.
-    #[error("{0}")]
-    Client(#[from] tideway_sources::kube::ClientError),
-}
-
-/// One setting not carried over.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Left {
-    /// kube-proxy, CoreDNS or MetalLB.
-    pub(crate) source: &'static str,
-    /// The field, plugin or object.
-    pub(crate) setting: String,
-    /// Its value.
-    pub(crate) value: String,
-    /// Why it is not carried, and what to do instead.
-    pub(crate) why: String,
-}
-
-impl Left {
-    /// A row for `setting` = `value`.
-    pub(crate) fn new(source: &'static str, setting: &str, value: &Value, why: &str) -> Left {
-        let value = match value {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        Left { source, setting: setting.to_string(), value, why: why.to_string() }
-    }
-}
-
-/// Chart values the inputs call for.
-#[derive(Debug, Default)]
-pub(crate) struct Values {
-    /// `proxyConfig.create`.
-    pub(crate) proxy_config_create: Option<bool>,
-    /// `agent.extraArgs`.
-    pub(crate) agent_args: Vec<String>,
-    /// `dns.*` scalar values.
-    pub(crate) dns: Map<String, Value>,
-    /// `dns.extraArgs`.
-    pub(crate) dns_args: Vec<String>,
-}
-
-impl Values {
-    /// As a values file.
-    pub(crate) fn to_value(&self) -> Value {
-        let mut out = Map::new();
-        if let Some(create) = self.proxy_config_create {
-            out.insert("proxyConfig".into(), json!({"create": create}));
-        }
-        if !self.agent_args.is_empty() {
-            out.insert("agent".into(), json!({"extraArgs": self.agent_args}));
-        }
-        let mut dns = self.dns.clone();
-        if !self.dns_args.is_empty() {
-            dns.insert("extraArgs".into(), json!(self.dns_args));
-        }
-        if !dns.is_empty() {
-            out.insert("dns".into(), Value::Object(dns));
-        }
-        Value::Object(out)
-    }
-}
-
-/// Parses one YAML (or JSON) document.
-pub(crate) fn parse_yaml(what: &str, text: &str) -> Result<Value, MigrateError> {
-    serde_saphyr::from_str(text).map_err(|e| MigrateError::Input(what.into(), format!("invalid YAML: {e}")))
-}
-
-/// True for a value that means "unset" in a Go-written configuration.
-fn is_zero(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty() || s == "0" || s == "0s",
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    }
-}
-
-/// Every set leaf of `v` with its path (`iptables.masqueradeBit`, `nodePortAddresses[0]`).
-pub(crate) fn leaves(v: &Value) -> Vec<(String, Value)> {
-    fn walk(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
-        match v {
-            Value::Object(o) => {
-                for (k, v) in o {
-                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                    walk(v, p, out);
-                }
-            }
-            Value::Array(a) => {
-                for (i, v) in a.iter().enumerate() {
-                    walk(v, format!("{path}[{i}]"), out);
-                }
-            }
-            leaf if !is_zero(leaf) => out.push((path, leaf.clone())),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(v, String::new(), &mut out);
-    out
 }
 
 /// MetalLB's objects: `LoadBalancerPool`s for its pools, rows for the rest.

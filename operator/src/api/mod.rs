@@ -7,12 +7,10 @@
 //! `PATCH proxyconfigs/{name}` changes a config's spec (the proxy mode, say): a JSON merge
 //! patch, checked against the spec the operator sees ([`patch_proxy_config`]), then written by
 //! the source's writer (a merge patch to the API server, a spec file in the lab). It needs a
-//! bearer token the [`Authorizer`] admits for verb `patch`; reads need one too (verbs `get`
-//! and `list`) unless the API listens on loopback only.
+//! bearer token the [`Authorizer`](tideway_serve::auth::Authorizer) admits for verb `patch`;
+//! reads need one too (verbs `get` and `list`) unless the API listens on loopback only.
 
 use std::collections::BTreeMap;
-
-use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -29,18 +27,20 @@ use tideway_api::crd::{
     proxy_config_status, spec_of,
 };
 use tideway_core::operator::rollout::rollout;
-use tideway_serve::auth::{Access, Authorizer, check};
+use tideway_serve::auth::{Access, check};
 use tideway_serve::openapi::{Answer, OpenApi, path_parameter};
 use tideway_serve::problem::{Problem, json_body};
 use tideway_sources::SharedCluster;
-use tideway_sources::status::{ClusterWriter, WriteError};
+use tideway_sources::status::WriteError;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod service;
+mod state;
 
 use service::service;
 pub use service::{BalancingView, EndpointView, PortSummary, ServiceSummary, ServiceView};
+pub use state::ApiState;
 
 /// One ProxyConfig and how its rollout stands, spelled as the custom resource is.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -59,19 +59,6 @@ pub struct ProxyConfigView {
     pub ties: BTreeMap<String, String>,
     /// Why the current version was rejected (the nodes keep the last valid one).
     pub invalid: Option<String>,
-}
-
-/// What the API answers from and writes through.
-#[derive(Clone)]
-pub struct ApiState {
-    /// The operator's cluster view.
-    pub cluster: SharedCluster,
-    /// Where changes go.
-    pub writer: Arc<dyn ClusterWriter>,
-    /// Who may change (and, when reads are not open, read).
-    pub auth: Arc<dyn Authorizer>,
-    /// Reads need no token (the API listens on loopback only, or it was asked for).
-    pub open_reads: bool,
 }
 
 /// A change accepted: the spec the nodes will run once the operator sees it.

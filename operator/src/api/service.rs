@@ -13,7 +13,7 @@ use serde_json::Value;
 use tideway_core::model::{Service, ServiceName};
 use tideway_serve::problem::Problem;
 
-use super::ApiState;
+use super::state::ApiState;
 
 /// One Service as the cluster sees it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

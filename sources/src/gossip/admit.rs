@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use tideway_core::cluster::ClusterState;
 
 use super::envelope::{self, Keys, Refused, Replay, Stamp};
-use super::{Member, Role};
+use super::member::{Member, Role};
 
 /// Why a datagram was not handed to the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -18,7 +18,8 @@ use foca::{AccumulatingRuntime, Foca, OwnedNotification, PostcardCodec, Timer};
 use rand::SeedableRng;
 use tideway_core::liveness::GossipTimings;
 
-use super::{Member, Role, config};
+use super::config;
+use super::member::{Member, Role};
 
 /// What to simulate.
 #[derive(Debug, Clone, Copy)]

@@ -32,11 +32,10 @@ mod lease;
 mod reach;
 pub mod review;
 mod status;
+mod sync_barrier;
+mod watch_spec;
 mod watching;
 mod writer;
-
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -44,7 +43,6 @@ use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tideway_api::crd;
-use tideway_core::cluster::ClusterState;
 use tideway_core::config::resolve_proxy_config;
 use tideway_core::model::service_watch_selector;
 use tokio::sync::watch;
@@ -62,6 +60,8 @@ pub use writer::{API_MANAGER, KubeWriter, OPERATOR_MANAGER};
 use crate::metrics::SourceMetrics;
 use crate::shared::{SharedCluster, Store};
 use crate::supervise::{Restart, supervise};
+use sync_barrier::SyncBarrier;
+use watch_spec::WatchSpec;
 use watching::watch_kind;
 
 impl From<kube::Error> for crate::status::WriteError {
@@ -125,72 +125,6 @@ pub struct KubeSource {
     bgp_secrets: Option<String>,
     /// How long the API server keeps each watch open (seconds; kube's default when None).
     watch_timeout: Option<u32>,
-}
-
-/// Marks the state synced once every kind delivered its first complete list.
-struct SyncBarrier<S = ClusterState> {
-    cluster: SharedCluster<S>,
-    pending: Arc<Mutex<BTreeSet<String>>>,
-    listed: watch::Sender<BTreeSet<String>>,
-}
-
-impl<S> Clone for SyncBarrier<S> {
-    fn clone(&self) -> Self {
-        SyncBarrier {
-            cluster: self.cluster.clone(),
-            pending: Arc::clone(&self.pending),
-            listed: self.listed.clone(),
-        }
-    }
-}
-
-impl<S: Store> SyncBarrier<S> {
-    fn new(cluster: SharedCluster<S>, kinds: &[&str]) -> Self {
-        cluster.set_unlisted(kinds.iter().map(|k| k.to_string()).collect());
-        SyncBarrier {
-            cluster,
-            pending: Arc::new(Mutex::new(kinds.iter().map(|k| k.to_string()).collect())),
-            listed: watch::channel(BTreeSet::new()).0,
-        }
-    }
-
-    fn done(&self, kind: &str) {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let removed = pending.remove(kind);
-        self.cluster.set_unlisted(pending.iter().cloned().collect());
-        if removed && pending.is_empty() {
-            tracing::info!("every watched kind is listed; the cluster state is synced");
-            self.cluster.mark_synced();
-        }
-        self.listed.send_modify(|l| {
-            l.insert(kind.to_string());
-        });
-    }
-
-    async fn wait_listed(&self, kinds: &[&str]) {
-        let mut rx = self.listed.subscribe();
-        let _ = rx.wait_for(|l| kinds.iter().all(|k| l.contains(*k))).await;
-    }
-}
-
-/// Options of one kind's watch.
-#[derive(Clone)]
-struct WatchSpec {
-    config: watcher::Config,
-    /// Bumped after every change, for watches that depend on this kind.
-    notify: Option<watch::Sender<u64>>,
-    /// Who reads the objects (what is kept of them).
-    reader: Reader,
-}
-
-impl WatchSpec {
-    fn all() -> Self {
-        WatchSpec { config: watcher::Config::default(), notify: None, reader: Reader::All }
-    }
-
-    fn with(config: watcher::Config) -> Self {
-        WatchSpec { config, ..Self::all() }
-    }
 }
 
 impl KubeSource {

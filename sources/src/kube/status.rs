@@ -47,7 +47,8 @@ impl KubeNodeStateSink {
 
     fn reached<T>(&self, result: &Result<T, kube::Error>) {
         if let Some(cluster) = &self.reach {
-            let unreachable = result.as_ref().err().is_some_and(|e| super::classify_request(e).unreachable());
+            let unreachable =
+                result.as_ref().err().is_some_and(|e| super::errors::classify_request(e).unreachable());
             cluster.set_api_reachable(!unreachable);
         }
     }

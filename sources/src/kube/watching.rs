@@ -20,7 +20,8 @@ use kube::runtime::watcher::{self, InitialListStrategy, ListSemantic, watcher};
 use super::adapter::{KindAdapter, Outcome};
 use super::errors::{ErrorLog, classify};
 use super::kinds::{Holds, Kind};
-use super::{SyncBarrier, WatchSpec};
+use super::sync_barrier::SyncBarrier;
+use super::watch_spec::WatchSpec;
 use crate::metrics::{SourceMetrics, WatchErrorLabels};
 use crate::shared::SharedCluster;
 

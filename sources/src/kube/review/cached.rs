@@ -16,7 +16,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use super::cache::TtlLru;
-use super::{Reviewer, Subject};
+use super::reviewer::{Reviewer, Subject};
 
 /// How long an admitting answer is reused.
 pub const REVIEW_TTL: Duration = Duration::from_secs(10);
