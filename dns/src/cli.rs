@@ -97,7 +97,7 @@ pub struct DnsArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// How often the settings file and the resolv.conf are checked for changes.
-    #[arg(long, default_value = "30s", value_parser = parse_interval)]
+    #[arg(long, default_value = "30s", value_parser = tideway_api::duration::parse_duration)]
     pub reload_interval: Duration,
     /// Worker threads and UDP sockets (default: one per CPU).
     #[arg(long)]
@@ -128,11 +128,6 @@ fn optional_addr(flag: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> 
         return Ok(None);
     }
     value.parse().map(Some).with_context(|| format!("--{flag}: invalid address {value:?}"))
-}
-
-/// `--reload-interval`'s value (`30s`, `1m`, `500ms`).
-fn parse_interval(value: &str) -> Result<Duration, String> {
-    tideway_api::duration::parse_duration(value).map_err(|e| e.to_string())
 }
 
 fn duration(flag: &str, value: &str) -> anyhow::Result<Duration> {
