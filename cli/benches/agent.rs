@@ -86,7 +86,7 @@ fn ms(d: Duration) -> String {
 /// `n` synthetic Services plus this node, as the agent's tracker holds them.
 fn cluster(n: usize) -> ClusterState {
     let mut c = synthetic_cluster(n, ENDPOINTS);
-    c.apply_node(mk_node(NODE, "192.168.0.10", "zone-a"));
+    c.apply(mk_node(NODE, "192.168.0.10", "zone-a"));
     c.take_changes();
     c
 }
@@ -271,7 +271,7 @@ fn maglev_sync(n: usize) {
         for name in names.iter().filter(|_| every > 0) {
             let mut svc = state.service(name).expect("service").clone();
             svc.load_balancing = Some("maglev".into());
-            state.apply_service(svc);
+            state.apply(svc);
         }
         state.take_changes();
         let program = render::lower(ProxyMode::Nftables, &compile(&state, &mk_node_context()), IpFamily::V4);
@@ -315,9 +315,7 @@ fn one_change(mode: ProxyMode, n: usize) {
         let mut samples = Vec::new();
         for i in 0..CHANGES {
             let t = Instant::now();
-            shared.update(|c| {
-                c.apply_endpoint_slice(synthetic_slice(n / 2, ENDPOINTS, (i % 2 == 0).then_some(3)))
-            });
+            shared.update(|c| c.apply(synthetic_slice(n / 2, ENDPOINTS, (i % 2 == 0).then_some(3))));
             rt.block_on(agent.sync(false)).expect("sync");
             samples.push(t.elapsed());
         }
@@ -379,10 +377,10 @@ fn connection_rate(mode: ProxyMode, n: usize) -> f64 {
         }
     });
     let mut state = cluster(n.saturating_sub(1));
-    state.apply_service(
+    state.apply(
         mk_service("zz-bench", "target").cluster_ip("10.97.255.1").port("http", Protocol::Tcp, 80).build(),
     );
-    state.apply_endpoint_slice(
+    state.apply(
         mk_slice("zz-bench", "target").port("http", Protocol::Tcp, 8080).ready("10.244.1.2", NODE).build(),
     );
     state.take_changes();

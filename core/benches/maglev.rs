@@ -98,7 +98,7 @@ fn cluster(maglev_every: usize) -> ClusterState {
         for (i, name) in names.iter().enumerate().filter(|(i, _)| i % maglev_every == 0) {
             let mut s = c.service(name).expect("service").clone();
             s.load_balancing = Some("maglev".into());
-            c.apply_service(s);
+            c.apply(s);
             let _ = i;
         }
         c.take_changes();
@@ -131,7 +131,7 @@ fn one_change(c: &ClusterState) {
     let mut ops = 0;
     for round in 0..200usize {
         let mut next = c.clone();
-        next.apply_endpoint_slice(synthetic_slice(0, 10, Some(round % 10)));
+        next.apply(synthetic_slice(0, 10, Some(round % 10)));
         let changed_services: Vec<_> = next.take_changes().services.into_iter().collect();
         let mut ruleset = before.clone();
         let mut state = ProgramState::new(&program);

@@ -163,10 +163,10 @@ fn announce(c: &mut Criterion) {
 fn lb_cluster() -> ClusterState {
     let mut state = ClusterState::new();
     for n in 0..NODES {
-        state.apply_node(mk_node(&format!("node-{n:03}"), "192.168.0.10", &format!("z{}", n % 4)));
+        state.apply(mk_node(&format!("node-{n:03}"), "192.168.0.10", &format!("z{}", n % 4)));
     }
     let pool = Pool::new("pool", &["10.16.0.0/16"]);
-    state.apply_pool(LoadBalancerPool {
+    state.apply(LoadBalancerPool {
         pool,
         l2: L2Settings::default(),
         generation: 1,
@@ -179,8 +179,8 @@ fn lb_cluster() -> ClusterState {
         if i % 2 == 1 {
             b = b.etp_local();
         }
-        state.apply_service(b.build());
-        state.apply_endpoint_slice(slice_of(i, 0));
+        state.apply(b.build());
+        state.apply(slice_of(i, 0));
     }
     state
 }
@@ -213,7 +213,7 @@ fn reconcile(c: &mut Criterion) {
     g.bench_function("one_endpoint_change", |b| {
         b.iter(|| {
             flip = !flip;
-            state.apply_endpoint_slice(slice_of(4_321, usize::from(flip)));
+            state.apply(slice_of(4_321, usize::from(flip)));
             let changes = state.take_changes();
             black_box(rec.reconcile(&state, &changes, &none).len())
         })

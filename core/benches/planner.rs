@@ -54,7 +54,7 @@ fn one_change(c: &mut Criterion) {
             b.iter(|| {
                 // Swap one endpoint of one Service back and forth: event -> plan -> diff -> text.
                 flip = !flip;
-                cluster.apply_endpoint_slice(synthetic_slice(4242, ENDPOINTS, flip.then_some(3)));
+                cluster.apply(synthetic_slice(4242, ENDPOINTS, flip.then_some(3)));
                 let changes = cluster.take_changes();
                 let changed = ruleset.update(&cluster, &changes.services);
                 let cs = render::update(mode, &ruleset, &mut state, &changed).expect("the base is unchanged");

@@ -134,19 +134,15 @@ mod tests {
     #[test]
     fn flows_to_gone_or_missing_endpoints_are_stale() {
         let mut c = ClusterState::new();
-        c.apply_service(
+        c.apply(
             mk_service("ns", "dns")
                 .cluster_ip("10.96.0.53")
                 .port("dns", Protocol::Udp, 53)
                 .node_port(30053)
                 .build(),
         );
-        c.apply_service(
-            mk_service("ns", "web").cluster_ip("10.96.0.80").port("http", Protocol::Tcp, 80).build(),
-        );
-        c.apply_endpoint_slice(
-            mk_slice("ns", "dns").port("dns", Protocol::Udp, 5353).ready("10.244.2.5", "node-b").build(),
-        );
+        c.apply(mk_service("ns", "web").cluster_ip("10.96.0.80").port("http", Protocol::Tcp, 80).build());
+        c.apply(mk_slice("ns", "dns").port("dns", Protocol::Udp, 5353).ready("10.244.2.5", "node-b").build());
         let rs = compile(&c, &mk_node_context());
         let flows = [
             flow("10.96.0.53", 53, "10.244.2.5", 5353), // live endpoint
@@ -163,7 +159,7 @@ mod tests {
     #[test]
     fn flows_name_the_service_ports_they_use() {
         let mut c = ClusterState::new();
-        c.apply_service(
+        c.apply(
             mk_service("ns", "web")
                 .cluster_ip("10.96.0.80")
                 .port("http", Protocol::Tcp, 80)
@@ -171,9 +167,7 @@ mod tests {
                 .port("dns", Protocol::Udp, 53)
                 .build(),
         );
-        c.apply_service(
-            mk_service("ns", "idle").cluster_ip("10.96.0.81").port("http", Protocol::Tcp, 80).build(),
-        );
+        c.apply(mk_service("ns", "idle").cluster_ip("10.96.0.81").port("http", Protocol::Tcp, 80).build());
         let rs = compile(&c, &mk_node_context());
         let http = rs.services.keys().find(|k| k.1.service.name == "web" && k.1.protocol == Protocol::Tcp);
         let http = http.expect("web's TCP port").clone();
@@ -197,7 +191,7 @@ mod tests {
     fn ports_first_are_those_in_use_unless_they_are_many() {
         let mut c = ClusterState::new();
         for (name, ip) in [("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3"), ("d", "10.96.0.4")] {
-            c.apply_service(mk_service("ns", name).cluster_ip(ip).port("http", Protocol::Tcp, 80).build());
+            c.apply(mk_service("ns", name).cluster_ip(ip).port("http", Protocol::Tcp, 80).build());
         }
         let rs = compile(&c, &mk_node_context());
         let a = rs.services.keys().find(|k| k.1.service.name == "a").expect("a's port").clone();

@@ -295,13 +295,13 @@ pub fn synthetic_cluster(services: usize, endpoints: usize) -> crate::cluster::C
     let mut c = crate::cluster::ClusterState::new();
     for i in 0..services {
         let (ns, name) = (format!("ns-{}", i / 100), format!("svc-{}", i % 100));
-        c.apply_service(
+        c.apply(
             mk_service(&ns, &name)
                 .cluster_ip(&format!("10.{}.{}.{}", 96 + i / 62500, i / 250 % 250, i % 250 + 1))
                 .port("http", Protocol::Tcp, 80)
                 .build(),
         );
-        c.apply_endpoint_slice(synthetic_slice(i, endpoints, None));
+        c.apply(synthetic_slice(i, endpoints, None));
     }
     c.take_changes();
     c

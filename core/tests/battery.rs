@@ -15,7 +15,7 @@ const TCP: Protocol = Protocol::Tcp;
 fn cluster() -> ClusterState {
     let mut c = ClusterState::new();
     let mut svc = |s: tideway_core::model::Service| {
-        c.apply_service(s);
+        c.apply(s);
     };
     svc(mk_service("ns1", "web").cluster_ip("10.96.0.10").port("http", TCP, 80).build());
     svc(mk_service("ns1", "empty").cluster_ip("10.96.0.11").port("http", TCP, 80).build());
@@ -85,7 +85,7 @@ fn cluster() -> ClusterState {
         .build());
 
     let mut slice = |s: tideway_core::model::EndpointSlice| {
-        c.apply_endpoint_slice(s);
+        c.apply(s);
     };
     let p = |svc: &str| mk_slice("ns1", svc).port("http", TCP, 8080);
     slice(p("web").ready("10.244.1.5", "node-a").ready("10.244.2.5", "node-b").build());

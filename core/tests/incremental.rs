@@ -157,7 +157,7 @@ fn one_endpoint_change_is_a_handful_of_operations() {
     let node = mk_node_context();
     let mut c = ClusterState::new();
     for i in 0..50u32 {
-        c.apply_service(
+        c.apply(
             mk_service("ns", &format!("s{i}"))
                 .cluster_ip(&format!("10.96.1.{i}"))
                 .port("http", Protocol::Tcp, 80)
@@ -167,7 +167,7 @@ fn one_endpoint_change_is_a_handful_of_operations() {
         for j in 0..10 {
             s = s.ready(&format!("10.244.{i}.{j}"), "node-b");
         }
-        c.apply_endpoint_slice(s.build());
+        c.apply(s.build());
     }
     c.take_changes();
     let mut rs = compile(&c, &node);
@@ -177,7 +177,7 @@ fn one_endpoint_change_is_a_handful_of_operations() {
     for j in 0..10 {
         s = s.ready(&format!("10.244.7.{}", if j == 3 { 99 } else { j }), "node-b");
     }
-    c.apply_endpoint_slice(s.build());
+    c.apply(s.build());
     let changed = rs.update(&c, &c.clone().take_changes().services);
     assert_eq!(changed.len(), 1);
     for (mode, old) in ProxyMode::ALL.iter().zip(olds) {

@@ -18,8 +18,8 @@ const TCP: Protocol = Protocol::Tcp;
 
 fn cluster(endpoints: usize, algorithm: &str) -> ClusterState {
     let mut c = ClusterState::default();
-    c.apply_node(mk_node("node-a", NODE_A, "zone-a"));
-    c.apply_service(
+    c.apply(mk_node("node-a", NODE_A, "zone-a"));
+    c.apply(
         mk_service("ns1", "web")
             .cluster_ip("10.96.0.10")
             .port("http", TCP, 80)
@@ -31,7 +31,7 @@ fn cluster(endpoints: usize, algorithm: &str) -> ClusterState {
         s = s
             .ready(&format!("10.244.{}.{}", 1 + i % 2, 10 + i), if i % 2 == 0 { "node-a" } else { "node-b" });
     }
-    c.apply_endpoint_slice(s.build());
+    c.apply(s.build());
     c
 }
 
@@ -93,7 +93,7 @@ fn an_endpoint_change_rewrites_only_the_buckets_maglev_moves() {
         s = s
             .ready(&format!("10.244.{}.{}", 1 + i % 2, 10 + i), if i % 2 == 0 { "node-a" } else { "node-b" });
     }
-    after.apply_endpoint_slice(s.build());
+    after.apply(s.build());
     let node = mk_node_context();
     let lower = |c: &ClusterState| render::lower(ProxyMode::Nftables, &compile(c, &node), IpFamily::V4);
     let change = diff(&lower(&before), &lower(&after));
@@ -130,7 +130,7 @@ fn with_client_ip_affinity_a_client_is_hashed_by_its_address_alone() {
     let mut c = cluster(6, "maglev");
     let mut svc = c.service(&tideway_core::model::ServiceName::new("ns1", "web")).cloned().expect("web");
     svc.session_affinity = mk_service("ns1", "web").affinity(600).build().session_affinity;
-    c.apply_service(svc);
+    c.apply(svc);
     let ruleset = compile(&c, &mk_node_context());
     let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
     let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
@@ -162,7 +162,7 @@ fn when_every_endpoint_terminates_the_table_holds_those_still_serving() {
         .endpoint("10.244.2.11", "node-b", false, true, true)
         .endpoint("10.244.2.12", "node-b", false, false, true)
         .build();
-    c.apply_endpoint_slice(slice);
+    c.apply(slice);
     let ruleset = compile(&c, &mk_node_context());
     let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
     let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
@@ -188,7 +188,7 @@ fn behind_affinity_an_endpoint_change_rewrites_the_services_table_in_place() {
         let name = tideway_core::model::ServiceName::new("ns1", "web");
         let mut svc = c.service(&name).cloned().expect("web");
         svc.session_affinity = mk_service("ns1", "web").affinity(600).build().session_affinity;
-        c.apply_service(svc);
+        c.apply(svc);
     };
     let mut before = cluster(4, "maglev");
     sticky(&mut before);

@@ -29,7 +29,7 @@ const RECORDED: &[(usize, ProxyMode, usize, u64)] = &[
 fn a_large_cluster_renders_the_recorded_rules() {
     let services = if cfg!(debug_assertions) { 10_000 } else { 100_000 };
     let mut cluster = synthetic_cluster(services, 10);
-    cluster.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
+    cluster.apply(mk_node("node-a", "192.168.0.10", "zone-a"));
     let ruleset = compile(&cluster, &mk_node_context());
     let mut differ = Vec::new();
     for &(n, mode, bytes, hash) in RECORDED.iter().filter(|r| r.0 == services) {

@@ -91,7 +91,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(1500));
         let moved = Instant::now();
         for c in &clusters {
-            c.update(|s| s.apply_endpoint_slice(slice_on(NODES[to].0)));
+            c.update(|s| s.apply(slice_on(NODES[to].0)));
         }
         let deadline = moved + Duration::from_secs(10);
         while bed.router.next_hops(VIP) != only(to) {

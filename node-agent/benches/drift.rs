@@ -51,7 +51,7 @@ impl Planned {
 
     fn in_mode(mode: ProxyMode, services: usize) -> Planned {
         let mut c = synthetic_cluster(services, 10);
-        c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
+        c.apply(mk_node("node-a", "192.168.0.10", "zone-a"));
         c.take_changes();
         let ruleset = compile(&c, &mk_node_context());
         let programs = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));

@@ -157,9 +157,8 @@ async fn questions_are_answered_while_the_sync_loop_is_blocked() {
         let _ = released.recv_timeout(Duration::from_secs(30));
     });
     is_locked.recv().expect("the kernel held");
-    cluster.update(|s| {
-        s.apply_service(mk_service("demo", "api").cluster_ip("10.96.0.2").port("http", Tcp, 80).build())
-    });
+    cluster
+        .update(|s| s.apply(mk_service("demo", "api").cluster_ip("10.96.0.2").port("http", Tcp, 80).build()));
     // Past the minimum sync period: the next sync is blocked in the kernel.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let within = Duration::from_secs(2);
@@ -182,7 +181,7 @@ async fn questions_are_answered_while_the_sync_loop_is_blocked() {
     }
     assert!(text.contains("10.96.0.2"), "the new plan once programmed: {text}");
     // Later syncs change their own copy of the plan, never the one answered from.
-    cluster.update(|s| s.delete_service(&tideway_core::model::ServiceName::new("demo", "api")));
+    cluster.update(|s| s.delete::<tideway_core::model::Service>("demo", "api"));
     for _ in 0..200 {
         text = call(&router, "GET", "/api/v1/ruleset", "").await.2;
         if !text.contains("10.96.0.2") {

@@ -152,9 +152,7 @@ async fn frr_is_given_the_nodes_decision_when_it_changes_and_only_then() {
 
     // The Local Service's last endpoint on node-a leaves: its address is withdrawn here.
     cluster.update(|s| {
-        s.apply_endpoint_slice(
-            mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.2.6", "node-b").build(),
-        )
+        s.apply(mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.2.6", "node-b").build())
     });
     r.agent.sync(false).await.expect("sync");
     assert_eq!(r.frr.count(), 2);
@@ -166,7 +164,7 @@ async fn frr_is_given_the_nodes_decision_when_it_changes_and_only_then() {
         communities: vec![CommunityRef::Value(Community::Standard(64512, 7))],
         ..BgpAdvertisement::new("all")
     };
-    cluster.update(|s| s.apply_bgp(BgpObject::tideway("all", BgpSpec::Advertisement(with_community))));
+    cluster.update(|s| s.apply(BgpObject::tideway("all", BgpSpec::Advertisement(with_community))));
     assert!(cluster.lock().changes().bgp);
     r.agent.sync(false).await.expect("sync");
     assert_eq!(r.frr.count(), 3);
@@ -183,7 +181,7 @@ async fn a_node_no_peer_selects_leaves_frr_alone_until_one_does() {
     assert_eq!(r.frr.count(), 0, "FRR may not run on a node that peers with nobody");
     let status = r.status.read().unwrap().bgp.clone().expect("BGP status");
     assert!(status.sessions.is_empty() && status.last_error.is_none(), "{status:?}");
-    cluster.update(|s| s.apply_bgp(peer));
+    cluster.update(|s| s.apply(peer));
     r.agent.sync(false).await.expect("sync");
     assert_eq!(r.frr.count(), 1);
     assert!(r.frr.last().contains("neighbor 172.30.0.1 remote-as 64513"), "{}", r.frr.last());
@@ -220,7 +218,7 @@ async fn a_peer_with_an_unread_password_secret_is_left_out_and_named() {
         password_secret: Some("bgp-auth".into()),
         ..BgpPeer::new("tor", 64512, 64513, ip("172.30.0.1"))
     };
-    cluster.update(|s| s.apply_bgp(BgpObject::tideway("tor", BgpSpec::Peer(secret))));
+    cluster.update(|s| s.apply(BgpObject::tideway("tor", BgpSpec::Peer(secret))));
     let mut r = rig(&cluster);
     r.agent.sync(false).await.expect("sync");
     assert!(!r.frr.last().contains("neighbor 172.30.0.1"), "{}", r.frr.last());
@@ -249,9 +247,7 @@ async fn sessions_read_back_from_frr_reach_the_status_metrics_and_report() {
 
     // A new decision (an endpoint leaves) keeps the session's state as last read.
     cluster.update(|s| {
-        s.apply_endpoint_slice(
-            mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.2.6", "node-b").build(),
-        )
+        s.apply(mk_slice("demo", "api").port("http", Tcp, 8080).ready("10.244.2.6", "node-b").build())
     });
     r.agent.sync(false).await.expect("sync");
     assert!(r.status.read().unwrap().bgp.as_ref().unwrap().sessions[0].established);

@@ -98,7 +98,7 @@ async fn agents_program_real_frr_and_the_routers_routes_follow_the_endpoints() {
     .unwrap_or_else(|e| panic!("the router's routes: {e}\n{}", bed.logs()));
 
     // The Local Service's endpoint moves to node-b: node-a withdraws, node-b advertises.
-    cluster.update(|s| s.apply_endpoint_slice(api_slice("node-b")));
+    cluster.update(|s| s.apply(api_slice("node-b")));
     a.sync(false).await.expect("node-a syncs");
     b.sync(false).await.expect("node-b syncs");
     eventually(Duration::from_secs(10), || {

@@ -399,7 +399,7 @@ mod drift {
     fn large_maps_read_by_key_find_replaced_and_missing_elements() {
         require_root("reading nftables back over netlink");
         let mut c = tideway_core::testing::synthetic_cluster(600, 10);
-        c.apply_node(mk_node("node-a", "192.168.0.10", "zone-a"));
+        c.apply(mk_node("node-a", "192.168.0.10", "zone-a"));
         let p = Wanted::of(compile(&c, &mk_node_context()));
         let ns = Netns::create(&format!("twdr-l-{}", std::process::id()));
         let mut dp = applied(&ns, &p);

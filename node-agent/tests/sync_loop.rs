@@ -167,14 +167,14 @@ async fn the_first_sync_is_full_and_cleans_what_other_modes_left() {
 #[tokio::test]
 async fn a_service_change_is_partial_and_a_node_change_is_full() {
     let (mut rig, kernel) = synced(Nftables).await;
-    rig.cluster.update(|s| s.apply_service(web(2)));
+    rig.cluster.update(|s| s.apply(web(2)));
     rig.agent.sync(false).await.unwrap();
     assert_eq!(kernel.take_calls(), [Apply { mode: Nftables, full: false }]);
     rig.assert_kernel_is_desired(Nftables).await;
     // A node label change can change every rule (topology): full.
     let mut node = mk_node("node-a", "192.168.0.10", "zone-b");
     node.labels.insert("extra".into(), "1".into());
-    rig.cluster.update(|s| s.apply_node(node));
+    rig.cluster.update(|s| s.apply(node));
     rig.agent.sync(false).await.unwrap();
     assert_eq!(kernel.take_calls(), [Apply { mode: Nftables, full: true }]);
     rig.assert_kernel_is_desired(Nftables).await;
@@ -185,7 +185,7 @@ async fn a_failed_apply_keeps_the_last_rules_reports_and_the_next_success_clears
     let (mut rig, kernel) = synced(Iptables).await;
     let before = kernel.lock().state[&Iptables].clone();
     kernel.lock().fail_apply = Some("injected failure".into());
-    rig.cluster.update(|s| s.apply_service(web(2)));
+    rig.cluster.update(|s| s.apply(web(2)));
     let err = rig.agent.sync(false).await.unwrap_err();
     assert!(err.to_string().contains("injected failure"), "{err}");
     assert_eq!(kernel.lock().state[&Iptables], before, "the previous ruleset stays");
@@ -215,12 +215,12 @@ fn web_at(n: u16, version: u64) -> tideway_core::model::Service {
 async fn the_programmed_version_moves_with_successful_syncs_only() {
     let (mut rig, kernel) = synced(Iptables).await;
     assert_eq!(rig.status().programmed_version, None, "no Service had a version");
-    rig.cluster.update(|s| s.apply_service(web_at(1, 10)) && s.apply_service(web_at(2, 12)));
+    rig.cluster.update(|s| s.apply(web_at(1, 10)) && s.apply(web_at(2, 12)));
     rig.agent.sync(false).await.unwrap();
     assert_eq!(rig.status().programmed_version, Some(12));
     // A failed sync programs nothing: the version stays.
     kernel.lock().fail_apply = Some("injected failure".into());
-    rig.cluster.update(|s| s.apply_service(web_at(3, 15)));
+    rig.cluster.update(|s| s.apply(web_at(3, 15)));
     rig.agent.sync(false).await.unwrap_err();
     assert_eq!(rig.status().programmed_version, Some(12));
     assert_eq!(tideway_node_agent::report::node_state(&rig.status()).programmed_version, Some(12));
@@ -228,7 +228,7 @@ async fn the_programmed_version_moves_with_successful_syncs_only() {
     rig.agent.sync(false).await.unwrap();
     assert_eq!(rig.status().programmed_version, Some(15));
     // A deletion leaves the version where it was.
-    rig.cluster.update(|s| s.delete_service(&web(2).name));
+    rig.cluster.update(|s| s.delete::<tideway_core::model::Service>("demo", &web(2).name.name));
     rig.agent.sync(false).await.unwrap();
     assert_eq!(rig.status().programmed_version, Some(15));
 }
@@ -236,7 +236,7 @@ async fn the_programmed_version_moves_with_successful_syncs_only() {
 #[tokio::test]
 async fn a_mode_switch_programs_and_verifies_the_new_mode_before_removing_the_old() {
     let (mut rig, kernel) = synced(Nftables).await;
-    rig.cluster.update(|s| s.apply_proxy_config(config(Iptables, Duration::ZERO)));
+    rig.cluster.update(|s| s.apply(config(Iptables, Duration::ZERO)));
     rig.agent.sync(false).await.unwrap();
     let calls = kernel.take_calls();
     let at = |c: Call| calls.iter().position(|x| *x == c).unwrap_or_else(|| panic!("no {c:?} in {calls:?}"));
@@ -271,7 +271,7 @@ async fn a_burst_of_changes_waits_for_min_sync_period_and_failures_retry_with_ba
     assert_eq!(applies(&kernel.take_calls()), 1, "the first sync at once");
     // Ten changes within 100 ms: one more sync, a second after the first.
     for n in 2..12 {
-        cluster.update(|s| s.apply_service(web(n)));
+        cluster.update(|s| s.apply(web(n)));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -280,7 +280,7 @@ async fn a_burst_of_changes_waits_for_min_sync_period_and_failures_retry_with_ba
     assert_eq!(kernel.take_calls(), [Apply { mode: Iptables, full: false }], "one sync for the burst");
     // A failing tool: retried after 0.5 s, 1 s, 2 s (each at least minSyncPeriod apart).
     kernel.lock().fail_apply = Some("injected failure".into());
-    cluster.update(|s| s.apply_service(web(20)));
+    cluster.update(|s| s.apply(web(20)));
     let mut attempts = Vec::new();
     let start = tokio::time::Instant::now();
     for _ in 0..60 {
@@ -307,7 +307,7 @@ async fn a_restart_over_programmed_rules_replaces_them_in_one_step() {
     kernel.take_calls();
     // A new agent (after a restart) over the same kernel and a changed cluster.
     let cluster = cluster(Nftables, Duration::ZERO);
-    cluster.update(|s| s.apply_service(web(2)));
+    cluster.update(|s| s.apply(web(2)));
     let mut second = Rig::new(cluster, kernel.clone());
     second.agent.sync(false).await.unwrap();
     let calls = kernel.take_calls();
@@ -323,7 +323,7 @@ async fn network_programming_latency_runs_from_the_slice_change_to_the_kernel() 
     let (mut rig, kernel) = synced(Nftables).await;
     let mut slice = mk_slice("demo", "web1").port("http", Tcp, 8080).ready("10.244.1.77", "node-a").build();
     slice.trigger_time = Some(std::time::SystemTime::now());
-    rig.cluster.update(|s| s.apply_endpoint_slice(slice));
+    rig.cluster.update(|s| s.apply(slice));
     // A change from before the agent started would not be measured; this one is after.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     kernel.lock().fail_apply = Some("injected failure".into());
@@ -370,7 +370,7 @@ async fn an_invalid_proxy_config_keeps_the_last_valid_one_and_is_reported() {
         assert_eq!(adapter.handle(Event::Apply(bad)), Outcome::Invalid, "{bad_name:?}");
         // The Services keep working under the last valid config: a new one is programmed.
         let n = u16::try_from(n).unwrap() + 2;
-        rig.cluster.update(|s| s.apply_service(web(n)));
+        rig.cluster.update(|s| s.apply(web(n)));
         rig.agent.sync(false).await.expect("syncs with the last valid config");
         assert_eq!(kernel.take_calls(), [Apply { mode: Iptables, full: false }], "{bad_name:?}");
         rig.assert_kernel_is_desired(Iptables).await;
@@ -390,7 +390,7 @@ async fn a_first_start_with_only_an_invalid_proxy_config_runs_the_defaults() {
     use kube::runtime::watcher::Event;
     use tideway_sources::kube::KindAdapter;
     let cluster = cluster(Iptables, Duration::ZERO);
-    cluster.update(|s| s.delete_proxy_config("default"));
+    cluster.update(|s| s.delete::<ProxyConfig>("", "default"));
     let mut adapter = KindAdapter::<tideway_api::crd::ProxyConfig>::new(cluster.clone());
     adapter.handle(Event::Init);
     let bad = refused_configs("default").remove(0);
@@ -436,10 +436,10 @@ async fn the_autoscalers_removal_taint_fails_healthz() {
         }
         node
     };
-    rig.cluster.update(|s| s.apply_node(node(true)));
+    rig.cluster.update(|s| s.apply(node(true)));
     rig.agent.sync(false).await.expect("sync");
     assert_eq!(healthz(&rig).await, (503, false.into()), "tainted for removal");
-    rig.cluster.update(|s| s.apply_node(node(false)));
+    rig.cluster.update(|s| s.apply(node(false)));
     rig.agent.sync(false).await.expect("sync");
     assert_eq!(healthz(&rig).await, (200, true.into()), "the taint removed");
 }
@@ -463,7 +463,7 @@ async fn readyz(rig: &Rig) -> (u16, String) {
 #[tokio::test]
 async fn an_agent_without_its_node_says_so_in_its_status_and_readyz() {
     let cluster = cluster(Nftables, Duration::ZERO);
-    cluster.update(|s| s.delete_node("node-a"));
+    cluster.update(|s| s.delete::<tideway_core::model::Node>("", "node-a"));
     let kernel = SharedKernel::default();
     let mut rig = Rig::new(cluster, kernel.clone());
     assert!(rig.agent.sync(false).await.is_err());
@@ -472,7 +472,7 @@ async fn an_agent_without_its_node_says_so_in_its_status_and_readyz() {
     let (code, body) = readyz(&rig).await;
     assert_eq!(code, 503);
     assert!(body.contains("waiting for Node \"node-a\""), "{body}");
-    rig.cluster.update(|s| s.apply_node(mk_node("node-a", "192.168.0.10", "zone-a")));
+    rig.cluster.update(|s| s.apply(mk_node("node-a", "192.168.0.10", "zone-a")));
     rig.agent.sync(false).await.expect("syncs once the Node is there");
     assert_eq!(rig.status().waiting_for, Vec::<String>::new());
     assert_eq!(readyz(&rig).await, (200, "ok\n".into()));
@@ -519,13 +519,13 @@ async fn an_uninstalls_cleanup_empties_the_kernel_and_nothing_is_programmed_afte
     let mut ask = ProxyConfig::every_node("tideway-cleanup", 1, ProxySettings::default());
     ask.node_selector.match_labels.insert("tideway.io/cleanup".into(), "42".into());
     ask.cleanup = Some("42".into());
-    cluster.update(|s| s.apply_proxy_config(ask));
+    cluster.update(|s| s.apply(ask));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(kernel.lock().state.is_empty(), "{:?}", kernel.lock().state.keys());
     let s = status.read().unwrap().clone();
     assert_eq!((s.cleaned_up.as_deref(), s.rules, s.last_error), (Some("42"), 0, None));
     kernel.take_calls();
-    cluster.update(|s| s.apply_service(web(2)));
+    cluster.update(|s| s.apply(web(2)));
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(kernel.take_calls(), [], "nothing programmed or checked after the clean-up");
     let _ = stop.send(());
@@ -552,12 +552,7 @@ fn with_udp(cluster: &SharedCluster) {
         .health_check_node_port(32000)
         .build();
     let lb_slice = mk_slice("demo", "lb").port("http", Tcp, 8080).ready("10.244.1.8", "node-a").build();
-    cluster.update(|s| {
-        s.apply_service(dns)
-            && s.apply_endpoint_slice(slice)
-            && s.apply_service(lb)
-            && s.apply_endpoint_slice(lb_slice)
-    });
+    cluster.update(|s| s.apply(dns) && s.apply(slice) && s.apply(lb) && s.apply(lb_slice));
 }
 
 /// A client's UDP flow to the DNS Service, answered by `endpoint`.
@@ -606,7 +601,7 @@ async fn udp_flows_of_endpoints_gone_are_cleaned_and_health_checks_follow_local_
 
     // The endpoint on node-a goes: its flow is cleaned, node-b's stays.
     let slice = mk_slice("kube-system", "dns").port("dns", Udp, 5353).ready("10.244.2.7", "node-b").build();
-    rig.cluster.update(|s| s.apply_endpoint_slice(slice));
+    rig.cluster.update(|s| s.apply(slice));
     rig.agent.sync(false).await.unwrap();
     assert_eq!(kernel.take_calls().last(), Some(&Apply { mode: Nftables, full: false }));
     assert_eq!(effects.lock().deleted, [to_gone, to_a]);
@@ -615,7 +610,7 @@ async fn udp_flows_of_endpoints_gone_are_cleaned_and_health_checks_follow_local_
 
     // The Local Service loses its local endpoint: the check answers with none.
     let lb_slice = mk_slice("demo", "lb").port("http", Tcp, 8080).ready("10.244.2.8", "node-b").build();
-    rig.cluster.update(|s| s.apply_endpoint_slice(lb_slice));
+    rig.cluster.update(|s| s.apply(lb_slice));
     rig.agent.sync(false).await.unwrap();
     assert_eq!(effects.lock().health_checks.get(&32000).map(|c| c.1), Some(0));
     assert_eq!(effects.lock().deleted.len(), 2, "nothing else was stale");

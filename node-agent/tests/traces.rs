@@ -53,9 +53,8 @@ async fn each_sync_is_a_span_with_its_steps() {
     let mut agent = agent(&cluster, "node-a");
     agent.sync(false).await.expect("first sync");
     // One more Service: an incremental sync.
-    cluster.update(|s| {
-        s.apply_service(mk_service("demo", "api").cluster_ip("10.96.0.2").port("http", Tcp, 80).build())
-    });
+    cluster
+        .update(|s| s.apply(mk_service("demo", "api").cluster_ip("10.96.0.2").port("http", Tcp, 80).build()));
     agent.sync(false).await.expect("second sync");
 
     let spans = capture.spans();

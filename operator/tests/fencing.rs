@@ -106,7 +106,7 @@ async fn a_follower_keeps_no_changes_under_churn() {
             .ready(&format!("10.1.{}.{}", i / 250 % 250, i % 250), "node-a")
             .build();
         slice.trigger_time = Some(std::time::UNIX_EPOCH + Duration::from_secs(i as u64));
-        cluster.update(|s| s.apply_endpoint_slice(slice));
+        cluster.update(|s| s.apply(slice));
         tokio::time::sleep(Duration::from_millis(10)).await;
         let state = cluster.lock();
         most = most.max(state.changes().trigger_times.len() + state.changes().services.len());

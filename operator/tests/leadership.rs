@@ -36,7 +36,7 @@ fn one_load_balancer() -> SharedCluster {
             ],
             ..Default::default()
         });
-        s.apply_pool(LoadBalancerPool {
+        s.apply(LoadBalancerPool {
             pool: Pool::new("default", &["172.18.255.200/29"]),
             l2: L2Settings::default(),
             generation: 1,
@@ -87,7 +87,7 @@ async fn only_the_leader_writes_and_failed_writes_are_retried() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = writer.written().len();
     cluster.update(|s| {
-        s.apply_service(
+        s.apply(
             mk_service("demo", "api")
                 .cluster_ip("10.96.0.11")
                 .port("http", Protocol::Tcp, 80)

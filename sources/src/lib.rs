@@ -31,7 +31,7 @@ pub mod status;
 pub mod supervise;
 
 pub use file::FileSource;
-pub use shared::{InvalidObjects, ObjectKey, SharedCluster, Store};
+pub use shared::{InvalidObjects, ObjectKey, SharedCluster, Store, kept_by};
 pub use spec::{SourceSpec, SpecError};
 
 /// Where a component's objects come from. A source writes into the [`SharedCluster`], marks it

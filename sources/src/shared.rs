@@ -3,6 +3,8 @@
 
 mod carry_over;
 
+pub use carry_over::kept_by;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,9 +68,8 @@ impl Store for ClusterState {
         ClusterState::has_changes(self)
     }
 
-    fn reset_keeping(&mut self, mut snapshot: Snapshot, keep: &[ObjectRef]) {
-        carry_over::carry_over(self, keep, &mut snapshot);
-        self.reset(snapshot);
+    fn reset_keeping(&mut self, snapshot: Snapshot, keep: &[ObjectRef]) {
+        ClusterState::reset_keeping(self, snapshot, &kept_by(keep));
     }
 }
 

@@ -68,7 +68,7 @@ fn cluster() -> SharedCluster {
     let cluster = SharedCluster::new();
     cluster.update(|s| {
         for (name, ip) in NODES {
-            s.apply_node(mk_node(name, ip, "z1"));
+            s.apply(mk_node(name, ip, "z1"));
         }
     });
     cluster.mark_synced();
@@ -241,7 +241,7 @@ async fn an_agent_knowing_only_its_own_node_hears_the_others() {
     let (_cluster, port, view) = operator_and_node_a().await;
     let (a, b) = (NODES[0], NODES[1]);
     let own = SharedCluster::new();
-    own.update(|s| s.apply_node(mk_node(b.0, b.1, "z1")));
+    own.update(|s| s.apply(mk_node(b.0, b.1, "z1")));
     own.mark_synced();
     let refusals = Arc::new(Refusals::default());
     let b_view = start(join(b.1, port, b.0, Role::Agent, refusals.clone()), own).await.expect("binds");

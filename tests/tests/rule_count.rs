@@ -28,13 +28,13 @@ fn generate(services: usize, endpoints: usize, lb: bool) -> ClusterState {
                 .source_range("1.2.3.4/28");
         }
         let svc: Service = b.build();
-        c.apply_service(svc);
+        c.apply(svc);
         let mut s = mk_slice("namespace", &name).name(&name).port("8080", Protocol::Tcp, 8080);
         for j in 0..endpoints {
             s = s.ready(&format!("172.16.{}.{}", j / 250, j % 250 + 1), &format!("node-{j}"));
         }
         let slice: EndpointSlice = s.build();
-        c.apply_endpoint_slice(slice);
+        c.apply(slice);
     }
     c
 }

@@ -167,14 +167,14 @@ fn flows() -> [Flow; 2] {
 /// The cluster: `n - 1` synthetic Services and the probed one, a TCP and a UDP port on the pod.
 fn probed_cluster(n: usize) -> ClusterState {
     let mut state = cluster(n.saturating_sub(1));
-    state.apply_service(
+    state.apply(
         mk_service("zz-bench", "probe")
             .cluster_ip(VIP)
             .port("tcp", Protocol::Tcp, TCP_PORT)
             .port("udp", Protocol::Udp, UDP_PORT)
             .build(),
     );
-    state.apply_endpoint_slice(
+    state.apply(
         mk_slice("zz-bench", "probe")
             .port("tcp", Protocol::Tcp, POD_TCP)
             .port("udp", Protocol::Udp, POD_UDP)

@@ -171,7 +171,7 @@ mod tests {
             decided.conflicts
         );
         state.take_changes();
-        state.apply_bgp_secret(BgpSecret { name: "bgp-auth".into(), password: "s3cret".into() });
+        state.apply(BgpSecret { name: "bgp-auth".into(), password: "s3cret".into() });
         assert!(state.take_changes().bgp, "a Secret is a BGP change");
         let decided = decide_for(&state, "node-a").unwrap();
         assert_eq!(decided.sessions[0].peer.password.as_deref(), Some("s3cret"));

@@ -5,7 +5,7 @@
 //! change (the operator's announcers) follows its agent's liveness too. `Unknown` is not
 //! stored: it is what a node without information reads as.
 
-use super::ClusterState;
+use super::state::ClusterState;
 use crate::model::AgentLiveness;
 
 impl ClusterState {

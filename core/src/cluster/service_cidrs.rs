@@ -1,30 +1,15 @@
 //! ServiceCIDRs: the ranges ClusterIPs come from, one list for the whole cluster.
 
-use super::ClusterState;
+use super::registry::stored_kind;
+use super::state::ClusterState;
 use crate::model::ServiceCidr;
 use crate::net::IpNet;
 
+stored_kind!(ServiceCidr, "ServiceCIDR", namespaced: false, service_cidrs, service_cidrs, |s: &mut ClusterState, _| s
+    .changes
+    .service_cidrs = true);
+
 impl ClusterState {
-    /// Inserts or updates a ServiceCIDR.
-    pub fn apply_service_cidr(&mut self, cidr: ServiceCidr) -> bool {
-        let changed = self.service_cidrs.apply(cidr);
-        self.changes.service_cidrs |= changed;
-        changed
-    }
-
-    /// Removes a ServiceCIDR.
-    pub fn delete_service_cidr(&mut self, name: &str) -> bool {
-        let removed = self.service_cidrs.delete(&("", name)).is_some();
-        self.changes.service_cidrs |= removed;
-        removed
-    }
-
-    /// Replaces every ServiceCIDR (after a relist).
-    pub fn replace_service_cidrs(&mut self, cidrs: Vec<ServiceCidr>) {
-        let changed = self.service_cidrs.replace(cidrs);
-        self.changes.service_cidrs |= !changed.is_empty();
-    }
-
     /// The ServiceCIDR called `name`.
     pub fn service_cidr(&self, name: &str) -> Option<&ServiceCidr> {
         self.service_cidrs.get(&("", name))
@@ -57,14 +42,14 @@ mod tests {
     #[test]
     fn ranges_of_every_object_are_one_sorted_list_and_changes_are_flagged() {
         let mut c = ClusterState::new();
-        assert!(c.apply_service_cidr(cidr("kubernetes", &["10.96.0.0/16", "fd00:96::/112"])));
-        assert!(c.apply_service_cidr(cidr("extra", &["10.50.0.0/16", "10.96.0.0/16"])));
+        assert!(c.apply(cidr("kubernetes", &["10.96.0.0/16", "fd00:96::/112"])));
+        assert!(c.apply(cidr("extra", &["10.50.0.0/16", "10.96.0.0/16"])));
         let text: Vec<String> = c.service_cidrs().iter().map(ToString::to_string).collect();
         assert_eq!(text, ["10.50.0.0/16", "10.96.0.0/16", "fd00:96::/112"]);
         assert!(c.take_changes().service_cidrs);
         assert!(!c.take_changes().affect_proxy("any"), "nothing new");
-        assert!(!c.apply_service_cidr(cidr("extra", &["10.50.0.0/16", "10.96.0.0/16"])), "no-op update");
-        assert!(c.delete_service_cidr("extra"));
+        assert!(!c.apply(cidr("extra", &["10.50.0.0/16", "10.96.0.0/16"])), "no-op update");
+        assert!(c.delete::<ServiceCidr>("", "extra"));
         let changes = c.take_changes();
         assert!(changes.service_cidrs && changes.affect_proxy("node-a"));
         assert_eq!(c.service_cidrs().len(), 2);

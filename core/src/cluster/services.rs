@@ -14,47 +14,62 @@
 //! Versions that are not integers (an API server before the guarantee, storage other than
 //! etcd) leave both unknown, and readers say they cannot tell.
 
-use super::ClusterState;
+use super::registry::{Keyed, StateKind};
+use super::state::{ClusterState, Snapshot};
 use super::store::service_names;
 use crate::model::{Service, ServiceName};
 
-impl ClusterState {
-    /// Inserts or updates a Service; returns false when nothing changed.
-    pub fn apply_service(&mut self, mut svc: Service) -> bool {
-        self.saw_service_version(svc.resource_version);
-        let old = self.services.get(&svc.name).map(|o| (o.generation, o.spec_version));
+impl StateKind for Service {
+    const KIND: &'static str = "Service";
+    const NAMESPACED: bool = true;
+    fn names(&self) -> (&str, &str) {
+        (&self.name.namespace, &self.name.name)
+    }
+    fn listed(snapshot: &mut Snapshot) -> &mut Vec<Self> {
+        &mut snapshot.services
+    }
+    fn apply(state: &mut ClusterState, mut svc: Self) -> bool {
+        state.saw_service_version(svc.resource_version);
+        let old = state.services.get(&svc.name).map(|o| (o.generation, o.spec_version));
         svc.spec_version = spec_version(old, &svc);
         let name = svc.name.clone();
-        let changed = self.services.apply(svc);
+        let changed = state.services.apply(svc);
         if changed {
-            self.changes.services.insert(name);
-            self.changes.service_events += 1;
+            state.changes.services.insert(name);
+            state.changes.service_events += 1;
         }
         changed
     }
+    fn replace(state: &mut ClusterState, mut services: Vec<Self>) {
+        for svc in &mut services {
+            state.saw_service_version(svc.resource_version);
+            let old = state.services.get(&svc.name).map(|o| (o.generation, o.spec_version));
+            svc.spec_version = spec_version(old, svc);
+        }
+        let changed = state.services.replace(services);
+        state.changes.service_events += changed.len() as u64;
+        state.changes.services.extend(service_names(changed));
+    }
+    fn held(state: &ClusterState) -> Box<dyn Iterator<Item = &Self> + '_> {
+        Box::new(state.services.values())
+    }
+}
 
-    /// Removes a Service; returns false when it was absent.
-    pub fn delete_service(&mut self, name: &ServiceName) -> bool {
-        let removed = self.services.delete(name).is_some();
+impl Keyed for Service {
+    fn delete(state: &mut ClusterState, namespace: &str, name: &str) -> bool {
+        let removed = state.services.delete(&(namespace, name)).is_some();
         if removed {
-            self.changes.services.insert(name.clone());
-            self.changes.service_events += 1;
+            state.changes.services.insert(ServiceName::new(namespace, name));
+            state.changes.service_events += 1;
         }
         removed
     }
-
-    /// Replaces every Service (after a relist), recording only real differences.
-    pub fn replace_services(&mut self, mut services: Vec<Service>) {
-        for svc in &mut services {
-            self.saw_service_version(svc.resource_version);
-            let old = self.services.get(&svc.name).map(|o| (o.generation, o.spec_version));
-            svc.spec_version = spec_version(old, svc);
-        }
-        let changed = self.services.replace(services);
-        self.changes.service_events += changed.len() as u64;
-        self.changes.services.extend(service_names(changed));
+    fn get<'s>(state: &'s ClusterState, namespace: &str, name: &str) -> Option<&'s Self> {
+        state.services.get(&(namespace, name))
     }
+}
 
+impl ClusterState {
     /// The Service called `name`.
     pub fn service(&self, name: &ServiceName) -> Option<&Service> {
         self.services.get(name)
@@ -101,17 +116,17 @@ mod tests {
     fn the_spec_version_moves_with_the_generation_only() {
         let mut state = ClusterState::new();
         let name = ServiceName::new("ns", "web");
-        state.apply_service(svc(1, Some(10)));
+        state.apply(svc(1, Some(10)));
         assert_eq!(state.service(&name).unwrap().spec_version, Some(10));
         // A write that leaves the spec (status, labels): a new version, the same generation.
-        state.apply_service(svc(1, Some(12)));
+        state.apply(svc(1, Some(12)));
         assert_eq!(state.service(&name).unwrap().spec_version, Some(10));
-        state.apply_service(svc(2, Some(15)));
+        state.apply(svc(2, Some(15)));
         assert_eq!(state.service(&name).unwrap().spec_version, Some(15));
         // A relist that finds it unchanged keeps it; one that finds a new generation moves it.
-        state.replace_services(vec![svc(2, Some(15))]);
+        state.replace(vec![svc(2, Some(15))]);
         assert_eq!(state.service(&name).unwrap().spec_version, Some(15));
-        state.replace_services(vec![svc(3, Some(20))]);
+        state.replace(vec![svc(3, Some(20))]);
         assert_eq!(state.service(&name).unwrap().spec_version, Some(20));
         assert_eq!(state.services_version(), Some(20));
     }
@@ -120,20 +135,20 @@ mod tests {
     fn the_services_version_only_grows() {
         let mut state = ClusterState::new();
         assert_eq!(state.services_version(), None);
-        state.apply_service(svc(1, None));
+        state.apply(svc(1, None));
         assert_eq!(state.services_version(), None, "versions that do not compare say nothing");
-        state.apply_service(svc(1, Some(30)));
-        state.delete_service(&ServiceName::new("ns", "web"));
+        state.apply(svc(1, Some(30)));
+        state.delete::<Service>("ns", "web");
         assert_eq!(state.services_version(), Some(30), "a deletion does not take it back");
-        state.replace_services(vec![svc(1, Some(25))]);
+        state.replace(vec![svc(1, Some(25))]);
         assert_eq!(state.services_version(), Some(30));
     }
 
     #[test]
     fn a_service_first_seen_without_a_version_gets_one_when_it_has_one() {
         let mut state = ClusterState::new();
-        state.apply_service(svc(1, None));
-        state.apply_service(svc(1, Some(40)));
+        state.apply(svc(1, None));
+        state.apply(svc(1, Some(40)));
         assert_eq!(state.service(&ServiceName::new("ns", "web")).unwrap().spec_version, Some(40));
     }
 }

@@ -106,8 +106,13 @@ impl<V: Key + PartialEq> Store<V> {
         if self.get(&value.key()).is_some_and(|v| *v == value) {
             return false;
         }
-        self.objects.replace(Entry(Box::new(value)));
+        self.insert(value);
         true
+    }
+
+    /// Inserts or replaces, unconditionally.
+    pub(crate) fn insert(&mut self, value: V) {
+        self.objects.replace(Entry(Box::new(value)));
     }
 
     /// Removes; the removed value, if there was one.

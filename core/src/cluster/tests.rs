@@ -1,7 +1,7 @@
 //! ClusterState: change tracking, the slice index, relists.
 
 use super::*;
-use crate::model::Endpoint;
+use crate::model::{Endpoint, EndpointSlice, Service, ServiceName};
 use crate::net::IpFamily;
 
 fn svc(name: &str) -> Service {
@@ -24,25 +24,25 @@ fn slice(name: &str, svc: &str, ip: &str) -> EndpointSlice {
 #[test]
 fn no_op_updates_are_dropped() {
     let mut state = ClusterState::new();
-    assert!(state.apply_service(svc("a")));
+    assert!(state.apply(svc("a")));
     assert_eq!(state.take_changes().services.len(), 1);
-    assert!(!state.apply_service(svc("a")));
+    assert!(!state.apply(svc("a")));
     assert!(state.take_changes().is_empty());
 }
 
 #[test]
 fn slices_mark_their_service_and_move_between_services() {
     let mut state = ClusterState::new();
-    state.apply_endpoint_slice(slice("a-1", "a", "10.0.0.1"));
-    state.apply_endpoint_slice(slice("a-2", "a", "10.0.0.2"));
+    state.apply(slice("a-1", "a", "10.0.0.1"));
+    state.apply(slice("a-2", "a", "10.0.0.2"));
     assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 2);
     state.take_changes();
     // Relabelled to another Service: both are marked.
-    state.apply_endpoint_slice(slice("a-2", "b", "10.0.0.2"));
+    state.apply(slice("a-2", "b", "10.0.0.2"));
     let changed = state.take_changes().services;
     assert!(changed.contains(&ServiceName::new("ns", "a")) && changed.contains(&ServiceName::new("ns", "b")));
     assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 1);
-    assert!(state.delete_endpoint_slice("ns", "a-1"));
+    assert!(state.delete::<EndpointSlice>("ns", "a-1"));
     assert_eq!(state.endpoint_slices_for(&ServiceName::new("ns", "a")).count(), 0);
 }
 
@@ -52,7 +52,7 @@ fn services_with_slices_walks_what_per_service_lookups_find() {
     let mut in_ns = |ns: &str, svc_name: &str, slice_name: &str| {
         let mut s = slice(slice_name, svc_name, "10.0.0.1");
         s.namespace = ns.into();
-        state.apply_endpoint_slice(s);
+        state.apply(s);
     };
     // Slices without a Service before, between and after the Services; a Service without
     // slices; Services of several namespaces, one namespace without slices.
@@ -63,7 +63,7 @@ fn services_with_slices_walks_what_per_service_lookups_find() {
     in_ns("ns", "zz", "zz-1");
     in_ns("other", "b", "other-b");
     for name in [("ns", "a"), ("ns", "b"), ("ns", "d"), ("other", "b"), ("quiet", "x")] {
-        state.apply_service(Service::new(ServiceName::new(name.0, name.1)));
+        state.apply(Service::new(ServiceName::new(name.0, name.1)));
     }
     let walked: Vec<(String, Vec<String>)> = state
         .services_with_slices()
@@ -88,4 +88,101 @@ fn reset_records_only_differences() {
     state.reset(Snapshot { services: vec![svc("a"), svc("c")], ..Default::default() });
     let changed: Vec<String> = state.take_changes().services.into_iter().map(|s| s.name).collect();
     assert_eq!(changed, vec!["b".to_string(), "c".to_string()]);
+}
+
+/// One object of every kind a snapshot holds.
+fn one_of_each() -> Snapshot {
+    use crate::config::{ProxyConfig, ProxySettings};
+    use crate::model::bgp::BgpPeer;
+    use crate::model::{
+        L2Advertisement, L2Announcement, L2Settings, LoadBalancerPool, MetalLbPool, Namespace, NodeProxyState,
+        Pod, PoolOrigin, ServiceCidr,
+    };
+    use crate::testing::{mk_node, net};
+    let pool = |name: &str| crate::model::Pool::new(name, &["192.168.10.0/24"]);
+    Snapshot {
+        services: vec![svc("web")],
+        endpoint_slices: vec![slice("web-1", "web", "10.0.0.1")],
+        nodes: vec![mk_node("node-a", "172.18.0.2", "z")],
+        pods: vec![Pod {
+            namespace: "ns".into(),
+            name: "web-0".into(),
+            ips: vec!["10.0.0.1".parse().unwrap()],
+            hostname: None,
+            subdomain: None,
+            node_name: None,
+            labels: Default::default(),
+        }],
+        proxy_configs: vec![ProxyConfig::every_node("default", 1, ProxySettings::default())],
+        namespaces: vec![Namespace { name: "ns".into(), labels: Default::default() }],
+        node_states: vec![NodeProxyState { node: "node-a".into(), ..Default::default() }],
+        announcements: vec![L2Announcement {
+            service: ServiceName::new("ns", "web"),
+            ips: vec![],
+            node: None,
+            eligible: vec![],
+            interfaces: vec![],
+        }],
+        pools: vec![LoadBalancerPool {
+            pool: pool("mine"),
+            l2: L2Settings::default(),
+            generation: 1,
+            origin: PoolOrigin::Tideway,
+        }],
+        metallb_pools: vec![MetalLbPool {
+            namespace: "metallb-system".into(),
+            labels: Default::default(),
+            pool: pool("theirs"),
+            generation: 1,
+        }],
+        l2_advertisements: vec![L2Advertisement {
+            namespace: "metallb-system".into(),
+            name: "ad".into(),
+            ..Default::default()
+        }],
+        service_cidrs: vec![ServiceCidr { name: "kubernetes".into(), cidrs: vec![net("10.96.0.0/16")] }],
+        bgp: vec![BgpObject::tideway(
+            "peer",
+            BgpSpec::Peer(BgpPeer::new("peer", 64512, 64513, "172.30.0.1".parse().unwrap())),
+        )],
+        bgp_secrets: vec![BgpSecret { name: "peer-password".into(), password: "x".into() }],
+    }
+}
+
+/// Every object the state holds, read back through the registry.
+fn read_back(state: &ClusterState) -> Snapshot {
+    struct Read<'a>(&'a ClusterState, Snapshot);
+    impl KindVisitor for Read<'_> {
+        fn visit<K: StateKind>(&mut self) {
+            K::listed(&mut self.1).extend(K::held(self.0).cloned());
+        }
+    }
+    let mut read = Read(state, Snapshot::default());
+    for_each_kind(&mut read);
+    read.1
+}
+
+/// The registry lists every kind a snapshot holds: a kind missing from it would not be read
+/// back, relisted or carried over. Objects named kept survive a relist without them (each
+/// under its own kind's name), the others go.
+#[test]
+fn the_registry_lists_every_kind_and_carries_over_the_kept() {
+    let all = one_of_each();
+    let mut state = ClusterState::from_snapshot(all.clone());
+    assert_eq!(format!("{:?}", read_back(&state)), format!("{all:?}"));
+    state.take_changes();
+    state.reset_keeping(Snapshot::default(), &|_, _, _| true);
+    assert!(!state.has_changes(), "everything kept: {:?}", state.changes());
+    assert_eq!(format!("{:?}", read_back(&state)), format!("{all:?}"));
+    let kept = |kind: &str, ns: Option<&str>, name: &str| match kind {
+        "Service" => ns == Some("ns") && name == "web",
+        "BGPPeer" => ns.is_none() && name == "peer",
+        _ => false,
+    };
+    state.reset_keeping(Snapshot::default(), &kept);
+    let left = read_back(&state);
+    assert_eq!((left.services, left.bgp), (all.services, all.bgp));
+    assert!(left.nodes.is_empty() && left.endpoint_slices.is_empty() && left.bgp_secrets.is_empty());
+    state.reset(Snapshot::default());
+    assert_eq!(format!("{:?}", read_back(&state)), format!("{:?}", Snapshot::default()));
 }

@@ -148,10 +148,10 @@ mod tests {
         {
             let mut node = mk_node(name, addr, "z");
             node.labels.insert("pool".into(), pool.into());
-            state.apply_node(node);
+            state.apply(node);
         }
-        state.apply_proxy_config(config("default", None, ProxyMode::Nftables, None));
-        state.apply_proxy_config(config("legacy", Some("legacy"), ProxyMode::Iptables, None));
+        state.apply(config("default", None, ProxyMode::Nftables, None));
+        state.apply(config("legacy", Some("legacy"), ProxyMode::Iptables, None));
         state
     }
 
@@ -194,7 +194,7 @@ mod tests {
     fn the_mode_an_agent_reports_wins_over_its_config() {
         let mut state = cluster();
         let report = NodeProxyState { node: "n1".into(), mode: Some(ProxyMode::Ipvs), ..Default::default() };
-        state.apply_node_state(report);
+        state.apply(report);
         let groups = node_groups(&state);
         let got = service_balancing(&annotated(Some("lc")), 4, &groups);
         let said: Vec<_> = got.iter().map(|nb| (nb.algorithm.as_str(), nb.nodes.join(","))).collect();

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::ipam::Pool;
-use crate::model::{IpMode, L2Settings, LoadBalancerIngress, LoadBalancerPool, Service};
+use crate::model::{
+    EndpointSlice, IpMode, L2Announcement, L2Settings, LoadBalancerIngress, LoadBalancerPool, NodeProxyState,
+    Service,
+};
 use crate::net::Protocol;
 use crate::testing::{ip, mk_node, mk_service, mk_slice};
 
@@ -21,9 +24,9 @@ impl Cluster {
         let mut state = ClusterState::new();
         for (n, addr) in [("node-a", "192.168.0.10"), ("node-b", "192.168.0.11"), ("node-c", "192.168.0.12")]
         {
-            state.apply_node(mk_node(n, addr, "z"));
+            state.apply(mk_node(n, addr, "z"));
         }
-        state.apply_pool(pool("default", &["172.18.255.200-172.18.255.250"]));
+        state.apply(pool("default", &["172.18.255.200-172.18.255.250"]));
         Cluster { state, rec: Reconciler::new(class.map(str::to_string)), events: Vec::new() }
     }
 
@@ -50,15 +53,15 @@ impl Cluster {
                         .iter()
                         .map(|ip| LoadBalancerIngress { ip: Some(*ip), hostname: None, ip_mode: IpMode::Vip })
                         .collect();
-                    self.state.apply_service(svc);
+                    self.state.apply(svc);
                     writes.push(Action::SetIngress { service, ips });
                 }
                 Action::Announce(a) => {
-                    self.state.apply_announcement(a.clone());
+                    self.state.apply(a.clone());
                     writes.push(Action::Announce(a));
                 }
                 Action::Withdraw(s) => {
-                    self.state.delete_announcement(&s);
+                    self.state.delete::<L2Announcement>(&s.namespace, &s.name);
                     writes.push(Action::Withdraw(s));
                 }
                 other => writes.push(other),
@@ -124,15 +127,15 @@ fn set_ingress_for(writes: &[Action]) -> Vec<(String, Vec<String>)> {
 #[test]
 fn a_restart_keeps_every_address_and_new_services_take_the_lowest_free_one() {
     let mut c = Cluster::new(None);
-    c.state.apply_service(with_status(lb("kept", "10.96.0.1"), "172.18.255.200"));
-    c.state.apply_service(lb("new", "10.96.0.2"));
+    c.state.apply(with_status(lb("kept", "10.96.0.1"), "172.18.255.200"));
+    c.state.apply(lb("new", "10.96.0.2"));
     let other_class = mk_service("ns", "theirs")
         .cluster_ip("10.96.0.3")
         .lb_ip("203.0.113.9")
         .lb_request(|r| r.class = Some("other.io/lb".into()))
         .build();
-    c.state.apply_service(other_class);
-    c.state.apply_service(mk_service("ns", "plain").cluster_ip("10.96.0.4").build());
+    c.state.apply(other_class);
+    c.state.apply(mk_service("ns", "plain").cluster_ip("10.96.0.4").build());
     let writes = c.step();
     assert_eq!(set_ingress_for(&writes), vec![("new".into(), vec!["172.18.255.201".into()])]);
     assert_eq!(c.ips("kept"), ["172.18.255.200"], "restored before anything was handed out");
@@ -151,22 +154,22 @@ fn a_restart_keeps_every_address_and_new_services_take_the_lowest_free_one() {
 #[test]
 fn addresses_are_released_on_delete_and_type_change_and_reused() {
     let mut c = Cluster::new(None);
-    c.state.apply_service(lb("a", "10.96.0.1"));
-    c.state.apply_service(lb("b", "10.96.0.2"));
+    c.state.apply(lb("a", "10.96.0.1"));
+    c.state.apply(lb("b", "10.96.0.2"));
     c.step();
     assert_eq!((c.ips("a"), c.ips("b")), (vec!["172.18.255.200".into()], vec!["172.18.255.201".into()]));
     // a becomes ClusterIP: its address goes, and the status we wrote is cleared.
     let mut a = c.state.service(&ServiceName::new("ns", "a")).cloned().unwrap();
     a.service_type = crate::model::ServiceType::ClusterIp;
     a.load_balancer = None;
-    c.state.apply_service(a);
+    c.state.apply(a);
     let writes = c.step();
     assert_eq!(set_ingress_for(&writes), vec![("a".into(), vec![])]);
     assert!(writes.contains(&Action::Withdraw(ServiceName::new("ns", "a"))));
     // b is deleted; a new Service gets the lowest free address again.
-    c.state.delete_service(&ServiceName::new("ns", "b"));
+    c.state.delete::<Service>("ns", "b");
     c.step();
-    c.state.apply_service(lb("c", "10.96.0.5"));
+    c.state.apply(lb("c", "10.96.0.5"));
     c.step();
     assert_eq!(c.ips("c"), ["172.18.255.200"]);
 }
@@ -174,7 +177,7 @@ fn addresses_are_released_on_delete_and_type_change_and_reused() {
 #[test]
 fn failures_are_reported_once_and_nothing_assigned_is_lost() {
     let mut c = Cluster::new(None);
-    c.state.apply_service(lb("a", "10.96.0.1"));
+    c.state.apply(lb("a", "10.96.0.1"));
     c.step();
     c.reasons();
     let outside = mk_service("ns", "outside")
@@ -187,19 +190,19 @@ fn failures_are_reported_once_and_nothing_assigned_is_lost() {
         .port("http", Protocol::Tcp, 80)
         .lb_request(|r| r.error = Some("annotation: \"1.2.3\" is not a valid IP address".into()))
         .build();
-    c.state.apply_service(outside);
-    c.state.apply_service(garbled);
+    c.state.apply(outside);
+    c.state.apply(garbled);
     c.step();
     let failures: Vec<Event> = std::mem::take(&mut c.events);
     assert_eq!(failures.iter().filter(|e| e.reason == "AllocationFailed").count(), 2, "{failures:?}");
     assert!(failures.iter().any(|e| e.message.contains("10.1.2.3 is not in any address pool")));
     // Unrelated churn repeats no Event.
-    c.state.apply_service(lb("d", "10.96.0.9"));
+    c.state.apply(lb("d", "10.96.0.9"));
     c.step();
     assert!(!c.reasons().contains(&"AllocationFailed"));
 
     // A pool overlapping the first is invalid; what it would clash with is kept.
-    c.state.apply_pool(pool("zz-overlap", &["172.18.255.240/28"]));
+    c.state.apply(pool("zz-overlap", &["172.18.255.240/28"]));
     let writes = c.step();
     let report = writes.iter().find_map(|w| match w {
         Action::PoolStatus { name, status } if name == "zz-overlap" => Some(status.clone()),
@@ -221,7 +224,7 @@ fn pool_valid(writes: &[Action], name: &str) -> Option<Condition> {
 #[test]
 fn a_pool_whose_stored_version_is_refused_says_why_and_keeps_its_last_valid_version() {
     let mut c = Cluster::new(None);
-    c.state.apply_service(lb("a", "10.96.0.1"));
+    c.state.apply(lb("a", "10.96.0.1"));
     c.step();
     assert_eq!(c.ips("a"), ["172.18.255.200"]);
     let why = "spec.addresses[0]: 172.18.255.250-172.18.255.200: the first address is after the last";
@@ -247,7 +250,7 @@ fn a_pool_whose_stored_version_is_refused_says_why_and_keeps_its_last_valid_vers
     assert!(!valid.status && valid.message.contains("none was valid before"), "{valid:?}");
 
     // Mended: Valid again.
-    c.state.apply_pool(pool("default", &["172.18.255.200-172.18.255.250"]));
+    c.state.apply(pool("default", &["172.18.255.200-172.18.255.250"]));
     let valid = pool_valid(&c.step(), "default").expect("status written again");
     assert!(valid.status, "{valid:?}");
 }
@@ -261,15 +264,15 @@ fn an_announcer_moves_only_when_it_becomes_ineligible() {
         .etp_local()
         .load_balancer()
         .build();
-    c.state.apply_service(local);
-    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b")]));
+    c.state.apply(local);
+    c.state.apply(endpoints("web", &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b")]));
     c.step();
     let first = c.announcer("web").expect("announced");
     assert!(first == "node-a" || first == "node-b", "only nodes with a local endpoint: {first}");
     let ann = c.state.announcement(&ServiceName::new("ns", "web")).unwrap().clone();
     assert_eq!(ann.eligible, ["node-a", "node-b"]);
     // An endpoint appears on node-c: eligible grows, the announcer stays.
-    c.state.apply_endpoint_slice(endpoints(
+    c.state.apply(endpoints(
         "web",
         &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
     ));
@@ -282,7 +285,7 @@ fn an_announcer_moves_only_when_it_becomes_ineligible() {
             .into_iter()
             .filter(|(_, n)| *n != first)
             .collect();
-    c.state.apply_endpoint_slice(endpoints("web", &rest));
+    c.state.apply(endpoints("web", &rest));
     c.step();
     let second = c.announcer("web").expect("still announced");
     assert_ne!(second, first);
@@ -296,10 +299,10 @@ fn an_announcer_moves_only_when_it_becomes_ineligible() {
     // The node goes not-ready: the announcer moves again; with no endpoint at all, nobody.
     let mut n = c.state.node(&second).cloned().unwrap();
     n.ready = false;
-    c.state.apply_node(n);
+    c.state.apply(n);
     c.step();
     assert_ne!(c.announcer("web").as_deref(), Some(second.as_str()));
-    c.state.delete_endpoint_slice("ns", "web-abcde");
+    c.state.delete::<EndpointSlice>("ns", "web-abcde");
     c.step();
     assert_eq!(c.announcer("web"), None);
     assert!(c.reasons().contains(&"NoAnnouncer"));
@@ -315,10 +318,10 @@ fn services_sharing_an_address_share_its_announcer() {
             .lb_request(|r| r.sharing_key = Some("dns".into()))
             .build()
     };
-    c.state.apply_service(dns("dns-tcp", Protocol::Tcp, "10.96.0.1"));
-    c.state.apply_service(dns("dns-udp", Protocol::Udp, "10.96.0.2"));
-    c.state.apply_endpoint_slice(endpoints("dns-tcp", &[("10.244.1.5", "node-a")]));
-    c.state.apply_endpoint_slice(endpoints("dns-udp", &[("10.244.1.5", "node-a")]));
+    c.state.apply(dns("dns-tcp", Protocol::Tcp, "10.96.0.1"));
+    c.state.apply(dns("dns-udp", Protocol::Udp, "10.96.0.2"));
+    c.state.apply(endpoints("dns-tcp", &[("10.244.1.5", "node-a")]));
+    c.state.apply(endpoints("dns-udp", &[("10.244.1.5", "node-a")]));
     c.step();
     assert_eq!(c.ips("dns-tcp"), c.ips("dns-udp"), "one address for both");
     assert_eq!(c.announcer("dns-tcp"), c.announcer("dns-udp"));
@@ -329,11 +332,7 @@ fn services_sharing_an_address_share_its_announcer() {
 fn proxy_config_status_is_written_when_it_changes() {
     use crate::config::{ProxyConfig, ProxyMode};
     let mut c = Cluster::new(None);
-    c.state.apply_proxy_config(ProxyConfig::every_node(
-        "default",
-        2,
-        crate::config::ProxySettings::default(),
-    ));
+    c.state.apply(ProxyConfig::every_node("default", 2, crate::config::ProxySettings::default()));
     let statuses = |w: &[Action]| -> Vec<ConfigStatus> {
         w.iter()
             .filter_map(|a| match a {
@@ -345,7 +344,7 @@ fn proxy_config_status_is_written_when_it_changes() {
     let first = statuses(&c.step());
     assert_eq!((first[0].selected, first[0].programmed), (3, 0));
     assert!(statuses(&c.step()).is_empty(), "unchanged: not written again");
-    c.state.apply_node_state(crate::model::NodeProxyState {
+    c.state.apply(crate::model::NodeProxyState {
         node: "node-a".into(),
         mode: Some(ProxyMode::Nftables),
         proxy_config: Some("default".into()),
@@ -365,8 +364,8 @@ fn proxy_config_status_is_written_when_it_changes() {
 fn a_dead_agent_moves_the_address_off_its_ready_node() {
     use crate::model::AgentLiveness;
     let mut c = Cluster::new(None);
-    c.state.apply_service(lb("web", "10.96.0.1"));
-    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a")]));
+    c.state.apply(lb("web", "10.96.0.1"));
+    c.state.apply(endpoints("web", &[("10.244.1.5", "node-a")]));
     c.step();
     let first = c.announcer("web").expect("announced");
     c.reasons();
@@ -407,18 +406,18 @@ fn a_node_lacking_the_pools_interfaces_is_left_out_until_it_has_one() {
     let mut c = Cluster::new(None);
     let mut vlan = pool("default", &["172.18.255.200-172.18.255.250"]);
     vlan.l2.interfaces = vec!["vlan100".into(), "vlan200".into()];
-    c.state.apply_pool(vlan);
+    c.state.apply(vlan);
     let lacking = |node: &str, missing: &[&str]| NodeProxyState {
         node: node.into(),
         missing_interfaces: missing.iter().map(|m| m.to_string()).collect(),
         ..Default::default()
     };
     // node-c lacks both interfaces; node-b lacks one, which leaves it eligible.
-    c.state.apply_node_state(lacking("node-c", &["vlan100", "vlan200"]));
-    c.state.apply_node_state(lacking("node-b", &["vlan200"]));
+    c.state.apply(lacking("node-c", &["vlan100", "vlan200"]));
+    c.state.apply(lacking("node-b", &["vlan200"]));
     for (i, name) in ["a", "b", "d", "e"].iter().enumerate() {
-        c.state.apply_service(lb(name, &format!("10.96.0.{}", i + 1)));
-        c.state.apply_endpoint_slice(endpoints(name, &[("10.244.1.5", "node-a")]));
+        c.state.apply(lb(name, &format!("10.96.0.{}", i + 1)));
+        c.state.apply(endpoints(name, &[("10.244.1.5", "node-a")]));
     }
     c.step();
     let announcers: Vec<Option<String>> = ["a", "b", "d", "e"].iter().map(|n| c.announcer(n)).collect();
@@ -426,7 +425,7 @@ fn a_node_lacking_the_pools_interfaces_is_left_out_until_it_has_one() {
     c.reasons();
     // The announcer of `a` loses its last listed interface: `a` moves, and the Event says why.
     let first = c.announcer("a").expect("announced");
-    c.state.apply_node_state(lacking(&first, &["vlan100", "vlan200"]));
+    c.state.apply(lacking(&first, &["vlan100", "vlan200"]));
     c.step();
     let second = c.announcer("a").expect("the other node");
     assert_ne!(second, first);
@@ -434,9 +433,9 @@ fn a_node_lacking_the_pools_interfaces_is_left_out_until_it_has_one() {
     let events = std::mem::take(&mut c.events);
     assert!(events.iter().any(|e| e.message.contains("L2 interfaces")), "{events:?}");
     // node-c gains one: it may announce again (nothing moves only for that).
-    c.state.apply_node_state(lacking("node-c", &["vlan200"]));
-    c.state.apply_service(lb("f", "10.96.0.9"));
-    c.state.apply_endpoint_slice(endpoints("f", &[("10.244.1.5", "node-a")]));
+    c.state.apply(lacking("node-c", &["vlan200"]));
+    c.state.apply(lb("f", "10.96.0.9"));
+    c.state.apply(endpoints("f", &[("10.244.1.5", "node-a")]));
     c.step();
     let ann = c.state.announcement(&ServiceName::new("ns", "f")).expect("announced");
     assert!(ann.eligible.contains(&"node-c".to_string()), "{ann:?}");
@@ -446,8 +445,8 @@ fn a_node_lacking_the_pools_interfaces_is_left_out_until_it_has_one() {
 #[test]
 fn the_node_rules_move_an_address_and_say_why() {
     let mut c = Cluster::new(None);
-    c.state.apply_service(lb("web", "10.96.0.1"));
-    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a")]));
+    c.state.apply(lb("web", "10.96.0.1"));
+    c.state.apply(endpoints("web", &[("10.244.1.5", "node-a")]));
     c.step();
     let mut announcers = vec![c.announcer("web").expect("announced")];
     c.reasons();
@@ -465,7 +464,7 @@ fn the_node_rules_move_an_address_and_say_why() {
     for (why, rule) in rules {
         let mut n = c.state.node(announcers.last().unwrap()).cloned().unwrap();
         rule(&mut n);
-        c.state.apply_node(n);
+        c.state.apply(n);
         c.step();
         let events = std::mem::take(&mut c.events);
         let now = c.announcer("web");
@@ -482,8 +481,8 @@ fn announcers_are_spread_and_never_moved_only_to_rebalance() {
     let mut c = Cluster::new(None);
     let names: Vec<String> = (0..6).map(|i| format!("web{i}")).collect();
     for (i, name) in names.iter().enumerate() {
-        c.state.apply_service(lb(name, &format!("10.96.0.{}", i + 1)));
-        c.state.apply_endpoint_slice(endpoints(name, &[("10.244.1.5", "node-a")]));
+        c.state.apply(lb(name, &format!("10.96.0.{}", i + 1)));
+        c.state.apply(endpoints(name, &[("10.244.1.5", "node-a")]));
     }
     c.step();
     let per_node = |c: &Cluster| {
@@ -505,15 +504,15 @@ fn announcers_are_spread_and_never_moved_only_to_rebalance() {
     c.state.set_agent_liveness("node-b", AgentLiveness::Alive);
     c.step();
     assert_eq!(per_node(&c), three, "eligible again, but nothing moves");
-    c.state.apply_service(lb("late", "10.96.0.99"));
-    c.state.apply_endpoint_slice(endpoints("late", &[("10.244.1.5", "node-a")]));
+    c.state.apply(lb("late", "10.96.0.99"));
+    c.state.apply(endpoints("late", &[("10.244.1.5", "node-a")]));
     c.step();
     assert_eq!(c.announcer("late").as_deref(), Some("node-b"));
     // A restarted operator counts what the cluster shows: the next one goes to node-b too.
     let mut again = Cluster { state: c.state.clone(), rec: Reconciler::new(None), events: Vec::new() };
     again.step();
-    again.state.apply_service(lb("later", "10.96.0.98"));
-    again.state.apply_endpoint_slice(endpoints("later", &[("10.244.1.5", "node-a")]));
+    again.state.apply(lb("later", "10.96.0.98"));
+    again.state.apply(endpoints("later", &[("10.244.1.5", "node-a")]));
     again.step();
     assert_eq!(again.announcer("later").as_deref(), Some("node-b"));
 }
@@ -524,13 +523,11 @@ fn a_load_balancing_no_node_can_program_is_told_once_per_fallback() {
     let mut c = Cluster::new(None);
     let settings = ProxySettings { mode: ProxyMode::Iptables, ..Default::default() };
     let config = ProxyConfig::every_node("default", 1, settings);
-    c.state.apply_proxy_config(config);
+    c.state.apply(config);
     let mut svc = mk_service("ns", "web").cluster_ip("10.96.0.10").port("http", Protocol::Tcp, 80).build();
     svc.load_balancing = Some("maglev".into());
-    c.state.apply_service(svc.clone());
-    c.state.apply_service(
-        mk_service("ns", "plain").cluster_ip("10.96.0.11").port("http", Protocol::Tcp, 80).build(),
-    );
+    c.state.apply(svc.clone());
+    c.state.apply(mk_service("ns", "plain").cluster_ip("10.96.0.11").port("http", Protocol::Tcp, 80).build());
     c.step();
     let events = std::mem::take(&mut c.events);
     let told: Vec<_> = events.iter().filter(|e| e.reason == "LoadBalancingUnavailable").collect();
@@ -543,8 +540,8 @@ fn a_load_balancing_no_node_can_program_is_told_once_per_fallback() {
     );
     // The same fallback is not told again: not by a resync, an endpoint change or a report.
     c.rec.resync();
-    c.state.apply_endpoint_slice(endpoints("web", &[("10.244.1.5", "node-a")]));
-    c.state.apply_node_state(crate::model::NodeProxyState {
+    c.state.apply(endpoints("web", &[("10.244.1.5", "node-a")]));
+    c.state.apply(crate::model::NodeProxyState {
         node: "node-a".into(),
         mode: Some(ProxyMode::Iptables),
         ..Default::default()
@@ -553,22 +550,22 @@ fn a_load_balancing_no_node_can_program_is_told_once_per_fallback() {
     assert!(!c.reasons().contains(&"LoadBalancingUnavailable"));
     // Another one is.
     svc.load_balancing = Some("lc".into());
-    c.state.apply_service(svc.clone());
+    c.state.apply(svc.clone());
     c.step();
     assert_eq!(c.reasons(), ["LoadBalancingUnavailable"]);
     // A mode that can program it: nothing to tell; a fallback that comes back is told again.
     let mut nft = c.state.proxy_configs().next().cloned().expect("config");
     nft.settings.mode = ProxyMode::Nftables;
     nft.generation = 2;
-    c.state.apply_proxy_config(nft.clone());
-    c.state.delete_node_state("node-a");
+    c.state.apply(nft.clone());
+    c.state.delete::<NodeProxyState>("", "node-a");
     svc.load_balancing = Some("maglev".into());
-    c.state.apply_service(svc.clone());
+    c.state.apply(svc.clone());
     c.step();
     assert!(c.reasons().is_empty());
     nft.settings.mode = ProxyMode::Iptables;
     nft.generation = 3;
-    c.state.apply_proxy_config(nft);
+    c.state.apply(nft);
     c.step();
     assert_eq!(c.reasons(), ["LoadBalancingUnavailable"]);
 }

@@ -158,9 +158,9 @@ mod tests {
         let mut rng = Rng(7);
         let mut cluster = crate::cluster::ClusterState::new();
         for i in 0..24 {
-            cluster.apply_service(random_service(&mut rng, i));
-            cluster.apply_endpoint_slice(random_slice(&mut rng, i, false));
-            cluster.apply_endpoint_slice(random_slice(&mut rng, i, true));
+            cluster.apply(random_service(&mut rng, i));
+            cluster.apply(random_slice(&mut rng, i, false));
+            cluster.apply(random_slice(&mut rng, i, true));
         }
         let ruleset = crate::plan::compile(&cluster, &crate::testing::mk_node_context());
         for mode in [ProxyMode::Iptables, ProxyMode::Ipvs] {

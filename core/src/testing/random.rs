@@ -2,7 +2,7 @@
 //! covering every Service feature the planner branches on, and random mutations.
 
 use crate::cluster::ClusterState;
-use crate::model::{EndpointSlice, Service, ServiceName};
+use crate::model::{EndpointSlice, Service};
 use crate::net::Protocol;
 
 use super::{mk_service, mk_slice};
@@ -91,17 +91,17 @@ pub fn mutate(rng: &mut Rng, c: &mut ClusterState, services: u64) {
     let i = rng.below(services);
     match rng.below(5) {
         0 => {
-            c.delete_service(&ServiceName::new("ns", format!("svc{i}")));
+            c.delete::<Service>("ns", &format!("svc{i}"));
         }
         1 | 2 => {
-            c.apply_service(random_service(rng, i));
+            c.apply(random_service(rng, i));
         }
         _ => {
             let v6 = rng.below(4) == 0;
             if rng.below(6) == 0 {
-                c.delete_endpoint_slice("ns", &format!("svc{i}-{}", if v6 { "v6" } else { "v4" }));
+                c.delete::<EndpointSlice>("ns", &format!("svc{i}-{}", if v6 { "v6" } else { "v4" }));
             } else {
-                c.apply_endpoint_slice(random_slice(rng, i, v6));
+                c.apply(random_slice(rng, i, v6));
             }
         }
     }

@@ -90,10 +90,10 @@ pub fn node() -> NodeContext {
 pub fn cluster(services: Vec<Service>, slices: Vec<EndpointSlice>) -> ClusterState {
     let mut c = ClusterState::new();
     for s in services {
-        c.apply_service(s);
+        c.apply(s);
     }
     for s in slices {
-        c.apply_endpoint_slice(s);
+        c.apply(s);
     }
     c
 }

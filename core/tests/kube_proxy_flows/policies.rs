@@ -121,7 +121,7 @@ fn with_and_without_slice(test: &str, svc: Service, slice: EndpointSlice, rows: 
     let (ns, name) = (slice.namespace.clone(), slice.name.clone());
     let mut c = cluster(vec![svc], vec![slice]);
     run(test, &c, &node(), rows);
-    c.delete_endpoint_slice(&ns, &name);
+    c.delete::<EndpointSlice>(&ns, &name);
     run(&format!("{test}, after the endpoints are deleted"), &c, &node(), after);
 }
 

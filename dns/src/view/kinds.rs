@@ -10,8 +10,8 @@ use tideway_api::manifest::ObjectRef;
 use tideway_core::cluster::Snapshot;
 use tideway_core::model::{self, ServiceName};
 use tideway_sources::ObjectKey;
-use tideway_sources::Store;
 use tideway_sources::kube::Holds;
+use tideway_sources::{Store, kept_by};
 
 use super::{ByName, ClusterView, Named, NamespaceView, PodFacts, ServiceFacts, SliceFacts};
 
@@ -25,13 +25,7 @@ impl Store for ClusterView {
     }
 
     fn reset_keeping(&mut self, snapshot: Snapshot, keep: &[ObjectRef]) {
-        // As the file source names them: a kept object without a namespace matches in any.
-        let kept = |kind: &str, ns: Option<&str>, name: &str| {
-            keep.iter().any(|o| {
-                o.kind == kind && o.name == name && (o.namespace.is_none() || o.namespace.as_deref() == ns)
-            })
-        };
-        self.reset_carrying(snapshot, kept);
+        self.reset_carrying(snapshot, kept_by(keep));
     }
 }
 

@@ -27,23 +27,25 @@ mod announce;
 mod bgp;
 mod cleanup;
 mod plan;
+mod publish;
 pub mod query;
 mod record;
+mod round;
 mod run;
+mod speaker;
 mod status;
 mod unprogrammed;
 
-use bgp::Speaker;
-pub use bgp::record_sessions;
+use speaker::Speaker;
+pub use speaker::record_sessions;
 pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 
-use self::plan::{Planned, Planning};
 use crate::announcer::Announcer;
 use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, Update};
 use crate::effects::{KernelEffects, NodeEffects};
 use crate::health::ProxyHealth;
 use crate::metrics::{KindLabel, Metrics};
-use record::Synced;
+use round::{Planned, Planning, Synced};
 
 /// Why a sync or a drift check did not complete.
 #[derive(Debug, thiserror::Error)]

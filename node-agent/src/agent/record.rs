@@ -5,27 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use tideway_core::config::ProxyMode;
 
-use super::{Agent, Planned, SyncError, unix_now};
+use super::round::{Planned, Synced};
+use super::{Agent, SyncError, unix_now};
 use crate::metrics::PolicyLabel;
-
-/// A sync that programmed the kernel.
-pub(super) struct Synced {
-    /// Mode programmed.
-    pub(super) mode: ProxyMode,
-    /// A full sync.
-    pub(super) full: bool,
-    /// How long it took.
-    pub(super) elapsed: Duration,
-    /// Stale UDP conntrack entries deleted.
-    pub(super) deleted: usize,
-    /// Health-check server errors.
-    pub(super) hc_errors: Vec<String>,
-    /// The ProxyConfig and generation in force.
-    pub(super) config: Option<(String, i64)>,
-    /// The Service version it programmed up to ([`tideway_core::cluster::ClusterState::services_version`]
-    /// when it took the changes).
-    pub(super) version: Option<u64>,
-}
 
 /// Full syncs longer than this are logged at info level (a large first sync is news).
 const LONG_SYNC: Duration = Duration::from_secs(1);

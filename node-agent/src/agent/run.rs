@@ -46,7 +46,8 @@ impl Agent {
     /// checks for drift every `syncPeriod`.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let _sessions = self.session_watch(super::bgp::SESSION_POLL).map(|w| AbortOnDrop(tokio::spawn(w)));
+        let _sessions =
+            self.session_watch(super::speaker::SESSION_POLL).map(|w| AbortOnDrop(tokio::spawn(w)));
         // What the first complete view waits for is told after a grace period (a healthy API
         // server lists in well under it), then whenever it changes.
         let mut ticks = tokio::time::interval_at(Instant::now() + WAIT_GRACE, Duration::from_secs(1));

@@ -10,8 +10,8 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use tideway_api::crd::BgpResource;
 use tideway_api::{ConvertError, convert, crd};
-use tideway_core::cluster::{BgpObject, BgpSecret, ClusterState};
-use tideway_core::model::{self, ServiceName};
+use tideway_core::cluster::{BgpObject, BgpSecret, ClusterState, StateKind};
+use tideway_core::model;
 
 use crate::shared::{ObjectKey, Store};
 
@@ -47,17 +47,21 @@ pub trait Kind:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
 {
     /// Its model type.
-    type Model: Clone + Send + 'static;
+    type Model: StateKind;
 
     /// Converts an object; `Ok(None)` for objects the model ignores (an FQDN EndpointSlice, a
     /// slice of no Service), which also removes a previous version.
     fn convert(&self) -> Result<Option<Self::Model>, ConvertError>;
     /// Inserts or updates a converted object.
-    fn apply(state: &mut ClusterState, model: Self::Model);
+    fn apply(state: &mut ClusterState, model: Self::Model) {
+        state.apply(model);
+    }
     /// Removes the object named by `key`.
     fn delete(state: &mut ClusterState, key: &ObjectKey);
     /// Replaces every object of the kind (after a relist).
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>);
+    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+        state.replace(all);
+    }
     /// The state's current version of the object named by `key` (kept when an update is invalid).
     fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model>;
 
@@ -79,10 +83,6 @@ pub trait Kind:
 
 fn ns(key: &ObjectKey) -> &str {
     key.namespace.as_deref().unwrap_or("default")
-}
-
-fn service_name(key: &ObjectKey) -> ServiceName {
-    ServiceName::new(ns(key), &key.name)
 }
 
 /// Who reads the objects a watch delivers: each keeps only what it reads.
@@ -107,261 +107,134 @@ fn keep_proxy_labels(labels: &mut std::collections::BTreeMap<String, String>) {
         .collect();
 }
 
-impl Kind for Service {
-    type Model = model::Service;
-    fn trim(m: &mut Self::Model, reader: Reader) {
-        match reader {
-            Reader::All => {}
-            Reader::Proxy => keep_proxy_labels(&mut m.labels),
-            Reader::Dns => m.labels = Default::default(),
-        }
-    }
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::service(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_service(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_service(&service_name(key));
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_services(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.service(&service_name(key)).cloned()
+fn trim_service(m: &mut model::Service, reader: Reader) {
+    match reader {
+        Reader::All => {}
+        Reader::Proxy => keep_proxy_labels(&mut m.labels),
+        Reader::Dns => m.labels = Default::default(),
     }
 }
 
-impl Kind for EndpointSlice {
-    type Model = model::EndpointSlice;
-    fn trim(m: &mut Self::Model, reader: Reader) {
-        match reader {
-            Reader::All => {}
-            Reader::Proxy => {
-                keep_proxy_labels(&mut m.labels);
-                for ep in &mut m.endpoints {
-                    ep.pod_name = None;
-                    ep.set_hostname(None);
-                    ep.set_zone(None);
-                }
+fn trim_slice(m: &mut model::EndpointSlice, reader: Reader) {
+    match reader {
+        Reader::All => {}
+        Reader::Proxy => {
+            keep_proxy_labels(&mut m.labels);
+            for ep in &mut m.endpoints {
+                ep.pod_name = None;
+                ep.set_hostname(None);
+                ep.set_zone(None);
             }
-            Reader::Dns => {
-                m.labels = Default::default();
-                for ep in &mut m.endpoints {
-                    ep.node_name = None;
-                    ep.set_zone(None);
-                    ep.set_hints(None);
-                }
+        }
+        Reader::Dns => {
+            m.labels = Default::default();
+            for ep in &mut m.endpoints {
+                ep.node_name = None;
+                ep.set_zone(None);
+                ep.set_hints(None);
             }
         }
     }
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::endpoint_slice(self)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_endpoint_slice(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_endpoint_slice(ns(key), &key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_endpoint_slices(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.endpoint_slices().find(|s| s.namespace == ns(key) && s.name == key.name).cloned()
+}
+
+/// The namespace and name `key` names in the state: `""` for a kind kept without one.
+fn names<M: StateKind>(key: &ObjectKey) -> (&str, &str) {
+    match M::NAMESPACED {
+        true => (ns(key), &key.name),
+        false => ("", &key.name),
     }
 }
 
-impl Kind for Node {
-    type Model = model::Node;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::node(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_node(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_node(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_nodes(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.node(&key.name).cloned()
+/// Kinds whose model a namespace and a name identify: `Kubernetes type => model type,
+/// conversion` (and how each reader trims it).
+macro_rules! watched {
+    ($($t:ty => $model:ty, $convert:expr $(, trim: $trim:expr)?;)*) => {$(
+        impl Kind for $t {
+            type Model = $model;
+            fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+                ($convert)(self)
+            }
+            fn delete(state: &mut ClusterState, key: &ObjectKey) {
+                let (namespace, name) = names::<$model>(key);
+                state.delete::<$model>(namespace, name);
+            }
+            fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+                let (namespace, name) = names::<$model>(key);
+                state.get::<$model>(namespace, name).cloned()
+            }
+            $(fn trim(m: &mut Self::Model, reader: Reader) {
+                ($trim)(m, reader)
+            })?
+        }
+    )*};
+}
+
+watched! {
+    Service => model::Service, |o| convert::service(o).map(Some), trim: trim_service;
+    EndpointSlice => model::EndpointSlice, convert::endpoint_slice, trim: trim_slice;
+    Node => model::Node, |o| convert::node(o).map(Some);
+    Pod => model::Pod, |o| convert::pod(o).map(Some);
+    Namespace => model::Namespace, |o| convert::namespace(o).map(Some);
+    ServiceCIDR => model::ServiceCidr, |o| convert::service_cidr(o).map(Some);
+    crd::ProxyConfig => tideway_core::config::ProxyConfig, |o| crd::proxy_config(o).map(Some);
+    crd::NodeProxyState => model::NodeProxyState, |o| crd::node_state_from(o).map(Some);
+    crd::L2Announcement => model::L2Announcement, |o| crd::l2_announcement(o).map(Some);
+    crd::LoadBalancerPool => model::LoadBalancerPool, |o| crd::load_balancer_pool(o).map(Some);
+    crd::IPAddressPool => model::MetalLbPool, |o| crd::ip_address_pool(o).map(Some);
+    crd::L2Advertisement => model::L2Advertisement, |o| crd::l2_advertisement(o).map(Some);
+    // `kubernetes.io/basic-auth` Secrets, for the BGP peers' `passwordSecret`s (others are
+    // not read).
+    Secret => BgpSecret, convert::bgp_secret;
+}
+
+/// The namespace a BGP object of `source` is stored under: `""` for Tideway's.
+fn bgp_namespace(source: crd::Source, key: &ObjectKey) -> &str {
+    match source {
+        crd::Source::Tideway => "",
+        crd::Source::MetalLb => ns(key),
     }
 }
 
-impl Kind for Pod {
-    type Model = model::Pod;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::pod(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_pod(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_pod(ns(key), &key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_pods(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.pods().find(|p| p.namespace == ns(key) && p.name == key.name).cloned()
-    }
+/// The BGP kinds, Tideway's and MetalLB's: one object each in the state's BGP set.
+macro_rules! bgp_kinds {
+    ($($t:ty),*) => {$(
+        impl Kind for $t {
+            type Model = BgpObject;
+            fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
+                self.bgp_object().map(Some)
+            }
+            fn apply(state: &mut ClusterState, m: Self::Model) {
+                state.apply(m);
+            }
+            fn delete(state: &mut ClusterState, key: &ObjectKey) {
+                state.delete_bgp(<$t>::KIND, bgp_namespace(<$t>::SOURCE, key), &key.name);
+            }
+            fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
+                state.replace_bgp(<$t>::KIND, <$t>::SOURCE == crd::Source::MetalLb, all);
+            }
+            fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
+                state.bgp_object(<$t>::KIND, bgp_namespace(<$t>::SOURCE, key), &key.name).cloned()
+            }
+            fn watch_name() -> String {
+                match <$t>::SOURCE {
+                    crd::Source::Tideway => <$t>::KIND.as_str().to_string(),
+                    crd::Source::MetalLb => format!("{}.metallb.io", <$t>::KIND.as_str()),
+                }
+            }
+        }
+    )*};
 }
 
-impl Kind for Namespace {
-    type Model = model::Namespace;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::namespace(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_namespace(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_namespace(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_namespaces(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.namespace(&key.name).cloned()
-    }
-}
-
-impl Kind for ServiceCIDR {
-    type Model = model::ServiceCidr;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::service_cidr(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_service_cidr(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_service_cidr(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_service_cidrs(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.service_cidr(&key.name).cloned()
-    }
-}
-
-impl Kind for crd::ProxyConfig {
-    type Model = tideway_core::config::ProxyConfig;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        crd::proxy_config(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_proxy_config(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_proxy_config(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_proxy_configs(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.proxy_configs().find(|c| c.name == key.name).cloned()
-    }
-}
-
-impl Kind for crd::NodeProxyState {
-    type Model = model::NodeProxyState;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        crd::node_state_from(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_node_state(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_node_state(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_node_states(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.node_state(&key.name).cloned()
-    }
-}
-
-impl Kind for crd::L2Announcement {
-    type Model = model::L2Announcement;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        crd::l2_announcement(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_announcement(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_announcement(&service_name(key));
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_announcements(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.announcement(&service_name(key)).cloned()
-    }
-}
-
-impl Kind for crd::LoadBalancerPool {
-    type Model = model::LoadBalancerPool;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        crd::load_balancer_pool(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_pool(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_pool(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_pools(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.pool(&key.name).cloned()
-    }
-}
-
-impl Kind for crd::IPAddressPool {
-    type Model = model::MetalLbPool;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        crd::ip_address_pool(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_metallb_pool(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_metallb_pool(ns(key), &key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_metallb_pools(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.metallb_pool(ns(key), &key.name).cloned()
-    }
-}
-
-impl Kind for crd::L2Advertisement {
-    type Model = model::L2Advertisement;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        crd::l2_advertisement(self).map(Some)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_l2_advertisement(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_l2_advertisement(ns(key), &key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_l2_advertisements(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.l2_advertisement(ns(key), &key.name).cloned()
-    }
-}
+bgp_kinds!(
+    crd::BGPPeer,
+    crd::BGPAdvertisement,
+    crd::BFDProfile,
+    crd::Community,
+    crd::MetalLbBgpPeer,
+    crd::MetalLbBgpAdvertisement,
+    crd::MetalLbBfdProfile,
+    crd::MetalLbCommunity
+);
 
 #[cfg(test)]
 mod tests {
@@ -412,75 +285,5 @@ mod tests {
             (ep.hostname(), &ep.pod_name),
             (slice.endpoints[0].hostname(), &slice.endpoints[0].pod_name)
         );
-    }
-}
-
-/// The namespace a BGP object of `source` is stored under: `""` for Tideway's.
-fn bgp_namespace(source: crd::Source, key: &ObjectKey) -> &str {
-    match source {
-        crd::Source::Tideway => "",
-        crd::Source::MetalLb => ns(key),
-    }
-}
-
-/// The BGP kinds, Tideway's and MetalLB's: one object each in the state's BGP set.
-macro_rules! bgp_kinds {
-    ($($t:ty),*) => {$(
-        impl Kind for $t {
-            type Model = BgpObject;
-            fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-                self.bgp_object().map(Some)
-            }
-            fn apply(state: &mut ClusterState, m: Self::Model) {
-                state.apply_bgp(m);
-            }
-            fn delete(state: &mut ClusterState, key: &ObjectKey) {
-                state.delete_bgp(<$t>::KIND, bgp_namespace(<$t>::SOURCE, key), &key.name);
-            }
-            fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-                state.replace_bgp(<$t>::KIND, <$t>::SOURCE == crd::Source::MetalLb, all);
-            }
-            fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-                state.bgp_object(<$t>::KIND, bgp_namespace(<$t>::SOURCE, key), &key.name).cloned()
-            }
-            fn watch_name() -> String {
-                match <$t>::SOURCE {
-                    crd::Source::Tideway => <$t>::KIND.as_str().to_string(),
-                    crd::Source::MetalLb => format!("{}.metallb.io", <$t>::KIND.as_str()),
-                }
-            }
-        }
-    )*};
-}
-
-bgp_kinds!(
-    crd::BGPPeer,
-    crd::BGPAdvertisement,
-    crd::BFDProfile,
-    crd::Community,
-    crd::MetalLbBgpPeer,
-    crd::MetalLbBgpAdvertisement,
-    crd::MetalLbBfdProfile,
-    crd::MetalLbCommunity
-);
-
-/// `kubernetes.io/basic-auth` Secrets, for the BGP peers' `passwordSecret`s (others are not
-/// read).
-impl Kind for Secret {
-    type Model = BgpSecret;
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-        convert::bgp_secret(self)
-    }
-    fn apply(state: &mut ClusterState, m: Self::Model) {
-        state.apply_bgp_secret(m);
-    }
-    fn delete(state: &mut ClusterState, key: &ObjectKey) {
-        state.delete_bgp_secret(&key.name);
-    }
-    fn replace(state: &mut ClusterState, all: Vec<Self::Model>) {
-        state.replace_bgp_secrets(all);
-    }
-    fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-        state.bgp_secret(&key.name).cloned()
     }
 }

@@ -31,10 +31,9 @@ mod tests {
     #[test]
     fn only_per_service_chains_the_program_lost_are_stale() {
         let mut cluster = crate::cluster::ClusterState::new();
-        cluster.apply_service(
-            mk_service("ns1", "web").cluster_ip("10.96.0.10").port("http", Protocol::Tcp, 80).build(),
-        );
-        cluster.apply_endpoint_slice(
+        cluster
+            .apply(mk_service("ns1", "web").cluster_ip("10.96.0.10").port("http", Protocol::Tcp, 80).build());
+        cluster.apply(
             mk_slice("ns1", "web").port("http", Protocol::Tcp, 8080).ready("10.244.1.5", "node-a").build(),
         );
         let ruleset = crate::plan::compile(&cluster, &mk_node_context());
