@@ -8,7 +8,8 @@
 //!                                      v  take_changes()
 //!                         agent / DNS / operator (decisions in tideway-core)
 //!                                      |
-//!                                      v  NodeStateSink: NodeProxyState (agent); ClusterWriter: decisions (operator)
+//!                                      v  NodeStateSink: NodeProxyState (agent); ClusterWriter: decisions,
+//!                                      |  LeaseStore: the leader election (operator)
 //!                         Kubernetes (server-side apply) / lab files / memory (tests)
 //! ```
 //! Every source converts objects once, at the edge (`tideway_api::convert`, `tideway_api::crd`),
@@ -24,6 +25,7 @@ mod file;
 pub mod gossip;
 pub mod kube;
 pub mod lab;
+pub mod lease;
 pub mod metrics;
 mod shared;
 mod spec;

@@ -95,8 +95,8 @@ fn one_of_each() -> Snapshot {
     use crate::config::{ProxyConfig, ProxySettings};
     use crate::model::bgp::BgpPeer;
     use crate::model::{
-        L2Advertisement, L2Announcement, L2Settings, LoadBalancerPool, MetalLbPool, Namespace, NodeProxyState,
-        Pod, PoolOrigin, ServiceCidr,
+        L2Advertisement, L2Announcement, L2Settings, LoadBalancerPool, MetalLbPool, Namespace,
+        NodeProxyState, Pod, PoolOrigin, ServiceCidr,
     };
     use crate::testing::{mk_node, net};
     let pool = |name: &str| crate::model::Pool::new(name, &["192.168.10.0/24"]);

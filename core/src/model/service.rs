@@ -59,6 +59,12 @@ impl ServiceName {
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         ServiceName { namespace: namespace.into(), name: name.into() }
     }
+
+    /// The Service's name in the cluster DNS zone `zone` (the Kubernetes DNS specification):
+    /// `<name>.<namespace>.svc.<zone>`, without the final dot.
+    pub fn dns_name(&self, zone: &str) -> String {
+        format!("{}.{}.svc.{}", self.name, self.namespace, zone.trim_end_matches('.'))
+    }
 }
 
 impl fmt::Display for ServiceName {
@@ -265,6 +271,19 @@ pub struct Service {
 }
 
 impl Service {
+    /// The names the cluster DNS answers for the Service in `zone`: its own
+    /// ([`ServiceName::dns_name`]) and, for each named port, the SRV name
+    /// `_<port>._<protocol>.<its own>`.
+    pub fn dns_names(&self, zone: &str) -> Vec<String> {
+        let own = self.name.dns_name(zone);
+        let srv = self.ports.iter().filter(|p| !p.name.is_empty()).map(|p| {
+            let protocol = p.protocol.to_string().to_ascii_lowercase();
+            format!("_{}._{protocol}.{own}", p.name)
+        });
+        let srv: Vec<String> = srv.collect();
+        std::iter::once(own).chain(srv).collect()
+    }
+
     /// A minimal ClusterIP Service, for builders and tests.
     pub fn new(name: ServiceName) -> Self {
         Service {

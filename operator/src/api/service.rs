@@ -194,6 +194,9 @@ fn programmed_on(state: &tideway_core::cluster::ClusterState, svc: &Service) -> 
     state.node_states().filter(|r| r.has_programmed(svc) == Some(true)).map(|r| r.node.clone()).collect()
 }
 
+/// The cluster DNS zone the names shown are in (the DNS server's default `--zone`).
+const DNS_ZONE: &str = "cluster.local";
+
 pub(super) async fn service(
     State(api): State<ApiState>,
     Path((namespace, name)): Path<(String, String)>,
@@ -203,14 +206,7 @@ pub(super) async fn service(
     let svc = state
         .service(&key)
         .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, format!("no Service {namespace}/{name}")))?;
-    let base = format!("{name}.{namespace}.svc.cluster.local");
-    let mut dns_names = vec![base.clone()];
-    dns_names.extend(
-        svc.ports
-            .iter()
-            .filter(|p| !p.name.is_empty())
-            .map(|p| format!("_{}._{}.{base}", p.name, p.protocol.to_string().to_ascii_lowercase())),
-    );
+    let dns_names = svc.dns_names(DNS_ZONE);
     let view = ServiceView {
         namespace: namespace.clone(),
         name: name.clone(),

@@ -18,9 +18,7 @@ use tideway_sources::status::WriteError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-mod store;
-
-pub use store::{LeaseStore, MemoryLease};
+pub use tideway_sources::lease::{LeaseStore, MemoryLease};
 
 /// Whether this replica may write, and until when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

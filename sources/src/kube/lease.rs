@@ -10,6 +10,7 @@ use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use tideway_core::operator::lease::LeaseRecord;
 
+use crate::lease::LeaseStore;
 use crate::status::WriteError;
 
 /// One Lease, by namespace and name.
@@ -105,5 +106,40 @@ impl KubeLease {
             s.renew_time = Some(now());
         })
         .await
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for KubeLease {
+    type Lease = Lease;
+
+    fn record(lease: &Lease) -> LeaseRecord {
+        record(lease)
+    }
+
+    async fn read(&self) -> Result<Option<Lease>, WriteError> {
+        KubeLease::read(self).await
+    }
+
+    async fn create(&self, me: &str, duration: Duration) -> Result<(), WriteError> {
+        KubeLease::create(self, me, duration).await
+    }
+
+    async fn take(
+        &self,
+        current: Lease,
+        me: &str,
+        duration: Duration,
+        transitions: i32,
+    ) -> Result<(), WriteError> {
+        KubeLease::take(self, current, me, duration, transitions).await
+    }
+
+    async fn renew(&self, current: Lease) -> Result<(), WriteError> {
+        KubeLease::renew(self, current).await
+    }
+
+    async fn release(&self, current: Lease) -> Result<(), WriteError> {
+        KubeLease::release(self, current).await
     }
 }

@@ -378,3 +378,38 @@ fn ttl_and_zone_are_configurable() {
         "other zones are not ours"
     );
 }
+
+/// The names the operator's API lists for a Service ([`Service::dns_names`]) are the names
+/// this server answers: the Service's own name with its ClusterIPs, and an SRV record for each
+/// named port.
+///
+/// [`Service::dns_names`]: tideway_core::model::Service::dns_names
+#[test]
+fn the_names_a_service_is_listed_under_are_answered() {
+    let index = index_with_pods(PodsMode::Disabled);
+    let services = [
+        mk_service("testns", "svc1").cluster_ip("10.0.0.1").port("http", Tcp, 80).build(),
+        mk_service("testns", "svc6").cluster_ip("1234:abcd::1").port("http", Tcp, 80).build(),
+        mk_service("testns", "multiport")
+            .cluster_ip("10.0.0.4")
+            .port("http", Tcp, 80)
+            .port("dns", Udp, 53)
+            .build(),
+    ];
+    for svc in &services {
+        let names = svc.dns_names("cluster.local.");
+        assert_eq!(names.len(), 1 + svc.ports.len(), "{names:?}");
+        for (i, name) in names.iter().enumerate() {
+            let qtype = match (i, svc.cluster_ips[0].is_ipv4()) {
+                (0, true) => A,
+                (0, false) => AAAA,
+                _ => SRV,
+            };
+            let Outcome::Answer(got) = answer(&index, &query(&format!("{name}."), qtype)) else {
+                panic!("{name} {qtype}: no answer")
+            };
+            assert_eq!(got.rcode, ResponseCode::NoError, "{name} {qtype}");
+            assert!(!got.answers.is_empty(), "{name} {qtype}: nothing answered");
+        }
+    }
+}

@@ -1,14 +1,15 @@
-//! Where the Lease lives: the API server ([`KubeLease`]) or memory ([`MemoryLease`], for
-//! paused-clock tests of the election loop, with calls that hang on demand).
+//! Where the operator's election keeps its Lease: the calls it makes ([`LeaseStore`]), made
+//! on the API server by [`KubeLease`](crate::kube::KubeLease) or in memory by [`MemoryLease`]
+//! (for paused-clock tests of the election loop, with calls that hang on demand), as the
+//! status sinks have [`MemoryWriter`](crate::status::MemoryWriter).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use tideway_core::operator::lease::LeaseRecord;
-use tideway_sources::kube::{KubeLease, lease_record};
-use tideway_sources::status::WriteError;
 use tokio::sync::watch;
+
+use crate::status::WriteError;
 
 /// The Lease calls the election makes; every write is conditional on the version read.
 #[async_trait::async_trait]
@@ -33,41 +34,6 @@ pub trait LeaseStore: Send + Sync {
     async fn renew(&self, current: Self::Lease) -> Result<(), WriteError>;
     /// Gives it up.
     async fn release(&self, current: Self::Lease) -> Result<(), WriteError>;
-}
-
-#[async_trait::async_trait]
-impl LeaseStore for KubeLease {
-    type Lease = Lease;
-
-    fn record(lease: &Lease) -> LeaseRecord {
-        lease_record(lease)
-    }
-
-    async fn read(&self) -> Result<Option<Lease>, WriteError> {
-        KubeLease::read(self).await
-    }
-
-    async fn create(&self, me: &str, duration: Duration) -> Result<(), WriteError> {
-        KubeLease::create(self, me, duration).await
-    }
-
-    async fn take(
-        &self,
-        current: Lease,
-        me: &str,
-        duration: Duration,
-        transitions: i32,
-    ) -> Result<(), WriteError> {
-        KubeLease::take(self, current, me, duration, transitions).await
-    }
-
-    async fn renew(&self, current: Lease) -> Result<(), WriteError> {
-        KubeLease::renew(self, current).await
-    }
-
-    async fn release(&self, current: Lease) -> Result<(), WriteError> {
-        KubeLease::release(self, current).await
-    }
 }
 
 /// A Lease in memory, shared by the candidates made with [`MemoryLease::candidate`]; each
