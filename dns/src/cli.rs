@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use tideway_sources::kube::{KubeSource, Role};
 use tideway_sources::metrics::SourceMetrics;
-use tideway_sources::{FileSource, SharedCluster, SourceSpec};
+use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
 
 use crate::view::ClusterView;
 
@@ -199,19 +199,14 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
     let result = runtime.block_on(async move {
         let cluster = SharedCluster::<ClusterView>::default();
         let server = Server::start(config, cluster.clone()).await?;
-        match spec {
-            SourceSpec::File(path) => {
-                tokio::spawn(FileSource::new(path, Duration::from_secs(1)).run(cluster));
-            }
-            SourceSpec::Lab(dir) => {
-                tokio::spawn(tideway_sources::lab::LabDir::new(dir).source().run(cluster));
-            }
-            SourceSpec::Kubernetes => {
-                let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
-                let role =
-                    Role::Dns { pods: watch_pods || require_programmed, node_states: require_programmed };
-                tokio::spawn(KubeSource::new(client, role, source_metrics).run_dns(cluster));
-            }
+        let how = Connect {
+            kubeconfig: args.kubeconfig.as_deref(),
+            file_poll: Duration::from_secs(1),
+            ..Connect::default()
+        };
+        if let Connected::Kubernetes { client, .. } = tideway_sources::connect(spec, how, &cluster).await? {
+            let role = Role::Dns { pods: watch_pods || require_programmed, node_states: require_programmed };
+            tokio::spawn(KubeSource::new(client, role, source_metrics).run_dns(cluster));
         }
         let code = serve_until_stopped(&server, &source, reload_interval).await?;
         server.shutdown().await;

@@ -10,11 +10,10 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tideway_api::duration::parse_duration;
 use tideway_core::config::ProxyMode;
-use tideway_serve::auth::Authorizer;
-use tideway_sources::kube::{CachedReview, KubeNodeStateSink, KubeReview, KubeSource, Role};
-use tideway_sources::lab::{LabDir, LabNodeStateSink};
+use tideway_sources::kube::{KubeNodeStateSink, KubeSource, Role};
+use tideway_sources::lab::LabNodeStateSink;
 use tideway_sources::metrics::SourceMetrics;
-use tideway_sources::{FileSource, SharedCluster, Source, SourceSpec};
+use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
 
 use crate::agent::{Agent, AgentOptions, AgentStatus};
 use crate::frr::FrrReload;
@@ -274,16 +273,19 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         refusals.register(&mut registry);
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
-        let mut review = None;
+        let how = Connect {
+            kubeconfig: args.kubeconfig.as_deref(),
+            file_poll: args.file_poll_interval,
+            audiences: args.api_audience.iter().cloned().collect(),
+            fail_fast: true,
+            lab_node: Some(&args.node),
+        };
+        let connected = tideway_sources::connect(spec, how, &cluster).await?;
+        let review = connected.review();
         // Where the node's report goes, and how often (a file source reports nowhere).
-        let report: Option<(Arc<dyn tideway_sources::status::NodeStateSink>, ReportSettings)> = match spec {
-            SourceSpec::File(path) => {
-                tokio::spawn(Source::run(FileSource::new(path, args.file_poll_interval), cluster.clone()));
-                None
-            }
-            SourceSpec::Lab(dir) => {
-                let dir = LabDir::new(dir).on_node(&args.node);
-                tokio::spawn(Source::run(dir.source(), cluster.clone()));
+        let report: Option<(Arc<dyn tideway_sources::status::NodeStateSink>, ReportSettings)> = match connected {
+            Connected::File => None,
+            Connected::Lab(dir) => {
                 let settings = ReportSettings {
                     min_interval: Duration::from_secs(1),
                     jitter: Duration::ZERO,
@@ -291,15 +293,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 };
                 Some((Arc::new(LabNodeStateSink(dir)), settings))
             }
-            SourceSpec::Kubernetes => {
-                let client = tideway_sources::kube::failing_fast_client(args.kubeconfig.as_deref()).await?;
-                let url = tideway_sources::kube::server_url(args.kubeconfig.as_deref()).await?;
-                let in_cluster = args.kubeconfig.is_none() && SourceSpec::in_pod();
-                cluster.describe_unanswered(tideway_sources::kube::unanswered(&url, in_cluster));
-                review = Some(Arc::new(CachedReview::new(
-                    KubeReview::new(client.clone())
-                        .with_audiences(args.api_audience.iter().cloned().collect()),
-                )) as Arc<dyn Authorizer>);
+            Connected::Kubernetes { client, .. } => {
                 let role = Role::Agent { node: args.node.clone(), service_cidrs: !args.no_service_cidrs };
                 let source = KubeSource::new(client.clone(), role, source_metrics.clone())
                     .with_bgp(args.bgp)

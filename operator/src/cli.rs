@@ -10,12 +10,11 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tideway_api::duration::parse_duration;
 use tideway_core::operator::lease::{Elector, LeaseTimings};
-use tideway_serve::auth::Authorizer;
-use tideway_sources::kube::{CachedReview, KubeLease, KubeReview, KubeSource, KubeWriter, Role};
-use tideway_sources::lab::{LabDir, LabWriter};
+use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role};
+use tideway_sources::lab::LabWriter;
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::ClusterWriter;
-use tideway_sources::{FileSource, SharedCluster, SourceSpec};
+use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
 use tokio::sync::watch;
 
 use crate::api::ApiState;
@@ -152,27 +151,25 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             }
         };
         let mut election = None;
-        let mut review = None;
-        let writer: Arc<dyn ClusterWriter> = match spec {
-            SourceSpec::File(path) => {
-                anyhow::ensure!(!args.leader_elect, "--leader-elect needs --source kubernetes");
-                tokio::spawn(FileSource::new(path, Duration::from_millis(500)).run(cluster.clone()));
-                Arc::new(LogWriter)
-            }
-            SourceSpec::Lab(dir) => {
-                anyhow::ensure!(!args.leader_elect, "--leader-elect needs --source kubernetes");
-                let dir = LabDir::new(dir);
-                tokio::spawn(dir.source().run(cluster.clone()));
-                Arc::new(LabWriter(dir))
-            }
-            SourceSpec::Kubernetes => {
-                let client = tideway_sources::kube::client(args.kubeconfig.as_deref()).await?;
+        anyhow::ensure!(
+            !args.leader_elect || spec == SourceSpec::Kubernetes,
+            "--leader-elect needs --source kubernetes"
+        );
+        let how = Connect {
+            kubeconfig: args.kubeconfig.as_deref(),
+            file_poll: Duration::from_millis(500),
+            audiences: args.api_audience.iter().cloned().collect(),
+            ..Connect::default()
+        };
+        let connected = tideway_sources::connect(spec, how, &cluster).await?;
+        let review = connected.review();
+        let writer: Arc<dyn ClusterWriter> = match connected {
+            Connected::File => Arc::new(LogWriter),
+            Connected::Lab(dir) => Arc::new(LabWriter(dir)),
+            Connected::Kubernetes { client, .. } => {
                 if args.manage_crds {
                     tideway_sources::kube::crds::keep_current(&client).await;
                 }
-                review = Some(Arc::new(CachedReview::new(
-                    KubeReview::new(client.clone()).with_audiences(args.api_audience.iter().cloned().collect()),
-                )) as Arc<dyn Authorizer>);
                 let metallb = args.metallb_compat.then(|| args.metallb_namespace.clone());
                 let source = KubeSource::new(client.clone(), Role::Operator, source_metrics).with_metallb(metallb);
                 tokio::spawn(source.run(cluster.clone()));

@@ -15,12 +15,13 @@
 //! Every source converts objects once, at the edge (`tideway_api::convert`, `tideway_api::crd`),
 //! keeps the last valid version of an object whose update is invalid (and lists it in
 //! [`SharedCluster::invalid_objects`]), and marks the state synced only after its first
-//! complete view. The components above the [`Source`] trait do not know which source feeds
-//! them.
+//! complete view. The components do not know which source feeds them: [`connect`] wires it
+//! for all three.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod connect;
 mod file;
 pub mod gossip;
 pub mod kube;
@@ -32,23 +33,10 @@ mod spec;
 pub mod status;
 pub mod supervise;
 
+pub use connect::{Connect, Connected, connect};
 pub use file::FileSource;
 pub use shared::{InvalidObjects, ObjectKey, SharedCluster, Store, kept_by};
 pub use spec::{SourceSpec, SpecError};
-
-/// Where a component's objects come from. A source writes into the [`SharedCluster`], marks it
-/// synced once it delivered a complete view, and keeps it current until the returned future is
-/// dropped.
-pub trait Source: Send + 'static {
-    /// Feeds `cluster` until cancelled.
-    fn run(self, cluster: SharedCluster) -> impl Future<Output = ()> + Send;
-}
-
-impl Source for FileSource {
-    fn run(self, cluster: SharedCluster) -> impl Future<Output = ()> + Send {
-        FileSource::run(self, cluster)
-    }
-}
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: how every long-running component is asked to stop.
 pub async fn shutdown_signal() {
