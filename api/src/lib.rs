@@ -23,6 +23,8 @@ pub mod duration;
 mod error;
 pub mod manifest;
 pub mod merge_patch;
+mod to_model;
 pub mod validation;
 
 pub use error::ConvertError;
+pub use to_model::ToModel;

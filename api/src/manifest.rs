@@ -5,13 +5,16 @@
 use std::fmt;
 use std::path::Path;
 
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tideway_core::cluster::{BgpObject, Snapshot};
+use tideway_core::cluster::{Snapshot, StateKind};
 
-use crate::convert;
 use crate::crd;
 use crate::error::ConvertError;
+use crate::to_model::ToModel;
 
 /// A problem with one document (or the whole file).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -172,9 +175,13 @@ fn converted<T>(r: Result<T, ConvertError>) -> Result<T, ObjectError> {
     Ok(r?)
 }
 
-/// A BGP object of either source.
-fn bgp<T: crd::BgpResource + DeserializeOwned>(kind: &str, value: Value) -> Result<BgpObject, ObjectError> {
-    converted(decode::<T>(kind, value)?.bgp_object())
+/// Decodes and converts an object of `T` (of `kind`) into its list in `snapshot`; an object
+/// the model ignores is left out.
+fn add<T: ToModel>(snapshot: &mut Snapshot, kind: &str, value: Value) -> Result<(), ObjectError> {
+    if let Some(model) = converted(decode::<T>(kind, value)?.convert())? {
+        T::Model::listed(snapshot).push(model);
+    }
+    Ok(())
 }
 
 fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
@@ -195,49 +202,26 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
             }
             return if errors.is_empty() { Ok(()) } else { Err(ObjectError::Items(errors)) };
         }
-        ("v1", "Service") => s.services.push(converted(convert::service(&decode(&kind, value)?))?),
-        ("discovery.k8s.io/v1", "EndpointSlice") => {
-            if let Some(slice) = converted(convert::endpoint_slice(&decode(&kind, value)?))? {
-                s.endpoint_slices.push(slice);
-            }
-        }
-        ("v1", "Node") => s.nodes.push(converted(convert::node(&decode(&kind, value)?))?),
-        ("v1", "Pod") => s.pods.push(converted(convert::pod(&decode(&kind, value)?))?),
-        ("v1", "Namespace") => s.namespaces.push(converted(convert::namespace(&decode(&kind, value)?))?),
-        ("networking.k8s.io/v1", "ServiceCIDR") => {
-            s.service_cidrs.push(converted(convert::service_cidr(&decode(&kind, value)?))?)
-        }
-        ("tideway.io/v1alpha1", "ProxyConfig") => {
-            let pc: crd::ProxyConfig = decode(&kind, value)?;
-            s.proxy_configs.push(converted(crd::proxy_config(&pc))?);
-        }
-        ("tideway.io/v1alpha1", "NodeProxyState") => {
-            s.node_states.push(converted(crd::node_state_from(&decode(&kind, value)?))?)
-        }
-        ("tideway.io/v1alpha1", "LoadBalancerPool") => {
-            s.pools.push(converted(crd::load_balancer_pool(&decode(&kind, value)?))?)
-        }
-        ("metallb.io/v1beta1", "IPAddressPool") => {
-            s.metallb_pools.push(converted(crd::ip_address_pool(&decode(&kind, value)?))?)
-        }
-        ("metallb.io/v1beta1", "L2Advertisement") => {
-            s.l2_advertisements.push(converted(crd::l2_advertisement(&decode(&kind, value)?))?)
-        }
-        ("tideway.io/v1alpha1", "BGPPeer") => s.bgp.push(bgp::<crd::BGPPeer>(&kind, value)?),
-        ("tideway.io/v1alpha1", "BGPAdvertisement") => {
-            s.bgp.push(bgp::<crd::BGPAdvertisement>(&kind, value)?)
-        }
-        ("tideway.io/v1alpha1", "BFDProfile") => s.bgp.push(bgp::<crd::BFDProfile>(&kind, value)?),
-        ("tideway.io/v1alpha1", "Community") => s.bgp.push(bgp::<crd::Community>(&kind, value)?),
-        ("metallb.io/v1beta2", "BGPPeer") => s.bgp.push(bgp::<crd::MetalLbBgpPeer>(&kind, value)?),
-        ("metallb.io/v1beta1", "BGPAdvertisement") => {
-            s.bgp.push(bgp::<crd::MetalLbBgpAdvertisement>(&kind, value)?)
-        }
-        ("metallb.io/v1beta1", "BFDProfile") => s.bgp.push(bgp::<crd::MetalLbBfdProfile>(&kind, value)?),
-        ("metallb.io/v1beta1", "Community") => s.bgp.push(bgp::<crd::MetalLbCommunity>(&kind, value)?),
-        ("tideway.io/v1alpha1", "L2Announcement") => {
-            s.announcements.push(converted(crd::l2_announcement(&decode(&kind, value)?))?)
-        }
+        ("v1", "Service") => add::<Service>(s, &kind, value)?,
+        ("discovery.k8s.io/v1", "EndpointSlice") => add::<EndpointSlice>(s, &kind, value)?,
+        ("v1", "Node") => add::<Node>(s, &kind, value)?,
+        ("v1", "Pod") => add::<Pod>(s, &kind, value)?,
+        ("v1", "Namespace") => add::<Namespace>(s, &kind, value)?,
+        ("networking.k8s.io/v1", "ServiceCIDR") => add::<ServiceCIDR>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "ProxyConfig") => add::<crd::ProxyConfig>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "NodeProxyState") => add::<crd::NodeProxyState>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "LoadBalancerPool") => add::<crd::LoadBalancerPool>(s, &kind, value)?,
+        ("metallb.io/v1beta1", "IPAddressPool") => add::<crd::IPAddressPool>(s, &kind, value)?,
+        ("metallb.io/v1beta1", "L2Advertisement") => add::<crd::L2Advertisement>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "BGPPeer") => add::<crd::BGPPeer>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "BGPAdvertisement") => add::<crd::BGPAdvertisement>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "BFDProfile") => add::<crd::BFDProfile>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "Community") => add::<crd::Community>(s, &kind, value)?,
+        ("metallb.io/v1beta2", "BGPPeer") => add::<crd::MetalLbBgpPeer>(s, &kind, value)?,
+        ("metallb.io/v1beta1", "BGPAdvertisement") => add::<crd::MetalLbBgpAdvertisement>(s, &kind, value)?,
+        ("metallb.io/v1beta1", "BFDProfile") => add::<crd::MetalLbBfdProfile>(s, &kind, value)?,
+        ("metallb.io/v1beta1", "Community") => add::<crd::MetalLbCommunity>(s, &kind, value)?,
+        ("tideway.io/v1alpha1", "L2Announcement") => add::<crd::L2Announcement>(s, &kind, value)?,
         _ => {
             let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
             out.ignored.push(format!("{api_version} {kind} {name}"));

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tideway_serve::auth::Authorizer;
 
+use crate::file::FileSource;
 use crate::kube::{CachedReview, ClientError, KubeReview};
 use crate::lab::LabDir;
-use crate::file::FileSource;
 use crate::shared::{SharedCluster, Store};
 use crate::spec::SourceSpec;
 

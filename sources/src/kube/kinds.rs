@@ -7,10 +7,9 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Resource;
-use serde::de::DeserializeOwned;
 use tideway_api::crd::BgpResource;
-use tideway_api::{ConvertError, convert, crd};
-use tideway_core::cluster::{BgpObject, BgpSecret, ClusterState, StateKind};
+use tideway_api::{ToModel, crd};
+use tideway_core::cluster::{ClusterState, StateKind};
 use tideway_core::model;
 
 use crate::shared::{ObjectKey, Store};
@@ -43,15 +42,10 @@ impl<K: Kind> Holds<K> for ClusterState {
 }
 
 /// A Kubernetes kind a source watches.
-pub trait Kind:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
-    /// Its model type.
-    type Model: StateKind;
-
-    /// Converts an object; `Ok(None)` for objects the model ignores (an FQDN EndpointSlice, a
-    /// slice of no Service), which also removes a previous version.
-    fn convert(&self) -> Result<Option<Self::Model>, ConvertError>;
+///
+/// Its model type and conversion are [`ToModel`]'s (an object the model ignores also removes
+/// a previous version).
+pub trait Kind: Resource<DynamicType = ()> + ToModel + Clone + Debug + Send + Sync + 'static {
     /// Inserts or updates a converted object.
     fn apply(state: &mut ClusterState, model: Self::Model) {
         state.apply(model);
@@ -145,22 +139,17 @@ fn names<M: StateKind>(key: &ObjectKey) -> (&str, &str) {
     }
 }
 
-/// Kinds whose model a namespace and a name identify: `Kubernetes type => model type,
-/// conversion` (and how each reader trims it).
+/// Kinds whose model a namespace and a name identify (and how each reader trims it).
 macro_rules! watched {
-    ($($t:ty => $model:ty, $convert:expr $(, trim: $trim:expr)?;)*) => {$(
+    ($($t:ty $(, trim: $trim:expr)?;)*) => {$(
         impl Kind for $t {
-            type Model = $model;
-            fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-                ($convert)(self)
-            }
             fn delete(state: &mut ClusterState, key: &ObjectKey) {
-                let (namespace, name) = names::<$model>(key);
-                state.delete::<$model>(namespace, name);
+                let (namespace, name) = names::<Self::Model>(key);
+                state.delete::<Self::Model>(namespace, name);
             }
             fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-                let (namespace, name) = names::<$model>(key);
-                state.get::<$model>(namespace, name).cloned()
+                let (namespace, name) = names::<Self::Model>(key);
+                state.get::<Self::Model>(namespace, name).cloned()
             }
             $(fn trim(m: &mut Self::Model, reader: Reader) {
                 ($trim)(m, reader)
@@ -170,21 +159,21 @@ macro_rules! watched {
 }
 
 watched! {
-    Service => model::Service, |o| convert::service(o).map(Some), trim: trim_service;
-    EndpointSlice => model::EndpointSlice, convert::endpoint_slice, trim: trim_slice;
-    Node => model::Node, |o| convert::node(o).map(Some);
-    Pod => model::Pod, |o| convert::pod(o).map(Some);
-    Namespace => model::Namespace, |o| convert::namespace(o).map(Some);
-    ServiceCIDR => model::ServiceCidr, |o| convert::service_cidr(o).map(Some);
-    crd::ProxyConfig => tideway_core::config::ProxyConfig, |o| crd::proxy_config(o).map(Some);
-    crd::NodeProxyState => model::NodeProxyState, |o| crd::node_state_from(o).map(Some);
-    crd::L2Announcement => model::L2Announcement, |o| crd::l2_announcement(o).map(Some);
-    crd::LoadBalancerPool => model::LoadBalancerPool, |o| crd::load_balancer_pool(o).map(Some);
-    crd::IPAddressPool => model::MetalLbPool, |o| crd::ip_address_pool(o).map(Some);
-    crd::L2Advertisement => model::L2Advertisement, |o| crd::l2_advertisement(o).map(Some);
+    Service, trim: trim_service;
+    EndpointSlice, trim: trim_slice;
+    Node;
+    Pod;
+    Namespace;
+    ServiceCIDR;
+    crd::ProxyConfig;
+    crd::NodeProxyState;
+    crd::L2Announcement;
+    crd::LoadBalancerPool;
+    crd::IPAddressPool;
+    crd::L2Advertisement;
     // `kubernetes.io/basic-auth` Secrets, for the BGP peers' `passwordSecret`s (others are
     // not read).
-    Secret => BgpSecret, convert::bgp_secret;
+    Secret;
 }
 
 /// The namespace a BGP object of `source` is stored under: `""` for Tideway's.
@@ -199,10 +188,6 @@ fn bgp_namespace(source: crd::Source, key: &ObjectKey) -> &str {
 macro_rules! bgp_kinds {
     ($($t:ty),*) => {$(
         impl Kind for $t {
-            type Model = BgpObject;
-            fn convert(&self) -> Result<Option<Self::Model>, ConvertError> {
-                self.bgp_object().map(Some)
-            }
             fn apply(state: &mut ClusterState, m: Self::Model) {
                 state.apply(m);
             }
