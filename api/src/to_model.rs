@@ -62,13 +62,22 @@ macro_rules! bgp_to_model {
     )*};
 }
 
-bgp_to_model!(
-    crd::BGPPeer,
-    crd::BGPAdvertisement,
-    crd::BFDProfile,
-    crd::Community,
-    crd::MetalLbBgpPeer,
-    crd::MetalLbBgpAdvertisement,
-    crd::MetalLbBfdProfile,
-    crd::MetalLbCommunity
-);
+/// Calls `$then!` with every BGP kind, Tideway's and MetalLB's (the list kept once: the
+/// watches implement theirs with it too).
+#[macro_export]
+macro_rules! for_each_bgp_kind {
+    ($then:ident) => {
+        $then!(
+            $crate::crd::BGPPeer,
+            $crate::crd::BGPAdvertisement,
+            $crate::crd::BFDProfile,
+            $crate::crd::Community,
+            $crate::crd::MetalLbBgpPeer,
+            $crate::crd::MetalLbBgpAdvertisement,
+            $crate::crd::MetalLbBfdProfile,
+            $crate::crd::MetalLbCommunity
+        );
+    };
+}
+
+for_each_bgp_kind!(bgp_to_model);

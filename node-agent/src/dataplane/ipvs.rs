@@ -219,13 +219,7 @@ impl Ipvs {
                 None => self.create(vs)?,
                 Some((sched, timeout)) => {
                     if sched != vs.scheduler.as_str() || *timeout != vs.persistence.unwrap_or(0) {
-                        self.nl()?.set_service(
-                            &vs.ip,
-                            vs.protocol,
-                            vs.port,
-                            vs.scheduler.as_str(),
-                            vs.persistence,
-                        )?;
+                        self.nl()?.put_service(false, vs)?;
                     }
                     self.sync_dests(vs)?;
                 }
@@ -235,7 +229,7 @@ impl Ipvs {
     }
 
     fn create(&mut self, vs: &VirtualServer) -> Result<(), DataplaneError> {
-        self.nl()?.add_service(&vs.ip, vs.protocol, vs.port, vs.scheduler.as_str(), vs.persistence)?;
+        self.nl()?.put_service(true, vs)?;
         for rs in &vs.real_servers {
             self.nl()?.add_dest((&vs.ip, vs.protocol, vs.port), &rs.ip, rs.port, rs.weight)?;
         }
@@ -368,13 +362,7 @@ impl Dataplane for Ipvs {
                     }
                     for (old, new) in &c.update_virtual_servers {
                         if (old.scheduler, old.persistence) != (new.scheduler, new.persistence) {
-                            self.nl()?.set_service(
-                                &new.ip,
-                                new.protocol,
-                                new.port,
-                                new.scheduler.as_str(),
-                                new.persistence,
-                            )?;
+                            self.nl()?.put_service(false, new)?;
                         }
                         self.sync_dests(new)?;
                     }

@@ -210,16 +210,7 @@ macro_rules! bgp_kinds {
     )*};
 }
 
-bgp_kinds!(
-    crd::BGPPeer,
-    crd::BGPAdvertisement,
-    crd::BFDProfile,
-    crd::Community,
-    crd::MetalLbBgpPeer,
-    crd::MetalLbBgpAdvertisement,
-    crd::MetalLbBfdProfile,
-    crd::MetalLbCommunity
-);
+tideway_api::for_each_bgp_kind!(bgp_kinds);
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use netlink_sys::{Socket, constants::NETLINK_GENERIC};
 use tideway_core::net::Protocol;
+use tideway_core::program::VirtualServer;
 
 use crate::dataplane::backend::{DataplaneError, NetlinkError, Refusal};
 use msg::{Attrs, Reply, cmd};
@@ -103,30 +104,12 @@ impl IpvsNetlink {
         Attrs::default().nested(msg::ATTR_SERVICE, full)
     }
 
-    /// Creates a virtual server.
-    pub(crate) fn add_service(
-        &mut self,
-        ip: &IpAddr,
-        protocol: Protocol,
-        port: u16,
-        scheduler: &str,
-        persistence: Option<u32>,
-    ) -> Result<(), DataplaneError> {
-        let attrs = Self::service_attrs(ip, protocol, port, scheduler, persistence);
-        self.ipvs(cmd::NEW_SERVICE, attrs, false).map(|_| ())
-    }
-
-    /// Changes a virtual server's scheduler or persistence in place.
-    pub(crate) fn set_service(
-        &mut self,
-        ip: &IpAddr,
-        protocol: Protocol,
-        port: u16,
-        scheduler: &str,
-        persistence: Option<u32>,
-    ) -> Result<(), DataplaneError> {
-        let attrs = Self::service_attrs(ip, protocol, port, scheduler, persistence);
-        self.ipvs(cmd::SET_SERVICE, attrs, false).map(|_| ())
+    /// Creates the virtual server `vs` (`create`), or changes its scheduler or persistence in
+    /// place.
+    pub(crate) fn put_service(&mut self, create: bool, vs: &VirtualServer) -> Result<(), DataplaneError> {
+        let attrs = Self::service_attrs(&vs.ip, vs.protocol, vs.port, vs.scheduler.as_str(), vs.persistence);
+        let cmd = if create { cmd::NEW_SERVICE } else { cmd::SET_SERVICE };
+        self.ipvs(cmd, attrs, false).map(|_| ())
     }
 
     /// Deletes a virtual server with its real servers.
