@@ -18,6 +18,7 @@ use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
 use crate::agent::{Agent, AgentOptions, AgentStatus};
 use crate::frr::FrrReload;
 use crate::health::ProxyHealth;
+use crate::l2_speaker::L2Speaker;
 use crate::metrics::Metrics;
 use crate::report::{self, ReportSettings};
 
@@ -367,6 +368,11 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             });
         }
         let last_status = status.clone();
+        // The layer-2 speaker follows the announcements and the fence on its own task; it
+        // answers until the process exits (through the farewell: the addresses stay for the
+        // operator's hand-over).
+        let speaker = L2Speaker::new(&args.node, cluster.clone(), status.clone(), metrics.clone(), fence.clone());
+        tokio::spawn(speaker.run(std::future::pending()));
         let mut agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).fenced_by(fence);
         if args.bgp {
             let frr = FrrReload { program: args.frr_reload.clone(), dir: args.frr_dir.clone(), pathspace: args.frr_pathspace.clone() };

@@ -29,6 +29,7 @@ pub mod fencing;
 pub mod frr;
 pub mod health;
 pub mod http;
+pub mod l2_speaker;
 pub mod metrics;
 pub mod netlink;
 pub mod report;

@@ -88,6 +88,8 @@ pub struct SharedCluster<S = ClusterState> {
     faults: Arc<Mutex<BTreeMap<String, String>>>,
     /// What to say of the API server while it does not answer before the first view.
     unanswered: Arc<Mutex<Option<String>>>,
+    /// Counts the wake-ups of the consumer, for readers beside it ([`SharedCluster::subscribe`]).
+    generation: watch::Sender<u64>,
 }
 
 impl<S> Clone for SharedCluster<S> {
@@ -103,6 +105,7 @@ impl<S> Clone for SharedCluster<S> {
             unlisted: Arc::clone(&self.unlisted),
             faults: Arc::clone(&self.faults),
             unanswered: Arc::clone(&self.unanswered),
+            generation: self.generation.clone(),
         }
     }
 }
@@ -121,6 +124,7 @@ impl<S: Store> Default for SharedCluster<S> {
             unlisted: Arc::default(),
             faults: Arc::default(),
             unanswered: Arc::default(),
+            generation: watch::channel(0).0,
         }
     }
 }
@@ -146,9 +150,21 @@ impl<S: Store> SharedCluster<S> {
         let wake = state.has_changes();
         drop(state);
         if wake {
-            self.changed.notify_one();
+            self.wake();
         }
         r
+    }
+
+    /// Wakes the consumer, and the readers beside it.
+    fn wake(&self) {
+        self.changed.notify_one();
+        self.generation.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// A reader beside the consumer (the agent's layer-2 speaker): its receiver changes
+    /// whenever the consumer is woken, and it reads the state without taking the changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// Waits until the state may have changed since the last call (one consumer).
@@ -159,14 +175,14 @@ impl<S: Store> SharedCluster<S> {
     /// Wakes the consumer without a change of objects (something it reads beside them, such as
     /// its fence, changed).
     pub fn poke(&self) {
-        self.changed.notify_one();
+        self.wake();
     }
 
     /// Records that the source delivered its first complete view.
     pub fn mark_synced(&self) {
         self.stale.store(false, std::sync::atomic::Ordering::Relaxed);
         self.synced.send_replace(true);
-        self.changed.notify_one();
+        self.wake();
     }
 
     /// True once the source delivered a complete view.

@@ -51,15 +51,12 @@ impl Changes {
         self == &Changes::default()
     }
 
-    /// True when these changes can alter the rules or announcements of node `node`: Services
-    /// or their slices, the node itself, ProxyConfigs, ServiceCIDRs, announcements. (Other
-    /// nodes, their reports, pools, pods and namespaces cannot.)
+    /// True when these changes can alter the rules of node `node`: Services or their slices,
+    /// the node itself, ProxyConfigs, ServiceCIDRs. (Other nodes, their reports, the
+    /// announcements, pools, pods and namespaces cannot; the announcements are the layer-2
+    /// speaker's, which follows them on its own.)
     pub fn affect_proxy(&self, node: &str) -> bool {
-        !self.services.is_empty()
-            || self.nodes.contains(node)
-            || self.proxy_configs
-            || self.service_cidrs
-            || !self.announcements.is_empty()
+        !self.services.is_empty() || self.nodes.contains(node) || self.proxy_configs || self.service_cidrs
     }
 
     /// Folds `other` into `self`.
@@ -142,6 +139,9 @@ pub struct ClusterState {
     /// The highest Service `resourceVersion` applied (see [`ClusterState::services_version`]).
     pub(super) services_version: Option<u64>,
     pub(super) changes: Changes,
+    /// Grows with every change of the announcements (see
+    /// [`ClusterState::announcements_version`]).
+    pub(super) announcements_version: u64,
 }
 
 /// Moves `list` into a new allocation of its exact size. Not `shrink_to_fit`, and whatever

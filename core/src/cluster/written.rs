@@ -10,7 +10,8 @@ stored_kind!(NodeProxyState, "NodeProxyState", namespaced: false, node_states, n
     s.changes.node_states.extend(keys.into_iter().map(|(_, node)| node))
 });
 stored_kind!(L2Announcement, "L2Announcement", namespaced: true, announcements, announcements, |s: &mut ClusterState, keys| {
-    s.changes.announcements.extend(service_names(keys))
+    s.changes.announcements.extend(service_names(keys));
+    s.announcements_version += 1;
 });
 
 impl ClusterState {
@@ -27,6 +28,12 @@ impl ClusterState {
     /// The announcement for `svc`.
     pub fn announcement(&self, svc: &ServiceName) -> Option<&L2Announcement> {
         self.announcements.get(svc)
+    }
+
+    /// A number that grows whenever an announcement changes: a reader that does not take
+    /// the changes (the agent's layer-2 speaker) tells from it whether to look again.
+    pub fn announcements_version(&self) -> u64 {
+        self.announcements_version
     }
 
     /// Every announcement.

@@ -37,6 +37,18 @@ impl Agent {
     }
 
     /// True when this agent speaks BGP.
+    /// Advertises nothing while `fence` is set (see [`crate::fencing`]); the layer-2 speaker
+    /// reads the same fence.
+    pub fn fenced_by(mut self, fence: Arc<std::sync::atomic::AtomicBool>) -> Agent {
+        self.fence = fence;
+        self
+    }
+
+    /// True when the fence changed since BGP last followed it.
+    pub(crate) fn fence_changed(&self) -> bool {
+        self.fence.load(Ordering::Relaxed) != self.fenced
+    }
+
     pub(super) fn speaks_bgp(&self) -> bool {
         self.bgp.is_some()
     }

@@ -43,8 +43,6 @@ impl Agent {
     /// One attempt: every backend that holds objects removes them all; what failed is kept
     /// for the next attempt and named.
     fn clean_up(&mut self, request: &str) -> Result<(), Vec<String>> {
-        self.announcers.clear();
-        self.announced_on.clear();
         let mut backends: Vec<Box<dyn Dataplane>> = self.dataplane.take().into_iter().collect();
         backends.extend(self.retiring.drain(..).map(|(dp, _)| dp));
         for mode in [ProxyMode::Nftables, ProxyMode::Iptables, ProxyMode::Ipvs] {

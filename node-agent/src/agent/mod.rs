@@ -23,7 +23,6 @@ use tideway_sources::SharedCluster;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-mod announce;
 mod bgp;
 mod cleanup;
 mod plan;
@@ -40,7 +39,6 @@ use speaker::Speaker;
 pub use speaker::record_sessions;
 pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 
-use crate::announcer::Announcer;
 use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, Update};
 use crate::effects::{KernelEffects, NodeEffects};
 use crate::health::ProxyHealth;
@@ -114,8 +112,6 @@ pub struct Agent {
     health: Arc<ProxyHealth>,
     /// Conntrack clean-up, health-check listeners, `route_localnet`.
     effects: Box<dyn NodeEffects>,
-    /// One announcer per interface answering for this node's addresses.
-    announcers: BTreeMap<String, Announcer>,
     /// Where each programmed plan is published for the REST API.
     publisher: Option<query::Publisher>,
     /// A copy of the plan last published, made on a blocking thread for the next sync to
@@ -124,13 +120,10 @@ pub struct Agent {
     spare: Option<(Arc<tideway_core::plan::Ruleset>, tokio::task::JoinHandle<tideway_core::plan::Ruleset>)>,
     unprogrammed: unprogrammed::Unprogrammed,
     /// Set while this agent reaches neither a majority of the nodes nor the API server
-    /// (`tideway_core::liveness::fencing`): it then answers for no address.
+    /// (`tideway_core::liveness::fencing`): it then advertises nothing over BGP (its
+    /// layer-2 speaker, [`crate::l2_speaker`], answers for no address).
     fence: Arc<std::sync::atomic::AtomicBool>,
     fenced: bool,
-    /// Listed L2 interfaces this node lacks ([`tideway_core::l2::missing_interfaces`]).
-    missing_interfaces: Vec<String>,
-    /// The addresses answered for, per interface, at the last announcement.
-    announced_on: BTreeMap<String, BTreeSet<std::net::IpAddr>>,
     /// The BGP speaker (None: the agent speaks no BGP).
     bgp: Option<Speaker>,
 }
@@ -196,12 +189,9 @@ impl Agent {
             effects: Box::new(KernelEffects::new(health.clone())),
             metrics,
             health,
-            announcers: BTreeMap::new(),
             unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
             fence: Arc::default(),
             fenced: false,
-            missing_interfaces: Vec::new(),
-            announced_on: BTreeMap::new(),
             bgp: None,
         }
     }
@@ -303,7 +293,7 @@ impl Agent {
                 config,
             )
         };
-        self.announce(&node);
+        self.fenced = self.fence.load(std::sync::atomic::Ordering::Relaxed);
         self.speak_bgp();
         self.health.set_node_eligible(eligible);
         self.health.set_sync_period(node.settings.sync_period);

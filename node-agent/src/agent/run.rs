@@ -21,14 +21,15 @@ impl Drop for AbortOnDrop {
 }
 
 impl Agent {
-    /// True when what changed can alter this node's rules, announcements or BGP advertisements
-    /// (and marks an update queued for `/healthz`); other changes (reports of other nodes, pods) are
-    /// dropped so they cost no sync and no `minSyncPeriod` wait.
+    /// True when what changed can alter this node's rules or BGP advertisements (and marks an
+    /// update queued for `/healthz`); other changes (reports of other nodes, pods, the
+    /// announcements, which the layer-2 speaker follows on its own) are dropped so they cost
+    /// no sync and no `minSyncPeriod` wait.
     fn relevant_changes_pending(&self) -> bool {
         let mut state = self.cluster.lock();
         let changes = state.changes();
-        let bgp = self.speaks_bgp() && (changes.bgp || changes.pools);
-        if changes.affect_proxy(&self.opts.node) || bgp || self.fence_changed() {
+        let bgp = self.speaks_bgp() && (changes.bgp || changes.pools || self.fence_changed());
+        if changes.affect_proxy(&self.opts.node) || bgp {
             drop(state);
             self.set_pending_gauges();
             self.health.queued();
@@ -123,7 +124,6 @@ impl Agent {
             if Instant::now() >= next_verify {
                 next_verify = Instant::now() + sync_period;
                 self.retire();
-                self.check_interfaces();
                 if self.bgp_failed() {
                     self.speak_bgp();
                 }
