@@ -47,7 +47,7 @@ fn addr(family: IpFamily, n: u128) -> IpAddr {
 
 /// Every address of a pool, by brute force (None for an entry that does not parse).
 fn addresses(p: &Pool) -> Vec<IpAddr> {
-    let ranges = p.addresses.iter().filter_map(|a| AddrRange::parse(a).ok());
+    let ranges = p.addresses.iter().filter_map(|a| AddrRange::parse(&a.text).ok());
     let all = ranges.flat_map(|r| (r.first..=r.last).map(move |n| addr(r.family, n)));
     let mut all: Vec<IpAddr> = all.filter(|ip| !(p.avoid_buggy_ips && is_buggy(*ip))).collect();
     all.sort();

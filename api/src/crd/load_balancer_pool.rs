@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tideway_core::ipam::{AddrRange, Pool, ServiceAllocation as CoreAllocation};
-use tideway_core::model::{L2Settings as CoreL2, LoadBalancerPool as CorePool, PoolOrigin};
+use tideway_core::model::{L2Settings as CoreL2, LoadBalancerPool as CorePool, PoolAddress, PoolOrigin};
 use tideway_core::operator::PoolReport;
 
 use crate::error::{ConvertError, Ctx};
@@ -171,7 +171,7 @@ pub(crate) fn pool_of(
     };
     Ok(Pool {
         name: name.to_string(),
-        addresses: addresses.to_vec(),
+        addresses: addresses.iter().map(|a| PoolAddress::new(a)).collect(),
         auto_assign: auto_assign.unwrap_or(true),
         avoid_buggy_ips: avoid_buggy_ips.unwrap_or(false),
         allocation,

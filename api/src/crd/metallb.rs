@@ -212,6 +212,7 @@ pub fn load_balancer_pools(
 mod tests {
     use serde_json::json;
     use tideway_core::config::LabelSelector as CoreSelector;
+    use tideway_core::model::PoolAddress;
 
     use super::*;
 
@@ -246,7 +247,10 @@ mod tests {
         let p = pool(json!({"addresses": ["192.168.10.0/24", "192.168.9.1-192.168.9.5"]})).expect("converts");
         assert_eq!((p.namespace.as_str(), p.name(), p.generation), ("metallb-system", "first-pool", 4));
         assert_eq!(p.labels.get("tier").map(String::as_str), Some("gold"));
-        assert_eq!(p.pool.addresses, ["192.168.10.0/24", "192.168.9.1-192.168.9.5"]);
+        assert_eq!(
+            p.pool.addresses,
+            [PoolAddress::new("192.168.10.0/24"), PoolAddress::new("192.168.9.1-192.168.9.5")]
+        );
         assert!(
             p.pool.auto_assign && !p.pool.avoid_buggy_ips && p.pool.allocation.is_none(),
             "MetalLB's defaults"

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::range::RangeError;
+use crate::model::RangeError;
 use crate::model::{ServiceName, TrafficPolicy};
 use crate::net::{IpFamily, Protocol};
 

@@ -49,9 +49,9 @@ mod share;
 #[cfg(test)]
 mod tests;
 
+pub use crate::model::{AddrRange, RangeError, is_buggy};
 pub use crate::model::{Pool, ServiceAllocation};
 pub use alloc::{Allocator, PoolStatus, PoolsReport};
 pub use error::{AllocError, PoolError, SharingConflict};
 pub use pool::PoolStats;
-pub use range::{AddrRange, RangeError, is_buggy};
 pub use request::{Assignment, ClearReason, Cleared, LbRequest};

@@ -5,15 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use super::error::PoolError;
-use super::range::{AddrRange, is_buggy};
 use super::request::LbRequest;
+use crate::model::{AddrRange, is_buggy};
 use crate::model::{Pool, ServiceAllocation};
 use crate::net::IpFamily;
 
 impl Pool {
     /// True when `ip` is within one of the entries of `addresses` that parse.
     pub fn holds(&self, ip: IpAddr) -> bool {
-        self.addresses.iter().filter_map(|a| AddrRange::parse(a).ok()).any(|r| r.contains(ip))
+        self.addresses.iter().filter_map(|a| a.range.as_ref().ok()).any(|r| r.contains(ip))
     }
 }
 
@@ -164,14 +164,14 @@ fn validate(spec: Pool, claimed: &mut Claimed) -> (String, PoolEntry) {
     let mut error = None;
     let mut ranges = Vec::new();
     let mut texts = BTreeMap::new();
-    for value in &spec.addresses {
-        match AddrRange::parse(value) {
+    for address in &spec.addresses {
+        match &address.range {
             Ok(r) => {
-                texts.insert(r, value.trim().to_string());
-                ranges.push(r);
+                texts.insert(*r, address.text.trim().to_string());
+                ranges.push(*r);
             }
             Err(e) => {
-                error.get_or_insert(PoolError::Range(e));
+                error.get_or_insert(PoolError::Range(e.clone()));
             }
         }
     }

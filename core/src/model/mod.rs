@@ -1,5 +1,6 @@
 //! The domain model: Kubernetes objects reduced to the parts that matter, validated at the edge.
 
+pub(crate) mod addr_range;
 pub mod bgp;
 mod endpoint;
 mod metallb;
@@ -9,6 +10,7 @@ mod report;
 mod service;
 mod status;
 
+pub use addr_range::{AddrRange, PoolAddress, RangeError, is_buggy};
 pub use endpoint::{Addresses, Endpoint, EndpointHints, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
 pub use metallb::{L2Advertisement, MetalLbPool, PoolConflict, l2_of, merge_pools};
 pub use node::{

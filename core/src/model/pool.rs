@@ -1,6 +1,7 @@
 //! `LoadBalancerPool`: the allocator's pool (its spec: addresses, auto-assignment, which
 //! Services it serves; the allocator is [`crate::ipam`]) plus its layer-2 announcement settings.
 
+use super::addr_range::PoolAddress;
 use crate::config::LabelSelector;
 
 /// A pool of LoadBalancer addresses and who may announce them.
@@ -58,8 +59,8 @@ impl LoadBalancerPool {
 pub struct Pool {
     /// Object name, unique (a later pool with the same name replaces an earlier one).
     pub name: String,
-    /// `spec.addresses`: CIDRs and `first-last` ranges, IPv4 and IPv6 mixed.
-    pub addresses: Vec<String>,
+    /// `spec.addresses`: CIDRs and `first-last` ranges, IPv4 and IPv6 mixed, each parsed.
+    pub addresses: Vec<PoolAddress>,
     /// `spec.autoAssign` (default true): false pools serve only Services that ask for one of
     /// their addresses or name the pool.
     pub auto_assign: bool,
@@ -74,7 +75,7 @@ impl Pool {
     pub fn new(name: impl Into<String>, addresses: &[&str]) -> Pool {
         Pool {
             name: name.into(),
-            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            addresses: addresses.iter().map(|a| PoolAddress::new(a)).collect(),
             auto_assign: true,
             avoid_buggy_ips: false,
             allocation: None,
