@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use tideway_sources::kube::{KubeSource, Role};
 use tideway_sources::metrics::SourceMetrics;
-use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
+use tideway_sources::{Connect, Connected, SharedCluster, SourceArgs};
 
 use crate::view::ClusterView;
 
@@ -21,18 +21,14 @@ use crate::server::{Server, ServerConfig, UdpEngine};
 
 /// Serve cluster DNS for the objects of a source.
 #[derive(Debug, Args)]
+#[command(mut_arg("source", |a| a.help("Where Services, EndpointSlices, Namespaces and Pods come from: `kubernetes` (the default in a pod), `file:CLUSTER.yaml` (re-read on change) or `lab:DIR` (a running `tideway lab`)")))]
 pub struct DnsArgs {
     /// Logging and tracing.
     #[command(flatten)]
     pub log: tideway_telemetry::LogArgs,
-    /// Where Services, EndpointSlices, Namespaces and Pods come from: `kubernetes` (the default
-    /// in a pod), `file:CLUSTER.yaml` (re-read on change) or `lab:DIR` (a running `tideway lab`).
-    #[arg(long)]
-    pub source: Option<String>,
-    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
-    /// `~/.kube/config`, then the in-cluster ServiceAccount).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    /// Where objects come from.
+    #[command(flatten)]
+    pub from: SourceArgs,
     /// UDP and TCP listen address.
     #[arg(long, default_value = "0.0.0.0:53")]
     pub listen: SocketAddr,
@@ -165,7 +161,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         args.log.log_format,
         "info,hickory_server=warn,hickory_proto=warn",
     )?;
-    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
+    let spec = args.from.spec()?;
     let source = settings_source(args)?;
     let settings = source.load()?;
     let watch_pods = settings.index.pods == PodsMode::Verified;
@@ -200,7 +196,7 @@ pub fn run(args: &DnsArgs) -> anyhow::Result<i32> {
         let cluster = SharedCluster::<ClusterView>::default();
         let server = Server::start(config, cluster.clone()).await?;
         let how = Connect {
-            kubeconfig: args.kubeconfig.as_deref(),
+            kubeconfig: args.from.kubeconfig(),
             file_poll: Duration::from_secs(1),
             ..Connect::default()
         };

@@ -10,10 +10,12 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tideway_api::duration::parse_duration;
 use tideway_core::config::ProxyMode;
+use tideway_serve::auth::ApiAuthArgs;
+use tideway_sources::gossip::GossipKeyArgs;
 use tideway_sources::kube::{KubeNodeStateSink, KubeSource, Role};
 use tideway_sources::lab::LabNodeStateSink;
 use tideway_sources::metrics::SourceMetrics;
-use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
+use tideway_sources::{Connect, Connected, SharedCluster, SourceArgs};
 
 use crate::agent::{Agent, AgentOptions, AgentStatus};
 use crate::frr::FrrReload;
@@ -45,14 +47,9 @@ pub struct AgentArgs {
     /// chains show it programs the node, those are left alone (and said so).
     #[arg(long)]
     pub cleanup: bool,
-    /// Where objects come from: `kubernetes` (the default in a pod), `file:CLUSTER.yaml`
-    /// (re-read when it changes) or `lab:DIR` (a running `tideway lab`).
-    #[arg(long)]
-    pub source: Option<String>,
-    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
-    /// `~/.kube/config`, then the in-cluster ServiceAccount).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    /// Where objects come from.
+    #[command(flatten)]
+    pub from: SourceArgs,
     /// Override the mode of the node's ProxyConfig.
     #[arg(long)]
     pub mode: Option<ProxyMode>,
@@ -81,21 +78,9 @@ pub struct AgentArgs {
     /// HTTPS on `--metrics-bind-address` (`/healthz` stays plain HTTP).
     #[command(flatten)]
     pub tls: tideway_serve::tls::TlsArgs,
-    /// A file holding the bearer token the REST API (`/api/v1/...`) needs, on loopback too.
-    /// Without it, `--source kubernetes` checks tokens with TokenReview and
-    /// SubjectAccessReview (verb `get` on `nodeproxystates`); with neither, the API answers
-    /// no one (unless `--api-anonymous-reads`).
-    #[arg(long)]
-    pub api_token_file: Option<PathBuf>,
-    /// With `--source kubernetes`: accept only tokens issued for this audience (mint one with
-    /// `kubectl create token SA --audience AUDIENCE`); without it, any token the API server
-    /// accepts, API-server credentials included.
-    #[arg(long)]
-    pub api_audience: Option<String>,
-    /// Serve `/api/v1/...` without a token (any local process, or anyone who reaches a
-    /// non-loopback address, may then read the rules and trace packets). Off by default.
-    #[arg(long)]
-    pub api_anonymous_reads: bool,
+    /// Who may call the REST API.
+    #[command(flatten)]
+    pub api: ApiAuthArgs,
     /// How long a child process (`iptables-restore --wait`, `nft`, `ipset`, `vtysh`,
     /// `frr-reload.py`, ...) may run before it is killed with an error naming it; `/livez`
     /// fails while one runs past it, or was killed at it and has not succeeded since.
@@ -111,16 +96,9 @@ pub struct AgentArgs {
     /// Do not join the liveness gossip (addresses then move on Node Ready alone).
     #[arg(long)]
     pub no_gossip: bool,
-    /// The cluster's gossip key: one secret a line (at least 32 characters), the first sealing
-    /// what this member sends, a second (the previous key, during a rotation) still accepted.
-    /// The same file on every member. Without it (and without `--gossip-insecure`) the agent
-    /// does not join the gossip.
-    #[arg(long, env = "TIDEWAY_GOSSIP_KEY_FILE")]
-    pub gossip_key_file: Option<PathBuf>,
-    /// Gossip without a key: anyone who reaches the port can then declare an agent down (its
-    /// addresses move) or a dead one alive.
-    #[arg(long)]
-    pub gossip_insecure: bool,
+    /// The gossip key.
+    #[command(flatten)]
+    pub gossip_key: GossipKeyArgs,
     /// Do not watch `networking.k8s.io/v1` ServiceCIDRs, for clusters before Kubernetes 1.33,
     /// which serve none (the watch would never list, and the agent never sync). nftables mode
     /// then drops no traffic to unallocated Service addresses.
@@ -256,9 +234,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     if args.cleanup {
         return Ok(cleanup());
     }
-    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
+    let spec = args.from.spec()?;
     let tls = args.tls.load()?;
-    let sealing = tideway_sources::gossip::sealing(args.gossip_key_file.as_deref(), args.gossip_insecure)?;
+    let sealing = args.gossip_key.sealing()?;
     anyhow::ensure!(!args.command_deadline.is_zero(), "--command-deadline must be more than 0");
     crate::exec::set_deadline(args.command_deadline);
     crate::sysctl::set_root(&args.sysctl_dir);
@@ -275,9 +253,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let registry = Arc::new(registry);
         let status = Arc::new(RwLock::new(AgentStatus::default()));
         let how = Connect {
-            kubeconfig: args.kubeconfig.as_deref(),
+            kubeconfig: args.from.kubeconfig(),
             file_poll: args.file_poll_interval,
-            audiences: args.api_audience.iter().cloned().collect(),
+            audiences: args.api.audiences(),
             fail_fast: true,
             lab_node: Some(&args.node),
         };
@@ -328,12 +306,12 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             crate::http::health_router(health.clone(), metrics.clone(), status.clone(), cluster.clone());
         let (publisher, programmed) = crate::agent::query::channel();
         let metrics_router = crate::http::metrics_router(registry, status.clone(), programmed);
-        if !args.api_anonymous_reads && args.api_token_file.is_none() && review.is_none() {
+        if !args.api.api_anonymous_reads && args.api.api_token_file.is_none() && review.is_none() {
             tracing::warn!("the REST API answers no one: start with --api-token-file, --source kubernetes or --api-anonymous-reads");
         }
         let auth =
-            tideway_serve::auth::choose(args.api_token_file.as_deref(), review).context("reading --api-token-file")?;
-        let metrics_router = crate::http::guarded(metrics_router, args.api_anonymous_reads, auth);
+            args.api.authorizer(review).context("reading --api-token-file")?;
+        let metrics_router = crate::http::guarded(metrics_router, args.api.api_anonymous_reads, auth);
         // A port another process holds (kube-proxy's, beside it) is retried, not fatal.
         let mut servers = tideway_serve::http::Servers::new();
         let conflicts = |addr| listener_conflicts(status.clone(), addr);

@@ -1,7 +1,6 @@
 //! `tideway operator`: the source, leader election, the reconcile loop and the HTTP endpoints.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -10,11 +9,13 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tideway_api::duration::parse_duration;
 use tideway_core::operator::lease::{Elector, LeaseTimings};
+use tideway_serve::auth::ApiAuthArgs;
+use tideway_sources::gossip::GossipKeyArgs;
 use tideway_sources::kube::{KubeLease, KubeSource, KubeWriter, Role};
 use tideway_sources::lab::LabWriter;
 use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::status::ClusterWriter;
-use tideway_sources::{Connect, Connected, SharedCluster, SourceSpec};
+use tideway_sources::{Connect, Connected, SharedCluster, SourceArgs, SourceSpec};
 use tokio::sync::watch;
 
 use crate::api::ApiState;
@@ -25,18 +26,20 @@ use crate::writer::LogWriter;
 
 /// Assign LoadBalancer IPs, choose announcers, roll node state up into ProxyConfig status.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("source", |a| a.help("Where objects come from: `kubernetes` (the default in a pod), `lab:DIR` (a running `tideway lab`) or `file:CLUSTER.yaml` (decisions are then logged, not written)")),
+    mut_arg("api_token_file", |a| a.help("A file holding the bearer token REST changes need (the lab writes one). Without it, `--source kubernetes` checks tokens with TokenReview and SubjectAccessReview, and other sources take no changes over REST")),
+    mut_arg("api_anonymous_reads", |a| a.help("Serve `GET /api/v1/...` without a token on a non-loopback address too (reads always need none on loopback)")),
+    mut_arg("gossip_key_file", |a| a.help("The cluster's gossip key, as the agents' `--gossip-key-file` (the same file). Without it (and without `--gossip-insecure`) the operator does not join the gossip")),
+    mut_arg("gossip_insecure", |a| a.help("Gossip without a key (anyone who reaches the agents' port can then move addresses)")),
+)]
 pub struct OperatorArgs {
     /// Logging and tracing.
     #[command(flatten)]
     pub log: tideway_telemetry::LogArgs,
-    /// Where objects come from: `kubernetes` (the default in a pod), `lab:DIR` (a running
-    /// `tideway lab`) or `file:CLUSTER.yaml` (decisions are then logged, not written).
-    #[arg(long)]
-    pub source: Option<String>,
-    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
-    /// `~/.kube/config`, then the in-cluster ServiceAccount).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    /// Where objects come from.
+    #[command(flatten)]
+    pub from: SourceArgs,
     /// `/healthz`, `/readyz`, `/metrics` and `/api/v1/status`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub http_bind_address: SocketAddr,
@@ -74,20 +77,9 @@ pub struct OperatorArgs {
     /// Compare everything with the cluster this often.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub resync_period: Duration,
-    /// A file holding the bearer token REST changes need (the lab writes one). Without it,
-    /// `--source kubernetes` checks tokens with TokenReview and SubjectAccessReview, and other
-    /// sources take no changes over REST.
-    #[arg(long)]
-    pub api_token_file: Option<PathBuf>,
-    /// With `--source kubernetes`: accept only tokens issued for this audience (mint one with
-    /// `kubectl create token SA --audience AUDIENCE`); without it, any token the API server
-    /// accepts, API-server credentials included.
-    #[arg(long)]
-    pub api_audience: Option<String>,
-    /// Serve `GET /api/v1/...` without a token on a non-loopback address too (reads always
-    /// need none on loopback).
-    #[arg(long)]
-    pub api_anonymous_reads: bool,
+    /// Who may call the REST API.
+    #[command(flatten)]
+    pub api: ApiAuthArgs,
     /// Where the agents' liveness gossip (SWIM, UDP) is received.
     #[arg(long, default_value = "0.0.0.0:7946")]
     pub gossip_bind_address: SocketAddr,
@@ -99,13 +91,9 @@ pub struct OperatorArgs {
     /// `--gossip-time-scale`: the same on every member.
     #[arg(long, env = "TIDEWAY_GOSSIP_TIME_SCALE", default_value = "1", value_parser = tideway_sources::gossip::parse_time_scale)]
     pub gossip_time_scale: f64,
-    /// The cluster's gossip key, as the agents' `--gossip-key-file` (the same file). Without
-    /// it (and without `--gossip-insecure`) the operator does not join the gossip.
-    #[arg(long, env = "TIDEWAY_GOSSIP_KEY_FILE")]
-    pub gossip_key_file: Option<PathBuf>,
-    /// Gossip without a key (anyone who reaches the agents' port can then move addresses).
-    #[arg(long)]
-    pub gossip_insecure: bool,
+    /// The gossip key.
+    #[command(flatten)]
+    pub gossip_key: GossipKeyArgs,
     /// How long a node keeps its addresses after its agent stopped gracefully (a rollout
     /// restarting it: the agent says so in its NodeProxyState's `stoppedAt` as it leaves) while
     /// the Node stays Ready. Its rules stay programmed meanwhile; an agent that crashed (no
@@ -127,9 +115,9 @@ const HTTP_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the operator until SIGINT or SIGTERM.
 pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
-    let spec = SourceSpec::resolve(args.source.as_deref(), SourceSpec::in_pod(), args.kubeconfig.is_some())?;
+    let spec = args.from.spec()?;
     let tls = args.tls.load()?;
-    let sealing = tideway_sources::gossip::sealing(args.gossip_key_file.as_deref(), args.gossip_insecure)?;
+    let sealing = args.gossip_key.sealing()?;
     let telemetry = tideway_telemetry::init("tideway-operator", args.log.log_format, "info")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async move {
@@ -156,9 +144,9 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
             "--leader-elect needs --source kubernetes"
         );
         let how = Connect {
-            kubeconfig: args.kubeconfig.as_deref(),
+            kubeconfig: args.from.kubeconfig(),
             file_poll: Duration::from_millis(500),
-            audiences: args.api_audience.iter().cloned().collect(),
+            audiences: args.api.audiences(),
             ..Connect::default()
         };
         let connected = tideway_sources::connect(spec, how, &cluster).await?;
@@ -189,9 +177,9 @@ pub fn run(args: &OperatorArgs) -> anyhow::Result<i32> {
         let api = ApiState {
             cluster: cluster.clone(),
             writer: writer.clone(),
-            auth: tideway_serve::auth::choose(args.api_token_file.as_deref(), review)
+            auth: args.api.authorizer(review)
                 .with_context(|| "reading --api-token-file")?,
-            open_reads: args.api_anonymous_reads || args.http_bind_address.ip().is_loopback(),
+            open_reads: args.api.api_anonymous_reads || args.http_bind_address.ip().is_loopback(),
         };
         let router = crate::http::router(Arc::new(registry), status.clone(), api);
         let mut servers = tideway_serve::http::Servers::new();

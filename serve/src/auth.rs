@@ -168,6 +168,39 @@ impl StaticToken {
     }
 }
 
+/// The flags that say who may call a component's REST API, the same in the agent and the
+/// operator (each words their help for itself, with `mut_arg`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ApiAuthArgs {
+    /// A file holding the bearer token the REST API (`/api/v1/...`) needs, on loopback too.
+    /// Without it, `--source kubernetes` checks tokens with TokenReview and
+    /// SubjectAccessReview (verb `get` on `nodeproxystates`); with neither, the API answers
+    /// no one (unless `--api-anonymous-reads`).
+    #[arg(long)]
+    pub api_token_file: Option<std::path::PathBuf>,
+    /// With `--source kubernetes`: accept only tokens issued for this audience (mint one with
+    /// `kubectl create token SA --audience AUDIENCE`); without it, any token the API server
+    /// accepts, API-server credentials included.
+    #[arg(long)]
+    pub api_audience: Option<String>,
+    /// Serve `/api/v1/...` without a token (any local process, or anyone who reaches a
+    /// non-loopback address, may then read the rules and trace packets). Off by default.
+    #[arg(long)]
+    pub api_anonymous_reads: bool,
+}
+
+impl ApiAuthArgs {
+    /// The audiences tokens must be issued for (any, when empty).
+    pub fn audiences(&self) -> Vec<String> {
+        self.api_audience.iter().cloned().collect()
+    }
+
+    /// Who checks tokens ([`choose`]): the token file, else `review`.
+    pub fn authorizer(&self, review: Option<Arc<dyn Authorizer>>) -> std::io::Result<Arc<dyn Authorizer>> {
+        choose(self.api_token_file.as_deref(), review)
+    }
+}
+
 /// Who checks tokens: a token file first, else the cluster's reviews, else nobody
 /// ([`NoTokens`]).
 pub fn choose(

@@ -444,6 +444,29 @@ pub enum KeyFileError {
     Both,
 }
 
+/// The gossip key flags, the same in the agent and the operator (each words their help for
+/// itself, with `mut_arg`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct GossipKeyArgs {
+    /// The cluster's gossip key: one secret a line (at least 32 characters), the first sealing
+    /// what this member sends, a second (the previous key, during a rotation) still accepted.
+    /// The same file on every member. Without it (and without `--gossip-insecure`) the agent
+    /// does not join the gossip.
+    #[arg(long, env = "TIDEWAY_GOSSIP_KEY_FILE")]
+    pub gossip_key_file: Option<std::path::PathBuf>,
+    /// Gossip without a key: anyone who reaches the port can then declare an agent down (its
+    /// addresses move) or a dead one alive.
+    #[arg(long)]
+    pub gossip_insecure: bool,
+}
+
+impl GossipKeyArgs {
+    /// How this member seals its gossip ([`sealing`]).
+    pub fn sealing(&self) -> Result<Sealing, KeyFileError> {
+        sealing(self.gossip_key_file.as_deref(), self.gossip_insecure)
+    }
+}
+
 /// The sealing `key_file` and `insecure` ask for.
 pub fn sealing(key_file: Option<&std::path::Path>, insecure: bool) -> Result<Sealing, KeyFileError> {
     match (key_file, insecure) {

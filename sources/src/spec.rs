@@ -1,7 +1,7 @@
 //! `--source` values: `kubernetes` (the default inside a pod), `file:PATH`, or `lab:DIR` (the
 //! exchange directory of a running `tideway lab`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Which source a component reads.
@@ -91,5 +91,31 @@ mod tests {
             SourceSpec::resolve(Some("file:x"), false, true),
             Err(SpecError::KubeconfigElsewhere("file:x".into()))
         );
+    }
+}
+
+/// The flags that name a component's source, the same in every component (each may word
+/// `--source`'s help for what it reads, with `mut_arg`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SourceArgs {
+    /// Where objects come from: `kubernetes` (the default in a pod), `file:CLUSTER.yaml`
+    /// (re-read when it changes) or `lab:DIR` (a running `tideway lab`).
+    #[arg(long)]
+    pub source: Option<String>,
+    /// kubeconfig for `--source kubernetes`, which it implies (default: `KUBECONFIG`,
+    /// `~/.kube/config`, then the in-cluster ServiceAccount).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    /// The source these flags name ([`SourceSpec::resolve`]).
+    pub fn spec(&self) -> Result<SourceSpec, SpecError> {
+        SourceSpec::resolve(self.source.as_deref(), SourceSpec::in_pod(), self.kubeconfig.is_some())
+    }
+
+    /// `--kubeconfig`.
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        self.kubeconfig.as_deref()
     }
 }
