@@ -40,8 +40,27 @@ impl KubeLease {
         KubeLease { api: Api::namespaced(client, namespace), name: name.to_string() }
     }
 
-    /// The Lease as it is now (None: it does not exist).
-    pub async fn read(&self) -> Result<Option<Lease>, WriteError> {
+    /// Writes `lease` back edited by `edit`, conditional on the version it was read with.
+    async fn replace(&self, mut lease: Lease, edit: impl FnOnce(&mut LeaseSpec)) -> Result<(), WriteError> {
+        let mut spec = lease.spec.take().unwrap_or_default();
+        edit(&mut spec);
+        lease.spec = Some(spec);
+        // `lease` keeps the resourceVersion it was read with: a stale one is a 409.
+        self.api.replace(&self.name, &PostParams::default(), &lease).await.map_err(WriteError::from)?;
+        Ok(())
+    }
+}
+
+/// Each call a conditional write on the API server.
+#[async_trait::async_trait]
+impl LeaseStore for KubeLease {
+    type Lease = Lease;
+
+    fn record(lease: &Lease) -> LeaseRecord {
+        record(lease)
+    }
+
+    async fn read(&self) -> Result<Option<Lease>, WriteError> {
         match self.api.get(&self.name).await {
             Ok(l) => Ok(Some(l)),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
@@ -49,8 +68,7 @@ impl KubeLease {
         }
     }
 
-    /// Creates it, held by `me` (409: another candidate created it first).
-    pub async fn create(&self, me: &str, duration: Duration) -> Result<(), WriteError> {
+    async fn create(&self, me: &str, duration: Duration) -> Result<(), WriteError> {
         let lease = Lease {
             metadata: ObjectMeta { name: Some(self.name.clone()), ..Default::default() },
             spec: Some(LeaseSpec {
@@ -66,17 +84,7 @@ impl KubeLease {
         Ok(())
     }
 
-    async fn replace(&self, mut lease: Lease, edit: impl FnOnce(&mut LeaseSpec)) -> Result<(), WriteError> {
-        let mut spec = lease.spec.take().unwrap_or_default();
-        edit(&mut spec);
-        lease.spec = Some(spec);
-        // `lease` keeps the resourceVersion it was read with: a stale one is a 409.
-        self.api.replace(&self.name, &PostParams::default(), &lease).await.map_err(WriteError::from)?;
-        Ok(())
-    }
-
-    /// Takes it over from whoever held it.
-    pub async fn take(
+    async fn take(
         &self,
         current: Lease,
         me: &str,
@@ -93,53 +101,17 @@ impl KubeLease {
         .await
     }
 
-    /// Renews it.
-    pub async fn renew(&self, current: Lease) -> Result<(), WriteError> {
+    async fn renew(&self, current: Lease) -> Result<(), WriteError> {
         self.replace(current, |s| s.renew_time = Some(now())).await
     }
 
     /// Gives it up (on shutdown), so another candidate takes it at once.
-    pub async fn release(&self, current: Lease) -> Result<(), WriteError> {
+    async fn release(&self, current: Lease) -> Result<(), WriteError> {
         self.replace(current, |s| {
             s.holder_identity = None;
             s.lease_duration_seconds = Some(1);
             s.renew_time = Some(now());
         })
         .await
-    }
-}
-
-#[async_trait::async_trait]
-impl LeaseStore for KubeLease {
-    type Lease = Lease;
-
-    fn record(lease: &Lease) -> LeaseRecord {
-        record(lease)
-    }
-
-    async fn read(&self) -> Result<Option<Lease>, WriteError> {
-        KubeLease::read(self).await
-    }
-
-    async fn create(&self, me: &str, duration: Duration) -> Result<(), WriteError> {
-        KubeLease::create(self, me, duration).await
-    }
-
-    async fn take(
-        &self,
-        current: Lease,
-        me: &str,
-        duration: Duration,
-        transitions: i32,
-    ) -> Result<(), WriteError> {
-        KubeLease::take(self, current, me, duration, transitions).await
-    }
-
-    async fn renew(&self, current: Lease) -> Result<(), WriteError> {
-        KubeLease::renew(self, current).await
-    }
-
-    async fn release(&self, current: Lease) -> Result<(), WriteError> {
-        KubeLease::release(self, current).await
     }
 }
