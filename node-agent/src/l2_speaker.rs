@@ -25,8 +25,9 @@ use crate::agent::AgentStatus;
 use crate::announcer::{self, Announcer};
 use crate::metrics::Metrics;
 
-/// How often the interfaces answering are checked for a kernel that drops what follows (an
-/// address given to one later clears its warning).
+/// How often everything is looked at again: interfaces a pool lists that appeared since, and
+/// the interfaces answering whose kernel drops what follows (an address given to one later
+/// clears its warning).
 const INTERFACE_CHECK: Duration = Duration::from_secs(30);
 
 /// What the speaker followed last: when none of it changed, nothing is looked at again.
@@ -93,7 +94,9 @@ impl L2Speaker {
             self.follow();
             tokio::select! {
                 r = changed.changed() => if r.is_err() { return },
-                _ = check.tick() => self.check_interfaces(),
+                // Looked at again whatever changed: an interface a pool lists may have
+                // appeared, and the kernel's filters are read again.
+                _ = check.tick() => self.followed = None,
                 _ = &mut shutdown => return,
             }
         }
