@@ -1,6 +1,9 @@
 //! The layer-2 speaker on a task of its own (root; a node and a client namespace on a veth
 //! pair): an address moved to this node is answered for at once, and the fence silences it at
 //! once, while the proxy's sync loop waits out its `minSyncPeriod` with a change pending.
+//! The ARP is real (a client namespace resolves the address); the loop programs an in-memory
+//! dataplane, since what is under test is the speaker's timing beside the loop, not the rules
+//! (the lab's failover tests run both on the kernel).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};

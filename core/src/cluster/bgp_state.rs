@@ -8,7 +8,9 @@ use super::registry::{StateKind, stored_kind};
 use super::state::{ClusterState, Snapshot};
 
 /// The BGP set: several kinds of two sources in one model type, so a name alone does not
-/// identify an object (the watches delete by kind, [`ClusterState::delete_bgp`]).
+/// identify an object (the watches delete by kind, [`ClusterState::delete_bgp`]). `KIND` names
+/// the set; each object names its own kind ([`StateKind::kind_of`]). Tideway's objects are kept
+/// under namespace `""`, MetalLB's under theirs.
 impl StateKind for BgpObject {
     const KIND: &'static str = "BGP";
     const NAMESPACED: bool = true;
