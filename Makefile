@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube image release-images test-image
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube peers image release-images test-image
 
 demo: build
 	./scripts/demo.sh
@@ -42,6 +42,12 @@ check-generated: build
 # into a cache outside the clone (a cache hit takes a second); see kube/README.md.
 kube:
 	./scripts/build-kube.sh
+
+# The peers, from their own Go modules at pinned versions (peers/): kube-proxy (the control
+# plane's), CoreDNS through its coremain, MetalLB's controller and speaker, in target/peers/,
+# cached outside the clone like the control plane; prints their versions.
+peers:
+	./scripts/build-peers.sh
 
 # Tideway's OCI image from Debian's packages and the release binary, without a registry or an
 # engine: target/image/tideway-VERSION.oci.tar and its SBOM (image/ holds the recipe).
