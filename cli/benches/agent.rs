@@ -111,7 +111,7 @@ fn rendered(mode: ProxyMode, state: &ClusterState) -> Vec<(IpFamily, String)> {
     IpFamily::ALL
         .into_iter()
         .map(|f| {
-            let p = render::lower(mode, &ruleset, f);
+            let p = render::Renderer::new(mode, &ruleset).lower(f);
             let text = match mode {
                 ProxyMode::Nftables => render::nftables::text::program(&p),
                 _ => render::iptables::text::program(&p, &[]),
@@ -274,7 +274,8 @@ fn maglev_sync(n: usize) {
             state.apply(svc);
         }
         state.take_changes();
-        let program = render::lower(ProxyMode::Nftables, &compile(&state, &mk_node_context()), IpFamily::V4);
+        let program = render::Renderer::new(ProxyMode::Nftables, &compile(&state, &mk_node_context()))
+            .lower(IpFamily::V4);
         let elements: usize = program.fragments().map(|f| f.elements.len()).sum();
         let (mut times, mut memory) = (vec![], vec![]);
         for i in 0..3 {

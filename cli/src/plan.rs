@@ -31,7 +31,7 @@ pub(crate) fn run(args: &PlanArgs) -> Result<i32> {
     for w in ruleset.warnings() {
         eprintln!("warning: {}: {}", w.service_port, w.message);
     }
-    let out = render::node_text(loaded.node.settings.mode, &ruleset);
+    let out = render::Renderer::new(loaded.node.settings.mode, &ruleset).node_text();
     print!("{out}");
     Ok(if loaded.skipped > 0 { 1 } else { 0 })
 }

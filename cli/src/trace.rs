@@ -127,7 +127,7 @@ pub(crate) fn run(args: &TraceArgs) -> Result<i32> {
     let ruleset = compile(&loaded.cluster, &loaded.node);
     let family = IpFamily::of(&dst);
     let mode = loaded.node.settings.mode;
-    let program = render::lower(mode, &ruleset, family);
+    let program = render::Renderer::new(mode, &ruleset).lower(family);
     let packet = Packet {
         src: args.src.ip,
         dst,

@@ -110,7 +110,7 @@ fn full(label: &str, c: &ClusterState) -> Ruleset {
     let node = mk_node_context();
     let start = Instant::now();
     let ruleset = compile(c, &node);
-    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let program = render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(IpFamily::V4);
     let text = render::nftables::text::program(&program);
     let took = start.elapsed();
     let elements: usize = program.fragments().map(|f| f.elements.len()).sum();
@@ -126,7 +126,7 @@ fn full(label: &str, c: &ClusterState) -> Ruleset {
 fn one_change(c: &ClusterState) {
     let node = mk_node_context();
     let before = compile(c, &node);
-    let program = render::lower(ProxyMode::Nftables, &before, IpFamily::V4);
+    let program = render::Renderer::new(ProxyMode::Nftables, &before).lower(IpFamily::V4);
     let mut times = Vec::new();
     let mut ops = 0;
     for round in 0..200usize {
@@ -138,8 +138,9 @@ fn one_change(c: &ClusterState) {
         // The agent's incremental path: replan the Service, lower its fragments, diff them.
         let start = Instant::now();
         let changed = ruleset.update(&next, &changed_services);
-        let change =
-            render::update(ProxyMode::Nftables, &ruleset, &mut state, &changed).expect("incremental");
+        let change = render::Renderer::new(ProxyMode::Nftables, &ruleset)
+            .update(&mut state, &changed)
+            .expect("incremental");
         times.push(start.elapsed());
         ops = change.operations();
     }

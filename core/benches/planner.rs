@@ -31,7 +31,7 @@ fn full(c: &mut Criterion) {
         g.bench_function(format!("compile+render/{mode}"), |b| {
             b.iter(|| {
                 let ruleset = compile(&cluster, &node);
-                let program = render::lower(mode, &ruleset, IpFamily::V4);
+                let program = render::Renderer::new(mode, &ruleset).lower(IpFamily::V4);
                 black_box(render::program_text(&program).len())
             })
         });
@@ -46,7 +46,7 @@ fn one_change(c: &mut Criterion) {
     for mode in ProxyMode::ALL {
         let mut cluster = synthetic_cluster(SERVICES, ENDPOINTS);
         let mut ruleset = compile(&cluster, &node);
-        let mut state = ProgramState::new(&render::lower(mode, &ruleset, IpFamily::V4));
+        let mut state = ProgramState::new(&render::Renderer::new(mode, &ruleset).lower(IpFamily::V4));
         let mut flip = false;
         let mut ops = 0;
         let mut bytes = 0;
@@ -57,7 +57,9 @@ fn one_change(c: &mut Criterion) {
                 cluster.apply(synthetic_slice(4242, ENDPOINTS, flip.then_some(3)));
                 let changes = cluster.take_changes();
                 let changed = ruleset.update(&cluster, &changes.services);
-                let cs = render::update(mode, &ruleset, &mut state, &changed).expect("the base is unchanged");
+                let cs = render::Renderer::new(mode, &ruleset)
+                    .update(&mut state, &changed)
+                    .expect("the base is unchanged");
                 ops = cs.operations();
                 bytes = render::changes_text(state.skeleton(), &cs).len();
                 black_box(bytes)

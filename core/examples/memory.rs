@@ -34,7 +34,7 @@ fn main() {
     let r = rss();
     println!("ruleset:         {}", mib(r - c));
     let programs: Vec<Program> =
-        IpFamily::ALL.into_iter().map(|f| render::lower(mode, &ruleset, f)).collect();
+        IpFamily::ALL.into_iter().map(|f| render::Renderer::new(mode, &ruleset).lower(f)).collect();
     let p = rss();
     println!("programs ({mode}): {} (rendered for a full sync, then dropped)", mib(p - r));
     let kept: Vec<ProgramState> = programs.iter().map(ProgramState::new).collect();

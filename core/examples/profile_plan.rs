@@ -25,7 +25,7 @@ fn main() {
         let t = std::time::Instant::now();
         let rs = compile(&cluster, &node);
         let t1 = t.elapsed();
-        let p = render::lower(mode, &rs, IpFamily::V4);
+        let p = render::Renderer::new(mode, &rs).lower(IpFamily::V4);
         let t2 = t.elapsed();
         let text = render::program_text(&p);
         let t3 = t.elapsed();

@@ -35,12 +35,6 @@ impl ProxyMode {
         }
     }
 
-    /// True when a full sync is rendered as it is written, one Service at a time (nftables: one
-    /// `nft -f` transaction fed from a pipe), rather than rendered whole first.
-    pub fn streams_full_apply(self) -> bool {
-        self == ProxyMode::Nftables
-    }
-
     /// True when the mode writes iptables tables (IPVS mode's classification rules are
     /// iptables rules too): what a retired backend must leave of them is counted.
     pub fn writes_iptables(self) -> bool {

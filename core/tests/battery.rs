@@ -410,7 +410,7 @@ fn run(mode: ProxyMode, node: &NodeContext, cases: &[Case]) {
     for c in cases {
         let dst = ip(c.dst);
         let family = IpFamily::of(&dst);
-        let program = render::lower(mode, &ruleset, family);
+        let program = render::Renderer::new(mode, &ruleset).lower(family);
         let env = TraceEnv::for_node(ruleset.family(family));
         let packet =
             Packet { src: ip(c.src), dst, protocol: c.proto, dport: c.port, sport: None, origin: c.from };

@@ -30,9 +30,9 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
     let mut states: Vec<(ProgramState, KernelState, Program)> = IpFamily::ALL
         .into_iter()
         .map(|f| {
-            let p = render::lower(mode, &ruleset, f);
+            let p = render::Renderer::new(mode, &ruleset).lower(f);
             // The state a streamed full apply keeps is the one the walk goes on from.
-            let (state, streamed) = render::stream(mode, &ruleset, f, |skeleton, fragments| {
+            let (state, streamed) = render::Renderer::new(mode, &ruleset).stream(f, |skeleton, fragments| {
                 assert_eq!(skeleton.base, p.base, "[{mode} seed {seed}] the streamed base differs");
                 fragments.collect::<Vec<Fragment>>()
             });
@@ -60,14 +60,14 @@ fn walk(mode: ProxyMode, seed: u64, steps: usize) {
             "[{mode} seed {seed} step {step}] the kept figures differ from a count"
         );
         for (fi, family) in IpFamily::ALL.into_iter().enumerate() {
-            let full = render::lower(mode, &fresh, family);
+            let full = render::Renderer::new(mode, &fresh).lower(family);
             let (state, kernel, before) = &mut states[fi];
-            let cs = match render::update(mode, &ruleset, state, &changed) {
+            let cs = match render::Renderer::new(mode, &ruleset).update(state, &changed) {
                 Some(cs) => {
                     // The fragments before, re-derived from the plans before, are the ones
                     // that were rendered then: nothing of the old program needed keeping.
                     for ((f, key), plan) in changed.iter().filter(|((f, _), _)| *f == family) {
-                        let again = plan.as_ref().map(|p| render::lower_fragment(mode, &ruleset, p));
+                        let again = plan.as_ref().map(|p| render::Renderer::new(mode, &ruleset).fragment(p));
                         let kept = before.services.get(key).cloned();
                         assert_eq!(
                             again.filter(|f| *f != Fragment::default()),
@@ -171,7 +171,8 @@ fn one_endpoint_change_is_a_handful_of_operations() {
     }
     c.take_changes();
     let mut rs = compile(&c, &node);
-    let olds: Vec<_> = ProxyMode::ALL.iter().map(|m| render::lower(*m, &rs, IpFamily::V4)).collect();
+    let olds: Vec<_> =
+        ProxyMode::ALL.iter().map(|m| render::Renderer::new(*m, &rs).lower(IpFamily::V4)).collect();
     // Replace one endpoint of one Service.
     let mut s = mk_slice("ns", "s7").port("http", Protocol::Tcp, 8080);
     for j in 0..10 {
@@ -181,7 +182,7 @@ fn one_endpoint_change_is_a_handful_of_operations() {
     let changed = rs.update(&c, &c.clone().take_changes().services);
     assert_eq!(changed.len(), 1);
     for (mode, old) in ProxyMode::ALL.iter().zip(olds) {
-        let new = render::lower(*mode, &rs, IpFamily::V4);
+        let new = render::Renderer::new(*mode, &rs).lower(IpFamily::V4);
         let cs = diff(&old, &new);
         let ops = cs.operations();
         // nft: DNAT elements of the slots whose endpoint changed (slots follow address order,

@@ -56,7 +56,7 @@ fn endpoints(c: &ClusterState) -> Vec<(IpAddr, u16)> {
 fn the_tracer_names_the_endpoint_the_flows_hash_picks() {
     let c = cluster(10, "maglev");
     let ruleset = compile(&c, &mk_node_context());
-    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let program = render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(IpFamily::V4);
     let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
     let eps = endpoints(&c);
     let names: Vec<Vec<u8>> = eps.iter().map(|(ip, port)| maglev::backend_name(ip, *port)).collect();
@@ -95,7 +95,8 @@ fn an_endpoint_change_rewrites_only_the_buckets_maglev_moves() {
     }
     after.apply(s.build());
     let node = mk_node_context();
-    let lower = |c: &ClusterState| render::lower(ProxyMode::Nftables, &compile(c, &node), IpFamily::V4);
+    let lower =
+        |c: &ClusterState| render::Renderer::new(ProxyMode::Nftables, &compile(c, &node)).lower(IpFamily::V4);
     let change = diff(&lower(&before), &lower(&after));
     assert!(!change.full && change.add_chains.is_empty() && change.flush_chains.is_empty());
     let size = f64::from(maglev::DEFAULT_TABLE_SIZE);
@@ -120,7 +121,7 @@ fn modes_that_cannot_hash_keep_random_and_say_so() {
     let c = cluster(3, "lc");
     let ruleset = compile(&c, &mk_node_context());
     assert!(ruleset.warnings()[0].message.contains("lc is not available in nftables mode"));
-    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let program = render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(IpFamily::V4);
     let text = render::nftables::text::program(&program);
     assert!(text.contains("numgen random mod 3") && !text.contains("jhash"));
 }
@@ -132,7 +133,7 @@ fn with_client_ip_affinity_a_client_is_hashed_by_its_address_alone() {
     svc.session_affinity = mk_service("ns1", "web").affinity(600).build().session_affinity;
     c.apply(svc);
     let ruleset = compile(&c, &mk_node_context());
-    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let program = render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(IpFamily::V4);
     let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
     let eps = endpoints(&c);
     let names: Vec<Vec<u8>> = eps.iter().map(|(ip, port)| maglev::backend_name(ip, *port)).collect();
@@ -164,7 +165,7 @@ fn when_every_endpoint_terminates_the_table_holds_those_still_serving() {
         .build();
     c.apply(slice);
     let ruleset = compile(&c, &mk_node_context());
-    let program = render::lower(ProxyMode::Nftables, &ruleset, IpFamily::V4);
+    let program = render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(IpFamily::V4);
     let env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
     let eps = endpoints(&c);
     assert_eq!(eps.len(), 2, "the serving ones: {eps:?}");
@@ -195,7 +196,8 @@ fn behind_affinity_an_endpoint_change_rewrites_the_services_table_in_place() {
     let mut after = cluster(5, "maglev");
     sticky(&mut after);
     let node = mk_node_context();
-    let lower = |c: &ClusterState| render::lower(ProxyMode::Nftables, &compile(c, &node), IpFamily::V4);
+    let lower =
+        |c: &ClusterState| render::Renderer::new(ProxyMode::Nftables, &compile(c, &node)).lower(IpFamily::V4);
     let change = diff(&lower(&before), &lower(&after));
     assert!(change.add_sets.iter().all(|s| !s.name.contains("-maglev-")), "the table is kept, not recreated");
     let table: Vec<_> = change.element_sets.iter().map(|s| s.name.to_string()).collect();

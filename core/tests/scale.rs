@@ -6,7 +6,7 @@
 
 use tideway_core::config::ProxyMode;
 use tideway_core::plan::compile;
-use tideway_core::render::node_text;
+use tideway_core::render::Renderer;
 use tideway_core::testing::{mk_node, mk_node_context, synthetic_cluster};
 
 /// FNV-1a, 64 bits: a hash whose value no library or compiler version changes.
@@ -33,7 +33,7 @@ fn a_large_cluster_renders_the_recorded_rules() {
     let ruleset = compile(&cluster, &mk_node_context());
     let mut differ = Vec::new();
     for &(n, mode, bytes, hash) in RECORDED.iter().filter(|r| r.0 == services) {
-        let text = node_text(mode, &ruleset);
+        let text = Renderer::new(mode, &ruleset).node_text();
         let got = (text.len(), fnv1a(text.as_bytes()));
         if got != (bytes, hash) {
             differ.push(format!(

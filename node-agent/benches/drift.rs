@@ -54,7 +54,7 @@ impl Planned {
         c.apply(mk_node("node-a", "192.168.0.10", "zone-a"));
         c.take_changes();
         let ruleset = compile(&c, &mk_node_context());
-        let programs = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));
+        let programs = IpFamily::ALL.map(|f| render::Renderer::new(mode, &ruleset).lower(f));
         let kept = programs.each_ref().map(ProgramState::new);
         Planned { mode, ruleset, kept }
     }

@@ -26,7 +26,8 @@ fn full_applies(ns: &Netns, times: usize) -> Vec<u32> {
     ns.run(move || {
         let ruleset = compile(&synthetic_cluster(SERVICES, 2), &mk_node_context());
         let mode = ProxyMode::Nftables;
-        let skeletons = IpFamily::ALL.map(|f| ProgramState::start(&render::skeleton(mode, &ruleset, f)));
+        let skeletons =
+            IpFamily::ALL.map(|f| ProgramState::start(&render::Renderer::new(mode, &ruleset).skeleton(f)));
         let mut nl = NftNetlink::open().expect("netlink");
         (0..times)
             .map(|_| {

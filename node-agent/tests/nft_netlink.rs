@@ -100,8 +100,10 @@ fn every_fixture_lists_the_same_as_nft() {
     for path in tideway_tests::fixtures() {
         let f = tideway_tests::load(&path);
         let ruleset = compile(&f.cluster, &f.node);
-        let programs: Vec<Program> =
-            IpFamily::ALL.into_iter().map(|fam| render::lower(ProxyMode::Nftables, &ruleset, fam)).collect();
+        let programs: Vec<Program> = IpFamily::ALL
+            .into_iter()
+            .map(|fam| render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(fam))
+            .collect();
         let name = path.file_stem().expect("stem").to_string_lossy().to_string();
         let text_ns = Netns::create(&format!("twnl-t-{}-{name}", std::process::id()));
         let nl_ns = Netns::create(&format!("twnl-n-{}-{name}", std::process::id()));
@@ -123,7 +125,8 @@ fn a_streamed_full_apply_declares_each_map_with_room_for_what_it_holds() {
     require_root("reading nftables back over netlink");
     let cluster = synthetic_cluster(600, 2);
     let ruleset = compile(&cluster, &mk_node_context());
-    let programs: [Program; 2] = IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f));
+    let programs: [Program; 2] =
+        IpFamily::ALL.map(|f| render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(f));
     let text_ns = Netns::create(&format!("twnl-rt-{}", std::process::id()));
     let nl_ns = Netns::create(&format!("twnl-rn-{}", std::process::id()));
     nft_apply(&text_ns, &programs);
@@ -131,9 +134,8 @@ fn a_streamed_full_apply_declares_each_map_with_room_for_what_it_holds() {
     let rooms = nl
         .apply_full(4096, |apply| {
             for f in IpFamily::ALL {
-                render::stream(ProxyMode::Nftables, &ruleset, f, |skeleton, fragments| {
-                    apply.family(skeleton, fragments)
-                });
+                render::Renderer::new(ProxyMode::Nftables, &ruleset)
+                    .stream(f, |skeleton, fragments| apply.family(skeleton, fragments));
             }
         })
         .expect("streamed apply");
@@ -167,14 +169,14 @@ impl Walk {
         let ruleset = compile(&cluster, &mk_node_context());
         let states = IpFamily::ALL
             .into_iter()
-            .map(|f| ProgramState::new(&render::lower(ProxyMode::Nftables, &ruleset, f)))
+            .map(|f| ProgramState::new(&render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(f)))
             .collect();
         Walk { rng, cluster, ruleset, states }
     }
 
     /// The whole programs of the current ruleset.
     fn programs(&self) -> [Program; 2] {
-        IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &self.ruleset, f))
+        IpFamily::ALL.map(|f| render::Renderer::new(ProxyMode::Nftables, &self.ruleset).lower(f))
     }
 
     /// Replaces the tables as the agent's full sync does: each family's program streamed into
@@ -187,9 +189,8 @@ impl Walk {
         let mut kept = Vec::new();
         nl.apply_full(1 << 20, |apply| {
             for f in IpFamily::ALL {
-                let (state, ()) = render::stream(ProxyMode::Nftables, ruleset, f, |skeleton, fragments| {
-                    apply.family(skeleton, fragments)
-                });
+                let (state, ()) = render::Renderer::new(ProxyMode::Nftables, ruleset)
+                    .stream(f, |skeleton, fragments| apply.family(skeleton, fragments));
                 kept.push(state);
             }
         })?;
@@ -209,7 +210,7 @@ impl Walk {
         let changed = self.ruleset.update(&self.cluster, &changes.services);
         let mut sets = Vec::new();
         for state in &mut self.states {
-            match render::update(ProxyMode::Nftables, &self.ruleset, state, &changed) {
+            match render::Renderer::new(ProxyMode::Nftables, &self.ruleset).update(state, &changed) {
                 Some(cs) => sets.push(cs),
                 None => return None,
             }
@@ -250,8 +251,10 @@ fn a_refused_transaction_changes_nothing() {
         tideway_tests::fixtures().into_iter().find(|p| p.ends_with("basic.yaml")).expect("basic fixture");
     let f = tideway_tests::load(&path);
     let ruleset = compile(&f.cluster, &f.node);
-    let programs: Vec<Program> =
-        IpFamily::ALL.into_iter().map(|fam| render::lower(ProxyMode::Nftables, &ruleset, fam)).collect();
+    let programs: Vec<Program> = IpFamily::ALL
+        .into_iter()
+        .map(|fam| render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(fam))
+        .collect();
     let ns = Netns::create(&format!("twnl-atomic-{}", std::process::id()));
     let mut nl = open(&ns);
     nl.apply_programs([&programs[0], &programs[1]]).expect("apply");
@@ -292,7 +295,8 @@ mod drift {
 
     impl Wanted {
         pub(super) fn of(ruleset: Ruleset) -> Wanted {
-            let programs = IpFamily::ALL.map(|f| render::lower(ProxyMode::Nftables, &ruleset, f));
+            let programs =
+                IpFamily::ALL.map(|f| render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(f));
             Wanted { kept: programs.each_ref().map(ProgramState::new), ruleset }
         }
 
@@ -440,7 +444,11 @@ mod drift {
         let sets: Vec<ChangeSet> = wanted
             .kept
             .iter_mut()
-            .map(|k| render::update(ProxyMode::Nftables, &wanted.ruleset, k, &changed).expect("same node"))
+            .map(|k| {
+                render::Renderer::new(ProxyMode::Nftables, &wanted.ruleset)
+                    .update(k, &changed)
+                    .expect("same node")
+            })
             .collect();
         assert!(
             sets[0].add_elements.iter().filter(|(s, _)| &*s.name == "service-ips").count() > MIN_CAPACITY

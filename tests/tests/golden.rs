@@ -19,7 +19,7 @@ fn golden_rulesets() {
                 ProxyMode::Ipvs => "ipvs",
             };
             let golden = root().join("golden").join(format!("{name}.{ext}"));
-            if let Err(e) = check_golden(&golden, &render::node_text(mode, &ruleset)) {
+            if let Err(e) = check_golden(&golden, &render::Renderer::new(mode, &ruleset).node_text()) {
                 failures.push(e);
             }
         }

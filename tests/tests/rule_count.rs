@@ -51,7 +51,7 @@ fn counts(p: &Program) -> (usize, usize) {
 fn program(c: &ClusterState) -> Program {
     let mut node = mk_node_context();
     node.settings.cluster_cidrs = vec![net("10.0.0.0/8")];
-    render::lower(ProxyMode::Iptables, &compile(c, &node), IpFamily::V4)
+    render::Renderer::new(ProxyMode::Iptables, &compile(c, &node)).lower(IpFamily::V4)
 }
 
 #[test]
@@ -94,7 +94,8 @@ fn nftables_chains_do_not_grow_with_services() {
     let mut node = mk_node_context();
     node.settings.cluster_cidrs = vec![net("10.0.0.0/8")];
     let chains = |s| {
-        let p = render::lower(ProxyMode::Nftables, &compile(&generate(s, 3, true), &node), IpFamily::V4);
+        let p = render::Renderer::new(ProxyMode::Nftables, &compile(&generate(s, 3, true), &node))
+            .lower(IpFamily::V4);
         p.assemble().chains.len()
     };
     assert_eq!(chains(1), chains(200), "chains are per behaviour and endpoint count, not per Service");

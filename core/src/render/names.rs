@@ -165,7 +165,7 @@ mod tests {
         let ruleset = crate::plan::compile(&cluster, &crate::testing::mk_node_context());
         for mode in [ProxyMode::Iptables, ProxyMode::Ipvs] {
             for family in IpFamily::ALL {
-                let lowered = crate::render::lower(mode, &ruleset, family);
+                let lowered = crate::render::Renderer::new(mode, &ruleset).lower(family);
                 for chain in &lowered.assemble().chains {
                     if ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"].contains(&&*chain.def.name)
                     {

@@ -136,7 +136,7 @@ pub fn failures(test: &str, cluster: &ClusterState, node: &NodeContext, flows: &
     for f in flows {
         let (src, dst) = (ip(f.src), ip(f.dst));
         let family = IpFamily::of(&dst);
-        let program = render::lower(ProxyMode::Nftables, &ruleset, family);
+        let program = render::Renderer::new(ProxyMode::Nftables, &ruleset).lower(family);
         let env = TraceEnv::for_node(ruleset.family(family));
         let packet =
             Packet { src, dst, protocol: f.proto, dport: f.port, sport: None, origin: origin(node, src) };

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use tideway_core::plan::{NodeContext, compile};
-use tideway_core::render;
+use tideway_core::render::Renderer;
 
 use super::round::Planning;
 use super::{Agent, LARGE};
@@ -27,8 +27,9 @@ impl Agent {
         drop(state);
         let _render = tracing::info_span!("render", full = false, fragments = changed.len()).entered();
         let mut changes = Vec::new();
+        let renderer = Renderer::new(mode, &planned.ruleset);
         for kept in &mut planned.programs {
-            match render::update(mode, &planned.ruleset, kept, &changed) {
+            match renderer.update(kept, &changed) {
                 Some(cs) => changes.push(cs),
                 // The node-level part changed: everything is rendered again.
                 None => return Planning::full(planned.node, planned.ruleset),

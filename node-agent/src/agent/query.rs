@@ -62,7 +62,7 @@ impl Published {
 
     fn program(&self, family: IpFamily) -> &Program {
         let slot = IpFamily::ALL.iter().position(|f| *f == family).unwrap_or(0);
-        self.programs[slot].get_or_init(|| render::lower(self.mode, &self.ruleset, family))
+        self.programs[slot].get_or_init(|| render::Renderer::new(self.mode, &self.ruleset).lower(family))
     }
 
     /// The rules of one family, as the mode's own tool would print them.

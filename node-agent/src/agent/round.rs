@@ -8,7 +8,7 @@ use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{NodeContext, Ruleset};
 use tideway_core::program::{ChangeSet, Program, ProgramState};
-use tideway_core::render;
+use tideway_core::render::Renderer;
 
 use crate::dataplane::Desired;
 
@@ -50,16 +50,16 @@ pub(super) struct Planning {
 impl Planning {
     /// A full sync of `ruleset` for `node`, rendered whole unless the mode streams it.
     pub(super) fn full(node: NodeContext, ruleset: Arc<Ruleset>) -> Planning {
-        let mode = node.settings.mode;
+        let renderer = Renderer::new(node.settings.mode, &ruleset);
         let _render = tracing::info_span!("render", full = true).entered();
-        if mode.streams_full_apply() {
+        if renderer.backend().streams_full_apply() {
             // What is kept is counted while the apply streams the programs; until then, the
             // node-level part alone.
-            let programs = IpFamily::ALL.map(|f| ProgramState::start(&render::skeleton(mode, &ruleset, f)));
+            let programs = IpFamily::ALL.map(|f| ProgramState::start(&renderer.skeleton(f)));
             let planned = Planned { node, ruleset, programs };
             return Planning { planned, full: true, whole: None, changes: Vec::new() };
         }
-        let whole = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));
+        let whole = IpFamily::ALL.map(|f| renderer.lower(f));
         let programs = whole.each_ref().map(ProgramState::new);
         let planned = Planned { node, ruleset, programs };
         Planning { planned, full: true, whole: Some(whole), changes: Vec::new() }

@@ -15,14 +15,13 @@ use tideway_core::config::ProxyMode;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{PlanKey, Ruleset};
 use tideway_core::program::{Fragment, Program, ProgramState};
-use tideway_core::render;
+use tideway_core::render::Renderer;
 
 use super::keep::Keep;
 
 /// The programs a sync wants ([IPv4, IPv6]), rendered when first asked for.
 pub struct Desired<'a> {
-    mode: ProxyMode,
-    ruleset: &'a Ruleset,
+    renderer: Renderer<'a>,
     kept: [&'a ProgramState; 2],
     whole: OnceLock<[Program; 2]>,
     /// What is kept of the programs a streamed apply was given.
@@ -32,7 +31,12 @@ pub struct Desired<'a> {
 impl<'a> Desired<'a> {
     /// What `ruleset` programs in `mode`, with `kept` the state kept of it.
     pub fn new(mode: ProxyMode, ruleset: &'a Ruleset, kept: [&'a ProgramState; 2]) -> Desired<'a> {
-        Desired { mode, ruleset, kept, whole: OnceLock::new(), streamed: OnceLock::new() }
+        Desired {
+            renderer: Renderer::new(mode, ruleset),
+            kept,
+            whole: OnceLock::new(),
+            streamed: OnceLock::new(),
+        }
     }
 
     /// The same, with the whole programs already rendered (a full sync renders them anyway).
@@ -42,13 +46,13 @@ impl<'a> Desired<'a> {
         kept: [&'a ProgramState; 2],
         programs: [Program; 2],
     ) -> Desired<'a> {
-        Desired { mode, ruleset, kept, whole: OnceLock::from(programs), streamed: OnceLock::new() }
+        let renderer = Renderer::new(mode, ruleset);
+        Desired { renderer, kept, whole: OnceLock::from(programs), streamed: OnceLock::new() }
     }
 
     /// Both whole programs, rendered on first use.
     pub fn programs(&self) -> [&Program; 2] {
-        let whole =
-            self.whole.get_or_init(|| IpFamily::ALL.map(|f| render::lower(self.mode, self.ruleset, f)));
+        let whole = self.whole.get_or_init(|| IpFamily::ALL.map(|f| self.renderer.lower(f)));
         [&whole[0], &whole[1]]
     }
 
@@ -63,8 +67,7 @@ impl<'a> Desired<'a> {
         if let Some(whole) = self.whole.get() {
             return whole.each_ref().map(|p| apply(p, &mut p.services.values().cloned()));
         }
-        let [(v4, r4), (v6, r6)] =
-            IpFamily::ALL.map(|f| render::stream(self.mode, self.ruleset, f, &mut apply));
+        let [(v4, r4), (v6, r6)] = IpFamily::ALL.map(|f| self.renderer.stream(f, &mut apply));
         let _ = self.streamed.set([v4, v6]);
         [r4, r6]
     }
@@ -76,12 +79,12 @@ impl<'a> Desired<'a> {
         only: &BTreeSet<PlanKey>,
         mut apply: impl FnMut(&Program, &mut dyn Iterator<Item = Fragment>) -> R,
     ) -> [R; 2] {
-        IpFamily::ALL.map(|f| render::stream_only(self.mode, self.ruleset, f, only, &mut apply))
+        IpFamily::ALL.map(|f| self.renderer.stream_only(f, only, &mut apply))
     }
 
     /// The ruleset the programs are lowered from.
     pub fn ruleset(&self) -> &'a Ruleset {
-        self.ruleset
+        self.renderer.ruleset()
     }
 
     /// What is kept between syncs of the programs a full sync applied: counted while they
@@ -94,14 +97,13 @@ impl<'a> Desired<'a> {
         if let Some(whole) = self.whole.into_inner() {
             return whole.each_ref().map(ProgramState::new);
         }
-        IpFamily::ALL
-            .map(|f| render::stream(self.mode, self.ruleset, f, |_, fragments| fragments.for_each(drop)).0)
+        IpFamily::ALL.map(|f| self.renderer.stream(f, |_, fragments| fragments.for_each(drop)).0)
     }
 
     /// What a retired backend must leave in place for these programs (shared iptables
     /// names; nothing for nftables, whose programs are then not rendered for it).
     pub fn keep(&self) -> Keep {
-        if !self.mode.writes_iptables() {
+        if !self.renderer.backend().mode().writes_iptables() {
             return Keep::default();
         }
         Keep::of(self.programs())
@@ -109,8 +111,8 @@ impl<'a> Desired<'a> {
 
     /// Service ports and endpoints of both families: a measure of a full apply's size.
     pub fn size(&self) -> usize {
-        self.ruleset.services.len()
-            + IpFamily::ALL.map(|f| self.ruleset.endpoint_total(f)).iter().sum::<usize>()
+        self.ruleset().services.len()
+            + IpFamily::ALL.map(|f| self.ruleset().endpoint_total(f)).iter().sum::<usize>()
     }
 
     /// What is kept of each family's program (its base, counts and interval-set members).
@@ -138,8 +140,9 @@ mod tests {
     fn what_is_kept_of_a_full_sync_does_not_depend_on_how_it_was_applied() {
         let ruleset = compile(&synthetic_cluster(40, 3), &mk_node_context());
         let mode = ProxyMode::Nftables;
-        let skeletons = IpFamily::ALL.map(|f| ProgramState::start(&render::skeleton(mode, &ruleset, f)));
-        let whole = IpFamily::ALL.map(|f| render::lower(mode, &ruleset, f));
+        let skeletons =
+            IpFamily::ALL.map(|f| ProgramState::start(&Renderer::new(mode, &ruleset).skeleton(f)));
+        let whole = IpFamily::ALL.map(|f| Renderer::new(mode, &ruleset).lower(f));
         let want = whole.each_ref().map(|p| (p.rule_count(), ProgramState::new(p).rule_count()));
         let kept_by = |desired: Desired<'_>| desired.into_kept().map(|k| k.rule_count());
 

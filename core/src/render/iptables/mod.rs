@@ -37,7 +37,8 @@ mod tests {
             mk_slice("ns1", "web").port("http", Protocol::Tcp, 8080).ready("10.244.1.5", "node-a").build(),
         );
         let ruleset = crate::plan::compile(&cluster, &mk_node_context());
-        let p = crate::render::lower(crate::config::ProxyMode::Iptables, &ruleset, IpFamily::V4);
+        let p =
+            crate::render::Renderer::new(crate::config::ProxyMode::Iptables, &ruleset).lower(IpFamily::V4);
         let assembled = p.assemble();
         let mut present: Vec<(&str, &str)> =
             assembled.chains.iter().map(|c| (c.def.table, &*c.def.name)).collect();
