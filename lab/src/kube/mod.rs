@@ -112,6 +112,19 @@ pub fn binary() -> Result<PathBuf, KubeError> {
     found.ok_or_else(|| KubeError::NoBinary(format!("target/kube/tideway-kube above {}", exe.display())))
 }
 
+/// Where peer `name` is (`coredns`, `kube-proxy`, `metallb-controller`, `metallb-speaker`):
+/// `target/peers/NAME` of the build that holds this executable (`make peers` links it there).
+pub fn peer_binary(name: &str) -> Result<PathBuf, KubeError> {
+    let exe = std::env::current_exe()?;
+    let repository = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
+    let mut candidates =
+        exe.ancestors().skip(1).chain([repository.as_path()]).map(|d| d.join("peers").join(name));
+    let found = candidates.find(|p| p.exists());
+    found.ok_or_else(|| {
+        KubeError::NoBinary(format!("target/peers/{name} above {} (make peers)", exe.display()))
+    })
+}
+
 /// Commands that make namespace `ns` with `address` on a veth pair of its own (both ends
 /// inside), for a control plane that needs no lab topology: the host reaches it through
 /// [`ControlPlane::host_endpoint`].

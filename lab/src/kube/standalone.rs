@@ -9,6 +9,7 @@
 //!     .apply_chart_rbac(values)   the chart's namespace, ServiceAccounts and RBAC, as rendered
 //!     .token_kubeconfig(ns, account)   a kubeconfig with a token the server mints for an account
 //!     .withdraw(role, resource)   a ClusterRole without a resource (the role as it was, to restore)
+//!     .kubeadm_addon(addon)    kubeadm's CoreDNS or kube-proxy addon, installed as `kubeadm init` does
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -81,6 +82,19 @@ impl Standalone {
         let path = self.dir.join(format!("{user}.conf"));
         pki::write_private(&path, &rewrite_server(&text, server))?;
         Ok(path)
+    }
+
+    /// `kubeadm init phase addon ADDON` (`coredns` or `kube-proxy`) against the server, with the
+    /// control plane's own kubeadm configuration, as `kubeadm init` runs it: the addon's
+    /// ConfigMap, ServiceAccount, RBAC, workload and (CoreDNS) the `kube-dns` Service. What
+    /// kubeadm printed.
+    pub fn kubeadm_addon(&self, addon: &str) -> Result<String, KubeError> {
+        let admin = self.kubeconfig_for("kubeadm-addon", &["kubeadm:cluster-admins"], &self.cp.host_url())?;
+        let mut argv = pki::kubeadm(&super::binary()?);
+        argv.extend(["init", "phase", "addon", addon, "--config"].map(String::from));
+        argv.push(self.cp.layout().kubeadm_config().display().to_string());
+        argv.extend(["--kubeconfig".to_string(), admin.display().to_string()]);
+        pki::run(&argv)
     }
 
     /// Applies every CustomResourceDefinition in `dir` (one per YAML file) and waits until each
