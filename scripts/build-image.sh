@@ -10,7 +10,6 @@
 # layout is written by image/layout.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${IMAGE_OUT:-target/image}
 MIRROR=${IMAGE_MIRROR:-http://deb.debian.org/debian}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
@@ -24,14 +23,14 @@ created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 arch=$(dpkg --print-architecture)
 
 echo "== tideway (release build)"
-cargo build --release --locked -p tideway
+binary=$(scripts/release-binary.sh)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 echo "== root filesystem (Debian bookworm, $MIRROR)"
 image/rootfs.sh "$work/rootfs" "$work/packages.txt" "$arch" "$MIRROR"
 # Stripped (symbols and line tables: 294 MB -> 52 MB); a panic still says where it happened.
-install -D -m 0755 "$TARGET_DIR/release/tideway" "$work/rootfs/usr/bin/tideway"
+install -D -m 0755 "$binary" "$work/rootfs/usr/bin/tideway"
 strip --strip-all "$work/rootfs/usr/bin/tideway"
 tar --sort=name --format=posix --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" --clamp-mtime \
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
