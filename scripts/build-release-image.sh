@@ -37,6 +37,12 @@ git worktree add -q --detach "$work/tree" "$commit"
 # Its dependencies are this tree's (same Cargo.lock), so the shared target dir builds only its
 # own crates; its archive goes to the work dir, never over this tree's.
 (cd "$work/tree" && IMAGE_OUT="$work/out" ./scripts/build-image.sh >&2)
+# Cargo judges a workspace crate fresh by its sources' times against its build's, and the
+# release's crates were built after this tree's files were written: left alone, this tree's
+# next release build would take a crate whose dependencies did not change (one unchanged since
+# the release, or changed only in its own files) from the release's tree. Forgetting the
+# workspace crates' release builds makes it compile them from this tree, as a clean clone does.
+rm -rf "${CARGO_TARGET_DIR:-target}"/release/.fingerprint/tideway*
 mkdir -p "$CACHE"
 src=$(ls "$work"/out/tideway-*.oci.tar)
 cp "$src" "$archive.part"
