@@ -5,8 +5,9 @@
 # A clean clone's sources are newer than anything in the shared target directory, so Cargo
 # rebuilds every workspace crate (about 10 minutes on 2 cores) even when the same sources were
 # built an hour before. The cache is keyed by what the binary is built from: the blobs of every
-# tracked file but the documentation (docs/, *.md) and the chart (helm/: nothing of it is
-# compiled in), the toolchain's versions and RUSTFLAGS. A checkout whose tracked files differ
+# tracked file but those nothing is compiled from (the documentation, docs/ and *.md; the chart,
+# helm/; the scripts, Makefile and CI entry; the image recipe, image/; the peers' Go modules,
+# peers/), the toolchain's versions and RUSTFLAGS. A checkout whose tracked files differ
 # from its commit builds as before and stores nothing, so an edit is never hidden by a hit.
 #   TIDEWAY_BINARY_CACHE=DIR   where binaries are kept (default: ~/.cache/tideway/release-bin)
 #   TIDEWAY_BINARY_CACHE=off   always build, keep nothing
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 CACHE=${TIDEWAY_BINARY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tideway/release-bin}
-inputs=(-- . ':!docs' ':!*.md' ':!helm')
+inputs=(-- . ':!docs' ':!*.md' ':!helm' ':!scripts' ':!Makefile' ':!.ci' ':!image' ':!peers')
 
 build() { cargo build --release --locked -p tideway >&2; }
 
