@@ -372,6 +372,24 @@ struct Service {
     publish_not_ready: bool,
 }
 
+impl Service {
+    /// A Service of `kind` with no ports, endpoints or external IPs yet.
+    fn new(namespace: &str, name: &str, kind: Kind) -> Service {
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        let (ports, endpoints, external_ips) = (Vec::new(), Vec::new(), Vec::new());
+        Service {
+            namespace,
+            name,
+            kind,
+            ports,
+            endpoints,
+            external_ips,
+            cluster_ip: None,
+            publish_not_ready: false,
+        }
+    }
+}
+
 #[derive(Clone, PartialEq)]
 enum Kind {
     ClusterIp,
@@ -426,19 +444,10 @@ impl State {
                 } else {
                     Vec::new()
                 };
-                let publish_not_ready = kind == Kind::Headless && rng.chance(30);
-                let namespace = ns.clone();
-                let cluster_ip = None;
-                services.push(Service {
-                    namespace,
-                    name,
-                    kind,
-                    ports,
-                    endpoints,
-                    external_ips,
-                    cluster_ip,
-                    publish_not_ready,
-                });
+                let mut service = Service::new(ns, &name, kind);
+                service.publish_not_ready = service.kind == Kind::Headless && rng.chance(30);
+                (service.ports, service.endpoints, service.external_ips) = (ports, endpoints, external_ips);
+                services.push(service);
             }
         }
         // ExternalName Services in alpha, named for what their targets are: a Service of
@@ -450,19 +459,7 @@ impl State {
             ("outside", "www.example.com".to_string()),
         ];
         for (name, target) in targets {
-            let (namespace, name, kind) = ("alpha".to_string(), name.to_string(), Kind::ExternalName(target));
-            let (ports, endpoints, external_ips) = (Vec::new(), Vec::new(), Vec::new());
-            let (cluster_ip, publish_not_ready) = (None, false);
-            services.push(Service {
-                namespace,
-                name,
-                kind,
-                ports,
-                endpoints,
-                external_ips,
-                cluster_ip,
-                publish_not_ready,
-            });
+            services.push(Service::new("alpha", name, Kind::ExternalName(target)));
         }
         State { namespaces, services }
     }

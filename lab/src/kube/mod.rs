@@ -103,26 +103,24 @@ pub fn binary() -> Result<PathBuf, KubeError> {
         let p = PathBuf::from(p);
         return if p.exists() { Ok(p) } else { Err(KubeError::NoBinary(p.display().to_string())) };
     }
-    let exe = std::env::current_exe()?;
-    // Beside the build (`make kube` writes CARGO_TARGET_DIR/kube), else in the repository's target.
-    let repository = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
-    let mut candidates =
-        exe.ancestors().skip(1).chain([repository.as_path()]).map(|d| d.join("kube").join("tideway-kube"));
-    let found = candidates.find(|p| p.exists());
-    found.ok_or_else(|| KubeError::NoBinary(format!("target/kube/tideway-kube above {}", exe.display())))
+    found_beside_build(&Path::new("kube").join("tideway-kube"), "make kube")
 }
 
 /// Where peer `name` is (`coredns`, `kube-proxy`, `metallb-controller`, `metallb-speaker`):
 /// `target/peers/NAME` of the build that holds this executable (`make peers` links it there).
 pub fn peer_binary(name: &str) -> Result<PathBuf, KubeError> {
+    found_beside_build(&Path::new("peers").join(name), "make peers")
+}
+
+/// `relative` in a directory above this executable (the build's target directory, where the
+/// make targets link their binaries), else in the repository's `target/`.
+fn found_beside_build(relative: &Path, made_by: &str) -> Result<PathBuf, KubeError> {
     let exe = std::env::current_exe()?;
     let repository = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
-    let mut candidates =
-        exe.ancestors().skip(1).chain([repository.as_path()]).map(|d| d.join("peers").join(name));
+    let mut candidates = exe.ancestors().skip(1).chain([repository.as_path()]).map(|d| d.join(relative));
     let found = candidates.find(|p| p.exists());
-    found.ok_or_else(|| {
-        KubeError::NoBinary(format!("target/peers/{name} above {} (make peers)", exe.display()))
-    })
+    let missing = || format!("target/{} above {} ({made_by})", relative.display(), exe.display());
+    found.ok_or_else(|| KubeError::NoBinary(missing()))
 }
 
 /// Commands that make namespace `ns` with `address` on a veth pair of its own (both ends
