@@ -18,6 +18,7 @@ use tideway_sources::metrics::SourceMetrics;
 use tideway_sources::{Connect, Connected, SharedCluster, SourceArgs};
 
 use crate::agent::{Agent, AgentOptions, AgentStatus};
+use crate::bgp_speaker::BgpSpeaker;
 use crate::frr::FrrReload;
 use crate::health::ProxyHealth;
 use crate::l2_speaker::L2Speaker;
@@ -351,11 +352,13 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         // operator's hand-over).
         let speaker = L2Speaker::new(&args.node, cluster.clone(), status.clone(), metrics.clone(), fence.clone());
         tokio::spawn(speaker.run(std::future::pending()));
-        let mut agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).fenced_by(fence);
+        // So does the BGP speaker, through the node's FRR.
         if args.bgp {
             let frr = FrrReload { program: args.frr_reload.clone(), dir: args.frr_dir.clone(), pathspace: args.frr_pathspace.clone() };
-            agent = agent.with_bgp(Arc::new(frr));
+            let speaker = BgpSpeaker::new(&args.node, cluster.clone(), status.clone(), metrics.clone(), fence, Arc::new(frr));
+            tokio::spawn(speaker.run(std::future::pending()));
         }
+        let agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
         // The NodeProxyState says the agent stopped (its addresses stay for the operator's

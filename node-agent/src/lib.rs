@@ -9,8 +9,8 @@
 //!      --> conntrack cleanup (UDP), health-check NodePort servers, status + metrics
 //!      every syncPeriod: dataplane.verify -> drift -> full resync
 //!  status --report::run--> NodeProxyState (server-side apply, when its content changes)
-//!  L2Announcements naming this node --announcer--> ARP replies and gratuitous ARP
-//!  rendered BGP decisions --frr::FrrReload--> the node's FRR (frr-reload.py)
+//!  L2Announcements naming this node --l2_speaker (own task)--> ARP replies, gratuitous ARP
+//!  rendered BGP decisions --bgp_speaker (own task)--> frr::FrrReload --> the node's FRR
 //! ```
 //! Decisions live in `tideway_core`; this crate only moves them into the kernel and reports.
 
@@ -19,6 +19,7 @@
 pub mod agent;
 pub mod announcer;
 pub mod api;
+pub mod bgp_speaker;
 pub mod caps;
 pub mod cli;
 pub mod conntrack;

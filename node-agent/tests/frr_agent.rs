@@ -1,20 +1,19 @@
-//! Agents driving real FRR: two agents (their dataplanes in memory) decide from one cluster
+//! Agents driving real FRR: two agents' BGP speakers decide from one cluster
 //! state and hand their configurations to the FRR of their node namespaces through
 //! `frr-reload.py`; the router's kernel routes follow the cluster. A `Cluster` Service's address
 //! goes over both nodes, a `Local` one over the node with its endpoint, and when the endpoint
 //! moves to the other node, so does the route.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tideway_core::config::ProxySettings;
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{ip, mk_service, mk_slice};
-use tideway_node_agent::agent::{Agent, AgentOptions, AgentStatus, record_sessions};
-use tideway_node_agent::dataplane::memory::SharedKernel;
+use tideway_node_agent::agent::AgentStatus;
+use tideway_node_agent::bgp_speaker::{BgpSpeaker, record_sessions};
 use tideway_node_agent::frr::{FrrReload, PeerState, Routing};
-use tideway_node_agent::health::ProxyHealth;
 use tideway_node_agent::metrics::Metrics;
 use tideway_sources::SharedCluster;
 use tideway_tests::frr::{BgpBed, ROUTER, bgp_snapshot};
@@ -56,16 +55,13 @@ fn cluster() -> SharedCluster {
     cluster
 }
 
-/// The agent of `node`, its FRR the one in that node's namespace.
-fn agent(cluster: &SharedCluster, node: &str, frr: FrrReload) -> (Agent, Arc<RwLock<AgentStatus>>) {
+/// The BGP speaker of `node`, its FRR the one in that node's namespace.
+fn speaker(cluster: &SharedCluster, node: &str, frr: FrrReload) -> (BgpSpeaker, Arc<RwLock<AgentStatus>>) {
     let metrics = Arc::new(Metrics::new(&mut Registry::default()));
     let status = Arc::new(RwLock::new(AgentStatus::default()));
-    let health = Arc::new(ProxyHealth::new(Duration::from_secs(30)));
-    let kernel = SharedKernel::default();
-    let agent = Agent::new(AgentOptions::for_node(node), cluster.clone(), status.clone(), metrics, health)
-        .with_dataplanes(Box::new(move |s: &ProxySettings| kernel.dataplane(s)))
-        .with_bgp(Arc::new(frr));
-    (agent, status)
+    let fence = Arc::new(AtomicBool::new(false));
+    let speaker = BgpSpeaker::new(node, cluster.clone(), status.clone(), metrics, fence, Arc::new(frr));
+    (speaker, status)
 }
 
 #[tokio::test]
@@ -82,10 +78,10 @@ async fn agents_program_real_frr_and_the_routers_routes_follow_the_endpoints() {
         ..FrrReload::new(&bed.nodes[i].dir.join("tideway"))
     };
     let cluster = cluster();
-    let (mut a, a_status) = agent(&cluster, "node-a", reload(0));
-    let (mut b, _) = agent(&cluster, "node-b", reload(1));
-    a.sync(false).await.expect("node-a syncs");
-    b.sync(false).await.expect("node-b syncs");
+    let (mut a, a_status) = speaker(&cluster, "node-a", reload(0));
+    let (mut b, _) = speaker(&cluster, "node-b", reload(1));
+    a.speak();
+    b.speak();
     let error = a_status.read().unwrap().bgp.as_ref().and_then(|s| s.last_error.clone());
     assert!(error.is_none(), "FRR took node-a's configuration: {error:?}\n{}", bed.logs());
 
@@ -99,8 +95,8 @@ async fn agents_program_real_frr_and_the_routers_routes_follow_the_endpoints() {
 
     // The Local Service's endpoint moves to node-b: node-a withdraws, node-b advertises.
     cluster.update(|s| s.apply(api_slice("node-b")));
-    a.sync(false).await.expect("node-a syncs");
-    b.sync(false).await.expect("node-b syncs");
+    a.speak();
+    b.speak();
     eventually(Duration::from_secs(10), || {
         let local = router.next_hops(LOCAL_VIP);
         if local == [NODE_B] { Ok(()) } else { Err(format!("{local:?}")) }

@@ -86,8 +86,7 @@ fn agent_in(
                 health,
             )
             .with_dataplanes(Box::new(move |s: &ProxySettings| kernel.dataplane(s)))
-            .with_effects(Box::new(MemoryEffects::default()))
-            .fenced_by(fence.clone());
+            .with_effects(Box::new(MemoryEffects::default()));
             let speaker = L2Speaker::new("node-a", cluster, status, metrics, fence);
             tokio::spawn(speaker.run(std::future::pending()));
             agent

@@ -23,7 +23,6 @@ use tideway_sources::SharedCluster;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-mod bgp;
 mod cleanup;
 mod plan;
 mod publish;
@@ -31,12 +30,9 @@ pub mod query;
 mod record;
 mod round;
 mod run;
-mod speaker;
 mod status;
 mod unprogrammed;
 
-use speaker::Speaker;
-pub use speaker::record_sessions;
 pub use status::{AgentStatus, BgpSessionStatus, BgpStatus};
 
 use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, Update};
@@ -119,13 +115,6 @@ pub struct Agent {
     /// The plan copied is kept beside it: the copy replaces only that very plan.
     spare: Option<(Arc<tideway_core::plan::Ruleset>, tokio::task::JoinHandle<tideway_core::plan::Ruleset>)>,
     unprogrammed: unprogrammed::Unprogrammed,
-    /// Set while this agent reaches neither a majority of the nodes nor the API server
-    /// (`tideway_core::liveness::fencing`): it then advertises nothing over BGP (its
-    /// layer-2 speaker, [`crate::l2_speaker`], answers for no address).
-    fence: Arc<std::sync::atomic::AtomicBool>,
-    fenced: bool,
-    /// The BGP speaker (None: the agent speaks no BGP).
-    bgp: Option<Speaker>,
 }
 
 /// A cluster this large gets progress lines on its first sync.
@@ -137,7 +126,7 @@ fn unix_now() -> f64 {
 
 /// Runs blocking kernel work without stalling the runtime's other tasks (on a single-threaded
 /// runtime, as in tests with a paused clock, there are none to stall).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
@@ -190,9 +179,6 @@ impl Agent {
             metrics,
             health,
             unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
-            fence: Arc::default(),
-            fenced: false,
-            bgp: None,
         }
     }
 
@@ -293,8 +279,6 @@ impl Agent {
                 config,
             )
         };
-        self.fenced = self.fence.load(std::sync::atomic::Ordering::Relaxed);
-        self.speak_bgp();
         self.health.set_node_eligible(eligible);
         self.health.set_sync_period(node.settings.sync_period);
         self.metrics.service_changes.inc_by(changes.service_events);

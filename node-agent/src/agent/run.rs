@@ -11,25 +11,15 @@ use super::Agent;
 /// How long the first lists may take before the agent says what it waits for.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
 
-/// Stops a task when dropped (when the loop returns).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl Agent {
-    /// True when what changed can alter this node's rules or BGP advertisements (and marks an
-    /// update queued for `/healthz`); other changes (reports of other nodes, pods, the
-    /// announcements, which the layer-2 speaker follows on its own) are dropped so they cost
-    /// no sync and no `minSyncPeriod` wait.
+    /// True when what changed can alter this node's rules (and marks an update queued for
+    /// `/healthz`); other changes (reports of other nodes, pods, the announcements and the BGP
+    /// objects, which the speakers follow on their own tasks) are dropped so they cost no sync
+    /// and no `minSyncPeriod` wait.
     fn relevant_changes_pending(&self) -> bool {
         let mut state = self.cluster.lock();
         let changes = state.changes();
-        let bgp = self.speaks_bgp() && (changes.bgp || changes.pools || self.fence_changed());
-        if changes.affect_proxy(&self.opts.node) || bgp {
+        if changes.affect_proxy(&self.opts.node) {
             drop(state);
             self.set_pending_gauges();
             self.health.queued();
@@ -47,8 +37,6 @@ impl Agent {
     /// checks for drift every `syncPeriod`.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let _sessions =
-            self.session_watch(super::speaker::SESSION_POLL).map(|w| AbortOnDrop(tokio::spawn(w)));
         // What the first complete view waits for is told after a grace period (a healthy API
         // server lists in well under it), then whenever it changes.
         let mut ticks = tokio::time::interval_at(Instant::now() + WAIT_GRACE, Duration::from_secs(1));
@@ -124,9 +112,6 @@ impl Agent {
             if Instant::now() >= next_verify {
                 next_verify = Instant::now() + sync_period;
                 self.retire();
-                if self.bgp_failed() {
-                    self.speak_bgp();
-                }
                 if let Err(e) = self.check_drift(true).await {
                     tracing::warn!(error = %e, "drift check failed");
                     force_full = true;

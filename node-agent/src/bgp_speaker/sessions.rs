@@ -1,6 +1,5 @@
-//! The agent's BGP speaker: FRR ([`Routing`]), the configuration it runs, and the watch that
-//! reads its sessions back every [`SESSION_POLL`] into the status and metrics. What it is given
-//! and when is the agent's ([`super::bgp`]).
+//! FRR's sessions read back every [`SESSION_POLL`] into the agent's status and metrics, and
+//! whether FRR still runs the sessions it was given.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -8,35 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use super::status::{AgentStatus, BgpSessionStatus};
+use crate::agent::{AgentStatus, BgpSessionStatus};
 use crate::frr::{PeerState, Routing};
 use crate::metrics::Metrics;
 
 /// How often FRR's sessions are read back.
-pub(crate) const SESSION_POLL: Duration = Duration::from_secs(2);
-
-/// The speaker: FRR, and the configuration it runs.
-pub(crate) struct Speaker {
-    pub(super) routing: Arc<dyn Routing>,
-    /// The text FRR runs (None before the first, or after a failure).
-    pub(super) applied: Option<String>,
-    /// True once FRR took a configuration.
-    pub(super) given: bool,
-    /// Set by the session watch when FRR runs none of the sessions it was given.
-    pub(super) lost: Arc<AtomicBool>,
-}
-
-impl Speaker {
-    /// A speaker driving `routing`.
-    pub(super) fn new(routing: Arc<dyn Routing>) -> Speaker {
-        Speaker { routing, applied: None, given: false, lost: Arc::default() }
-    }
-}
+pub const SESSION_POLL: Duration = Duration::from_secs(2);
 
 /// Reads FRR's sessions every `every` into `status` and `metrics`, until dropped. A read that
 /// fails is logged when it starts failing, and the sessions are then shown as not established;
 /// a read that finds none of the applied sessions sets `lost`.
-pub(super) async fn watch_sessions(
+pub(super) async fn watch(
     routing: Arc<dyn Routing>,
     status: Arc<RwLock<AgentStatus>>,
     metrics: Arc<Metrics>,
