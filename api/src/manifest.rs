@@ -1,5 +1,6 @@
 //! Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, Pods, Namespaces, the
-//! `tideway.io` kinds and MetalLB's `IPAddressPool`, `L2Advertisement` and BGP kinds) into a [`Snapshot`]. Objects that fail to decode or convert are reported
+//! `tideway.io` kinds and MetalLB's `IPAddressPool`, `L2Advertisement` and BGP kinds, and any
+//! kind [`register`]ed) into a [`Snapshot`]. Objects that fail to decode or convert are reported
 //! with file, document, object and field, and skipped; everything else is kept.
 
 use std::fmt;
@@ -222,12 +223,37 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
         ("metallb.io/v1beta1", "BFDProfile") => add::<crd::MetalLbBfdProfile>(s, &kind, value)?,
         ("metallb.io/v1beta1", "Community") => add::<crd::MetalLbCommunity>(s, &kind, value)?,
         ("tideway.io/v1alpha1", "L2Announcement") => add::<crd::L2Announcement>(s, &kind, value)?,
-        _ => {
-            let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
-            out.ignored.push(format!("{api_version} {kind} {name}"));
-        }
+        (api_version, kind) => match registered(api_version, kind) {
+            Some(add) => add(s, kind, value)?,
+            None => {
+                let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
+                out.ignored.push(format!("{api_version} {kind} {name}"));
+            }
+        },
     }
     Ok(())
+}
+
+/// How an object of a registered kind lands in a snapshot ([`add`] of its type).
+type Add = fn(&mut Snapshot, &str, Value) -> Result<(), ObjectError>;
+
+/// The kinds read beyond the table above: (apiVersion, kind, how an object lands).
+static REGISTERED: std::sync::RwLock<Vec<(String, String, Add)>> = std::sync::RwLock::new(Vec::new());
+
+/// Reads the objects of `T` in every manifest from now on, as the table's own kinds: a kind
+/// defined outside this crate (a test's), its model kept by type in the cluster state
+/// (`tideway_core::extra_kind!`). Registering a kind twice is registering it once.
+pub fn register<T: ToModel + kube::Resource<DynamicType = ()>>() {
+    let (api_version, kind) = (T::api_version(&()).into_owned(), T::kind(&()).into_owned());
+    let mut kinds = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    if !kinds.iter().any(|(v, k, _)| *v == api_version && *k == kind) {
+        kinds.push((api_version, kind, add::<T>));
+    }
+}
+
+fn registered(api_version: &str, kind: &str) -> Option<Add> {
+    let kinds = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    kinds.iter().find(|(v, k, _)| v == api_version && k == kind).map(|(_, _, add)| *add)
 }
 
 #[cfg(test)]

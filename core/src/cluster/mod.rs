@@ -4,7 +4,8 @@
 //! set for every kind ([`ClusterState::apply`], [`ClusterState::delete`],
 //! [`ClusterState::replace`] for one kind after a relist, [`ClusterState::reset`] for
 //! everything); no-op updates are dropped, so `take_changes` reports only what can actually
-//! differ. Each kind is defined once ([`StateKind`]) and listed once ([`for_each_kind`]).
+//! differ. Each kind is defined once ([`StateKind`]) and listed once ([`for_each_kind`]); a kind
+//! defined elsewhere (a test's) is kept by type ([`extra`], [`extra_kind!`](crate::extra_kind)).
 //!
 //! Files: `state` holds the shape and the readers; `registry` the kind trait and the list;
 //! each kind's landing is in its own file (`services`, `kinds`, `written`, `pools`,
@@ -18,6 +19,8 @@
 
 mod bgp;
 mod bgp_state;
+pub mod extra;
+mod extra_store;
 mod kinds;
 mod liveness;
 mod names;

@@ -5,7 +5,8 @@
 //! carry-over of objects whose new version is invalid ([`ClusterState::reset_keeping`]) and
 //! the sources' loaders walk it, so a new kind is its definition and one line there. Kinds
 //! kept in one [`Store`](super::store::Store) are defined by [`stored_kind!`]; the others
-//! (Services, EndpointSlices, the BGP set) by hand.
+//! (Services, EndpointSlices, the BGP set) by hand. A kind defined outside this crate needs no
+//! line here: [`extra_kind!`](crate::extra_kind) keeps it by type, and both walks include it.
 
 use super::state::{ClusterState, Snapshot};
 
@@ -111,7 +112,13 @@ impl ClusterState {
                 K::replace(self.0, std::mem::take(K::listed(&mut self.1)));
             }
         }
-        for_each_kind(&mut Reset(self, snapshot));
+        let mut reset = Reset(self, snapshot);
+        for_each_kind(&mut reset);
+        // The extra kinds: those held and not listed are emptied, the listed replaced.
+        let Reset(state, snapshot) = reset;
+        for list in state.extra.lacking(&snapshot.extra).into_iter().chain(snapshot.extra.into_lists()) {
+            list.replace_into(state);
+        }
     }
 
     /// [`Self::reset`], but the objects `kept` names (kind, namespace, name), invalid in
@@ -138,6 +145,9 @@ impl ClusterState {
             }
         }
         for_each_kind(&mut Carry { state: self, kept, into: snapshot });
+        for store in self.extra.stores() {
+            store.carry(kept, &mut snapshot.extra);
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::bgp::{BgpObject, BgpSecret, BgpSet, BgpStores};
+use super::extra_store::{ExtraLists, ExtraStores};
 use super::names::SharedNames;
 use super::slices::{ServiceSlices, SliceIndex};
 use super::store::Store;
@@ -41,6 +42,8 @@ pub struct Changes {
     pub service_cidrs: bool,
     /// True when the BGP objects in force changed.
     pub bgp: bool,
+    /// The extra kinds ([`extra_kind!`](crate::extra_kind)) whose objects changed.
+    pub extra: BTreeSet<&'static str>,
     /// The trigger times of the EndpointSlice versions applied (network programming latency).
     pub trigger_times: Vec<std::time::SystemTime>,
 }
@@ -73,6 +76,7 @@ impl Changes {
         self.pools |= other.pools;
         self.service_cidrs |= other.service_cidrs;
         self.bgp |= other.bgp;
+        self.extra.extend(other.extra);
         self.trigger_times.extend(other.trigger_times);
     }
 }
@@ -108,6 +112,8 @@ pub struct Snapshot {
     pub bgp: Vec<BgpObject>,
     /// The BGP peers' password Secrets.
     pub bgp_secrets: Vec<BgpSecret>,
+    /// The extra kinds' objects ([`extra_kind!`](crate::extra_kind)), by type.
+    pub extra: ExtraLists<ClusterState>,
 }
 
 /// Every kind Tideway reads, indexed for the planner, DNS and the operator.
@@ -130,6 +136,8 @@ pub struct ClusterState {
     pub(super) pool_conflicts: Vec<PoolConflict>,
     pub(super) bgp_stores: BgpStores,
     pub(super) bgp_secrets: Store<BgpSecret>,
+    /// The extra kinds' stores ([`extra_kind!`](crate::extra_kind)), by type.
+    pub(super) extra: ExtraStores<ClusterState>,
     /// The BGP objects in force, merged from `bgp_stores`.
     pub(super) bgp: BgpSet,
     /// Agent liveness of the nodes it is known for (absent: `Unknown`).

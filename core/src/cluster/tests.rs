@@ -146,6 +146,8 @@ fn one_of_each() -> Snapshot {
             BgpSpec::Peer(BgpPeer::new("peer", 64512, 64513, "172.30.0.1".parse().unwrap())),
         )],
         bgp_secrets: vec![BgpSecret { name: "peer-password".into(), password: "x".into() }],
+        // The kinds kept by type: their own test is below.
+        extra: Default::default(),
     }
 }
 
@@ -185,4 +187,49 @@ fn the_registry_lists_every_kind_and_carries_over_the_kept() {
     assert!(left.nodes.is_empty() && left.endpoint_slices.is_empty() && left.bgp_secrets.is_empty());
     state.reset(Snapshot::default());
     assert_eq!(format!("{:?}", read_back(&state)), format!("{:?}", Snapshot::default()));
+}
+
+/// A kind defined here, outside the registry's list, with [`extra_kind!`](crate::extra_kind)
+/// and nothing else: applied, read, deleted, relisted and carried over like the listed kinds,
+/// its changes marked under its name.
+#[derive(Debug, Clone, PartialEq)]
+struct Widget {
+    namespace: String,
+    name: String,
+    size: u32,
+}
+
+crate::extra_kind!(Widget, "Widget", namespace: namespace, name: name);
+
+fn widget(name: &str, size: u32) -> Widget {
+    Widget { namespace: "ns".into(), name: name.into(), size }
+}
+
+#[test]
+fn a_kind_defined_outside_the_registry_is_kept_relisted_and_carried_over() {
+    let mut state = ClusterState::new();
+    assert!(state.apply(widget("a", 1)));
+    assert!(!state.apply(widget("a", 1)), "no change, none marked");
+    assert_eq!(state.take_changes().extra, ["Widget"].into());
+    assert_eq!(state.get::<Widget>("ns", "a"), Some(&widget("a", 1)));
+    assert!(state.delete::<Widget>("ns", "a") && !state.delete::<Widget>("ns", "a"));
+    assert!(state.take_changes().extra.contains("Widget"));
+
+    let mut snapshot = Snapshot { services: vec![svc("web")], ..Default::default() };
+    Widget::listed(&mut snapshot).extend([widget("a", 1), widget("b", 2)]);
+    state.reset(snapshot.clone());
+    assert_eq!(Widget::held(&state).count(), 2);
+    state.take_changes();
+    state.reset(snapshot);
+    assert!(!state.has_changes(), "the same relist: {:?}", state.changes());
+
+    // An invalid new version of b keeps b's current one; a goes; a relist without the kind
+    // empties it.
+    let kept = |kind: &str, ns: Option<&str>, name: &str| kind == "Widget" && ns == Some("ns") && name == "b";
+    state.reset_keeping(Snapshot::default(), &kept);
+    assert_eq!(Widget::held(&state).cloned().collect::<Vec<_>>(), [widget("b", 2)]);
+    assert!(state.take_changes().extra.contains("Widget"));
+    state.reset(Snapshot::default());
+    assert_eq!(Widget::held(&state).count(), 0);
+    assert!(state.changes().extra.contains("Widget"));
 }

@@ -132,33 +132,16 @@ fn trim_slice(m: &mut model::EndpointSlice, reader: Reader) {
 }
 
 /// The namespace and name `key` names in the state: `""` for a kind kept without one.
-fn names<M: StateKind>(key: &ObjectKey) -> (&str, &str) {
+pub fn state_names<M: StateKind>(key: &ObjectKey) -> (&str, &str) {
     match M::NAMESPACED {
         true => (ns(key), &key.name),
         false => ("", &key.name),
     }
 }
 
-/// Kinds whose model a namespace and a name identify (and how each reader trims it).
-macro_rules! watched {
-    ($($t:ty $(, trim: $trim:expr)?;)*) => {$(
-        impl Kind for $t {
-            fn delete(state: &mut ClusterState, key: &ObjectKey) {
-                let (namespace, name) = names::<Self::Model>(key);
-                state.delete::<Self::Model>(namespace, name);
-            }
-            fn current(state: &ClusterState, key: &ObjectKey) -> Option<Self::Model> {
-                let (namespace, name) = names::<Self::Model>(key);
-                state.get::<Self::Model>(namespace, name).cloned()
-            }
-            $(fn trim(m: &mut Self::Model, reader: Reader) {
-                ($trim)(m, reader)
-            })?
-        }
-    )*};
-}
-
-watched! {
+// What a watch of each kind whose model a namespace and a name identify does to the state
+// (`watched_kind!`), and how each reader trims it.
+watched_kind! {
     Service, trim: trim_service;
     EndpointSlice, trim: trim_slice;
     Node;

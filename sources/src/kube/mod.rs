@@ -21,12 +21,15 @@
 //! * DNS: Services, EndpointSlices, Namespaces, and Pods with `--pods verified`;
 //! * operator: Services, EndpointSlices, Nodes, Namespaces, every `tideway.io` kind and, with
 //!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s; at its
-//!   start, [`crds`] brings the cluster's CRDs to its release.
+//!   start, [`crds`] brings the cluster's CRDs to its release;
+//! * agent and operator: every kind [`register`]ed (a kind defined outside this crate).
 
 mod adapter;
 mod client;
 pub mod crds;
 mod errors;
+#[macro_use]
+mod watched_kind;
 mod kinds;
 mod lease;
 mod reach;
@@ -51,7 +54,7 @@ use tokio::task::JoinSet;
 pub use adapter::{KindAdapter, Outcome};
 pub use client::{ClientError, client, failing_fast_client, server_url, unanswered};
 pub use errors::{ErrorCause, ErrorLog, classify, classify_request};
-pub use kinds::{Holds, Kind, Reader};
+pub use kinds::{Holds, Kind, Reader, state_names};
 pub use lease::{KubeLease, record as lease_record};
 pub use review::{CachedReview, KubeReview, NEGATIVE_TTL, REVIEW_TTL, Reviewer, Subject};
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
@@ -74,6 +77,32 @@ impl From<kube::Error> for crate::status::WriteError {
             other => crate::status::WriteError::Transport(other.to_string()),
         }
     }
+}
+
+/// Starts the watch of one registered kind into a cluster state.
+type SpawnWatch = fn(&KubeSource, &mut JoinSet<()>, &SharedCluster, &SyncBarrier);
+
+/// The kinds [`register`]ed, by watch name.
+static REGISTERED: std::sync::RwLock<Vec<(String, SpawnWatch)>> = std::sync::RwLock::new(Vec::new());
+
+/// Reads the objects of `K` from now on, as the sources' own kinds: in manifest files
+/// ([`tideway_api::manifest::register`]) and in a watch of every object that the agent's and
+/// the operator's sources start beside their own, syncing once it is listed too. For a kind
+/// defined outside this crate (a test's): its model kept by type (`tideway_core::extra_kind!`),
+/// its watch's landing by [`watched_kind!`](crate::watched_kind). Registering twice is
+/// registering once.
+pub fn register<K: Kind>() {
+    tideway_api::manifest::register::<K>();
+    let mut kinds = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    if !kinds.iter().any(|(name, _)| *name == K::watch_name()) {
+        kinds.push((K::watch_name(), |source, tasks, cluster, barrier| {
+            source.spawn::<K, _>(tasks, cluster, barrier, WatchSpec::all());
+        }));
+    }
+}
+
+fn registered() -> Vec<(String, SpawnWatch)> {
+    REGISTERED.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Which component the source feeds (it decides the kinds and selectors).
@@ -316,8 +345,11 @@ impl KubeSource {
         if self.metallb.is_some() {
             kinds.extend(["IPAddressPool", "L2Advertisement"]);
         }
+        let registered = registered();
+        kinds.extend(registered.iter().map(|(name, _)| name.as_str()));
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
+        registered.iter().for_each(|(_, spawn)| spawn(&self, &mut tasks, &cluster, &barrier));
         self.spawn::<Service, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         self.spawn::<EndpointSlice, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         self.spawn::<Node, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
@@ -350,9 +382,12 @@ impl KubeSource {
             kinds.extend(["BGPPeer.metallb.io", "BGPAdvertisement.metallb.io", "BFDProfile.metallb.io"]);
             kinds.extend(["Community.metallb.io", "IPAddressPool", "L2Advertisement"]);
         }
+        let registered = registered();
+        kinds.extend(registered.iter().map(|(name, _)| name.as_str()));
         let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let (config_changed, mut config_rx) = watch::channel(0u64);
         let mut tasks = JoinSet::new();
+        registered.iter().for_each(|(_, spawn)| spawn(&self, &mut tasks, &cluster, &barrier));
         let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
         self.spawn::<Node, _>(
             &mut tasks,

@@ -1,0 +1,156 @@
+//! A kind defined in this test and nowhere else — its Kubernetes type (a CRD the test installs),
+//! its model kept by type in the cluster state (`tideway_core::extra_kind!`), its conversion
+//! and its watch's landing (`tideway_sources::watched_kind!`) — and one registry line
+//! (`tideway_sources::kube::register`). With nothing else added, the operator's source watches
+//! it on the real API server (root; needs `make kube`) and the file source reads it from a
+//! manifest; each keeps an invalid new version's last valid one, as for every kind, and drops
+//! an object that is gone.
+
+use std::io::Write;
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tideway_api::{ConvertError, ToModel};
+use tideway_core::cluster::StateKind;
+use tideway_lab::kube::apply::Applier;
+use tideway_lab::kube::standalone::Standalone;
+use tideway_sources::kube::{KubeSource, Role};
+use tideway_sources::metrics::SourceMetrics;
+use tideway_sources::{FileSource, SharedCluster};
+use tideway_tests::until;
+
+/// The test's kind as the API serves it.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+#[kube(group = "test.tideway.io", version = "v1", kind = "Widget", namespaced)]
+pub struct WidgetSpec {
+    size: u32,
+}
+
+/// The test's kind in the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WidgetModel {
+    namespace: String,
+    name: String,
+    size: u32,
+}
+
+tideway_core::extra_kind!(WidgetModel, "Widget", namespace: namespace, name: name);
+tideway_sources::watched_kind!(Widget;);
+
+impl ToModel for Widget {
+    type Model = WidgetModel;
+
+    /// A widget of size 0 is refused.
+    fn convert(&self) -> Result<Option<WidgetModel>, ConvertError> {
+        let namespace = self.metadata.namespace.clone().unwrap_or_default();
+        let name = self.metadata.name.clone().unwrap_or_default();
+        if self.spec.size == 0 {
+            let object = format!("{namespace}/{name}");
+            let (field, message) = ("spec.size".into(), "must be at least 1".into());
+            return Err(ConvertError { kind: "Widget", object, field, message });
+        }
+        Ok(Some(WidgetModel { namespace, name, size: self.spec.size }))
+    }
+}
+
+/// The widgets `cluster` holds, by name, with their sizes.
+fn held(cluster: &SharedCluster) -> Vec<(String, u32)> {
+    let state = cluster.lock();
+    WidgetModel::held(&state).map(|w| (w.name.clone(), w.size)).collect()
+}
+
+fn sizes(list: &[(&str, u32)]) -> Vec<(String, u32)> {
+    list.iter().map(|(name, size)| (name.to_string(), *size)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_defined_in_a_test_is_watched_and_read_from_files() {
+    // The one registry line.
+    tideway_sources::kube::register::<Widget>();
+    read_from_files();
+    watched_on_the_real_api_server().await;
+}
+
+fn widget_yaml(name: &str, size: u32) -> String {
+    format!(
+        "apiVersion: test.tideway.io/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: default}}\nspec: {{size: {size}}}\n"
+    )
+}
+
+fn read_from_files() {
+    let dir = std::env::temp_dir().join(format!("tideway-extra-kind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("cluster.yaml");
+    let write = |docs: &[String]| {
+        let mut f = std::fs::File::create(&path).expect("file");
+        f.write_all(docs.join("---\n").as_bytes()).expect("write");
+    };
+    let (source, cluster) = (FileSource::new(&path, Duration::from_secs(1)), SharedCluster::new());
+
+    write(&[widget_yaml("a", 1), widget_yaml("b", 2)]);
+    let errors = source.load_once(&cluster).expect("the file loads");
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(held(&cluster), sizes(&[("a", 1), ("b", 2)]));
+    assert!(cluster.lock().take_changes().extra.contains("Widget"));
+
+    // b's new version is invalid: its last valid one stays, named among the errors.
+    write(&[widget_yaml("a", 3), widget_yaml("b", 0)]);
+    let errors = source.load_once(&cluster).expect("the file loads");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].to_string().contains("spec.size: must be at least 1"), "{}", errors[0]);
+    assert_eq!(held(&cluster), sizes(&[("a", 3), ("b", 2)]));
+
+    // Gone from the file, gone from the state.
+    write(&[widget_yaml("b", 4)]);
+    source.load_once(&cluster).expect("the file loads");
+    assert_eq!(held(&cluster), sizes(&[("b", 4)]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn widget(name: &str, size: u32) -> Widget {
+    let mut w = Widget::new(name, WidgetSpec { size });
+    w.metadata.namespace = Some("default".into());
+    w
+}
+
+async fn watched_on_the_real_api_server() {
+    let standalone = Standalone::start("xk", |_| {}).await.expect("a control plane (root; make kube)");
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway");
+    standalone.apply_crds(&chart.join("crds")).await.unwrap();
+    let admin = standalone.admin().await.unwrap();
+    let crd = serde_json::to_value(Widget::crd()).unwrap();
+    Applier::new(admin.clone(), "tideway-test").apply(&crd).await.expect("the Widget CRD");
+    let widgets: Api<Widget> = Api::namespaced(admin.clone(), "default");
+    // The CRD is served once it is established: a's creation is tried until it is.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while let Err(e) = widgets.create(&PostParams::default(), &widget("a", 1)).await {
+        assert!(std::time::Instant::now() < deadline, "the Widget CRD is not served: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    widgets.create(&PostParams::default(), &widget("b", 2)).await.expect("b");
+
+    let view = SharedCluster::new();
+    let source = KubeSource::new(admin.clone(), Role::Operator, SourceMetrics::default());
+    let task = tokio::spawn(source.run(view.clone()));
+    tokio::time::timeout(Duration::from_secs(15), view.wait_synced())
+        .await
+        .expect("synced, Widgets listed too");
+    assert_eq!(held(&view), sizes(&[("a", 1), ("b", 2)]));
+
+    // b's new version is refused by the conversion (the API server's schema takes it): the
+    // last valid one stays, and b is named invalid.
+    let zero = serde_json::json!({"spec": {"size": 0}});
+    widgets.patch("b", &PatchParams::default(), &Patch::Merge(&zero)).await.expect("b patched");
+    until("b named invalid", || view.invalid_objects().keys().any(|k| k.kind == "Widget" && k.name == "b"))
+        .await;
+    assert_eq!(held(&view), sizes(&[("a", 1), ("b", 2)]));
+
+    let three = serde_json::json!({"spec": {"size": 3}});
+    widgets.patch("a", &PatchParams::default(), &Patch::Merge(&three)).await.expect("a patched");
+    widgets.delete("b", &DeleteParams::default()).await.expect("b deleted");
+    until("a changed and b gone", || held(&view) == sizes(&[("a", 3)])).await;
+    task.abort();
+}
