@@ -16,14 +16,7 @@ use super::registry::StateKind;
 use super::state::{ClusterState, Snapshot};
 
 /// An extra kind's objects, by namespace and name.
-#[derive(Clone)]
-struct Objects<K>(BTreeMap<(String, String), K>);
-
-impl<K> Default for Objects<K> {
-    fn default() -> Self {
-        Objects(BTreeMap::new())
-    }
-}
+type Objects<K> = BTreeMap<(String, String), K>;
 
 fn owned((namespace, name): (&str, &str)) -> (String, String) {
     (namespace.to_string(), name.to_string())
@@ -55,24 +48,24 @@ impl<K: StateKind> AnyStore<ClusterState> for Objects<K> {
         Box::new(self.clone())
     }
     fn describe(&self) -> (&'static str, usize) {
-        (K::KIND, self.0.len())
+        (K::KIND, self.len())
     }
     fn none(&self) -> Box<dyn AnyList<ClusterState>> {
         Box::new(Vec::<K>::new())
     }
     fn carry(&self, kept: Kept<'_>, into: &mut ExtraLists<ClusterState>) {
         let carried =
-            self.0.iter().filter(|((ns, name), _)| kept(K::KIND, (!ns.is_empty()).then_some(ns), name));
+            self.iter().filter(|((ns, name), _)| kept(K::KIND, (!ns.is_empty()).then_some(ns), name));
         into.list_mut::<K, Vec<K>>().extend(carried.map(|(_, o)| o.clone()));
     }
 }
 
-fn store<K: StateKind>(state: &ClusterState) -> Option<&BTreeMap<(String, String), K>> {
-    state.extra.get::<K, Objects<K>>().map(|s| &s.0)
+fn store<K: StateKind>(state: &ClusterState) -> Option<&Objects<K>> {
+    state.extra.get::<K, Objects<K>>()
 }
 
-fn store_mut<K: StateKind>(state: &mut ClusterState) -> &mut BTreeMap<(String, String), K> {
-    &mut state.extra.get_mut::<K, Objects<K>>().0
+fn store_mut<K: StateKind>(state: &mut ClusterState) -> &mut Objects<K> {
+    state.extra.get_mut::<K, Objects<K>>()
 }
 
 /// [`StateKind::listed`] of an extra kind.
@@ -94,7 +87,7 @@ pub fn apply<K: StateKind>(state: &mut ClusterState, obj: K) -> bool {
 
 /// [`StateKind::replace`] of an extra kind: marks it only when something differs.
 pub fn replace<K: StateKind>(state: &mut ClusterState, all: Vec<K>) {
-    let all: BTreeMap<_, K> = all.into_iter().map(|o| (owned(o.names()), o)).collect();
+    let all: Objects<K> = all.into_iter().map(|o| (owned(o.names()), o)).collect();
     let store = store_mut::<K>(state);
     if *store != all {
         *store = all;
