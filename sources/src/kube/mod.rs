@@ -293,6 +293,22 @@ impl KubeSource {
         tasks.spawn(async move { supervise(&task, Restart::default(), make, report).await });
     }
 
+    /// The barrier over the role's own `kinds` and the [`register`]ed ones, whose watches it
+    /// starts in `tasks`.
+    fn start_registered(
+        &self,
+        tasks: &mut JoinSet<()>,
+        cluster: &SharedCluster,
+        kinds: Vec<&str>,
+    ) -> SyncBarrier {
+        let registered = registered();
+        let all: Vec<&str> =
+            kinds.into_iter().chain(registered.iter().map(|(name, _)| name.as_str())).collect();
+        let barrier = SyncBarrier::new(cluster.clone(), &all);
+        registered.iter().for_each(|(_, spawn)| spawn(self, tasks, cluster, &barrier));
+        barrier
+    }
+
     /// [`Self::run`] into a DNS server's own store: the kinds its [`Role::Dns`] watches.
     pub async fn run_dns<S: DnsStore>(self, cluster: SharedCluster<S>) {
         loop {
@@ -345,11 +361,8 @@ impl KubeSource {
         if self.metallb.is_some() {
             kinds.extend(["IPAddressPool", "L2Advertisement"]);
         }
-        let registered = registered();
-        kinds.extend(registered.iter().map(|(name, _)| name.as_str()));
-        let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
-        registered.iter().for_each(|(_, spawn)| spawn(&self, &mut tasks, &cluster, &barrier));
+        let barrier = self.start_registered(&mut tasks, &cluster, kinds);
         self.spawn::<Service, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         self.spawn::<EndpointSlice, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         self.spawn::<Node, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
@@ -382,12 +395,9 @@ impl KubeSource {
             kinds.extend(["BGPPeer.metallb.io", "BGPAdvertisement.metallb.io", "BFDProfile.metallb.io"]);
             kinds.extend(["Community.metallb.io", "IPAddressPool", "L2Advertisement"]);
         }
-        let registered = registered();
-        kinds.extend(registered.iter().map(|(name, _)| name.as_str()));
-        let barrier = SyncBarrier::new(cluster.clone(), &kinds);
-        let (config_changed, mut config_rx) = watch::channel(0u64);
         let mut tasks = JoinSet::new();
-        registered.iter().for_each(|(_, spawn)| spawn(&self, &mut tasks, &cluster, &barrier));
+        let barrier = self.start_registered(&mut tasks, &cluster, kinds);
+        let (config_changed, mut config_rx) = watch::channel(0u64);
         let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
         self.spawn::<Node, _>(
             &mut tasks,
