@@ -1,8 +1,8 @@
 //! A kind defined in this test and nowhere else — its Kubernetes type (a CRD the test installs),
 //! its model kept by type in the cluster state (`tideway_core::extra_kind!`), its conversion
 //! and its watch's landing (`tideway_sources::watched_kind!`) — and one registry line
-//! (`tideway_sources::kube::register`). With nothing else added, the operator's source watches
-//! it on the real API server (root; needs `make kube`) and the file source reads it from a
+//! (`tideway_sources::kube::register`). With nothing else added, the operator's and an agent's
+//! sources watch it on the real API server (root; needs `make kube`) and the file source reads it from a
 //! manifest; each keeps an invalid new version's last valid one, as for every kind, and drops
 //! an object that is gone.
 
@@ -132,25 +132,39 @@ async fn watched_on_the_real_api_server() {
     }
     widgets.create(&PostParams::default(), &widget("b", 2)).await.expect("b");
 
-    let view = SharedCluster::new();
-    let source = KubeSource::new(admin.clone(), Role::Operator, SourceMetrics::default());
-    let task = tokio::spawn(source.run(view.clone()));
-    tokio::time::timeout(Duration::from_secs(15), view.wait_synced())
-        .await
-        .expect("synced, Widgets listed too");
-    assert_eq!(held(&view), sizes(&[("a", 1), ("b", 2)]));
+    // The operator's source and an agent's, each into its own view.
+    let agent = Role::Agent { node: "node-a".into(), service_cidrs: true };
+    let mut views = Vec::new();
+    for role in [Role::Operator, agent] {
+        let view = SharedCluster::new();
+        let source = KubeSource::new(admin.clone(), role.clone(), SourceMetrics::default());
+        let task = tokio::spawn(source.run(view.clone()));
+        tokio::time::timeout(Duration::from_secs(15), view.wait_synced())
+            .await
+            .unwrap_or_else(|_| panic!("{role:?} synced, Widgets listed too"));
+        views.push((view, task));
+    }
+    for (view, _) in &views {
+        assert_eq!(held(view), sizes(&[("a", 1), ("b", 2)]));
+    }
 
     // b's new version is refused by the conversion (the API server's schema takes it): the
     // last valid one stays, and b is named invalid.
     let zero = serde_json::json!({"spec": {"size": 0}});
     widgets.patch("b", &PatchParams::default(), &Patch::Merge(&zero)).await.expect("b patched");
-    until("b named invalid", || view.invalid_objects().keys().any(|k| k.kind == "Widget" && k.name == "b"))
+    for (view, _) in &views {
+        until("b named invalid", || {
+            view.invalid_objects().keys().any(|k| k.kind == "Widget" && k.name == "b")
+        })
         .await;
-    assert_eq!(held(&view), sizes(&[("a", 1), ("b", 2)]));
+        assert_eq!(held(view), sizes(&[("a", 1), ("b", 2)]));
+    }
 
     let three = serde_json::json!({"spec": {"size": 3}});
     widgets.patch("a", &PatchParams::default(), &Patch::Merge(&three)).await.expect("a patched");
     widgets.delete("b", &DeleteParams::default()).await.expect("b deleted");
-    until("a changed and b gone", || held(&view) == sizes(&[("a", 3)])).await;
-    task.abort();
+    for (view, task) in views {
+        until("a changed and b gone", || held(&view) == sizes(&[("a", 3)])).await;
+        task.abort();
+    }
 }
