@@ -84,11 +84,10 @@ impl L2Speaker {
     /// follows every change of what it answers for.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut changed = self.cluster.subscribe();
-        tokio::select! {
-            _ = self.cluster.wait_synced() => {}
+        let mut changed = tokio::select! {
+            changed = self.cluster.subscribe_synced() => changed,
             _ = &mut shutdown => return,
-        }
+        };
         let mut check = tokio::time::interval(INTERFACE_CHECK);
         loop {
             self.follow();

@@ -245,6 +245,14 @@ impl<S: Store> SharedCluster<S> {
         let _ = rx.wait_for(|s| *s).await;
     }
 
+    /// A reader beside the consumer ([`Self::subscribe`]), subscribed now and handed over once
+    /// the first complete view is in: what a speaker follows from then on.
+    pub async fn subscribe_synced(&self) -> watch::Receiver<u64> {
+        let changed = self.subscribe();
+        self.wait_synced().await;
+        changed
+    }
+
     /// Records whether the source reaches the API server now (a lab's control-plane faults; a
     /// watch or list that fails). Starts true.
     pub fn set_api_reachable(&self, reachable: bool) {

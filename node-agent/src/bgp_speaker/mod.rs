@@ -85,11 +85,10 @@ impl BgpSpeaker {
     /// follows every change, reading FRR's sessions back every [`SESSION_POLL`].
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut changed = self.cluster.subscribe();
-        tokio::select! {
-            _ = self.cluster.wait_synced() => {}
+        let mut changed = tokio::select! {
+            changed = self.cluster.subscribe_synced() => changed,
             _ = &mut shutdown => return,
-        }
+        };
         let sessions = self.session_watch(SESSION_POLL);
         tokio::pin!(sessions);
         let mut check = tokio::time::interval(SESSION_POLL);
