@@ -35,7 +35,7 @@ pub mod supervise;
 
 pub use connect::{Connect, Connected, connect};
 pub use file::FileSource;
-pub use shared::{InvalidObjects, ObjectKey, SharedCluster, Store, kept_by};
+pub use shared::{InvalidObjects, ObjectKey, SharedCluster, Signals, Store, kept_by};
 pub use spec::{SourceArgs, SourceSpec, SpecError};
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: how every long-running component is asked to stop.

@@ -2,46 +2,17 @@
 //! the objects it had to skip as invalid.
 
 mod carry_over;
+mod object_key;
+mod signals;
 
 pub use carry_over::kept_by;
+pub use object_key::{InvalidObjects, ObjectKey};
+pub use signals::Signals;
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tideway_api::manifest::ObjectRef;
 use tideway_core::cluster::{ClusterState, Snapshot};
-use tokio::sync::{Notify, watch};
-
-/// Identifies an object a source read.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectKey {
-    /// Kind (`Service`, `ProxyConfig`, ...).
-    pub kind: String,
-    /// Namespace, for namespaced kinds.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl ObjectKey {
-    /// A key.
-    pub fn new(kind: impl Into<String>, namespace: Option<&str>, name: impl Into<String>) -> Self {
-        ObjectKey { kind: kind.into(), namespace: namespace.map(str::to_string), name: name.into() }
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
-
-/// Objects skipped as invalid, with why. The state keeps each one's last valid version.
-pub type InvalidObjects = BTreeMap<ObjectKey, String>;
 
 /// A copy of objects just read, made once the temporaries of reading them (text, parse trees,
 /// API objects) are freed, the originals dropped. As read, they sit among the freed
@@ -61,6 +32,9 @@ pub trait Store: Default + Send + 'static {
     /// Replaces everything with `snapshot` (a source that reads everything at once); the
     /// objects in `keep`, invalid in the snapshot, keep their current versions.
     fn reset_keeping(&mut self, snapshot: Snapshot, keep: &[ObjectRef]);
+    /// Where the kinds [`register`](crate::kube::register)ed from outside the sources land:
+    /// the state itself, or a part of a consumer's own store kept for them.
+    fn registered(&mut self) -> &mut ClusterState;
 }
 
 impl Store for ClusterState {
@@ -71,61 +45,38 @@ impl Store for ClusterState {
     fn reset_keeping(&mut self, snapshot: Snapshot, keep: &[ObjectRef]) {
         ClusterState::reset_keeping(self, snapshot, &kept_by(keep));
     }
+
+    fn registered(&mut self) -> &mut ClusterState {
+        self
+    }
 }
 
 /// A cluster state shared between a source and its consumer: the whole model by default, or
-/// a consumer's own [`Store`].
+/// a consumer's own [`Store`]. What it says beside the objects is its [`Signals`], read as
+/// its own.
 pub struct SharedCluster<S = ClusterState> {
     state: Arc<Mutex<S>>,
-    changed: Arc<Notify>,
-    synced: watch::Sender<bool>,
-    invalid: Arc<Mutex<InvalidObjects>>,
-    api_reachable: watch::Sender<bool>,
-    api_doubted: watch::Sender<bool>,
-    stale: Arc<std::sync::atomic::AtomicBool>,
-    unlisted: Arc<Mutex<Vec<String>>>,
-    /// Supervised tasks that panicked and have not recovered yet: task -> what happened.
-    faults: Arc<Mutex<BTreeMap<String, String>>>,
-    /// What to say of the API server while it does not answer before the first view.
-    unanswered: Arc<Mutex<Option<String>>>,
-    /// Counts the wake-ups of the consumer, for readers beside it ([`SharedCluster::subscribe`]).
-    generation: watch::Sender<u64>,
+    signals: Signals,
 }
 
 impl<S> Clone for SharedCluster<S> {
     fn clone(&self) -> Self {
-        SharedCluster {
-            state: Arc::clone(&self.state),
-            changed: Arc::clone(&self.changed),
-            synced: self.synced.clone(),
-            invalid: Arc::clone(&self.invalid),
-            api_reachable: self.api_reachable.clone(),
-            api_doubted: self.api_doubted.clone(),
-            stale: Arc::clone(&self.stale),
-            unlisted: Arc::clone(&self.unlisted),
-            faults: Arc::clone(&self.faults),
-            unanswered: Arc::clone(&self.unanswered),
-            generation: self.generation.clone(),
-        }
+        SharedCluster { state: Arc::clone(&self.state), signals: self.signals.clone() }
     }
 }
 
 impl<S: Store> Default for SharedCluster<S> {
     /// An empty, not-yet-synced store.
     fn default() -> Self {
-        SharedCluster {
-            state: Arc::default(),
-            changed: Arc::new(Notify::new()),
-            synced: watch::channel(false).0,
-            invalid: Arc::default(),
-            api_reachable: watch::channel(true).0,
-            api_doubted: watch::channel(false).0,
-            stale: Arc::default(),
-            unlisted: Arc::default(),
-            faults: Arc::default(),
-            unanswered: Arc::default(),
-            generation: watch::channel(0).0,
-        }
+        SharedCluster { state: Arc::default(), signals: Signals::default() }
+    }
+}
+
+impl<S> std::ops::Deref for SharedCluster<S> {
+    type Target = Signals;
+
+    fn deref(&self) -> &Signals {
+        &self.signals
     }
 }
 
@@ -155,185 +106,9 @@ impl<S: Store> SharedCluster<S> {
         r
     }
 
-    /// Wakes the consumer, and the readers beside it.
-    fn wake(&self) {
-        self.changed.notify_one();
-        self.generation.send_modify(|g| *g = g.wrapping_add(1));
-    }
-
-    /// A reader beside the consumer (the agent's layer-2 speaker): its receiver changes
-    /// whenever the consumer is woken, and it reads the state without taking the changes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.generation.subscribe()
-    }
-
-    /// Waits until the state may have changed since the last call (one consumer).
-    pub async fn changed(&self) {
-        self.changed.notified().await;
-    }
-
-    /// Wakes the consumer without a change of objects (something it reads beside them, such as
-    /// its fence, changed).
-    pub fn poke(&self) {
-        self.wake();
-    }
-
-    /// Records that the source delivered its first complete view.
-    pub fn mark_synced(&self) {
-        self.stale.store(false, std::sync::atomic::Ordering::Relaxed);
-        self.synced.send_replace(true);
-        self.wake();
-    }
-
-    /// True once the source delivered a complete view.
-    pub fn is_synced(&self) -> bool {
-        *self.synced.borrow()
-    }
-
-    /// Records the kinds whose first complete list has not arrived yet (the Kubernetes
-    /// source's; empty for sources that read everything at once).
-    pub fn set_unlisted(&self, kinds: Vec<String>) {
-        *self.unlisted.lock().unwrap_or_else(|e| e.into_inner()) = kinds;
-    }
-
-    /// What the first complete view still waits for, in words (empty once synced).
-    pub fn waiting_for(&self) -> Vec<String> {
-        if self.is_synced() {
-            return Vec::new();
-        }
-        let unlisted = self.unlisted.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut what = Vec::new();
-        if !self.api_reachable()
-            && let Some(said) = self.unanswered.lock().unwrap_or_else(|e| e.into_inner()).clone()
-        {
-            what.push(said);
-        }
-        if unlisted.is_empty() {
-            what.push("the source's first complete view".into());
-        }
-        what.extend(unlisted.into_iter().map(|k| format!("the first list of {k}")));
-        what
-    }
-
-    /// What [`SharedCluster::waiting_for`] says first while the API server does not answer
-    /// (which server, and what may stand between it and this component).
-    pub fn describe_unanswered(&self, said: String) {
-        *self.unanswered.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
-    }
-
-    /// Records that `task` (a watch, a writer) panicked and was started again: `what` is shown
-    /// by [`SharedCluster::faults`] until [`SharedCluster::clear_fault`] (its view is whole
-    /// again).
-    pub fn set_fault(&self, task: &str, what: String) {
-        self.faults.lock().unwrap_or_else(|e| e.into_inner()).insert(task.to_string(), what);
-    }
-
-    /// `task` recovered.
-    pub fn clear_fault(&self, task: &str) {
-        self.faults.lock().unwrap_or_else(|e| e.into_inner()).remove(task);
-    }
-
-    /// The supervised tasks that restarted after a panic and have not recovered yet, in words
-    /// (readiness names them).
-    pub fn faults(&self) -> Vec<String> {
-        self.faults.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
-    }
-
-    /// Waits for the first complete view.
-    pub async fn wait_synced(&self) {
-        let mut rx = self.synced.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
-    }
-
-    /// A reader beside the consumer ([`Self::subscribe`]), subscribed now and handed over once
-    /// the first complete view is in: what a speaker follows from then on.
-    pub async fn subscribe_synced(&self) -> watch::Receiver<u64> {
-        let changed = self.subscribe();
-        self.wait_synced().await;
-        changed
-    }
-
-    /// Records whether the source reaches the API server now (a lab's control-plane faults; a
-    /// watch or list that fails). Starts true.
-    pub fn set_api_reachable(&self, reachable: bool) {
-        self.api_reachable.send_if_modified(|r| std::mem::replace(r, reachable) != reachable);
-    }
-
-    /// [`SharedCluster::api_reachable`], watched.
-    pub fn watch_api_reachable(&self) -> watch::Receiver<bool> {
-        self.api_reachable.subscribe()
-    }
-
-    /// Whether the source reached the API server at its last attempt.
-    pub fn api_reachable(&self) -> bool {
-        *self.api_reachable.borrow()
-    }
-
-    /// Records whether the consumer doubts that the API server still answers though nothing
-    /// failed (an agent whose gossip reaches a minority: a partition, where a watch's
-    /// connection hangs silently rather than failing). While in doubt a Kubernetes source asks
-    /// the API server, and one that does not answer counts as unreachable.
-    pub fn doubt_api(&self, doubt: bool) {
-        self.api_doubted.send_if_modified(|d| std::mem::replace(d, doubt) != doubt);
-    }
-
-    /// Records that the view may be stale: the API server fell silent while doubted, and the
-    /// watches, whose connections may have hung through it, start again. The next complete
-    /// view ([`SharedCluster::mark_synced`]) clears it.
-    pub fn mark_stale(&self) {
-        self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether the view may be stale ([`SharedCluster::mark_stale`]): an agent answers for no
-    /// address meanwhile.
-    pub fn is_stale(&self) -> bool {
-        self.stale.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// [`SharedCluster::doubt_api`], watched.
-    pub fn watch_api_doubted(&self) -> watch::Receiver<bool> {
-        self.api_doubted.subscribe()
-    }
-
-    fn invalid(&self) -> MutexGuard<'_, InvalidObjects> {
-        self.invalid.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Objects the source skipped as invalid, with why.
-    pub fn invalid_objects(&self) -> InvalidObjects {
-        self.invalid().clone()
-    }
-
-    /// One line per invalid object, for status reports.
-    pub fn errors(&self) -> Vec<String> {
-        self.invalid().iter().map(|(k, msg)| format!("{k}: {msg}")).collect()
-    }
-
-    /// Records that `key` is invalid (its last valid version stays in the state).
-    /// The consumer is woken when the refusal is new or says something new: its condition is
-    /// the consumer's to write, and no change to the state announces it.
-    pub fn set_invalid(&self, key: ObjectKey, message: String) {
-        let before = self.invalid().insert(key, message.clone());
-        if before.as_ref() != Some(&message) {
-            self.changed.notify_one();
-        }
-    }
-
-    /// Records that `key` is valid again, or gone.
-    pub fn clear_invalid(&self, key: &ObjectKey) {
-        self.invalid().remove(key);
-    }
-
-    /// Replaces the invalid objects of `kind` (after a relist of that kind).
-    pub fn replace_invalid_kind(&self, kind: &str, objects: InvalidObjects) {
-        let mut invalid = self.invalid();
-        invalid.retain(|k, _| k.kind != kind);
-        invalid.extend(objects);
-    }
-
-    /// Replaces every invalid object (a source that reads everything at once).
-    pub fn replace_invalid(&self, objects: InvalidObjects) {
-        *self.invalid() = objects;
+    /// Its signals, apart (what a watch landing in a part of the store reports through).
+    pub fn signals(&self) -> &Signals {
+        &self.signals
     }
 }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tideway_api::crd::NodeProxyState;
 use tideway_api::manifest::ObjectRef;
-use tideway_core::cluster::Snapshot;
+use tideway_core::cluster::{ClusterState, Snapshot};
 use tideway_core::model::{self, ServiceName};
 use tideway_sources::ObjectKey;
 use tideway_sources::kube::Holds;
@@ -26,6 +26,10 @@ impl Store for ClusterView {
 
     fn reset_keeping(&mut self, snapshot: Snapshot, keep: &[ObjectRef]) {
         self.reset_carrying(snapshot, kept_by(keep));
+    }
+
+    fn registered(&mut self) -> &mut ClusterState {
+        &mut self.registered
     }
 }
 

@@ -6,6 +6,10 @@
 //!
 //! A namespace exists when its Namespace object does, or when anything lives in it (sources
 //! without Namespace objects).
+//!
+//! A kind registered from outside the sources (`tideway_sources::kube::register`) is kept
+//! apart as its models, in a [`ClusterState`] of its own: read from files and watches, its
+//! invalid versions carried over, as the agents and the operator keep it. No record reads it.
 
 mod by_name;
 mod facts;
@@ -16,7 +20,7 @@ use std::collections::BTreeMap;
 
 use by_name::{ByName, Named};
 
-use tideway_core::cluster::Snapshot;
+use tideway_core::cluster::{ClusterState, Snapshot};
 use tideway_core::model::{EndpointSlice, Namespace, NodeProxyState, Pod, Service, ServiceName};
 
 pub(crate) use facts::{AddressFacts, PodFacts, Publish, ServiceFacts, SliceFacts};
@@ -54,6 +58,8 @@ pub struct ClusterView {
     /// Each node's report: the Service version its agent programmed up to.
     pub(crate) reports: BTreeMap<Box<str>, Option<u64>>,
     changes: ViewChanges,
+    /// The registered kinds' objects ([`tideway_sources::Store::registered`]).
+    pub(crate) registered: ClusterState,
 }
 
 impl ClusterView {
@@ -77,8 +83,12 @@ impl ClusterView {
 
     /// [`Self::reset`], but the objects `kept` names (kind, namespace, name) keep their
     /// current facts.
-    fn reset_carrying(&mut self, snapshot: Snapshot, kept: impl Fn(&str, Option<&str>, &str) -> bool) {
+    fn reset_carrying(&mut self, mut snapshot: Snapshot, kept: impl Fn(&str, Option<&str>, &str) -> bool) {
+        let mut registered = std::mem::take(&mut self.registered);
+        let extra = Snapshot { extra: std::mem::take(&mut snapshot.extra), ..Snapshot::default() };
+        registered.reset_keeping(extra, &kept);
         let old = std::mem::take(self);
+        self.registered = registered;
         snapshot.namespaces.into_iter().for_each(|n| self.apply_namespace(n));
         for svc in snapshot.services {
             let facts = ServiceFacts::of(&svc, old.service(&svc.name.namespace, &svc.name.name));
@@ -130,14 +140,21 @@ impl ClusterView {
         self.namespaces.values().map(|n| n.services.len()).sum()
     }
 
-    /// Takes what changed since the last call.
+    /// The registered kinds' objects (each kind defined by `tideway_core::extra_kind!`).
+    pub fn registered(&self) -> &ClusterState {
+        &self.registered
+    }
+
+    /// Takes what changed since the last call (a registered kind's change is taken with it:
+    /// no record reads one).
     pub fn take_changes(&mut self) -> ViewChanges {
+        self.registered.take_changes();
         std::mem::take(&mut self.changes)
     }
 
     /// True when there are changes to take.
     pub fn has_changes(&self) -> bool {
-        self.changes != ViewChanges::default()
+        self.changes != ViewChanges::default() || self.registered.has_changes()
     }
 
     fn namespace_mut(&mut self, ns: &str) -> &mut NamespaceView {

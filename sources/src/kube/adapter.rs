@@ -7,15 +7,14 @@
 //!   last valid version and is listed as invalid, so a bad edit never removes what is programmed.
 //! * `Delete`: removed.
 
-use tideway_core::cluster::ClusterState;
-
-use super::kinds::{Holds, Kind, Reader};
+use super::kinds::{Kind, Reader};
+use super::landing::Landing;
 use crate::shared::{InvalidObjects, ObjectKey, SharedCluster, compact};
 use kube::runtime::watcher::Event;
 
-/// Feeds one kind's events into a [`SharedCluster`].
-pub struct KindAdapter<K: Kind, S: Holds<K> = ClusterState> {
-    cluster: SharedCluster<S>,
+/// Feeds one kind's events into a [`SharedCluster`] (or another [`Landing`]).
+pub struct KindAdapter<K: Kind, L: Landing<K> = SharedCluster> {
+    cluster: L,
     relist: Option<Relist<K>>,
     listed: bool,
     reader: Reader,
@@ -42,14 +41,14 @@ pub enum Outcome {
     Invalid,
 }
 
-impl<K: Kind, S: Holds<K>> KindAdapter<K, S> {
+impl<K: Kind, L: Landing<K>> KindAdapter<K, L> {
     /// An adapter writing into `cluster`.
-    pub fn new(cluster: SharedCluster<S>) -> Self {
+    pub fn new(cluster: L) -> Self {
         KindAdapter { cluster, relist: None, listed: false, reader: Reader::All }
     }
 
     /// An adapter that keeps only what `reader` reads ([`Kind::trim`]).
-    pub fn for_reader(cluster: SharedCluster<S>, reader: Reader) -> Self {
+    pub fn for_reader(cluster: L, reader: Reader) -> Self {
         KindAdapter { reader, ..Self::new(cluster) }
     }
 
@@ -73,8 +72,8 @@ impl<K: Kind, S: Holds<K>> KindAdapter<K, S> {
             Event::Apply(obj) => self.apply(&obj),
             Event::Delete(obj) => {
                 let key = K::key(&obj);
-                self.cluster.update(|s| Holds::<K>::delete(s, &key));
-                self.cluster.clear_invalid(&key);
+                self.cluster.update(|s| s.delete(&key));
+                self.cluster.signals().clear_invalid(&key);
                 Outcome::Changed
             }
         }
@@ -102,8 +101,8 @@ impl<K: Kind, S: Holds<K>> KindAdapter<K, S> {
             self.relist.take().unwrap_or(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
         let objects = compact(relist.objects);
         let keep: Vec<ObjectKey> = relist.invalid.keys().cloned().collect();
-        self.cluster.update(|s| Holds::<K>::replace(s, objects, &keep));
-        self.cluster.replace_invalid_kind(&K::watch_name(), relist.invalid);
+        self.cluster.update(|s| s.replace(objects, &keep));
+        self.cluster.signals().replace_invalid_kind(&K::watch_name(), relist.invalid);
         let first = !self.listed;
         self.listed = true;
         Outcome::Listed { first }
@@ -112,15 +111,15 @@ impl<K: Kind, S: Holds<K>> KindAdapter<K, S> {
     fn apply(&mut self, obj: &K) -> Outcome {
         let key: ObjectKey = K::key(obj);
         match self.model_of(obj) {
-            Ok(Some(m)) => self.cluster.update(|s| Holds::<K>::apply(s, m)),
-            Ok(None) => self.cluster.update(|s| Holds::<K>::delete(s, &key)),
+            Ok(Some(m)) => self.cluster.update(|s| s.apply(m)),
+            Ok(None) => self.cluster.update(|s| s.delete(&key)),
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "invalid object skipped; its last valid version stays");
-                self.cluster.set_invalid(key, e.to_string());
+                self.cluster.signals().set_invalid(key, e.to_string());
                 return Outcome::Invalid;
             }
         }
-        self.cluster.clear_invalid(&key);
+        self.cluster.signals().clear_invalid(&key);
         Outcome::Changed
     }
 }

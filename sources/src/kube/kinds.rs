@@ -12,11 +12,11 @@ use tideway_api::{ToModel, crd};
 use tideway_core::cluster::{ClusterState, StateKind};
 use tideway_core::model;
 
-use crate::shared::{ObjectKey, Store};
+use crate::shared::ObjectKey;
 
-/// A [`Store`] that holds the objects of kind `K`: what the watch of `K` writes into it. The
+/// A [`Store`](crate::Store) that holds the objects of kind `K`: what the watch of `K` writes into it. The
 /// [`ClusterState`] holds every kind; a consumer's own store holds the kinds it watches.
-pub trait Holds<K: Kind>: Store {
+pub trait Holds<K: Kind> {
     /// Inserts or updates a converted object.
     fn apply(&mut self, model: K::Model);
     /// Removes the object named by `key`.

@@ -22,7 +22,8 @@
 //! * operator: Services, EndpointSlices, Nodes, Namespaces, every `tideway.io` kind and, with
 //!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s; at its
 //!   start, [`crds`] brings the cluster's CRDs to its release;
-//! * agent and operator: every kind [`register`]ed (a kind defined outside this crate).
+//! * every role: every kind [`register`]ed (a kind defined outside this crate), into the
+//!   store's part for them ([`Store::registered`]).
 
 mod adapter;
 mod client;
@@ -31,6 +32,7 @@ mod errors;
 #[macro_use]
 mod watched_kind;
 mod kinds;
+mod landing;
 mod lease;
 mod reach;
 pub mod review;
@@ -55,6 +57,7 @@ pub use adapter::{KindAdapter, Outcome};
 pub use client::{ClientError, client, failing_fast_client, server_url, unanswered};
 pub use errors::{ErrorCause, ErrorLog, classify, classify_request};
 pub use kinds::{Holds, Kind, Reader, state_names};
+pub use landing::{InRegistered, Landing};
 pub use lease::{KubeLease, record as lease_record};
 pub use review::{CachedReview, KubeReview, NEGATIVE_TTL, REVIEW_TTL, Reviewer, Subject};
 pub use status::{FIELD_MANAGER, KubeNodeStateSink};
@@ -79,15 +82,16 @@ impl From<kube::Error> for crate::status::WriteError {
     }
 }
 
-/// Starts the watch of one registered kind into a cluster state.
-type SpawnWatch = fn(&KubeSource, &mut JoinSet<()>, &SharedCluster, &SyncBarrier);
+/// Starts the watch of one registered kind into the registered kinds' part of a store.
+type SpawnWatch = fn(&KubeSource, &mut JoinSet<()>, &InRegistered, &SyncBarrier);
 
 /// The kinds [`register`]ed, by watch name.
 static REGISTERED: std::sync::RwLock<Vec<(String, SpawnWatch)>> = std::sync::RwLock::new(Vec::new());
 
 /// Reads the objects of `K` from now on, as the sources' own kinds: in manifest files
-/// ([`tideway_api::manifest::register`]) and in a watch of every object that the agent's and
-/// the operator's sources start beside their own, syncing once it is listed too. For a kind
+/// ([`tideway_api::manifest::register`]) and in a watch of every object that every role's
+/// source (agent, DNS, operator) starts beside its own, syncing once it is listed too. They
+/// land where the store keeps registered kinds ([`Store::registered`]). For a kind
 /// defined outside this crate (a test's): its model kept by type (`tideway_core::extra_kind!`),
 /// its watch's landing by [`watched_kind!`](crate::watched_kind). Registering twice is
 /// registering once.
@@ -95,8 +99,9 @@ pub fn register<K: Kind>() {
     tideway_api::manifest::register::<K>();
     let mut kinds = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
     if !kinds.iter().any(|(name, _)| *name == K::watch_name()) {
-        kinds.push((K::watch_name(), |source, tasks, cluster, barrier| {
-            source.spawn::<K, _>(tasks, cluster, barrier, WatchSpec::all());
+        kinds.push((K::watch_name(), |source, tasks, registered, barrier| {
+            let api: Api<K> = Api::all(source.client.clone());
+            source.supervised(tasks, api, source.first_view(WatchSpec::all()), registered, barrier);
         }));
     }
 }
@@ -130,12 +135,17 @@ pub enum Role {
 
 /// A store holding every kind a DNS server watches ([`KubeSource::run_dns`]).
 pub trait DnsStore:
-    Holds<Service> + Holds<EndpointSlice> + Holds<Namespace> + Holds<Pod> + Holds<crd::NodeProxyState>
+    Store + Holds<Service> + Holds<EndpointSlice> + Holds<Namespace> + Holds<Pod> + Holds<crd::NodeProxyState>
 {
 }
 
 impl<S> DnsStore for S where
-    S: Holds<Service> + Holds<EndpointSlice> + Holds<Namespace> + Holds<Pod> + Holds<crd::NodeProxyState>
+    S: Store
+        + Holds<Service>
+        + Holds<EndpointSlice>
+        + Holds<Namespace>
+        + Holds<Pod>
+        + Holds<crd::NodeProxyState>
 {
 }
 
@@ -220,22 +230,26 @@ impl KubeSource {
         }
     }
 
-    fn spawn<K: Kind, S: Holds<K>>(
+    fn spawn<K: Kind, S: Store + Holds<K>>(
         &self,
         tasks: &mut JoinSet<()>,
         cluster: &SharedCluster<S>,
-        barrier: &SyncBarrier<S>,
-        mut spec: WatchSpec,
+        barrier: &SyncBarrier,
+        spec: WatchSpec,
     ) {
-        // Agents and DNS servers, one per node, read their first view from the API server's
-        // watch cache (`resourceVersion=0`, streamed: see [`watching`]) instead of quorum reads
-        // past it; a slightly old view is caught up by the watch that follows. The operator,
-        // which decides addresses from what it lists, reads the latest.
+        let api: Api<K> = Api::all(self.client.clone());
+        self.supervised(tasks, api, self.first_view(spec), cluster, barrier);
+    }
+
+    /// Where the role reads its first view from. Agents and DNS servers, one per node, read it
+    /// from the API server's watch cache (`resourceVersion=0`, streamed: see [`watching`])
+    /// instead of quorum reads past it; a slightly old view is caught up by the watch that
+    /// follows. The operator, which decides addresses from what it lists, reads the latest.
+    fn first_view(&self, mut spec: WatchSpec) -> WatchSpec {
         if !matches!(self.role, Role::Operator) {
             spec.config = spec.config.any_semantic();
         }
-        let api: Api<K> = Api::all(self.client.clone());
-        self.supervised(tasks, api, spec, cluster, barrier);
+        spec
     }
 
     /// [`Self::spawn`] for one namespace's objects of a namespaced kind.
@@ -266,13 +280,13 @@ impl KubeSource {
     /// counted (`tideway_source_task_restarts_total{task="watch KIND"}`) and shown as a fault
     /// of the source (readiness) until the new watch has listed the kind again. The new watch
     /// lists from scratch and replaces the kind: nothing lost, nothing twice.
-    fn supervised<K: Kind, S: Holds<K>>(
+    fn supervised<K: Kind, L: Landing<K>>(
         &self,
         tasks: &mut JoinSet<()>,
         api: Api<K>,
         spec: WatchSpec,
-        cluster: &SharedCluster<S>,
-        barrier: &SyncBarrier<S>,
+        cluster: &L,
+        barrier: &SyncBarrier,
     ) {
         let kind = K::watch_name();
         let task = format!("watch {kind}");
@@ -282,10 +296,10 @@ impl KubeSource {
         };
         let (cluster, barrier, metrics) = (cluster.clone(), barrier.clone(), self.metrics.clone());
         let report = {
-            let (cluster, metrics, task) = (cluster.clone(), metrics.clone(), task.clone());
+            let (signals, metrics, task) = (cluster.signals().clone(), metrics.clone(), task.clone());
             move |panic: &str| {
                 metrics.restarted(&task);
-                cluster.set_fault(&kind, format!("the {kind} watch panicked ({panic}) and lists again"));
+                signals.set_fault(&kind, format!("the {kind} watch panicked ({panic}) and lists again"));
             }
         };
         let make =
@@ -295,17 +309,18 @@ impl KubeSource {
 
     /// The barrier over the role's own `kinds` and the [`register`]ed ones, whose watches it
     /// starts in `tasks`.
-    fn start_registered(
+    fn start_registered<S: Store>(
         &self,
         tasks: &mut JoinSet<()>,
-        cluster: &SharedCluster,
+        cluster: &SharedCluster<S>,
         kinds: Vec<&str>,
     ) -> SyncBarrier {
         let registered = registered();
         let all: Vec<&str> =
             kinds.into_iter().chain(registered.iter().map(|(name, _)| name.as_str())).collect();
-        let barrier = SyncBarrier::new(cluster.clone(), &all);
-        registered.iter().for_each(|(_, spawn)| spawn(self, tasks, cluster, &barrier));
+        let barrier = SyncBarrier::new(cluster.signals().clone(), &all);
+        let part = InRegistered::of(cluster);
+        registered.iter().for_each(|(_, spawn)| spawn(self, tasks, &part, &barrier));
         barrier
     }
 
@@ -332,8 +347,8 @@ impl KubeSource {
         if node_states {
             kinds.push("NodeProxyState");
         }
-        let barrier = SyncBarrier::new(cluster.clone(), &kinds);
         let mut tasks = JoinSet::new();
+        let barrier = self.start_registered(&mut tasks, &cluster, kinds);
         let for_dns = || WatchSpec { reader: Reader::Dns, ..WatchSpec::all() };
         self.spawn::<Service, _>(&mut tasks, &cluster, &barrier, for_dns());
         self.spawn::<EndpointSlice, _>(&mut tasks, &cluster, &barrier, for_dns());

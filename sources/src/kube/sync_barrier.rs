@@ -3,30 +3,20 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use tideway_core::cluster::ClusterState;
 use tokio::sync::watch;
 
-use crate::shared::{SharedCluster, Store};
+use crate::shared::Signals;
 
 /// Marks the state synced once every kind delivered its first complete list.
-pub(super) struct SyncBarrier<S = ClusterState> {
-    cluster: SharedCluster<S>,
+#[derive(Clone)]
+pub(super) struct SyncBarrier {
+    cluster: Signals,
     pending: Arc<Mutex<BTreeSet<String>>>,
     listed: watch::Sender<BTreeSet<String>>,
 }
 
-impl<S> Clone for SyncBarrier<S> {
-    fn clone(&self) -> Self {
-        SyncBarrier {
-            cluster: self.cluster.clone(),
-            pending: Arc::clone(&self.pending),
-            listed: self.listed.clone(),
-        }
-    }
-}
-
-impl<S: Store> SyncBarrier<S> {
-    pub(super) fn new(cluster: SharedCluster<S>, kinds: &[&str]) -> Self {
+impl SyncBarrier {
+    pub(super) fn new(cluster: Signals, kinds: &[&str]) -> Self {
         cluster.set_unlisted(kinds.iter().map(|k| k.to_string()).collect());
         SyncBarrier {
             cluster,

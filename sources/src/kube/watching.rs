@@ -19,11 +19,11 @@ use kube::runtime::watcher::{self, InitialListStrategy, ListSemantic, watcher};
 
 use super::adapter::{KindAdapter, Outcome};
 use super::errors::{ErrorLog, classify};
-use super::kinds::{Holds, Kind};
+use super::kinds::Kind;
+use super::landing::Landing;
 use super::sync_barrier::SyncBarrier;
 use super::watch_spec::WatchSpec;
 use crate::metrics::{SourceMetrics, WatchErrorLabels};
-use crate::shared::SharedCluster;
 
 /// Objects per list page. A page is decoded whole before its objects are converted, so a
 /// smaller page keeps fewer raw objects alive at once (less transient memory, and less
@@ -55,16 +55,16 @@ fn refuses_streaming(e: &watcher::Error) -> bool {
 }
 
 /// Runs one kind's watcher until dropped, feeding `cluster`.
-pub(super) async fn watch_kind<K: Kind, S: Holds<K>>(
+pub(super) async fn watch_kind<K: Kind, L: Landing<K>>(
     api: Api<K>,
     spec: WatchSpec,
-    cluster: SharedCluster<S>,
-    barrier: SyncBarrier<S>,
+    cluster: L,
+    barrier: SyncBarrier,
     metrics: SourceMetrics,
 ) {
     let kind = K::watch_name();
     let mut feed = Feed {
-        adapter: Some(KindAdapter::<K, S>::for_reader(cluster.clone(), spec.reader)),
+        adapter: Some(KindAdapter::<K, L>::for_reader(cluster.clone(), spec.reader)),
         errors: ErrorLog::default(),
         label: SourceMetrics::kind(&kind),
         kind,
@@ -103,22 +103,22 @@ pub(super) async fn watch_kind<K: Kind, S: Holds<K>>(
 
 /// What one kind's watch feeds: the state (through its adapter), the sync barrier, the
 /// counters, and the watches that depend on this kind.
-struct Feed<K: Kind, S: Holds<K>> {
+struct Feed<K: Kind, L: Landing<K>> {
     /// Out only while a complete list is handed over on a blocking thread.
-    adapter: Option<KindAdapter<K, S>>,
+    adapter: Option<KindAdapter<K, L>>,
     errors: ErrorLog,
     kind: String,
     label: crate::metrics::KindLabel,
-    cluster: SharedCluster<S>,
-    barrier: SyncBarrier<S>,
+    cluster: L,
+    barrier: SyncBarrier,
     metrics: SourceMetrics,
     /// Bumped after every change, for watches that depend on this kind.
     notify: Option<tokio::sync::watch::Sender<u64>>,
 }
 
-impl<K: Kind, S: Holds<K>> Feed<K, S> {
+impl<K: Kind, L: Landing<K>> Feed<K, L> {
     async fn event(&mut self, event: watcher::Event<K>) {
-        self.cluster.set_api_reachable(true);
+        self.cluster.signals().set_api_reachable(true);
         if let Some(cause) = self.errors.recovered() {
             tracing::info!(kind = %self.kind, reason = cause.reason, "watch recovered");
         }
@@ -134,7 +134,7 @@ impl<K: Kind, S: Holds<K>> Feed<K, S> {
         };
         match outcome {
             Outcome::Listed { first } => {
-                self.cluster.clear_fault(&self.kind);
+                self.cluster.signals().clear_fault(&self.kind);
                 if first {
                     self.barrier.done(&self.kind);
                 } else {
@@ -156,7 +156,7 @@ impl<K: Kind, S: Holds<K>> Feed<K, S> {
 
     fn error(&mut self, e: &watcher::Error) {
         let cause = classify(e);
-        self.cluster.set_api_reachable(!cause.unreachable());
+        self.cluster.signals().set_api_reachable(!cause.unreachable());
         let code = cause.code.map_or(0, u16::from);
         let labels = WatchErrorLabels {
             kind: self.kind.clone(),
@@ -172,7 +172,9 @@ impl<K: Kind, S: Holds<K>> Feed<K, S> {
 }
 
 /// Hands a complete list to `adapter` on a blocking thread; a panic there is the watch's own.
-async fn complete_list<K: Kind, S: Holds<K>>(mut adapter: KindAdapter<K, S>) -> (KindAdapter<K, S>, Outcome) {
+async fn complete_list<K: Kind, L: Landing<K>>(
+    mut adapter: KindAdapter<K, L>,
+) -> (KindAdapter<K, L>, Outcome) {
     let done = tokio::task::spawn_blocking(move || {
         let outcome = adapter.handle(watcher::Event::InitDone);
         (adapter, outcome)
