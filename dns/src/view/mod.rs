@@ -78,60 +78,11 @@ impl ClusterView {
     /// Replaces everything with `snapshot` (a change only when the facts differ). Services
     /// keep their spec versions while their generations stay.
     pub fn reset(&mut self, snapshot: Snapshot) {
-        self.reset_carrying(snapshot, |_, _, _| false);
-    }
-
-    /// [`Self::reset`], but the objects `kept` names (kind, namespace, name) keep their
-    /// current facts.
-    fn reset_carrying(&mut self, mut snapshot: Snapshot, kept: impl Fn(&str, Option<&str>, &str) -> bool) {
-        let mut registered = std::mem::take(&mut self.registered);
-        let extra = Snapshot { extra: std::mem::take(&mut snapshot.extra), ..Snapshot::default() };
-        registered.reset_keeping(extra, &kept);
-        let old = std::mem::take(self);
-        self.registered = registered;
-        snapshot.namespaces.into_iter().for_each(|n| self.apply_namespace(n));
-        for svc in snapshot.services {
-            let facts = ServiceFacts::of(&svc, old.service(&svc.name.namespace, &svc.name.name));
-            self.namespace_mut(&svc.name.namespace).services.insert(facts);
-        }
-        snapshot.endpoint_slices.into_iter().for_each(|s| self.apply_endpoint_slice(s));
-        snapshot.pods.into_iter().for_each(|p| self.apply_pod(p));
-        snapshot.node_states.into_iter().for_each(|r| self.apply_node_state(r));
-        for (ns, view) in &old.namespaces {
-            let carried = NamespaceView {
-                object: view.object && kept("Namespace", None, ns),
-                services: view
-                    .services
-                    .iter()
-                    .filter(|s| kept("Service", Some(ns), s.name()))
-                    .cloned()
-                    .collect(),
-                slices: view
-                    .slices
-                    .iter()
-                    .filter(|s| kept("EndpointSlice", Some(ns), s.name()))
-                    .cloned()
-                    .collect(),
-                pods: view.pods.iter().filter(|p| kept("Pod", Some(ns), p.name())).cloned().collect(),
-            };
-            if !carried.is_empty() {
-                let into = self.namespace_mut(ns);
-                into.object |= carried.object;
-                into.services.extend(carried.services);
-                into.slices.extend(carried.slices);
-                into.pods.extend(carried.pods);
-            }
-        }
-        let reports = old.reports.iter().filter(|(node, _)| kept("NodeProxyState", None, node));
-        self.reports.extend(reports.map(|(node, v)| (node.clone(), *v)));
-        self.changes = ViewChanges {
-            objects: old.changes.objects + usize::from(self.namespaces != old.namespaces),
-            reports: old.changes.reports || self.reports != old.reports,
-        };
+        self.reset_carrying(snapshot, &|_, _, _| false);
     }
 
     /// The facts of Service `name` in `namespace`.
-    fn service(&self, namespace: &str, name: &str) -> Option<&ServiceFacts> {
+    pub(super) fn service(&self, namespace: &str, name: &str) -> Option<&ServiceFacts> {
         self.namespaces.get(namespace)?.services.get(name)
     }
 
