@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the query path on the benchmark zone (10,000 ClusterIP Services, 1,000
 //! headless Services x 5 endpoints): the pure answer rules, the whole bytes-to-bytes path,
-//! and a full index rebuild. `cargo bench -p tideway-dns --bench answer`.
+//! a full index rebuild, and an update of the index after one Service's slice changed.
+//! `cargo bench -p tideway-dns --bench answer`.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use tideway_dns::handler::wire::{Handled, handle_bytes};
 use tideway_dns::handler::{Core, Options};
 use tideway_dns::metrics::{Metrics, Proto};
 use tideway_dns::records::{IndexSettings, RecordIndex};
-use tideway_dns::view::ClusterView;
+use tideway_dns::view::{ClusterView, Touched};
 
 /// The cluster of `bench/dns/gen_cluster.py`.
 fn cluster() -> ClusterView {
@@ -68,12 +69,28 @@ fn benches(c: &mut Criterion) {
         b.iter(|| RecordIndex::build(black_box(&state), &settings, 1))
     });
     let index = RecordIndex::build(&state, &settings, 1);
+    c.bench_function("index/update_one_service", |b| {
+        let mut view = state.clone();
+        let versions = [1, 2].map(|last| {
+            let slice = mk_slice("ns-17", "hl-3").port("http", Tcp, 8080).ready("10.244.200.1", "node-a");
+            slice.ready(&format!("10.244.200.{}", last + 1), "node-a").build()
+        });
+        let mut at = 0;
+        b.iter(|| {
+            at += 1;
+            view.apply_endpoint_slice(versions[at % 2].clone());
+            let Touched::Services(touched) = view.take_changes().touched else { panic!("one Service") };
+            index.updated(black_box(&view), &settings, 2, &touched).expect("updated in place")
+        })
+    });
     let cases = [
         ("clusterip_a", "svc-42.ns-17.svc.cluster.local.", RecordType::A),
         ("srv", "_http._tcp.svc-42.ns-17.svc.cluster.local.", RecordType::SRV),
         ("headless_a", "hl-3.ns-17.svc.cluster.local.", RecordType::A),
         ("nxdomain_search_path", "svc-1.ns-2.ns-17.svc.cluster.local.", RecordType::A),
         ("nxdomain_external", "www.example5.com.ns-17.svc.cluster.local.", RecordType::A),
+        ("ptr_clusterip", "42.10.96.10.in-addr.arpa.", RecordType::PTR),
+        ("ptr_endpoint", "7.1.244.10.in-addr.arpa.", RecordType::PTR),
     ];
     for (label, name, qtype) in cases {
         let q = query(name, qtype);

@@ -3,7 +3,10 @@
 //! endpoint still has its own name and PTR record) and as headless Services (the Service name
 //! answers with every endpoint: 1,000,000 addresses at the default), with the process's RSS
 //! after the cluster model, after the index, and its peak. The build time is the median of
-//! `RUNS` (default 7) builds, each after the last index was dropped.
+//! `RUNS` (default 7) builds, each after the last index was dropped. Then one Service's
+//! change, `UPDATES` times (default 200), each a different Service: an endpoint replaced by a
+//! new address, the index updated in place from the view (its part rebuilt, the rest shared);
+//! printed as median, p99 and max.
 //!
 //! `cargo run --release -p tideway-dns --example index_scale` (run with
 //! `MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0`, as `tideway dns` sets them: freed
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 use tideway_core::net::Protocol::Tcp;
 use tideway_core::testing::{mk_service, synthetic_slice};
 use tideway_dns::records::{IndexSettings, RecordIndex};
-use tideway_dns::view::ClusterView;
+use tideway_dns::view::{ClusterView, Touched};
 
 const ENDPOINTS: usize = 10;
 
@@ -83,7 +86,38 @@ fn measure(n: usize, headless: bool) {
         mib(with_index),
         mib(kib("VmHWM:")),
     );
-    drop(index);
+    let index = index.expect("built");
+    updates(n, headless, &settings, state, index);
+}
+
+/// Times one Service's change: the slice of Service `i` gets a new address for one endpoint.
+fn updates(
+    n: usize,
+    headless: bool,
+    settings: &IndexSettings,
+    mut state: ClusterView,
+    mut index: RecordIndex,
+) {
+    let count: usize = std::env::var("UPDATES").ok().and_then(|s| s.parse().ok()).unwrap_or(200).max(1);
+    let mut times: Vec<Duration> = Vec::new();
+    for k in 0..count {
+        let i = k * 7919 % n;
+        state.apply_endpoint_slice(synthetic_slice(i, ENDPOINTS, Some(k % ENDPOINTS)));
+        let Touched::Services(touched) = state.take_changes().touched else { panic!("one Service touched") };
+        let t = Instant::now();
+        index = index.updated(&state, settings, 2, &touched).expect("updated in place");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let kind = if headless { "headless" } else { "ClusterIP" };
+    println!(
+        "DNS index, {n} {kind} Services: one Service's update {:.2} ms median, p99 {:.2}, max {:.2} \
+         ({count} updates, {} parts)",
+        times[count / 2].as_secs_f64() * 1000.0,
+        times[count * 99 / 100].as_secs_f64() * 1000.0,
+        times[count - 1].as_secs_f64() * 1000.0,
+        index.part_count(),
+    );
 }
 
 fn main() {

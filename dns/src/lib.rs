@@ -4,9 +4,9 @@
 //!
 //! ```text
 //!  source (file, lab, Kubernetes API) --> SharedCluster<ClusterView> (facts + changes)
-//!                                                    |  changed() -> rebuild
-//!                                                    v
-//!                                  records::RecordIndex  (compact, label-indexed)
+//!                                                    |  changed() -> update the parts of the
+//!                                                    v  Services touched, or rebuild all
+//!                                  records::RecordIndex  (compact, label-indexed, in parts)
 //!                                                    |  ArcSwap
 //!  UDP: worker threads -----+                        v
 //!       (recvmmsg/sendmmsg) +--> handler::Core::decide --> answer::answer(index, query)
@@ -25,7 +25,7 @@
 //! * [`view`]: what the server keeps of the cluster: per object the facts its records read,
 //!   written by the sources directly (no cluster model beside the index).
 //! * [`records`]: the index built from the view: every lookup is O(1) or O(log n),
-//!   positive or negative.
+//!   positive or negative; in parts that a few Services' change rebuilds alone.
 //! * [`answer`]: the pure decision function holding every spec and CoreDNS rule.
 //! * [`handler`]: hickory requests in, replies out; [`handler::DnsHandler`] is the
 //!   hickory-server `RequestHandler`.

@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
 use tideway_sources::SharedCluster;
 
-use crate::view::ClusterView;
+use crate::view::{ClusterView, Touched};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -429,7 +429,13 @@ fn refresh_index(
         return;
     }
     let started = Instant::now();
-    let index = RecordIndex::build(&state, wanted, unix_now());
+    // Only some Services changed: their parts of the index are rebuilt, the rest shared.
+    let updated = match &changes.touched {
+        Touched::Services(services) if same => core.index().updated(&state, wanted, unix_now(), services),
+        _ => None,
+    };
+    let how = if updated.is_some() { "updated" } else { "rebuilt" };
+    let index = updated.unwrap_or_else(|| RecordIndex::build(&state, wanted, unix_now()));
     drop(state);
     let took = started.elapsed();
     let m = core.metrics();
@@ -441,15 +447,17 @@ fn refresh_index(
         endpoints = index.endpoint_count(),
         changed = changes.objects,
         millis = took.as_secs_f64() * 1e3,
-        "cluster zone rebuilt"
+        how,
+        "cluster zone indexed"
     );
     core.set_index(index);
     readiness.set_synced();
     *built = Some((wanted.clone(), reports));
 }
 
-/// Keeps the index in step with the cluster and the settings: a full rebuild on every
-/// relevant change, swapped in atomically.
+/// Keeps the index in step with the cluster and the settings, swapped in atomically: the
+/// parts of the Services that changed rebuilt, or, after anything else (a relist, a namespace,
+/// a pod, new settings), the whole index.
 async fn index_task(
     core: Arc<Core>,
     cluster: SharedCluster<ClusterView>,

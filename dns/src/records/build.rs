@@ -7,13 +7,17 @@ use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record};
 use tideway_core::net::Protocol;
 
+use std::sync::Arc;
+
 use super::external::ExternalIndex;
 use super::names::is_host_label;
 use super::programmed::ProgrammedIndex;
-use super::reverse::{Claims, ReverseMap, Target};
+use super::reverse::{Claims, Target};
 use super::rows::{self, Row, Rows, ServiceOf};
+use super::shard::{Shard, part_of};
 use super::{
-    EndpointRecord, IndexSettings, Kind, PodsMode, Port, RecordIndex, ServiceRecords, Span, name_hash,
+    EndpointRecord, IndexSettings, Kind, Namespace, PodsMode, Port, RecordIndex, ServiceRecords, Span,
+    name_hash,
 };
 use crate::view::{ClusterView, Ports, Publish};
 
@@ -38,9 +42,12 @@ fn len32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Build-time state: label interning and port-list dedup.
-struct Builder {
-    ix: RecordIndex,
+/// Build-time state of one part: label interning, port-list dedup, address claims.
+pub(super) struct Builder {
+    part: Shard,
+    reverse: Claims,
+    /// The external zone is served: Services' external addresses are kept.
+    external: bool,
     labels: HashMap<Vec<u8>, Span>,
     /// Port lists as the view writes them, to their index.
     port_sets: HashMap<Vec<u8>, u32>,
@@ -58,8 +65,8 @@ impl Builder {
         if let Some(span) = self.labels.get(label) {
             return *span;
         }
-        let span = Span { start: len32(self.ix.text.len()), len: len32(label.len()) };
-        self.ix.text.extend_from_slice(label);
+        let span = Span { start: len32(self.part.text.len()), len: len32(label.len()) };
+        self.part.text.extend_from_slice(label);
         self.labels.insert(label.to_vec(), span);
         span
     }
@@ -76,10 +83,10 @@ impl Builder {
     /// The place of host label `label` (lower-cased) in the index's host labels.
     fn host(&mut self, label: &str) -> u32 {
         let span = self.intern_lower(label);
-        let next = len32(self.ix.hosts.len());
+        let next = len32(self.part.hosts.len());
         let id = *self.hosts.entry(span.start).or_insert(next);
         if id == next {
-            self.ix.hosts.push(span);
+            self.part.hosts.push(span);
         }
         id
     }
@@ -111,19 +118,35 @@ impl Builder {
         if let Some(i) = self.port_sets.get(ports.0) {
             return *i;
         }
-        let start = len32(self.ix.ports.len());
+        let start = len32(self.part.ports.len());
         for (name, protocol, port) in ports.iter() {
             let p = self.port(name, protocol, port);
-            self.ix.ports.push(p);
+            self.part.ports.push(p);
         }
-        let i = len32(self.ix.port_sets.len());
-        self.ix.port_sets.push(Span { start, len: len32(self.ix.ports.len()) - start });
+        let i = len32(self.part.port_sets.len());
+        self.part.port_sets.push(Span { start, len: len32(self.part.ports.len()) - start });
         self.port_sets.insert(ports.0.to_vec(), i);
         i
     }
 
+    /// A builder of an empty part, with room for about `addresses` endpoint addresses.
+    pub(super) fn new(suffix_len: usize, external: bool, addresses: usize) -> Self {
+        let mut part = Shard::default();
+        part.endpoints.reserve(addresses);
+        Builder {
+            part,
+            reverse: Claims::with_capacity(addresses + addresses / 8),
+            external,
+            labels: HashMap::default(),
+            port_sets: HashMap::default(),
+            hosts: HashMap::default(),
+            suffix_len,
+            last_ports: None,
+        }
+    }
+
     /// Adds one Service; false when its names cannot form DNS names.
-    fn service(&mut self, (ns, name, svc): ServiceOf<'_>, rows: &[Row<'_>], reverse: &mut Claims) -> bool {
+    pub(super) fn service(&mut self, (ns, name, svc): ServiceOf<'_>, rows: &[Row<'_>]) -> bool {
         if !self.fits(&[name.as_bytes(), ns.as_bytes()]) {
             return false;
         }
@@ -137,46 +160,46 @@ impl Builder {
                     return false;
                 };
                 target.set_fqdn(true);
-                self.ix.external_names.push(target);
-                Kind::ExternalName(len32(self.ix.external_names.len() - 1))
+                self.part.external_names.push(target);
+                Kind::ExternalName(len32(self.part.external_names.len() - 1))
             }
             Publish::Headless => Kind::Headless,
             Publish::ClusterIp => Kind::ClusterIp,
         };
-        let ips_start = len32(self.ix.ips.len());
+        let ips_start = len32(self.part.ips.len());
         if kind == Kind::ClusterIp {
-            self.ix.ips.extend(svc.cluster_ips);
+            self.part.ips.extend(svc.cluster_ips);
         }
-        let ips = Span { start: ips_start, len: len32(self.ix.ips.len()) - ips_start };
-        let ports_start = len32(self.ix.ports.len());
+        let ips = Span { start: ips_start, len: len32(self.part.ips.len()) - ips_start };
+        let ports_start = len32(self.part.ports.len());
         for (port_name, protocol, port) in svc.ports.iter() {
             let port = self.port(port_name, protocol, port);
-            self.ix.ports.push(port);
+            self.part.ports.push(port);
         }
-        let ports = Span { start: ports_start, len: len32(self.ix.ports.len()) - ports_start };
-        let external_start = len32(self.ix.ips.len());
-        if self.ix.external.is_some() && !matches!(kind, Kind::ExternalName(_)) {
-            self.ix.ips.extend(svc.external);
+        let ports = Span { start: ports_start, len: len32(self.part.ports.len()) - ports_start };
+        let external_start = len32(self.part.ips.len());
+        if self.external && !matches!(kind, Kind::ExternalName(_)) {
+            self.part.ips.extend(svc.external);
         }
-        let external = Span { start: external_start, len: len32(self.ix.ips.len()) - external_start };
+        let external = Span { start: external_start, len: len32(self.part.ips.len()) - external_start };
 
-        let eps_start = len32(self.ix.endpoints.len());
+        let eps_start = len32(self.part.endpoints.len());
         for row in rows {
             let host = row.host.map_or(EndpointRecord::DASHED, |h| self.host(h));
             let port_set = self.port_set(row.ports);
-            reverse.push(row.ip, Target::Endpoint(len32(self.ix.endpoints.len())));
+            self.reverse.push(row.ip, Target::Endpoint(len32(self.part.endpoints.len())));
             let record = match row.ip {
                 IpAddr::V4(v4) => EndpointRecord { host, port_set, ip: u32::from(v4) },
                 IpAddr::V6(v6) => {
-                    self.ix.v6.push(v6);
+                    self.part.v6.push(v6);
                     EndpointRecord {
                         host,
                         port_set: port_set | EndpointRecord::V6,
-                        ip: len32(self.ix.v6.len() - 1),
+                        ip: len32(self.part.v6.len() - 1),
                     }
                 }
             };
-            self.ix.endpoints.push(record);
+            self.part.endpoints.push(record);
         }
         let record = ServiceRecords {
             ns: self.intern_lower(ns),
@@ -184,25 +207,146 @@ impl Builder {
             kind,
             ips,
             ports,
-            endpoints: Span { start: eps_start, len: len32(self.ix.endpoints.len()) - eps_start },
+            endpoints: Span { start: eps_start, len: len32(self.part.endpoints.len()) - eps_start },
             external,
             spec_version: svc.spec_version,
         };
-        self.ix.services.push(record);
+        self.part.services.push(record);
         true
     }
+
+    /// The part, its Services ordered and hashed, its addresses claimed.
+    pub(super) fn finish(self) -> Shard {
+        let Builder { mut part, mut reverse, .. } = self;
+        // Services by namespace, then name; and by hash.
+        part.by_hash.reserve(part.services.len());
+        let mut order: Vec<u32> = (0..len32(part.services.len())).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&part.services[a as usize], &part.services[b as usize]);
+            (part.text(a.ns), part.text(a.name)).cmp(&(part.text(b.ns), part.text(b.name)))
+        });
+        for group in order.chunk_by(|&a, &b| part.services[a as usize].ns == part.services[b as usize].ns) {
+            let ns = part.text(part.services[group[0] as usize].ns).to_vec();
+            let span = Span { start: len32(part.by_name.len()), len: len32(group.len()) };
+            part.by_name.extend_from_slice(group);
+            for &i in group {
+                let h = name_hash(&ns, part.text(part.services[i as usize].name));
+                let slot = part.by_hash.entry(h).or_insert(i);
+                if *slot != i {
+                    *slot = u32::MAX;
+                }
+            }
+            part.spans.insert(ns.into(), span);
+        }
+        // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
+        for (i, svc) in part.services.iter().enumerate() {
+            if svc.kind == Kind::ClusterIp {
+                for ip in Span::of(&part.ips, svc.ips) {
+                    reverse.push(*ip, Target::Service(len32(i)));
+                }
+            }
+        }
+        part.reverse = reverse.finish();
+        part.text.shrink_to_fit();
+        part.ports.shrink_to_fit();
+        part.ips.shrink_to_fit();
+        part.endpoints.shrink_to_fit();
+        part.hosts.shrink_to_fit();
+        part.v6.shrink_to_fit();
+        part.services.shrink_to_fit();
+        part
+    }
+}
+
+/// How many parts an index of `services` Services is cut into, as a power of two: a few
+/// hundred Services each, at most 256 parts (a PTR query reads every part's reverse map).
+fn part_bits(services: usize) -> u32 {
+    (services / 384).next_power_of_two().trailing_zeros().min(MAX_PART_BITS)
+}
+
+/// At most `1 << MAX_PART_BITS` parts.
+pub(super) const MAX_PART_BITS: u32 = 8;
+
+/// The wire length of `svc.<zone>.`.
+pub(super) fn suffix_len(svc_zone: &Name) -> usize {
+    svc_zone.iter().map(|l| l.len() + 1).sum::<usize>() + 1
+}
+
+/// The part of the Service `name` in `ns` (as the view spells them).
+pub(super) fn part_of_service(ns: &str, name: &str, bits: u32) -> usize {
+    if bits == 0 {
+        return 0;
+    }
+    part_of(name_hash(&lower(ns), &lower(name)), bits)
+}
+
+/// True when `s` has capitals.
+pub(super) fn has_capitals(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_uppercase())
+}
+
+/// The SOA record of an index of `settings` at `serial`.
+pub(super) fn soa_of(zone: &Name, ns_name: &Name, settings: &IndexSettings, serial: u32) -> Record {
+    soa_record(zone, ns_name, settings.ttl, serial)
 }
 
 impl RecordIndex {
     /// Builds the index for `view`. `serial` becomes the SOA serial (the time of the last
     /// change, injected so building stays deterministic). The result counts as synced.
     pub fn build(view: &ClusterView, settings: &IndexSettings, serial: u32) -> Self {
+        Self::build_in_parts(view, settings, serial, part_bits(view.service_count()))
+    }
+
+    /// [`Self::build`], cut into `1 << part_bits` parts.
+    pub(super) fn build_in_parts(
+        view: &ClusterView,
+        settings: &IndexSettings,
+        serial: u32,
+        part_bits: u32,
+    ) -> Self {
         let zone = settings.zone.clone();
         let ns_name = under("ns.dns", &zone);
         let svc_zone = under("svc", &zone);
-        let suffix_len = svc_zone.iter().map(|l| l.len() + 1).sum::<usize>() + 1;
-        let ix = RecordIndex {
-            soa: soa_record(&zone, &ns_name, settings.ttl, serial),
+        let suffix_len = suffix_len(&svc_zone);
+        let external = settings.external.is_some();
+        let mut namespaces: HashMap<Box<[u8]>, Namespace> = HashMap::default();
+        let mut capitals = false;
+        // Sized once, each part a share with some to spare: growth by doubling would copy
+        // (and the kernel zero) these many times.
+        let mut addresses = 0;
+        for (ns, namespace) in view.namespaces() {
+            capitals |= has_capitals(ns);
+            let pod_ips = &mut namespaces.entry(lower(ns).into()).or_default().pod_ips;
+            if settings.pods == PodsMode::Verified {
+                pod_ips.extend(namespace.pods.iter().flat_map(|p| p.ips.iter().copied()));
+            }
+            addresses += namespace.slices.iter().map(|s| s.address_count()).sum::<usize>();
+        }
+        let share = (addresses >> part_bits) + (addresses >> part_bits) / 8;
+        let mut builders: Vec<Builder> =
+            (0..1usize << part_bits).map(|_| Builder::new(suffix_len, external, share)).collect();
+        let mut ns_addrs = None;
+        let rows_of = Rows::new(view, suffix_len, settings.endpoint_pod_names);
+        let dns_service = settings.dns_service.as_ref().map(|s| (s.namespace.as_str(), s.name.as_str()));
+        rows::for_each_service(view, &rows_of, |svc, rows| {
+            capitals |= has_capitals(svc.1);
+            let part = part_of_service(svc.0, svc.1, part_bits);
+            if !builders[part].service(svc, rows) {
+                tracing::debug!(
+                    namespace = svc.0,
+                    service = svc.1,
+                    "names do not form DNS names; not published"
+                );
+                return;
+            }
+            if Some((svc.0, svc.1)) == dns_service {
+                let facts = svc.2.read();
+                ns_addrs = Some((facts.cluster_ips.collect(), facts.external.collect()));
+            }
+        });
+        let parts = builders.into_iter().map(|b| Arc::new(b.finish())).collect();
+        let mut ix = RecordIndex {
+            soa: soa_of(&zone, &ns_name, settings, serial),
             zone_labels: zone.num_labels() as usize,
             zone,
             extra_zones: settings.extra_zones.clone(),
@@ -213,108 +357,28 @@ impl RecordIndex {
             serial,
             ns_addrs: Vec::new(),
             svc_zone,
-            text: Vec::new(),
-            namespaces: HashMap::default(),
-            services: Vec::with_capacity(view.service_count()),
-            by_name: Vec::with_capacity(view.service_count()),
-            by_hash: std::collections::HashMap::default(),
-            ips: Vec::new(),
-            ports: Vec::new(),
-            port_sets: Vec::new(),
-            endpoints: Vec::new(),
-            hosts: Vec::new(),
-            v6: Vec::new(),
-            external_names: Vec::new(),
-            reverse: ReverseMap::default(),
+            ns_name,
+            namespaces: Arc::new(namespaces),
+            parts,
+            part_bits,
+            capitals,
             external: settings.external.as_ref().map(|e| ExternalIndex::new(e, serial)),
             programmed: None,
         };
-        let mut b = Builder {
-            ix,
-            labels: HashMap::default(),
-            port_sets: HashMap::default(),
-            hosts: HashMap::default(),
-            suffix_len,
-            last_ports: None,
-        };
-        // Sized once: growth by doubling would copy (and the kernel zero) these many times.
-        let mut addresses = 0;
-        for (ns, namespace) in view.namespaces() {
-            let pod_ips = &mut b.ix.namespaces.entry(lower(ns).into()).or_default().pod_ips;
-            if settings.pods == PodsMode::Verified {
-                pod_ips.extend(namespace.pods.iter().flat_map(|p| p.ips.iter().copied()));
-            }
-            addresses += namespace.slices.iter().map(|s| s.address_count()).sum::<usize>();
-        }
-        b.ix.endpoints.reserve_exact(addresses);
-        b.ix.ips.reserve(view.service_count());
-        let mut reverse = Claims::with_capacity(addresses + view.service_count());
-
-        let rows_of = Rows::new(view, suffix_len, settings.endpoint_pod_names);
-        let dns_service = settings.dns_service.as_ref().map(|s| (s.namespace.as_str(), s.name.as_str()));
-        rows::for_each_service(view, &rows_of, |svc, rows| {
-            if !b.service(svc, rows, &mut reverse) {
-                tracing::debug!(
-                    namespace = svc.0,
-                    service = svc.1,
-                    "names do not form DNS names; not published"
-                );
-                return;
-            }
-            if Some((svc.0, svc.1)) == dns_service {
-                let facts = svc.2.read();
-                b.ix.ns_addrs = facts.cluster_ips.collect();
-                if let Some(ext) = &mut b.ix.external {
-                    ext.ns_addrs = facts.external.collect();
-                }
-            }
-        });
-
-        let mut ix = b.ix;
-        if ix.ns_addrs.is_empty() {
-            ix.ns_addrs = settings.fallback_ns_addrs.clone();
-        }
-
-        // Services by namespace, then name; and by hash.
-        ix.by_hash.reserve(ix.services.len());
-        let mut order: Vec<u32> = (0..len32(ix.services.len())).collect();
-        order.sort_by(|&a, &b| {
-            let (a, b) = (&ix.services[a as usize], &ix.services[b as usize]);
-            (ix.text(a.ns), ix.text(a.name)).cmp(&(ix.text(b.ns), ix.text(b.name)))
-        });
-        for group in order.chunk_by(|&a, &b| ix.services[a as usize].ns == ix.services[b as usize].ns) {
-            let ns = ix.text(ix.services[group[0] as usize].ns).to_vec();
-            let span = Span { start: len32(ix.by_name.len()), len: len32(group.len()) };
-            ix.by_name.extend_from_slice(group);
-            for &i in group {
-                let h = name_hash(&ns, ix.text(ix.services[i as usize].name));
-                let slot = ix.by_hash.entry(h).or_insert(i);
-                if *slot != i {
-                    *slot = u32::MAX;
-                }
-            }
-            ix.namespaces.entry(ns.into()).or_default().services = span;
-        }
-
-        // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
-        for (i, svc) in ix.services.iter().enumerate() {
-            if svc.kind == Kind::ClusterIp {
-                for ip in Span::of(&ix.ips, svc.ips) {
-                    reverse.push(*ip, Target::Service(len32(i)));
-                }
-            }
-        }
-        ix.reverse = reverse.finish();
-
+        ix.set_ns_addrs(settings, ns_addrs);
         if settings.require_programmed {
-            ix.programmed = Some(ProgrammedIndex::build(view));
+            ix.programmed = Some(Arc::new(ProgrammedIndex::build(view)));
         }
-        ix.text.shrink_to_fit();
-        ix.ports.shrink_to_fit();
-        ix.ips.shrink_to_fit();
-        ix.endpoints.shrink_to_fit();
-        ix.hosts.shrink_to_fit();
-        ix.v6.shrink_to_fit();
         ix
+    }
+
+    /// The addresses of `ns.dns.<zone>` (and of the external zone's name server): the DNS
+    /// Service's, when it is published, else the fallback.
+    pub(super) fn set_ns_addrs(&mut self, settings: &IndexSettings, dns: Option<(Vec<IpAddr>, Vec<IpAddr>)>) {
+        let (cluster, external) = dns.unwrap_or_default();
+        self.ns_addrs = if cluster.is_empty() { settings.fallback_ns_addrs.clone() } else { cluster };
+        if let Some(ext) = &mut self.external {
+            ext.ns_addrs = external;
+        }
     }
 }

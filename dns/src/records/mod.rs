@@ -1,13 +1,14 @@
 //! The record index: the cluster's DNS data, compact and indexed by lower-case labels.
 //!
-//! Built wholesale from the server's [`ClusterView`](crate::view::ClusterView) by
-//! [`RecordIndex::build`]; read by [`crate::answer`]. Every lookup the answer rules need —
+//! Built from the server's [`ClusterView`](crate::view::ClusterView) by
+//! [`RecordIndex::build`], in parts ([`shard`]) that a change to a few Services rebuilds alone
+//! ([`RecordIndex::updated`]); read by [`crate::answer`]. Every lookup the answer rules need —
 //! namespace, Service, endpoint host, named port, reverse address, pod address — is a hash
 //! lookup or a binary search, so negative answers (NXDOMAIN vs NODATA, empty non-terminals,
 //! unknown namespaces) cost the same as positive ones.
 //!
-//! Nothing is pre-rendered: records are synthesized when asked for. The data is flat — all
-//! labels in one byte arena, Services, addresses, ports and endpoints in shared vectors
+//! Nothing is pre-rendered: records are synthesized when asked for. Each part's data is flat —
+//! all labels in one byte arena, Services, addresses, ports and endpoints in shared vectors
 //! referenced by [`Span`]s — so the benchmark zone (11,000 Services, 5,000 endpoints) takes
 //! about 2 MB instead of the ~1.3 KB per record of a generic zone store.
 
@@ -17,6 +18,8 @@ pub mod names;
 mod programmed;
 mod reverse;
 mod rows;
+mod shard;
+mod update;
 mod zone;
 
 pub(crate) use external::ExternalIndex;
@@ -25,12 +28,13 @@ pub(crate) use programmed::ProgrammedIndex;
 pub use programmed::programmed_fingerprint;
 pub use zone::{ZoneError, parse_zone};
 
-use std::collections::HashMap;
-
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
+use std::sync::Arc;
+
+use shard::{Shard, part_of};
 
 use hickory_proto::rr::{Name, Record};
 use tideway_core::model::ServiceName;
@@ -274,18 +278,17 @@ pub(crate) struct ServiceRecords {
     spec_version: u64,
 }
 
-/// One namespace: its Services and, in `verified` mode, its pod addresses.
+/// One namespace: that it exists and, in `verified` mode, its pod addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Namespace {
-    /// Range of `by_name`: the namespace's Services sorted by lower-case name.
-    services: Span,
     pub(crate) pod_ips: FxHashSet<IpAddr>,
 }
 
-/// A Service, seen through the index that holds its data.
+/// A Service, seen through the index and the part that hold its data.
 #[derive(Clone, Copy)]
 pub(crate) struct Svc<'a> {
     ix: &'a RecordIndex,
+    part: &'a Shard,
     rec: &'a ServiceRecords,
 }
 
@@ -301,36 +304,36 @@ impl<'a> Svc<'a> {
 
     /// `<svc>.<ns>.svc.<zone>.`
     pub(crate) fn fqdn(&self) -> Name {
-        self.ix.under_svc(&[self.ix.text(self.rec.name), self.ix.text(self.rec.ns)])
+        self.ix.under_svc(&[self.part.text(self.rec.name), self.part.text(self.rec.ns)])
     }
 
     pub(crate) fn cluster_ips(&self) -> &'a [IpAddr] {
-        Span::of(&self.ix.ips, self.rec.ips)
+        Span::of(&self.part.ips, self.rec.ips)
     }
 
     /// `spec.externalIPs` and LoadBalancer ingress addresses.
     pub(crate) fn external_ips(&self) -> &'a [IpAddr] {
-        Span::of(&self.ix.ips, self.rec.external)
+        Span::of(&self.part.ips, self.rec.external)
     }
 
     pub(crate) fn external_name(&self) -> Option<&'a Name> {
         match self.rec.kind {
-            Kind::ExternalName(i) => self.ix.external_names.get(i as usize),
+            Kind::ExternalName(i) => self.part.external_names.get(i as usize),
             _ => None,
         }
     }
 
     pub(crate) fn ports(&self) -> &'a [Port] {
-        Span::of(&self.ix.ports, self.rec.ports)
+        Span::of(&self.part.ports, self.rec.ports)
     }
 
     /// True when `_name._proto` labels (underscores already stripped) select `port`.
     pub(crate) fn port_matches(&self, port: &Port, name: &[u8], proto: &[u8]) -> bool {
-        port.name.len > 0 && self.ix.text(port.name) == name && port.protocol.as_str().as_bytes() == proto
+        port.name.len > 0 && self.part.text(port.name) == name && port.protocol.as_str().as_bytes() == proto
     }
 
     pub(crate) fn endpoints(&self) -> &'a [EndpointRecord] {
-        Span::of(&self.ix.endpoints, self.rec.endpoints)
+        Span::of(&self.part.endpoints, self.rec.endpoints)
     }
 
     /// The endpoint addresses published under `host` (endpoints are in host label order).
@@ -342,8 +345,8 @@ impl<'a> Svc<'a> {
     }
 
     pub(crate) fn host(&self, ep: &EndpointRecord) -> Host<'a> {
-        match self.ix.hosts.get(ep.host as usize) {
-            Some(label) => Host::Named(self.ix.text(*label)),
+        match self.part.hosts.get(ep.host as usize) {
+            Some(label) => Host::Named(self.part.text(*label)),
             None => Host::Dashed(names::DashedIp::new(self.ip(ep))),
         }
     }
@@ -353,22 +356,22 @@ impl<'a> Svc<'a> {
         if ep.port_set & EndpointRecord::V6 == 0 {
             IpAddr::V4(Ipv4Addr::from(ep.ip))
         } else {
-            let v6 = self.ix.v6.get(ep.ip as usize).copied().unwrap_or(Ipv6Addr::UNSPECIFIED);
+            let v6 = self.part.v6.get(ep.ip as usize).copied().unwrap_or(Ipv6Addr::UNSPECIFIED);
             IpAddr::V6(v6)
         }
     }
 
     /// `<host>.<svc>.<ns>.svc.<zone>.`
     pub(crate) fn endpoint_fqdn(&self, ep: &EndpointRecord) -> Name {
-        let ix = self.ix;
-        ix.under_svc(&[&self.host(ep), ix.text(self.rec.name), ix.text(self.rec.ns)])
+        let part = self.part;
+        self.ix.under_svc(&[&self.host(ep), part.text(self.rec.name), part.text(self.rec.ns)])
     }
 
     /// The ports of one endpoint (its EndpointSlice's).
     pub(crate) fn endpoint_ports(&self, ep: &EndpointRecord) -> &'a [Port] {
         let set = ep.port_set & !EndpointRecord::V6;
-        let span = self.ix.port_sets.get(set as usize).copied().unwrap_or_default();
-        Span::of(&self.ix.ports, span)
+        let span = self.part.port_sets.get(set as usize).copied().unwrap_or_default();
+        Span::of(&self.part.ports, span)
     }
 }
 
@@ -389,31 +392,21 @@ pub struct RecordIndex {
     pub(crate) ns_addrs: Vec<IpAddr>,
     /// `svc.<zone>.`, the suffix of every Service and endpoint name.
     svc_zone: Name,
-    /// Every label the index refers to, lower-case.
-    text: Vec<u8>,
-    namespaces: FxHashMap<Box<[u8]>, Namespace>,
-    services: Vec<ServiceRecords>,
-    /// Service indices grouped by namespace, sorted by name within each.
-    by_name: Vec<u32>,
-    /// `name_hash(namespace, name)` to the Service index; `u32::MAX` marks a hash shared by
-    /// several Services (then `by_name` is searched). One probe instead of a binary search:
-    /// the lookup is on every query's path and the index is far larger than the CPU caches.
-    by_hash: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
-    ips: Vec<IpAddr>,
-    ports: Vec<Port>,
-    port_sets: Vec<Span>,
-    endpoints: Vec<EndpointRecord>,
-    /// Endpoint host labels (hostnames) in the label arena.
-    hosts: Vec<Span>,
-    /// Endpoint IPv6 addresses.
-    v6: Vec<Ipv6Addr>,
-    external_names: Vec<Name>,
-    /// Addresses to PTR targets.
-    reverse: reverse::ReverseMap,
+    /// `ns.dns.<zone>.`, the SOA's name server.
+    ns_name: Name,
+    /// Every namespace, by lower-case name.
+    namespaces: Arc<FxHashMap<Box<[u8]>, Namespace>>,
+    /// The parts, `1 << part_bits` of them, each shared with the indexes before and after
+    /// it until one of its Services changes.
+    parts: Vec<Arc<Shard>>,
+    part_bits: u32,
+    /// Some Service or namespace name has capitals (a manifest's): the parts, which find the
+    /// view's objects by their lower-case names, are not rebuilt alone then.
+    capitals: bool,
     /// The external zone, when configured.
     pub(crate) external: Option<ExternalIndex>,
     /// Node reports, with `--require-programmed`.
-    pub(crate) programmed: Option<ProgrammedIndex>,
+    pub(crate) programmed: Option<Arc<ProgrammedIndex>>,
 }
 
 impl RecordIndex {
@@ -466,16 +459,17 @@ impl RecordIndex {
 
     /// Number of Services published.
     pub fn service_count(&self) -> usize {
-        self.services.len()
+        self.parts.iter().map(|p| p.services.len()).sum()
     }
 
     /// Number of ready endpoint addresses published.
     pub fn endpoint_count(&self) -> usize {
-        self.endpoints.len()
+        self.parts.iter().map(|p| p.endpoints.len()).sum()
     }
 
-    fn text(&self, span: Span) -> &[u8] {
-        Span::of(&self.text, span)
+    /// Number of parts.
+    pub fn part_count(&self) -> usize {
+        self.parts.len()
     }
 
     /// `<labels...>.svc.<zone>.`; the labels were validated when the index was built.
@@ -489,45 +483,43 @@ impl RecordIndex {
         self.namespaces.get(name)
     }
 
-    pub(crate) fn service<'a>(&'a self, ns_label: &[u8], ns: &Namespace, name: &[u8]) -> Option<Svc<'a>> {
-        match self.by_hash.get(&name_hash(ns_label, name)) {
-            None => return None,
-            Some(&i) if i != u32::MAX => {
-                let svc = self.svc(i)?;
-                let found = self.text(svc.rec.name) == name && self.text(svc.rec.ns) == ns_label;
-                return found.then_some(svc);
-            }
-            Some(_) => {}
-        }
-        let ids = Span::of(&self.by_name, ns.services);
-        let name_of = |i: u32| self.services.get(i as usize).map_or(&[][..], |s| self.text(s.name));
-        let at = ids.binary_search_by(|&i| name_of(i).cmp(name)).ok()?;
-        self.svc(ids[at])
+    /// The Service `name` of namespace `ns` (found by [`Self::namespace`]).
+    pub(crate) fn service<'a>(&'a self, ns_label: &[u8], _ns: &Namespace, name: &[u8]) -> Option<Svc<'a>> {
+        let part = self.parts.get(part_of(name_hash(ns_label, name), self.part_bits))?;
+        Some(Svc { ix: self, part, rec: part.find(ns_label, name)? })
     }
 
-    /// The Service at `id`.
-    fn svc(&self, id: u32) -> Option<Svc<'_>> {
-        Some(Svc { ix: self, rec: self.services.get(id as usize)? })
-    }
-
-    /// The PTR targets of `ip`.
+    /// The PTR targets of `ip`: a ClusterIP's Service (it hides the endpoints at the same
+    /// address: CoreDNS looks at Services first), else every endpoint name at it, in
+    /// namespace, then Service order.
     pub(crate) fn reverse(&self, ip: &IpAddr) -> Option<Vec<Name>> {
-        let targets = self.reverse.lookup(ip);
-        if targets.is_empty() {
+        let mut services = Vec::new();
+        let mut endpoints = Vec::new();
+        for part in &self.parts {
+            for target in part.claims(ip) {
+                match target {
+                    reverse::Target::Service(s) => {
+                        let rec = part.services.get(s as usize)?;
+                        services.push(Svc { ix: self, part, rec });
+                    }
+                    reverse::Target::Endpoint(e) => {
+                        let rec = part.service_of_endpoint(e)?;
+                        endpoints.push((Svc { ix: self, part, rec }, part.endpoints.get(e as usize)?));
+                    }
+                }
+            }
+        }
+        fn order<'a>(s: &Svc<'a>) -> (&'a [u8], &'a [u8]) {
+            (s.part.text(s.rec.ns), s.part.text(s.rec.name))
+        }
+        if let Some(first) = services.iter().min_by(|a, b| order(a).cmp(&order(b))) {
+            return Some(vec![first.fqdn()]);
+        }
+        if endpoints.is_empty() {
             return None;
         }
-        let names = targets
-            .into_iter()
-            .filter_map(|target| match target {
-                reverse::Target::Service(s) => Some(self.svc(s)?.fqdn()),
-                reverse::Target::Endpoint(e) => {
-                    // Endpoints are stored Service by Service: the one whose span ends past `e`.
-                    let s = self.services.partition_point(|s| s.endpoints.start + s.endpoints.len <= e);
-                    Some(self.svc(u32::try_from(s).ok()?)?.endpoint_fqdn(self.endpoints.get(e as usize)?))
-                }
-            })
-            .collect();
-        Some(names)
+        endpoints.sort_by(|a, b| order(&a.0).cmp(&order(&b.0)));
+        Some(endpoints.iter().map(|(svc, ep)| svc.endpoint_fqdn(ep)).collect())
     }
 }
 

@@ -44,14 +44,20 @@ pub(crate) struct ReverseMap {
 impl ReverseMap {
     /// The targets of `ip`, in the order claimed; empty when unknown. A ClusterIP hides the
     /// endpoints at the same address (CoreDNS looks at Services first).
+    #[cfg(test)]
     pub(crate) fn lookup(&self, ip: &IpAddr) -> Vec<Target> {
-        let claims: Vec<Target> = match ip {
-            IpAddr::V4(v4) => run(&self.v4, u32::from(*v4)),
-            IpAddr::V6(v6) => run(&self.v6, v6.octets()),
-        };
+        let claims = self.claims(ip);
         match claims.iter().find(|c| matches!(c, Target::Service(_))) {
             Some(service) => vec![*service],
             None => claims,
+        }
+    }
+
+    /// Every claim on `ip`, in the order claimed.
+    pub(crate) fn claims(&self, ip: &IpAddr) -> Vec<Target> {
+        match ip {
+            IpAddr::V4(v4) => run(&self.v4, u32::from(*v4)),
+            IpAddr::V6(v6) => run(&self.v6, v6.octets()),
         }
     }
 

@@ -54,8 +54,10 @@ fn prefix(label: &[u8]) -> u128 {
 
 /// What working out rows needs besides the Service: the pods that can name an endpoint.
 pub(super) struct Rows<'s> {
-    /// Pods with a hostname under a subdomain, by namespace and name.
-    pods: HashMap<(&'s str, &'s str), &'s PodFacts>,
+    /// Pods with a hostname under a subdomain, by namespace and name: gathered once for a
+    /// full build; `None` for a few Services' rows, which look each pod up in `view`.
+    pods: Option<HashMap<(&'s str, &'s str), &'s PodFacts>>,
+    view: &'s ClusterView,
     /// Wire length of `svc.<zone>.`, to leave out names longer than 255 bytes.
     suffix_len: usize,
     /// Name endpoints without a hostname after their pod (`endpoint_pod_names`).
@@ -70,7 +72,26 @@ impl<'s> Rows<'s> {
             .filter(|(_, p)| p.hostname.is_some() && p.subdomain.is_some())
             .map(|(ns, p)| ((ns, &*p.name), p))
             .collect();
-        Rows { pods, suffix_len, pod_names }
+        Rows { pods: Some(pods), view, suffix_len, pod_names }
+    }
+
+    /// Rows for a few Services: each pod looked up in `view` when an endpoint names it.
+    pub(super) fn looking_up(view: &'s ClusterView, suffix_len: usize, pod_names: bool) -> Self {
+        Rows { pods: None, view, suffix_len, pod_names }
+    }
+
+    /// The pod `name` in `ns`, when it has a hostname under a subdomain.
+    fn pod(&self, ns: &str, name: &'s str) -> Option<&'s PodFacts> {
+        match &self.pods {
+            Some(pods) => pods.get(&(ns, name)).copied(),
+            None => self
+                .view
+                .namespaces
+                .get(ns)?
+                .pods
+                .get(name)
+                .filter(|p| p.hostname.is_some() && p.subdomain.is_some()),
+        }
     }
 
     /// Appends the rows of Service `name` in `ns`: its ready endpoints' addresses (all of them
@@ -134,9 +155,7 @@ impl<'s> Rows<'s> {
         }
         let pod_name = address.pod?;
         let from_pod = self
-            .pods
-            .get(&(ns, pod_name))
-            .copied()
+            .pod(ns, pod_name)
             .filter(|pod| pod.subdomain.as_deref() == Some(svc))
             .and_then(|pod| pod.hostname.as_deref())
             .filter(|h| is_host_label(h));

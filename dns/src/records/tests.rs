@@ -70,7 +70,9 @@ fn services_are_found_by_hash_and_by_search_when_hashes_collide() {
     let mut ix = index();
     for ix in [ix.clone(), {
         // Every hash marked as shared: the namespace's sorted list is searched instead.
-        ix.by_hash.values_mut().for_each(|v| *v = u32::MAX);
+        for part in &mut ix.parts {
+            Arc::make_mut(part).by_hash.values_mut().for_each(|v| *v = u32::MAX);
+        }
         ix
     }] {
         for ns in ["a", "b"] {

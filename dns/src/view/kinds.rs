@@ -48,7 +48,11 @@ impl ClusterView {
     /// Replaces everything with `snapshot` kind by kind, as a relist of each would: the
     /// objects `kept` names (kind, namespace, name) keep their current facts. The registered
     /// kinds go to their own state, through its carry-over.
-    pub(super) fn reset_carrying(&mut self, mut snapshot: Snapshot, kept: &dyn Fn(&str, Option<&str>, &str) -> bool) {
+    pub(super) fn reset_carrying(
+        &mut self,
+        mut snapshot: Snapshot,
+        kept: &dyn Fn(&str, Option<&str>, &str) -> bool,
+    ) {
         let extra = Snapshot { extra: std::mem::take(&mut snapshot.extra), ..Snapshot::default() };
         self.registered.reset_keeping(extra, kept);
         self.replace_namespaces(snapshot.namespaces, &|_, name| kept("Namespace", None, name));
@@ -86,6 +90,7 @@ impl ClusterView {
         new.retain(|_, objects| !objects.is_empty());
         if old != new {
             self.changes.objects += 1;
+            self.changes.touched = super::Touched::Everything;
         }
         for (ns, objects) in new {
             *field(self.namespace_mut(&ns)) = objects;
@@ -121,8 +126,12 @@ impl ClusterView {
     /// Replaces the node reports with `all`; those `kept` names (namespace `""`) stay.
     fn replace_reports(&mut self, all: Vec<model::NodeProxyState>, kept: KeptHere<'_>) {
         let listed: BTreeSet<&str> = all.iter().map(|r| r.node.as_str()).collect();
-        let gone: Vec<Box<str>> =
-            self.reports.keys().filter(|node| !listed.contains(&***node) && !kept("", node)).cloned().collect();
+        let gone: Vec<Box<str>> = self
+            .reports
+            .keys()
+            .filter(|node| !listed.contains(&***node) && !kept("", node))
+            .cloned()
+            .collect();
         gone.iter().for_each(|node| self.delete_node_state(node));
         all.into_iter().for_each(|r| self.apply_node_state(r));
     }

@@ -16,9 +16,10 @@ mod facts;
 mod kinds;
 mod packed;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use by_name::{ByName, Named};
+use by_name::ByName;
+pub(crate) use by_name::Named;
 
 use tideway_core::cluster::{ClusterState, Snapshot};
 use tideway_core::model::{EndpointSlice, Namespace, NodeProxyState, Pod, Service, ServiceName};
@@ -43,12 +44,45 @@ impl NamespaceView {
 }
 
 /// What a consumer takes: whether anything changed since it last looked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ViewChanges {
     /// Objects changed (a Service, slice, pod or namespace): the records may have.
     pub objects: usize,
     /// Node reports changed (only `--require-programmed` reads them).
     pub reports: bool,
+    /// Whose records the changed objects can have changed.
+    pub touched: Touched,
+}
+
+/// Whose records changes can have changed: named Services (their own objects or their
+/// slices changed), or anything (a namespace, a pod, a relist, or too many to name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    /// These Services, by namespace and name.
+    Services(BTreeSet<(Box<str>, Box<str>)>),
+    /// Anything.
+    Everything,
+}
+
+impl Default for Touched {
+    /// None yet.
+    fn default() -> Self {
+        Touched::Services(BTreeSet::new())
+    }
+}
+
+impl Touched {
+    /// More Services than this are not named: a full build is as cheap then.
+    const NAMED: usize = 4096;
+
+    fn service(&mut self, namespace: &str, name: &str) {
+        if let Touched::Services(set) = self {
+            set.insert((namespace.into(), name.into()));
+            if set.len() > Self::NAMED {
+                *self = Touched::Everything;
+            }
+        }
+    }
 }
 
 /// The DNS server's copy of the cluster.
@@ -116,60 +150,71 @@ impl ClusterView {
     }
 
     /// Runs `f` on namespace `ns` (created when missing, dropped when left empty); counts a
-    /// change when `f` says it made one.
-    fn in_namespace(&mut self, ns: &str, f: impl FnOnce(&mut NamespaceView) -> bool) {
+    /// change when `f` says it made one, and marks what it touched: the Services `f` names,
+    /// or, when it names none, anything.
+    fn in_namespace(&mut self, ns: &str, f: impl FnOnce(&mut NamespaceView) -> Option<Vec<Box<str>>>) {
         let view = self.namespace_mut(ns);
         let changed = f(view);
         if view.is_empty() {
             self.namespaces.remove(ns);
         }
-        if changed {
-            self.changes.objects += 1;
+        let Some(services) = changed else { return };
+        self.changes.objects += 1;
+        if services.is_empty() {
+            self.changes.touched = Touched::Everything;
         }
+        services.iter().for_each(|name| self.changes.touched.service(ns, name));
     }
 
     /// Inserts or updates a Service.
     pub fn apply_service(&mut self, svc: Service) {
         let facts = ServiceFacts::of(&svc, self.service(&svc.name.namespace, &svc.name.name));
-        self.in_namespace(&svc.name.namespace, |n| n.services.insert(facts));
+        let name: Box<str> = svc.name.name.as_str().into();
+        self.in_namespace(&svc.name.namespace, |n| n.services.insert(facts).then(|| vec![name]));
     }
 
     /// Removes a Service.
     pub fn delete_service(&mut self, name: &ServiceName) {
-        self.in_namespace(&name.namespace, |n| n.services.remove(name.name.as_str()).is_some());
+        let named: Box<str> = name.name.as_str().into();
+        self.in_namespace(&name.namespace, |n| n.services.remove(name.name.as_str()).map(|_| vec![named]));
     }
 
-    /// Inserts or updates an EndpointSlice.
+    /// Inserts or updates an EndpointSlice (a change touches its Service, and the one it
+    /// belonged to before).
     pub fn apply_endpoint_slice(&mut self, slice: EndpointSlice) {
         let facts = SliceFacts::of(&slice);
-        self.in_namespace(&slice.namespace, |n| n.slices.insert(facts));
+        self.in_namespace(&slice.namespace, |n| {
+            let before = n.slices.get(facts.name()).map(service_of);
+            let after = service_of(&facts);
+            n.slices.insert(facts).then(|| before.into_iter().chain([after]).collect())
+        });
     }
 
     /// Removes an EndpointSlice.
     pub fn delete_endpoint_slice(&mut self, namespace: &str, name: &str) {
-        self.in_namespace(namespace, |n| n.slices.remove(name).is_some());
+        self.in_namespace(namespace, |n| n.slices.remove(name).map(|old| vec![service_of(&old)]));
     }
 
     /// Inserts or updates a pod.
     pub fn apply_pod(&mut self, pod: Pod) {
         let facts = PodFacts::of(&pod);
-        self.in_namespace(&pod.namespace, |n| n.pods.insert(facts));
+        self.in_namespace(&pod.namespace, |n| n.pods.insert(facts).then(Vec::new));
     }
 
     /// Removes a pod.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
-        self.in_namespace(namespace, |n| n.pods.remove(name).is_some());
+        self.in_namespace(namespace, |n| n.pods.remove(name).map(|_| Vec::new()));
     }
 
     /// Records that a Namespace object exists.
     pub fn apply_namespace(&mut self, ns: Namespace) {
-        self.in_namespace(&ns.name, |n| !std::mem::replace(&mut n.object, true));
+        self.in_namespace(&ns.name, |n| (!std::mem::replace(&mut n.object, true)).then(Vec::new));
     }
 
     /// Records that a Namespace object is gone (the namespace stays while anything lives in it).
     pub fn delete_namespace(&mut self, name: &str) {
         if self.namespaces.contains_key(name) {
-            self.in_namespace(name, |n| std::mem::replace(&mut n.object, false));
+            self.in_namespace(name, |n| std::mem::replace(&mut n.object, false).then(Vec::new));
         }
     }
 
@@ -193,6 +238,11 @@ impl ClusterView {
     pub(crate) fn reports(&self) -> impl Iterator<Item = (&str, Option<u64>)> {
         self.reports.iter().map(|(node, v)| (&**node, *v))
     }
+}
+
+/// The name of the Service a slice belongs to.
+fn service_of(slice: &SliceFacts) -> Box<str> {
+    String::from_utf8_lossy(slice.service()).into()
 }
 
 impl NamespaceView {
