@@ -12,8 +12,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use hickory_proto::rr::Name;
 use rustc_hash::FxHashMap;
 
+use super::layout::{EndpointRecord, Port, Prehashed, ServiceRecords, Span, name_hash};
 use super::reverse::{ReverseMap, Target};
-use super::{EndpointRecord, Port, Prehashed, ServiceRecords, Span, name_hash};
 
 /// The part a hash falls in, of `1 << bits`: bits from the middle of the hash, so that the
 /// part's own hash table still sees every bit it reads vary (its buckets take the low bits,
