@@ -359,8 +359,9 @@ impl RecordIndex {
 
     /// The Service `name` of namespace `ns` (found by [`Self::namespace`]).
     pub(crate) fn service<'a>(&'a self, ns_label: &[u8], _ns: &Namespace, name: &[u8]) -> Option<Svc<'a>> {
-        let part = self.parts.get(part_of(name_hash(ns_label, name), self.part_bits))?;
-        Some(Svc { ix: self, part, rec: part.find(ns_label, name)? })
+        let hash = name_hash(ns_label, name);
+        let part = self.parts.get(part_of(hash, self.part_bits))?;
+        Some(Svc { ix: self, part, rec: part.find(hash, ns_label, name)? })
     }
 
     /// The PTR targets of `ip`: a ClusterIP's Service (it hides the endpoints at the same

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use hickory_proto::rr::Name;
 use rustc_hash::FxHashMap;
 
-use super::layout::{EndpointRecord, Port, Prehashed, ServiceRecords, Span, name_hash};
+use super::layout::{EndpointRecord, Port, Prehashed, ServiceRecords, Span};
 use super::reverse::{ReverseMap, Target};
 
 /// The part a hash falls in, of `1 << bits`: bits from the middle of the hash, so that the
@@ -54,9 +54,10 @@ impl Shard {
         Span::of(&self.text, span)
     }
 
-    /// The Service `name` in namespace `ns` (lower-case labels).
-    pub(super) fn find(&self, ns: &[u8], name: &[u8]) -> Option<&ServiceRecords> {
-        match self.by_hash.get(&name_hash(ns, name)) {
+    /// The Service `name` in namespace `ns` (lower-case labels), whose
+    /// [`name_hash`](super::layout::name_hash) is `hash`.
+    pub(super) fn find(&self, hash: u64, ns: &[u8], name: &[u8]) -> Option<&ServiceRecords> {
+        match self.by_hash.get(&hash) {
             None => return None,
             Some(&i) if i != u32::MAX => {
                 let svc = self.services.get(i as usize)?;
