@@ -6,7 +6,10 @@
 //! `RUNS` (default 7) builds, each after the last index was dropped. Then one Service's
 //! change, `UPDATES` times (default 200), each a different Service: an endpoint replaced by a
 //! new address, the index updated in place from the view (its part rebuilt, the rest shared);
-//! printed as median, p99 and max.
+//! printed as median, p99 and max. Last, churn: `RATE` such changes a second (default 100)
+//! for `CHURN_SECONDS` (default 10), each written into the view and the index updated, with
+//! the process's CPU time over that span as a share of one core (the index's upkeep and the
+//! view's, not a watch's decoding).
 //!
 //! `cargo run --release -p tideway-dns --example index_scale` (run with
 //! `MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0`, as `tideway dns` sets them: freed
@@ -110,14 +113,41 @@ fn updates(
     }
     times.sort();
     let kind = if headless { "headless" } else { "ClusterIP" };
+    let share = churn(n, settings, &mut state, &mut index);
     println!(
-        "DNS index, {n} {kind} Services: one Service's update {:.2} ms median, p99 {:.2}, max {:.2} \
+        "DNS index, {n} {kind} Services: {share}; one Service's update {:.2} ms median, p99 {:.2}, max {:.2} \
          ({count} updates, {} parts)",
         times[count / 2].as_secs_f64() * 1000.0,
         times[count * 99 / 100].as_secs_f64() * 1000.0,
         times[count - 1].as_secs_f64() * 1000.0,
         index.part_count(),
     );
+}
+
+/// CPU seconds this process has used.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime, fields 14 and 15 of the whole line; clock ticks of 1/100 s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// `RATE` changes a second for `CHURN_SECONDS`, each applied and indexed: the CPU share.
+fn churn(n: usize, settings: &IndexSettings, state: &mut ClusterView, index: &mut RecordIndex) -> String {
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d).max(1);
+    let (rate, seconds) = (env("RATE", 100), env("CHURN_SECONDS", 10));
+    let (start, cpu) = (Instant::now(), cpu_seconds());
+    for k in 0..rate * seconds {
+        let due = start + Duration::from_secs_f64(k as f64 / rate as f64);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let i = (k as usize).wrapping_mul(104_729) % n;
+        state.apply_endpoint_slice(synthetic_slice(i, ENDPOINTS, Some(k as usize % ENDPOINTS)));
+        let Touched::Services(touched) = state.take_changes().touched else { panic!("one Service touched") };
+        *index = index.updated(state, settings, 3, &touched).expect("updated in place");
+    }
+    let (wall, used) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    format!("{rate} changes/s for {seconds} s took {:.1} % of a core", used / wall * 100.0)
 }
 
 fn main() {
