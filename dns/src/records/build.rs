@@ -218,26 +218,25 @@ impl Builder {
     /// The part, its Services ordered and hashed, its addresses claimed.
     pub(super) fn finish(self) -> Shard {
         let Builder { mut part, mut reverse, .. } = self;
-        // Services by namespace, then name; and by hash.
+        // Services by namespace, then name (as written, usually); and by hash.
         part.by_hash.reserve(part.services.len());
         let mut order: Vec<u32> = (0..len32(part.services.len())).collect();
-        order.sort_by(|&a, &b| {
-            let (a, b) = (&part.services[a as usize], &part.services[b as usize]);
-            (part.text(a.ns), part.text(a.name)).cmp(&(part.text(b.ns), part.text(b.name)))
-        });
-        for group in order.chunk_by(|&a, &b| part.services[a as usize].ns == part.services[b as usize].ns) {
-            let ns = part.text(part.services[group[0] as usize].ns).to_vec();
-            let span = Span { start: len32(part.by_name.len()), len: len32(group.len()) };
-            part.by_name.extend_from_slice(group);
-            for &i in group {
-                let h = name_hash(&ns, part.text(part.services[i as usize].name));
-                let slot = part.by_hash.entry(h).or_insert(i);
-                if *slot != i {
-                    *slot = u32::MAX;
-                }
-            }
-            part.spans.insert(ns.into(), span);
+        let (services, text) = (&part.services, &part.text);
+        let names = |i: u32| {
+            let svc = &services[i as usize];
+            (Span::of(text, svc.ns), Span::of(text, svc.name))
+        };
+        if !order.is_sorted_by(|&a, &b| names(a) <= names(b)) {
+            order.sort_by(|&a, &b| names(a).cmp(&names(b)));
         }
+        for &i in &order {
+            let (ns, name) = names(i);
+            let slot = part.by_hash.entry(name_hash(ns, name)).or_insert(i);
+            if *slot != i {
+                *slot = u32::MAX;
+            }
+        }
+        part.by_name = order;
         // PTR: ClusterIPs win over endpoint addresses (CoreDNS checks Services first).
         for (i, svc) in part.services.iter().enumerate() {
             if svc.kind == Kind::ClusterIp {
@@ -277,7 +276,12 @@ pub(super) fn part_of_service(ns: &str, name: &str, bits: u32) -> usize {
     if bits == 0 {
         return 0;
     }
-    part_of(name_hash(&lower(ns), &lower(name)), bits)
+    let hash = if has_capitals(ns) || has_capitals(name) {
+        name_hash(&lower(ns), &lower(name))
+    } else {
+        name_hash(ns.as_bytes(), name.as_bytes())
+    };
+    part_of(hash, bits)
 }
 
 /// True when `s` has capitals.

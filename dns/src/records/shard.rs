@@ -10,7 +10,6 @@ use std::hash::BuildHasherDefault;
 use std::net::{IpAddr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
-use rustc_hash::FxHashMap;
 
 use super::layout::{EndpointRecord, Port, Prehashed, ServiceRecords, Span};
 use super::reverse::{ReverseMap, Target};
@@ -28,10 +27,8 @@ pub(crate) struct Shard {
     /// Every label the part refers to, lower-case.
     pub(super) text: Vec<u8>,
     pub(super) services: Vec<ServiceRecords>,
-    /// Service indices grouped by namespace, sorted by name within each.
+    /// Service indices in namespace, then name order.
     pub(super) by_name: Vec<u32>,
-    /// Each namespace's range of `by_name`.
-    pub(super) spans: FxHashMap<Box<[u8]>, Span>,
     /// `name_hash(namespace, name)` to the Service index; `u32::MAX` marks a hash shared by
     /// several Services (then `by_name` is searched). One probe instead of a binary search:
     /// the lookup is on every query's path and the index is far larger than the CPU caches.
@@ -65,10 +62,9 @@ impl Shard {
             }
             Some(_) => {}
         }
-        let ids = Span::of(&self.by_name, *self.spans.get(ns)?);
-        let name_of = |i: u32| self.services.get(i as usize).map_or(&[][..], |s| self.text(s.name));
-        let at = ids.binary_search_by(|&i| name_of(i).cmp(name)).ok()?;
-        self.services.get(ids[at] as usize)
+        let names = |i: u32| self.services.get(i as usize).map(|s| (self.text(s.ns), self.text(s.name)));
+        let at = self.by_name.binary_search_by(|&i| names(i).cmp(&Some((ns, name)))).ok()?;
+        self.services.get(self.by_name[at] as usize)
     }
 
     /// The Service whose endpoints hold the record at `e` (they are stored Service by Service:

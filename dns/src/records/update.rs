@@ -79,14 +79,18 @@ impl RecordIndex {
         let mut b =
             Builder::new(suffix_len(&self.svc_zone), settings.external.is_some(), old.endpoints.len());
         let mut rows = Vec::new();
-        for (ns, name) in members {
-            let (Ok(ns), Ok(name)) = (std::str::from_utf8(ns), std::str::from_utf8(name)) else { continue };
+        // Members come in namespace order: each namespace is looked up once for its run.
+        for run in members.into_iter().collect::<Vec<_>>().chunk_by(|a, b| a.0 == b.0) {
+            let Ok(ns) = std::str::from_utf8(run[0].0) else { continue };
             let Some((ns, namespace)) = view.namespaces.get_key_value(ns) else { continue };
-            let Some(facts) = namespace.services.get(name) else { continue };
-            let slices: Vec<_> = namespace.slices.iter().filter(|s| s.service() == name.as_bytes()).collect();
-            rows.clear();
-            rows_of.service((ns, facts.name()), facts, &slices, &mut rows);
-            b.service((ns, facts.name(), facts), &rows);
+            for &(_, name) in run {
+                let Ok(name) = std::str::from_utf8(name) else { continue };
+                let Some(facts) = namespace.services.get(name) else { continue };
+                let slices = namespace.slices_of(name);
+                rows.clear();
+                rows_of.service((ns, facts.name()), facts, &slices, &mut rows);
+                b.service((ns, facts.name(), facts), &rows);
+            }
         }
         b.finish()
     }

@@ -52,8 +52,11 @@ fn service(rng: &mut Rng, ns: &str, name: &str) -> tideway_core::model::Service 
 }
 
 fn slice(rng: &mut Rng, ns: &str, svc: &str) -> tideway_core::model::EndpointSlice {
-    // Now and then a slice named after another Service: one that moves between Services.
-    let name = format!("svc-{}-{}", rng.below(SERVICES), rng.below(2));
+    // Named after its Service, as the controller names slices; in two namespaces now and then
+    // after another, so that a slice moves between Services and is found by a whole scan.
+    let irregular = (ns == "ns-0" || ns == "ns-1") && rng.below(3) == 0;
+    let owner = if irregular { format!("svc-{}", rng.below(SERVICES)) } else { svc.to_string() };
+    let name = format!("{owner}-{}", rng.below(2));
     let mut s = mk_slice(ns, svc).name(&name).port("http", Tcp, 8080 + rng.below(2) as u16);
     for i in 0..rng.below(5) {
         let addr = format!("10.{}.{}.{}", rng.below(3), rng.below(4), i + 1);

@@ -13,6 +13,12 @@ pub(crate) trait Named {
     fn name(&self) -> &str {
         std::str::from_utf8(self.name_bytes()).unwrap_or("")
     }
+
+    /// Found only by a whole scan where a name prefix would find the others (a slice not
+    /// named after its Service): counted by the set ([`ByName::irregular`]).
+    fn irregular(&self) -> bool {
+        false
+    }
 }
 
 /// Ordered and compared by name alone, so that the set finds it by name.
@@ -45,13 +51,14 @@ impl<T: Named> Borrow<[u8]> for Entry<T> {
     }
 }
 
-/// Objects by name. Two are equal when they hold the same facts, not only the same names.
+/// Objects by name, and how many of them are [`Named::irregular`]. Two are equal when they
+/// hold the same facts, not only the same names.
 #[derive(Debug, Clone)]
-pub(crate) struct ByName<T>(BTreeSet<Entry<T>>);
+pub(crate) struct ByName<T>(BTreeSet<Entry<T>>, usize);
 
 impl<T> Default for ByName<T> {
     fn default() -> Self {
-        ByName(BTreeSet::new())
+        ByName(BTreeSet::new(), 0)
     }
 }
 
@@ -62,14 +69,32 @@ impl<T: Named + PartialEq> ByName<T> {
 
     /// Holds `facts` in place of those of the same name; true when that changed anything.
     pub(crate) fn insert(&mut self, facts: T) -> bool {
+        self.1 += usize::from(facts.irregular());
         match self.0.replace(Entry(facts)) {
-            Some(old) => self.0.get(old.0.name_bytes()).is_none_or(|new| new.0 != old.0),
+            Some(old) => {
+                self.1 -= usize::from(old.0.irregular());
+                self.0.get(old.0.name_bytes()).is_none_or(|new| new.0 != old.0)
+            }
             None => true,
         }
     }
 
     pub(crate) fn remove(&mut self, name: &str) -> Option<T> {
-        self.0.take(name.as_bytes()).map(|e| e.0)
+        let old = self.0.take(name.as_bytes())?.0;
+        self.1 -= usize::from(old.irregular());
+        Some(old)
+    }
+
+    /// How many are [`Named::irregular`].
+    pub(crate) fn irregular(&self) -> usize {
+        self.1
+    }
+
+    /// Those whose names start with `prefix`, in name order.
+    pub(crate) fn prefixed(&self, prefix: Vec<u8>) -> impl Iterator<Item = &T> {
+        let from = (std::ops::Bound::Included(prefix.as_slice()), std::ops::Bound::Unbounded);
+        let found = self.0.range::<[u8], _>(from).map(|e| &e.0);
+        found.take_while(move |f| f.name_bytes().starts_with(&prefix))
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
@@ -85,16 +110,18 @@ impl<T: Named + PartialEq> ByName<T> {
     }
 }
 
-impl<T: Named> FromIterator<T> for ByName<T> {
+impl<T: Named + PartialEq> FromIterator<T> for ByName<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        ByName(iter.into_iter().map(Entry).collect())
+        let mut set = ByName::default();
+        set.extend(iter);
+        set
     }
 }
 
-impl<T: Named> Extend<T> for ByName<T> {
+impl<T: Named + PartialEq> Extend<T> for ByName<T> {
     fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
         for facts in iter {
-            self.0.replace(Entry(facts));
+            self.insert(facts);
         }
     }
 }

@@ -261,6 +261,12 @@ impl Named for SliceFacts {
     fn name_bytes(&self) -> &[u8] {
         Reader(&self.0).str_bytes()
     }
+
+    /// Not named `<service>-...`, as the EndpointSlice controller names them.
+    fn irregular(&self) -> bool {
+        let (name, service) = (self.name_bytes(), self.service());
+        !(name.starts_with(service) && name.get(service.len()) == Some(&b'-'))
+    }
 }
 
 /// What the DNS server reads of a pod: its addresses (pod records in `verified` mode, and its

@@ -246,6 +246,17 @@ fn service_of(slice: &SliceFacts) -> Box<str> {
 }
 
 impl NamespaceView {
+    /// The slices of Service `service`, in name order: those named `<service>-...`, found by
+    /// that prefix, unless a slice of the namespace is named otherwise (a whole scan then).
+    pub(crate) fn slices_of(&self, service: &str) -> Vec<&SliceFacts> {
+        let of = |s: &&SliceFacts| s.service() == service.as_bytes();
+        if self.slices.irregular() > 0 {
+            return self.slices.iter().filter(of).collect();
+        }
+        let prefix = [service.as_bytes(), b"-"].concat();
+        self.slices.prefixed(prefix).filter(of).collect()
+    }
+
     /// Calls `f` for each Service with its slices (by slice name), in Service name order.
     pub(crate) fn for_each_service<'a>(
         &'a self,
