@@ -71,6 +71,7 @@ fn benches(c: &mut Criterion) {
     let index = RecordIndex::build(&state, &settings, 1);
     c.bench_function("index/update_one_service", |b| {
         let mut view = state.clone();
+        view.take_changes();
         let versions = [1, 2].map(|last| {
             let slice = mk_slice("ns-17", "hl-3").port("http", Tcp, 8080).ready("10.244.200.1", "node-a");
             slice.ready(&format!("10.244.200.{}", last + 1), "node-a").build()

@@ -38,6 +38,14 @@ fn lower(s: &str) -> Vec<u8> {
     s.to_ascii_lowercase().into_bytes()
 }
 
+/// The hash a label is interned under.
+fn text_hash(label: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(label);
+    h.finish()
+}
+
 fn len32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -48,7 +56,8 @@ pub(super) struct Builder {
     reverse: Claims,
     /// The external zone is served: Services' external addresses are kept.
     external: bool,
-    labels: HashMap<Vec<u8>, Span>,
+    /// The arena's labels, found by their text (no key beside the arena).
+    labels: hashbrown::HashTable<Span>,
     /// Port lists as the view writes them, to their index.
     port_sets: HashMap<Vec<u8>, u32>,
     /// Host labels by their place in the label arena, to their place in the host list.
@@ -62,12 +71,15 @@ pub(super) struct Builder {
 impl Builder {
     /// The arena span of `label` (lower case), adding it when new.
     fn intern(&mut self, label: &[u8]) -> Span {
-        if let Some(span) = self.labels.get(label) {
+        let hash = text_hash(label);
+        let text = &self.part.text;
+        if let Some(span) = self.labels.find(hash, |s| Span::of(text, *s) == label) {
             return *span;
         }
         let span = Span { start: len32(self.part.text.len()), len: len32(label.len()) };
         self.part.text.extend_from_slice(label);
-        self.labels.insert(label.to_vec(), span);
+        let text = &self.part.text;
+        self.labels.insert_unique(hash, span, |s| text_hash(Span::of(text, *s)));
         span
     }
 
@@ -137,7 +149,7 @@ impl Builder {
             part,
             reverse: Claims::with_capacity(addresses + addresses / 8),
             external,
-            labels: HashMap::default(),
+            labels: hashbrown::HashTable::new(),
             port_sets: HashMap::default(),
             hosts: HashMap::default(),
             suffix_len,
