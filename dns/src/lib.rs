@@ -50,3 +50,5 @@ pub mod server;
 pub mod tcp;
 mod udp;
 pub mod view;
+#[cfg(test)]
+mod walk;

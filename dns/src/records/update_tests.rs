@@ -11,17 +11,7 @@ use tideway_core::testing::{mk_service, mk_slice};
 use super::super::{ExternalZone, IndexSettings, PodsMode, RecordIndex};
 use crate::view::{ClusterView, Touched};
 
-/// xorshift64*: a reproducible walk.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
+use crate::walk::Rng;
 
 const NAMESPACES: u64 = 5;
 const SERVICES: u64 = 120;

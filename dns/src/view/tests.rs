@@ -13,17 +13,7 @@ use tideway_sources::{ObjectKey, Store};
 
 use super::*;
 
-/// xorshift64*: a reproducible walk.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
+use crate::walk::Rng;
 
 fn namespace(i: u64) -> String {
     format!("ns-{}", i % 3)
