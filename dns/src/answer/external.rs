@@ -53,7 +53,7 @@ pub(super) fn answer(
 
 /// `<svc>.<ns>.<zone>`, or one of its ports when `filter` names one.
 fn service(cx: &Cx<'_>, svc: &[u8], ns: &[u8], filter: Option<(&[u8], &[u8])>) -> Outcome {
-    let Some(svc) = cx.ix.namespace(ns).and_then(|namespace| cx.ix.service(ns, namespace, svc)) else {
+    let Some(svc) = cx.ix.namespace(ns).and_then(|_| cx.ix.service(ns, svc)) else {
         return cx.nxdomain();
     };
     let ips = svc.external_ips();

@@ -96,13 +96,13 @@ fn resolve(ix: &RecordIndex, qname: &Name, lower: &Name, qtype: RecordType, dept
         [b"dns-version" | b"svc" | b"pod" | b"dns"] => cx.nodata(),
         [b"ns", b"dns"] => cx.answer(cx.addresses(qname, ix.ns_addrs.iter().copied()), Vec::new()),
         [.., ns, b"svc"] => {
-            let Some(namespace) = ix.namespace(ns) else {
+            if ix.namespace(ns).is_none() {
                 return cx.nxdomain();
-            };
+            }
             let Some((svc_label, below)) = rel[..rel.len() - 2].split_last() else {
                 return cx.nodata();
             };
-            let Some(svc) = ix.service(ns, namespace, svc_label) else {
+            let Some(svc) = ix.service(ns, svc_label) else {
                 return cx.nxdomain();
             };
             match below {

@@ -39,7 +39,7 @@ pub fn gate(ix: &RecordIndex, query: &LowerQuery, client: IpAddr) -> Gate {
         _ => return Gate::Answer,
     };
     let Some(report) = programmed.report_for(client) else { return Gate::Answer };
-    let Some(svc) = ix.namespace(ns).and_then(|namespace| ix.service(ns, namespace, svc)) else {
+    let Some(svc) = ix.namespace(ns).and_then(|_| ix.service(ns, svc)) else {
         return Gate::Answer;
     };
     if svc.kind() != Kind::ClusterIp || report.has(svc.spec_version()) {

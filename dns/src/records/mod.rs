@@ -357,8 +357,8 @@ impl RecordIndex {
         self.namespaces.get(name)
     }
 
-    /// The Service `name` of namespace `ns` (found by [`Self::namespace`]).
-    pub(crate) fn service<'a>(&'a self, ns_label: &[u8], _ns: &Namespace, name: &[u8]) -> Option<Svc<'a>> {
+    /// The Service `name` of namespace `ns`.
+    pub(crate) fn service<'a>(&'a self, ns_label: &[u8], name: &[u8]) -> Option<Svc<'a>> {
         let hash = name_hash(ns_label, name);
         let part = self.parts.get(part_of(hash, self.part_bits))?;
         Some(Svc { ix: self, part, rec: part.find(hash, ns_label, name)? })

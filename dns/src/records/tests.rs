@@ -16,9 +16,10 @@ fn index() -> RecordIndex {
 }
 
 fn found(ix: &RecordIndex, ns: &str, name: &str) -> bool {
-    let Some(namespace) = ix.namespace(ns.as_bytes()) else { return false };
-    ix.service(ns.as_bytes(), namespace, name.as_bytes())
-        .is_some_and(|s| s.fqdn().to_string() == format!("{name}.{ns}.svc.cluster.local."))
+    ix.namespace(ns.as_bytes()).is_some()
+        && ix
+            .service(ns.as_bytes(), name.as_bytes())
+            .is_some_and(|s| s.fqdn().to_string() == format!("{name}.{ns}.svc.cluster.local."))
 }
 
 #[test]
@@ -29,7 +30,7 @@ fn an_endpoint_record_is_twelve_bytes_and_reads_back_both_families() {
     state.apply_endpoint_slice(mk_slice("ns", "web").ready("fd00::7", "n").hostname("Web-0").build());
     state.apply_endpoint_slice(mk_slice("ns", "web").name("web-v4").ready("10.0.0.7", "n").build());
     let ix = RecordIndex::build(&state, &IndexSettings::new("cluster.local").unwrap(), 1);
-    let svc = ix.service(b"ns", ix.namespace(b"ns").unwrap(), b"web").unwrap();
+    let svc = ix.service(b"ns", b"web").unwrap();
     let got: Vec<(String, IpAddr)> = svc
         .endpoints()
         .iter()

@@ -127,8 +127,7 @@ impl RecordIndex {
         ns: &str,
         name: &str,
     ) -> Option<(Vec<std::net::IpAddr>, Vec<std::net::IpAddr>)> {
-        let namespace = self.namespace(ns.as_bytes())?;
-        self.service(ns.as_bytes(), namespace, name.as_bytes())?;
+        self.service(ns.as_bytes(), name.as_bytes())?;
         let facts = view.namespaces.get(ns)?.services.get(name)?.read();
         Some((facts.cluster_ips.collect(), facts.external.collect()))
     }
