@@ -109,3 +109,17 @@ pub(crate) async fn get(client: &kube::Client, path: &str) -> Option<Value> {
 pub(crate) async fn merge(client: &kube::Client, path: &str, patch: Value) {
     rest::merge(client, path, &patch).await.unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
 }
+
+/// Writes the status of every Service in `objects` that has one (a LoadBalancer's addresses):
+/// an apply leaves status out, since the server keeps it in a subresource of its own.
+pub(crate) async fn write_statuses(client: &kube::Client, objects: &[Value]) {
+    for o in objects.iter().filter(|o| o["kind"] == "Service" && o["status"].is_object()) {
+        let (namespace, name) = (&o["metadata"]["namespace"], &o["metadata"]["name"]);
+        let path = format!(
+            "/api/v1/namespaces/{}/services/{}/status",
+            namespace.as_str().unwrap(),
+            name.as_str().unwrap()
+        );
+        merge(client, &path, json!({"status": o["status"]})).await;
+    }
+}

@@ -1,0 +1,336 @@
+//! kube-proxy and Tideway's agent programming the same Services (root; needs `make kube` and
+//! `make peers`), compared by the packets they pass: the real kube-proxy (the control plane's
+//! release, `make peers`) with the configuration kubeadm's kube-proxy addon writes, and `tideway
+//! agent`, each reading the real API server with a token the server mints for its own
+//! ServiceAccount (kubeadm's `kube-proxy`, bound to `system:node-proxier`; the chart's
+//! `tideway-agent`).
+//!
+//! Each runs on node-a of a twin of the battery's cluster (`support::cluster`: the same
+//! namespaces, addresses, pods and routes, made afresh for each), in nftables mode and then in
+//! iptables mode. A prober sends real packets from a pod on node-a, from node-a itself and from
+//! an outside host (inside and outside the LB source ranges) to every frontend of the battery's
+//! Services and a few more ([`EXTRA`]): ClusterIPs, NodePorts (the node's address and its
+//! loopback), LoadBalancer IPs, an external IP, each traffic policy, ClientIP affinity, UDP,
+//! Services without endpoints and with terminating ones, health check node ports. Outcomes
+//! must be equal: which endpoints answer, the source they see, how a refused or dropped try
+//! fails, a health check's status.
+//!
+//! kubeadm's kube-proxy configuration is changed only where a process on a lab node must differ
+//! from kubeadm's DaemonSet Pod, each change listed in [`kube_proxy_config`]. A difference the
+//! two are allowed is listed in [`ALLOWED`] with the peer's source or docs that explain it; the
+//! test fails when a listed difference no longer occurs and when an unlisted one does. A rule
+//! added on purpose to the Tideway twin (one frontend dropped) must show as the one difference.
+
+#![allow(clippy::print_stdout)]
+
+#[path = "proxy_peers/probe.rs"]
+mod probe;
+mod support;
+
+use std::path::Path;
+use std::process::Child;
+use std::sync::Arc;
+
+use probe::{From, Outcome, Probe, Send};
+use serde_json::{Value, json};
+use support::real_api::{Api, battery, get, merge, relays, write_statuses};
+use support::*;
+use tideway_tests::fault_proxy::FaultProxy;
+use tideway_tests::netns::{Cluster, eventually, tcp_from};
+
+/// Services beside the battery's: UDP with and without endpoints, terminating endpoints
+/// (serving and not) behind a ClusterIP and behind an `externalTrafficPolicy: Local`
+/// LoadBalancer whose only local endpoint is terminating.
+const EXTRA: &str = r#"---
+apiVersion: v1
+kind: Service
+metadata: {name: term, namespace: demo}
+spec: {clusterIP: 10.96.0.19, ports: [{name: p, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: term-1, namespace: demo, labels: {kubernetes.io/service-name: term}}
+addressType: IPv4
+ports: [{name: p, port: 8080, protocol: TCP}]
+endpoints:
+- {addresses: [10.244.1.12], nodeName: node-a, conditions: {ready: false, serving: true, terminating: true}}
+- {addresses: [10.244.2.12], nodeName: node-b, conditions: {ready: false, serving: true, terminating: true}}
+- {addresses: [10.244.2.11], nodeName: node-b, conditions: {ready: false, serving: false, terminating: true}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: term-local, namespace: demo}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.20, externalTrafficPolicy: Local, healthCheckNodePort: 32002, ports: [{name: p, port: 80, nodePort: 30084}]}
+status: {loadBalancer: {ingress: [{ip: 192.168.0.203}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: term-local-1, namespace: demo, labels: {kubernetes.io/service-name: term-local}}
+addressType: IPv4
+ports: [{name: p, port: 8080, protocol: TCP}]
+endpoints:
+- {addresses: [10.244.1.12], nodeName: node-a, conditions: {ready: false, serving: true, terminating: true}}
+- {addresses: [10.244.2.11], nodeName: node-b, conditions: {ready: true}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: udp-empty, namespace: demo}
+spec: {clusterIP: 10.96.0.21, ports: [{name: p, port: 53, protocol: UDP}]}
+"#;
+
+/// A difference the proxies are allowed: the mode, the probe (its frontend's words and where
+/// from) and why, citing the peer.
+struct Allowed {
+    mode: &'static str,
+    what: &'static str,
+    from: From,
+    why: &'static str,
+}
+
+/// Every difference allowed, each with its reason.
+const ALLOWED: &[Allowed] = &[];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_proxy_and_tideway_pass_every_packet_alike() {
+    tideway_tests::netns::require_root("the control plane, kube-proxy and the agent");
+    let mut api = Api::start("proxypeer", &[]).await;
+    api.standalone.kubeadm_addon("kube-proxy").expect("kubeadm's kube-proxy addon");
+    // No kubelet runs the addon's DaemonSet here: the test runs its binary with its
+    // configuration as a process on the node, and the DaemonSet's Pods would only wait.
+    let daemonset = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "kube-proxy", "namespace": "kube-system"}});
+    api.applier.delete(&daemonset).await.unwrap();
+    let extra = format!("{EXTRA}{}", dns_slice("10.244.2.11", "node-b"));
+    let objects = battery(&extra);
+    api.applier.apply_all(objects.clone()).await.unwrap();
+    write_statuses(&api.admin, &objects).await;
+    let held = get(&api.admin, "/api/v1/namespaces/kube-system/configmaps/kube-proxy")
+        .await
+        .expect("kubeadm's kube-proxy ConfigMap");
+    let kubeadm_config = held["data"]["config.conf"].as_str().expect("a config.conf").to_string();
+
+    let probes = probes();
+    let mut unlisted = Vec::new();
+    let mut seen = Vec::new();
+    for mode in ["nftables", "iptables"] {
+        let path = "/apis/tideway.io/v1alpha1/proxyconfigs/default";
+        merge(&api.admin, path, json!({"spec": {"mode": mode}})).await;
+        let theirs = Twin::kube_proxy(&api, mode, &kubeadm_config).await.probe_all(&probes);
+        let twin = Twin::tideway(&api, mode).await;
+        let ours = twin.probe_all(&probes);
+        for (p, (t, o)) in probes.iter().zip(theirs.iter().zip(&ours)) {
+            println!("{mode} {p}\n   kube-proxy: {t}\n   tideway:    {o}");
+        }
+        let differences = differ(&probes, &theirs, &ours);
+        println!("{mode}: {} probes, {} alike", probes.len(), probes.len() - differences.len());
+        for d in differences {
+            match ALLOWED
+                .iter()
+                .position(|a| a.mode == mode && a.what == d.probe.what && a.from == d.probe.from)
+            {
+                Some(i) => seen.push(i),
+                None => unlisted.push(format!("{mode}: {d}")),
+            }
+        }
+        if mode == "iptables" {
+            twin.a_dropped_frontend_is_the_one_difference(&probes, &ours);
+        }
+    }
+    let gone: Vec<String> = ALLOWED
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !seen.contains(i))
+        .map(|(_, a)| format!("{}: {} from {:?} ({})", a.mode, a.what, a.from, a.why))
+        .collect();
+    assert!(
+        unlisted.is_empty() && gone.is_empty(),
+        "{} differences not allowed:\n{}\nallowed differences that no longer occur: {gone:?}",
+        unlisted.len(),
+        unlisted.join("\n")
+    );
+    api.record_usage();
+}
+
+/// One probe's outcomes where they differ.
+struct Difference<'a> {
+    probe: &'a Probe,
+    theirs: &'a Outcome,
+    ours: &'a Outcome,
+}
+
+impl std::fmt::Display for Difference<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n  kube-proxy: {}\n  tideway:    {}", self.probe, self.theirs, self.ours)
+    }
+}
+
+fn differ<'a>(probes: &'a [Probe], theirs: &'a [Outcome], ours: &'a [Outcome]) -> Vec<Difference<'a>> {
+    let all = probes.iter().zip(theirs).zip(ours);
+    all.filter(|((_, t), o)| t != o)
+        .map(|((probe, theirs), ours)| Difference { probe, theirs, ours })
+        .collect()
+}
+
+/// Every frontend of the battery and of [`EXTRA`], from where it is meant to be reached and
+/// from where it is meant not to be.
+fn probes() -> Vec<Probe> {
+    let at = |s: &str| s.parse().expect("an address");
+    let probe = |what, from, to: &str, send| Probe { what, from, to: at(to), send };
+    let mut all = Vec::new();
+    let inside = [From::Pod, From::Node];
+    for from in inside {
+        all.extend([
+            probe("web ClusterIP", from, "10.96.0.10:80", Send::Tcp),
+            probe("np ClusterIP", from, "10.96.0.11:80", Send::Tcp),
+            probe("local ClusterIP", from, "10.96.0.14:80", Send::Tcp),
+            probe("itp ClusterIP", from, "10.96.0.15:80", Send::Tcp),
+            probe("empty ClusterIP", from, "10.96.0.16:80", Send::Tcp),
+            probe("sticky ClusterIP", from, "10.96.0.17:80", Send::Sticky),
+            probe("term ClusterIP", from, "10.96.0.19:80", Send::Tcp),
+            probe("term-local ClusterIP", from, "10.96.0.20:80", Send::Tcp),
+            probe("dns ClusterIP (UDP)", from, "10.96.0.53:53", Send::Udp),
+            probe("udp-empty ClusterIP (UDP)", from, "10.96.0.21:53", Send::Udp),
+        ]);
+    }
+    for from in [From::Pod, From::Node, From::Outside] {
+        all.extend([
+            probe("np NodePort", from, "192.168.0.10:30080", Send::Tcp),
+            probe("lb NodePort", from, "192.168.0.10:30081", Send::Tcp),
+            probe("local NodePort", from, "192.168.0.10:30082", Send::Tcp),
+            probe("local-none NodePort", from, "192.168.0.10:30083", Send::Tcp),
+            probe("term-local NodePort", from, "192.168.0.10:30084", Send::Tcp),
+            probe("ext externalIP", from, "192.168.0.150:80", Send::Tcp),
+        ]);
+    }
+    for from in [From::Pod, From::Outside] {
+        all.extend([
+            probe("lb LoadBalancer", from, "192.168.0.200:80", Send::Tcp),
+            probe("local LoadBalancer", from, "192.168.0.201:80", Send::Tcp),
+            probe("local-none LoadBalancer", from, "192.168.0.202:80", Send::Tcp),
+            probe("term-local LoadBalancer", from, "192.168.0.203:80", Send::Tcp),
+        ]);
+    }
+    all.extend([
+        probe("web ClusterIP", From::Outside, "10.96.0.10:80", Send::Tcp),
+        probe("empty ClusterIP", From::Outside, "10.96.0.16:80", Send::Tcp),
+        probe("lb LoadBalancer", From::Unlisted, "192.168.0.200:80", Send::Tcp),
+        probe("np NodePort on loopback", From::Node, "127.0.0.1:30080", Send::Tcp),
+        probe("local health check", From::Outside, "192.168.0.10:32000", Send::Health),
+        probe("local-none health check", From::Outside, "192.168.0.10:32001", Send::Health),
+        probe("term-local health check", From::Outside, "192.168.0.10:32002", Send::Health),
+    ]);
+    all
+}
+
+/// A twin of the battery's cluster with one proxy on node-a.
+struct Twin {
+    c: Cluster,
+    /// The relay that carries node-a's connections to the API server (runs while kept).
+    _relay: Vec<Arc<FaultProxy>>,
+    /// kube-proxy, when it is the one (killed with node-a's namespace otherwise).
+    _peer: Option<Child>,
+}
+
+impl Twin {
+    /// The battery's cluster afresh, pod `c` on node-a and the last LB address routed to it,
+    /// with a relay to the API server on node-a's loopback (the relay's port).
+    fn cluster(api: &Api, test: &str) -> (Cluster, u16, Vec<Arc<FaultProxy>>) {
+        let mut c = cluster(test);
+        c.add_pod(0, "c", 50, 8080);
+        c.client_route("192.168.0.203/32", 0);
+        let (port, relay) = relays(&[&c.nodes[0].ns], api.standalone.cp.host_endpoint());
+        (c, port, relay)
+    }
+
+    /// kube-proxy in `mode` on node-a, with kubeadm's configuration as changed by
+    /// [`kube_proxy_config`]; returned once it serves the last Services.
+    async fn kube_proxy(api: &Api, mode: &str, kubeadm_config: &str) -> Twin {
+        let (c, port, relay) = Twin::cluster(api, &format!("kp-{mode}"));
+        let kubeconfig = api.kubeconfig_via("kube-system", "kube-proxy", port).await;
+        let config = c.path("kube-proxy.conf");
+        std::fs::write(&config, kube_proxy_config(kubeadm_config, mode, &kubeconfig)).unwrap();
+        let binary = tideway_lab::kube::peer_binary("kube-proxy").expect("kube-proxy (make peers)");
+        let args = ["--config", &config.display().to_string(), "--v", "2"].map(String::from);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let peer = c.nodes[0].ns.spawn(&binary, &args, &c.path("kube-proxy.log"), &[]);
+        let twin = Twin { c, _relay: relay, _peer: Some(peer) };
+        twin.serving("kube-proxy.log");
+        twin
+    }
+
+    /// `tideway agent` on node-a, its mode from the ProxyConfig; returned once it synced and
+    /// serves the last Services.
+    async fn tideway(api: &Api, mode: &str) -> Twin {
+        let (mut c, port, relay) = Twin::cluster(api, &format!("tw-{mode}"));
+        let kc = api.kubeconfig_via("tideway-system", "tideway-agent", port).await.display().to_string();
+        let token_file = c.path("api-token");
+        std::fs::write(&token_file, API_TOKEN).unwrap();
+        let token_file = token_file.display().to_string();
+        let args = ["agent", "--node", "node-a", "--source", "kubernetes", "--kubeconfig", &kc];
+        let args = [&args[..], &["--sync-period", "30s", "--api-token-file", &token_file]].concat();
+        c.spawn_on(0, &args, "agent.log", &[]);
+        let st = wait_synced(&c.nodes[0].ns, 0).unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent.log")));
+        assert_eq!(st["mode"], mode, "{}", c.log("agent.log"));
+        let twin = Twin { c, _relay: relay, _peer: None };
+        twin.serving("agent.log");
+        twin
+    }
+
+    /// Waits until the proxy serves the first and the last Service written (a full sync
+    /// programs all of them at once).
+    fn serving(&self, log: &str) {
+        let pod = &self.c.nodes[0].pods.last().expect("pod c").ns;
+        for service in ["10.96.0.10:80", "10.96.0.20:80"] {
+            eventually(patience(30.0), || tcp_from(pod, None, service.parse().unwrap()))
+                .unwrap_or_else(|e| panic!("{service}: {e}\n{}", self.c.log(log)));
+        }
+    }
+
+    /// Every probe, at once (each on its own thread): their outcomes, in order.
+    fn probe_all(&self, probes: &[Probe]) -> Vec<Outcome> {
+        std::thread::scope(|s| {
+            let running: Vec<_> = probes.iter().map(|p| s.spawn(|| probe::run(&self.c, p))).collect();
+            running.into_iter().map(|r| r.join().expect("a probe")).collect()
+        })
+    }
+
+    /// The comparison sees a rule changed on purpose: a rule that drops the web ClusterIP
+    /// before any proxy's hook makes that frontend, from the pod, the node and outside, the only
+    /// difference from this twin's own outcomes (`before`).
+    fn a_dropped_frontend_is_the_one_difference(&self, probes: &[Probe], before: &[Outcome]) {
+        let node = &self.c.nodes[0].ns;
+        node.sh("nft add table ip mutation && nft add chain ip mutation pre '{ type filter hook prerouting priority -400; }' \
+             && nft add chain ip mutation out '{ type filter hook output priority -400; }' \
+             && nft add rule ip mutation pre ip daddr 10.96.0.10 tcp dport 80 drop \
+             && nft add rule ip mutation out ip daddr 10.96.0.10 tcp dport 80 drop");
+        let after = self.probe_all(probes);
+        let differing: Vec<String> = differ(probes, before, &after)
+            .iter()
+            .map(|d| format!("{:?} {}", d.probe.from, d.probe.what))
+            .collect();
+        let from = [From::Pod, From::Node, From::Outside];
+        let want: Vec<String> = from.iter().map(|f| format!("{f:?} web ClusterIP")).collect();
+        assert_eq!(differing, want, "a dropped frontend, and it alone, differs");
+        node.sh("nft delete table ip mutation");
+    }
+}
+
+/// kubeadm's `config.conf` (its KubeProxyConfiguration) with what a process on node-a must
+/// have that kubeadm's DaemonSet Pod gets otherwise:
+/// * `mode`: the mode under test (kubeadm leaves it empty: iptables);
+/// * `clientConnection.kubeconfig`: a kubeconfig with the ServiceAccount token the server mints
+///   for `kube-system/kube-proxy` and the relay's address (the Pod's is the projected token and
+///   the ConfigMap's `kubeconfig.conf`, which names the API server the same way);
+/// * `hostnameOverride`: `node-a` (the Pod's `--hostname-override=$(NODE_NAME)`);
+/// * `clusterCIDR`: the battery's pod network (kubeadm writes the control plane's podSubnet);
+/// * `conntrack.maxPerCore`: 0, leave the limit alone: the conntrack table's size is the whole
+///   host's, not the node namespace's, and the test leaves the host as it found it.
+fn kube_proxy_config(kubeadm: &str, mode: &str, kubeconfig: &Path) -> String {
+    let mut config: Value = serde_saphyr::from_str(kubeadm).expect("kubeadm's KubeProxyConfiguration");
+    config["mode"] = json!(mode);
+    config["clientConnection"]["kubeconfig"] = json!(kubeconfig.display().to_string());
+    config["hostnameOverride"] = json!("node-a");
+    config["clusterCIDR"] = json!("10.244.0.0/16");
+    config["conntrack"]["maxPerCore"] = json!(0);
+    serde_json::to_string_pretty(&config).unwrap()
+}
