@@ -1,13 +1,8 @@
 //! kube-proxy and Tideway's agent programming the same Services (root; needs `make kube` and
 //! `make peers`), compared by the packets they pass: the real kube-proxy (the control plane's
 //! release, `make peers`) with the configuration kubeadm's kube-proxy addon writes, and `tideway
-//! agent`, each reading the real API server with a token the server mints for its own
-//! ServiceAccount (kubeadm's `kube-proxy`, bound to `system:node-proxier`; the chart's
-//! `tideway-agent`).
-//!
-//! Each runs on node-a of a twin of the battery's cluster (`support::cluster`: the same
-//! namespaces, addresses, pods and routes, made afresh for each), in nftables mode and then in
-//! iptables mode. A prober sends real packets from a pod on node-a, from node-a itself and from
+//! agent`, each on node-a of a twin of the battery's cluster (`support::twin`), in nftables mode
+//! and then in iptables mode. A prober sends real packets from a pod on node-a, from node-a itself and from
 //! an outside host (inside and outside the LB source ranges) to every frontend of the battery's
 //! Services and a few more ([`EXTRA`]): ClusterIPs, NodePorts (the node's address and its
 //! loopback), LoadBalancer IPs, an external IP, each traffic policy, ClientIP affinity, UDP,
@@ -16,7 +11,7 @@
 //! fails, a health check's status.
 //!
 //! kubeadm's kube-proxy configuration is changed only where a process on a lab node must differ
-//! from kubeadm's DaemonSet Pod, each change listed in [`kube_proxy_config`]. A difference the
+//! from kubeadm's DaemonSet Pod, each change listed in `support::twin`. A difference the
 //! two are allowed is listed in [`ALLOWED`] with the peer's source or docs that explain it; the
 //! test fails when a listed difference no longer occurs and when an unlisted one does. A rule
 //! added on purpose to the Tideway twin (one frontend dropped) must show as the one difference.
@@ -27,16 +22,12 @@
 mod probe;
 mod support;
 
-use std::path::Path;
-use std::process::Child;
-use std::sync::Arc;
-
 use probe::{From, Outcome, Probe, Send};
-use serde_json::{Value, json};
-use support::real_api::{Api, battery, get, merge, relays, write_statuses};
+use serde_json::json;
+use support::real_api::{Api, battery, merge, write_statuses};
+use support::twin::{Proxy, Twin, kubeadm_addon};
 use support::*;
-use tideway_tests::fault_proxy::FaultProxy;
-use tideway_tests::netns::{Cluster, eventually, tcp_from};
+use tideway_tests::netns::{eventually, tcp_from};
 
 /// Services beside the battery's: UDP with and without endpoints, terminating endpoints
 /// (serving and not) behind a ClusterIP and behind an `externalTrafficPolicy: Local`
@@ -94,20 +85,11 @@ const ALLOWED: &[Allowed] = &[];
 async fn kube_proxy_and_tideway_pass_every_packet_alike() {
     tideway_tests::netns::require_root("the control plane, kube-proxy and the agent");
     let mut api = Api::start("proxypeer", &[]).await;
-    api.standalone.kubeadm_addon("kube-proxy").expect("kubeadm's kube-proxy addon");
-    // No kubelet runs the addon's DaemonSet here: the test runs its binary with its
-    // configuration as a process on the node, and the DaemonSet's Pods would only wait.
-    let daemonset = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "kube-proxy", "namespace": "kube-system"}});
-    api.applier.delete(&daemonset).await.unwrap();
+    let kubeadm_config = kubeadm_addon(&mut api).await;
     let extra = format!("{EXTRA}{}", dns_slice("10.244.2.11", "node-b"));
     let objects = battery(&extra);
     api.applier.apply_all(objects.clone()).await.unwrap();
     write_statuses(&api.admin, &objects).await;
-    let held = get(&api.admin, "/api/v1/namespaces/kube-system/configmaps/kube-proxy")
-        .await
-        .expect("kubeadm's kube-proxy ConfigMap");
-    let kubeadm_config = held["data"]["config.conf"].as_str().expect("a config.conf").to_string();
 
     let probes = probes();
     let mut unlisted = Vec::new();
@@ -115,9 +97,10 @@ async fn kube_proxy_and_tideway_pass_every_packet_alike() {
     for mode in ["nftables", "iptables"] {
         let path = "/apis/tideway.io/v1alpha1/proxyconfigs/default";
         merge(&api.admin, path, json!({"spec": {"mode": mode}})).await;
-        let theirs = Twin::kube_proxy(&api, mode, &kubeadm_config).await.probe_all(&probes);
-        let twin = Twin::tideway(&api, mode).await;
-        let ours = twin.probe_all(&probes);
+        let theirs = ready(&api, &Proxy::KubeProxy(kubeadm_config.clone()), mode).await;
+        let theirs = probe_all(&theirs, &probes);
+        let twin = ready(&api, &Proxy::Tideway(vec!["--sync-period".into(), "30s".into()]), mode).await;
+        let ours = probe_all(&twin, &probes);
         for (p, (t, o)) in probes.iter().zip(theirs.iter().zip(&ours)) {
             println!("{mode} {p}\n   kube-proxy: {t}\n   tideway:    {o}");
         }
@@ -133,7 +116,7 @@ async fn kube_proxy_and_tideway_pass_every_packet_alike() {
             }
         }
         if mode == "iptables" {
-            twin.a_dropped_frontend_is_the_one_difference(&probes, &ours);
+            a_dropped_frontend_is_the_one_difference(&twin, &probes, &ours);
         }
     }
     let gone: Vec<String> = ALLOWED
@@ -222,115 +205,45 @@ fn probes() -> Vec<Probe> {
     all
 }
 
-/// A twin of the battery's cluster with one proxy on node-a.
-struct Twin {
-    c: Cluster,
-    /// The relay that carries node-a's connections to the API server (runs while kept).
-    _relay: Vec<Arc<FaultProxy>>,
-    /// kube-proxy, when it is the one (killed with node-a's namespace otherwise).
-    _peer: Option<Child>,
+/// A twin with `proxy` in `mode`, once it serves the first and the last Service written (a
+/// full sync programs all of them at once); the agent must also say it synced in that mode.
+async fn ready(api: &Api, proxy: &Proxy, mode: &str) -> Twin {
+    let twin = Twin::start(api, proxy, mode, &format!("{}-{mode}", &proxy.name()[..2]), |_| {}, &[]).await;
+    if let Proxy::Tideway(_) = proxy {
+        let st = wait_synced(&twin.c.nodes[0].ns, 0).unwrap_or_else(|e| panic!("{e}\n{}", twin.logged()));
+        assert_eq!(st["mode"], mode, "{}", twin.logged());
+    }
+    for service in ["10.96.0.10:80", "10.96.0.20:80"] {
+        eventually(patience(30.0), || tcp_from(twin.pod(), None, service.parse().unwrap()))
+            .unwrap_or_else(|e| panic!("{service}: {e}\n{}", twin.logged()));
+    }
+    twin
 }
 
-impl Twin {
-    /// The battery's cluster afresh, pod `c` on node-a and the last LB address routed to it,
-    /// with a relay to the API server on node-a's loopback (the relay's port).
-    fn cluster(api: &Api, test: &str) -> (Cluster, u16, Vec<Arc<FaultProxy>>) {
-        let mut c = cluster(test);
-        c.add_pod(0, "c", 50, 8080);
-        c.client_route("192.168.0.203/32", 0);
-        let (port, relay) = relays(&[&c.nodes[0].ns], api.standalone.cp.host_endpoint());
-        (c, port, relay)
-    }
-
-    /// kube-proxy in `mode` on node-a, with kubeadm's configuration as changed by
-    /// [`kube_proxy_config`]; returned once it serves the last Services.
-    async fn kube_proxy(api: &Api, mode: &str, kubeadm_config: &str) -> Twin {
-        let (c, port, relay) = Twin::cluster(api, &format!("kp-{mode}"));
-        let kubeconfig = api.kubeconfig_via("kube-system", "kube-proxy", port).await;
-        let config = c.path("kube-proxy.conf");
-        std::fs::write(&config, kube_proxy_config(kubeadm_config, mode, &kubeconfig)).unwrap();
-        let binary = tideway_lab::kube::peer_binary("kube-proxy").expect("kube-proxy (make peers)");
-        let args = ["--config", &config.display().to_string(), "--v", "2"].map(String::from);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let peer = c.nodes[0].ns.spawn(&binary, &args, &c.path("kube-proxy.log"), &[]);
-        let twin = Twin { c, _relay: relay, _peer: Some(peer) };
-        twin.serving("kube-proxy.log");
-        twin
-    }
-
-    /// `tideway agent` on node-a, its mode from the ProxyConfig; returned once it synced and
-    /// serves the last Services.
-    async fn tideway(api: &Api, mode: &str) -> Twin {
-        let (mut c, port, relay) = Twin::cluster(api, &format!("tw-{mode}"));
-        let kc = api.kubeconfig_via("tideway-system", "tideway-agent", port).await.display().to_string();
-        let token_file = c.path("api-token");
-        std::fs::write(&token_file, API_TOKEN).unwrap();
-        let token_file = token_file.display().to_string();
-        let args = ["agent", "--node", "node-a", "--source", "kubernetes", "--kubeconfig", &kc];
-        let args = [&args[..], &["--sync-period", "30s", "--api-token-file", &token_file]].concat();
-        c.spawn_on(0, &args, "agent.log", &[]);
-        let st = wait_synced(&c.nodes[0].ns, 0).unwrap_or_else(|e| panic!("{e}\n{}", c.log("agent.log")));
-        assert_eq!(st["mode"], mode, "{}", c.log("agent.log"));
-        let twin = Twin { c, _relay: relay, _peer: None };
-        twin.serving("agent.log");
-        twin
-    }
-
-    /// Waits until the proxy serves the first and the last Service written (a full sync
-    /// programs all of them at once).
-    fn serving(&self, log: &str) {
-        let pod = &self.c.nodes[0].pods.last().expect("pod c").ns;
-        for service in ["10.96.0.10:80", "10.96.0.20:80"] {
-            eventually(patience(30.0), || tcp_from(pod, None, service.parse().unwrap()))
-                .unwrap_or_else(|e| panic!("{service}: {e}\n{}", self.c.log(log)));
-        }
-    }
-
-    /// Every probe, at once (each on its own thread): their outcomes, in order.
-    fn probe_all(&self, probes: &[Probe]) -> Vec<Outcome> {
-        std::thread::scope(|s| {
-            let running: Vec<_> = probes.iter().map(|p| s.spawn(|| probe::run(&self.c, p))).collect();
-            running.into_iter().map(|r| r.join().expect("a probe")).collect()
-        })
-    }
-
-    /// The comparison sees a rule changed on purpose: a rule that drops the web ClusterIP
-    /// before any proxy's hook makes that frontend, from the pod, the node and outside, the only
-    /// difference from this twin's own outcomes (`before`).
-    fn a_dropped_frontend_is_the_one_difference(&self, probes: &[Probe], before: &[Outcome]) {
-        let node = &self.c.nodes[0].ns;
-        node.sh("nft add table ip mutation && nft add chain ip mutation pre '{ type filter hook prerouting priority -400; }' \
-             && nft add chain ip mutation out '{ type filter hook output priority -400; }' \
-             && nft add rule ip mutation pre ip daddr 10.96.0.10 tcp dport 80 drop \
-             && nft add rule ip mutation out ip daddr 10.96.0.10 tcp dport 80 drop");
-        let after = self.probe_all(probes);
-        let differing: Vec<String> = differ(probes, before, &after)
-            .iter()
-            .map(|d| format!("{:?} {}", d.probe.from, d.probe.what))
-            .collect();
-        let from = [From::Pod, From::Node, From::Outside];
-        let want: Vec<String> = from.iter().map(|f| format!("{f:?} web ClusterIP")).collect();
-        assert_eq!(differing, want, "a dropped frontend, and it alone, differs");
-        node.sh("nft delete table ip mutation");
-    }
+/// Every probe, at once (each on its own thread): their outcomes, in order.
+fn probe_all(twin: &Twin, probes: &[Probe]) -> Vec<Outcome> {
+    std::thread::scope(|s| {
+        let running: Vec<_> = probes.iter().map(|p| s.spawn(|| probe::run(twin, p))).collect();
+        running.into_iter().map(|r| r.join().expect("a probe")).collect()
+    })
 }
 
-/// kubeadm's `config.conf` (its KubeProxyConfiguration) with what a process on node-a must
-/// have that kubeadm's DaemonSet Pod gets otherwise:
-/// * `mode`: the mode under test (kubeadm leaves it empty: iptables);
-/// * `clientConnection.kubeconfig`: a kubeconfig with the ServiceAccount token the server mints
-///   for `kube-system/kube-proxy` and the relay's address (the Pod's is the projected token and
-///   the ConfigMap's `kubeconfig.conf`, which names the API server the same way);
-/// * `hostnameOverride`: `node-a` (the Pod's `--hostname-override=$(NODE_NAME)`);
-/// * `clusterCIDR`: the battery's pod network (kubeadm writes the control plane's podSubnet);
-/// * `conntrack.maxPerCore`: 0, leave the limit alone: the conntrack table's size is the whole
-///   host's, not the node namespace's, and the test leaves the host as it found it.
-fn kube_proxy_config(kubeadm: &str, mode: &str, kubeconfig: &Path) -> String {
-    let mut config: Value = serde_saphyr::from_str(kubeadm).expect("kubeadm's KubeProxyConfiguration");
-    config["mode"] = json!(mode);
-    config["clientConnection"]["kubeconfig"] = json!(kubeconfig.display().to_string());
-    config["hostnameOverride"] = json!("node-a");
-    config["clusterCIDR"] = json!("10.244.0.0/16");
-    config["conntrack"]["maxPerCore"] = json!(0);
-    serde_json::to_string_pretty(&config).unwrap()
+/// The comparison sees a rule changed on purpose: a rule that drops the web ClusterIP before
+/// any proxy's hook makes that frontend, from the pod, the node and outside, the only
+/// difference from this twin's own outcomes (`before`).
+fn a_dropped_frontend_is_the_one_difference(twin: &Twin, probes: &[Probe], before: &[Outcome]) {
+    let node = &twin.c.nodes[0].ns;
+    node.sh("nft add table ip mutation && nft add chain ip mutation pre '{ type filter hook prerouting priority -400; }' \
+         && nft add chain ip mutation out '{ type filter hook output priority -400; }' \
+         && nft add rule ip mutation pre ip daddr 10.96.0.10 tcp dport 80 drop \
+         && nft add rule ip mutation out ip daddr 10.96.0.10 tcp dport 80 drop");
+    let after = probe_all(twin, probes);
+    let differing: Vec<String> = differ(probes, before, &after)
+        .iter()
+        .map(|d| format!("{:?} {}", d.probe.from, d.probe.what))
+        .collect();
+    let from = [From::Pod, From::Node, From::Outside];
+    let want: Vec<String> = from.iter().map(|f| format!("{f:?} web ClusterIP")).collect();
+    assert_eq!(differing, want, "a dropped frontend, and it alone, differs");
+    node.sh("nft delete table ip mutation");
 }

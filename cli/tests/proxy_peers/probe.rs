@@ -7,9 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 
 use std::time::Duration;
 
-use tideway_tests::netns::{Answer, Cluster, Netns, tcp_from};
+use tideway_tests::netns::{Answer, Netns, tcp_from};
 
 use crate::support::http_get;
+use crate::support::twin::Twin;
 
 /// Connections tried per frontend: with four endpoints, the chance one of them is never picked
 /// in 40 tries is 4 × (3/4)^40, about 4 in 100,000.
@@ -75,10 +76,10 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// Sends `probe`'s tries from the twin cluster `c` (pod `c` is the cluster's last pod on
-/// node-a). A failing frontend is tried twice, not forty times: failures here are decided by
+/// Sends `probe`'s tries in `twin`. A failing frontend is tried twice, not forty times: failures here are decided by
 /// rules, not chance, and each unanswered try waits out its timeout.
-pub(crate) fn run(c: &Cluster, probe: &Probe) -> Outcome {
+pub(crate) fn run(twin: &Twin, probe: &Probe) -> Outcome {
+    let c = &twin.c;
     let mut outcome =
         Outcome { answered_by: BTreeSet::new(), seen_as: BTreeSet::new(), failed: BTreeSet::new() };
     if probe.send == Send::Health {
@@ -90,7 +91,7 @@ pub(crate) fn run(c: &Cluster, probe: &Probe) -> Outcome {
         return outcome;
     }
     let (ns, src) = match probe.from {
-        From::Pod => (&c.nodes[0].pods.last().expect("pod c").ns, None),
+        From::Pod => (twin.pod(), None),
         From::Node => (&c.nodes[0].ns, None),
         From::Outside => (&c.client, None),
         From::Unlisted => (&c.client, Some(IpAddr::from([203, 0, 113, 5]))),

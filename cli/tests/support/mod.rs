@@ -11,6 +11,7 @@ use tideway_tests::netns::{Cluster, Netns, eventually};
 
 pub(crate) mod dns_server;
 pub(crate) mod real_api;
+pub(crate) mod twin;
 
 pub(crate) const WEB: &str = "10.96.0.10:80";
 
