@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab fuzz-dns build release kube peers image release-images test-image
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab bench-peers fuzz-dns build release kube peers image release-images test-image
 
 demo: build
 	./scripts/demo.sh
@@ -115,6 +115,13 @@ bench:
 # The lab: up to first curl, L2 failover, network programming latency, BGP through the lab's router (root; MODE=iptables too).
 bench-lab:
 	$(CARGO) bench -p tideway --bench lab
+
+# The peers side by side in one run: kube-proxy against the agent (nftables and iptables: full
+# sync at 1,000 and 10,000 Services, at rest, network programming, an endpoint change) and
+# CoreDNS against `tideway dns` (root; installs dnsperf; about 40 minutes).
+bench-peers: kube peers
+	command -v dnsperf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsperf; }
+	$(CARGO) bench -p tideway --bench peers
 
 # DNS against Knot on the same zone (installs dnsperf and knot; about 10 minutes).
 bench-dns:

@@ -10,7 +10,7 @@
 //! the same status, answer records and authority record types.
 //!
 //! kubeadm's Corefile is changed only where a process on the test's host must differ from a Pod,
-//! each change listed in [`corefile`]; `tideway dns` gets the flags that say the same (`--pods
+//! each change listed in `support::coredns`; `tideway dns` gets the flags that say the same (`--pods
 //! insecure`, `--ttl 30`, `--external-zone`). A difference the two servers are allowed is listed
 //! in [`ALLOWED`] with the peer's source or docs that explain it; the test fails when a listed
 //! difference no longer occurs, and when an unlisted one does.
@@ -21,10 +21,10 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
+use support::coredns::{CoreDns, EXTERNAL};
 use support::dns_server::{Dns, http_code};
 use support::real_api::{Api, get};
 use support::{free_port, patience};
@@ -33,7 +33,6 @@ use tideway_tests::netns::eventually;
 /// The seed of the state: the same seed, the same Services, ports and endpoints.
 const SEED: u64 = 0x7469_6465_7761_7901;
 const ZONE: &str = "cluster.local";
-const EXTERNAL: &str = "example.org";
 
 /// A difference the servers are allowed: the question (name, type) and why, citing the peer.
 struct Allowed {
@@ -97,7 +96,7 @@ async fn coredns_and_tideway_answer_every_name_alike() {
     let probe = format!("{}.{}.svc.{ZONE}", last.name, last.namespace);
     eventually(patience(30.0), || {
         let ready = [http_code(coredns.ready, "/ready").0, http_code(ready, "/ready").0];
-        let answers = [coredns.ask(&probe, "A"), ask(tideway.addr, &probe, "A")];
+        let answers = [ask(coredns.addr, &probe, "A"), ask(tideway.addr, &probe, "A")];
         if ready == [200, 200] && answers.iter().all(|a| a.status == "NOERROR" && !a.answer.is_empty()) {
             return Ok(());
         }
@@ -173,7 +172,7 @@ impl std::fmt::Display for Difference {
 fn compare(coredns: &CoreDns, ours: SocketAddr, questions: &[(String, &'static str)]) -> Vec<Difference> {
     let mut differences = Vec::new();
     for (name, qtype) in questions {
-        let (theirs, ours) = (coredns.ask(name, qtype), ask(ours, name, qtype));
+        let (theirs, ours) = (ask(coredns.addr, name, qtype), ask(ours, name, qtype));
         if theirs != ours {
             differences.push(Difference { name: name.clone(), qtype: qtype.to_string(), theirs, ours });
         }
@@ -243,90 +242,6 @@ fn parse_dig(text: &str) -> Answer {
         .map(|f| format!("{} {}", f[0].to_lowercase(), f[3]))
         .collect();
     Answer { status, answer, authority }
-}
-
-/// CoreDNS from `make peers`, run with kubeadm's Corefile as [`corefile`] adapts it.
-struct CoreDns {
-    child: Child,
-    addr: SocketAddr,
-    ready: SocketAddr,
-    log: PathBuf,
-}
-
-impl CoreDns {
-    fn start(kubeadm_corefile: &str, kubeconfig: &Path, dir: &Path) -> CoreDns {
-        let binary = tideway_lab::kube::peer_binary("coredns").expect("CoreDNS (make peers)");
-        let port = free_port();
-        let ready: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let text = corefile(kubeadm_corefile, port, ready, kubeconfig);
-        let path = dir.join("Corefile");
-        std::fs::write(&path, &text).unwrap();
-        let log = dir.join("coredns.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(binary)
-            .arg("-conf")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("coredns");
-        CoreDns { child, addr: format!("127.0.0.1:{port}").parse().unwrap(), ready, log }
-    }
-
-    fn ask(&self, name: &str, qtype: &str) -> Answer {
-        ask(self.addr, name, qtype)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for CoreDns {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// kubeadm's Corefile, changed only where a process on the test's host must differ from the
-/// Pod kubeadm's Deployment would run, each change here:
-/// * `.:53` -> `.:PORT`: a free port (not a privileged one, and not the host's resolver);
-/// * `health` and `prometheus` -> on `127.0.0.1` and free ports (`:8080` and `:9153` are the
-///   host's to give), `ready` -> on `127.0.0.1` and a free port the test asks;
-/// * `kubernetes`: `kubeconfig PATH` added (a Pod reads its ServiceAccount token instead);
-/// * `forward . /etc/resolv.conf` -> `forward . 127.0.0.1:9`: the test's host has no resolver
-///   to offer, and both servers get the same unreachable upstream;
-/// * `k8s_external example.org` added: the plugin is in CoreDNS's default build but not in
-///   kubeadm's Corefile, and Tideway answers that zone too (`--external-zone`).
-fn corefile(kubeadm: &str, port: u16, ready: SocketAddr, kubeconfig: &Path) -> String {
-    let (health, metrics) = (free_port(), free_port());
-    let mut out = String::new();
-    let mut changed = 0;
-    for line in kubeadm.lines() {
-        let indent = &line[..line.len() - line.trim_start().len()];
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let replaced = match words.as_slice() {
-            [".:53", "{"] => Some(format!(".:{port} {{")),
-            ["health", "{"] => Some(format!("{indent}health 127.0.0.1:{health} {{")),
-            ["ready"] => Some(format!("{indent}ready {ready}")),
-            ["prometheus", _] => Some(format!("{indent}prometheus 127.0.0.1:{metrics}")),
-            ["forward", ".", "/etc/resolv.conf", rest @ ..] => {
-                Some(format!("{indent}forward . 127.0.0.1:9 {}", rest.join(" ")))
-            }
-            ["kubernetes", ..] => Some(format!(
-                "{indent}k8s_external {EXTERNAL}\n{line}\n{indent}   kubeconfig {}",
-                kubeconfig.display()
-            )),
-            _ => None,
-        };
-        changed += usize::from(replaced.is_some());
-        out.push_str(&replaced.unwrap_or_else(|| line.to_string()));
-        out.push('\n');
-    }
-    assert_eq!(changed, 6, "kubeadm's Corefile is not the one this test adapts:\n{kubeadm}");
-    out
 }
 
 /// A small random number source, the same for the same seed (xorshift).

@@ -41,6 +41,11 @@ impl Dns {
         Dns { child, addr, log }
     }
 
+    /// Its process's id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

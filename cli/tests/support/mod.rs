@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tideway_tests::netns::{Cluster, Netns, eventually};
 
+pub(crate) mod coredns;
 pub(crate) mod dns_server;
 pub(crate) mod real_api;
 pub(crate) mod twin;
