@@ -118,9 +118,9 @@ bench-lab:
 
 # The peers side by side in one run: kube-proxy against the agent (nftables and iptables: full
 # sync at 1,000 and 10,000 Services, at rest, network programming, an endpoint change) and
-# CoreDNS against `tideway dns` (root; installs dnsperf; about 40 minutes).
+# CoreDNS against `tideway dns` (root; installs dnsperf and dig; about 40 minutes).
 bench-peers: kube peers
-	command -v dnsperf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsperf; }
+	command -v dnsperf >/dev/null && command -v dig >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsperf dnsutils; }
 	$(CARGO) bench -p tideway --bench peers
 
 # DNS against Knot on the same zone (installs dnsperf and knot; about 10 minutes).

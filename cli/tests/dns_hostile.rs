@@ -140,25 +140,13 @@ impl Dns {
     /// own (`VmRSS`, `VmHWM`, `RssAnon`; the rest is the binary's pages, shared with the page
     /// cache, which the kernel takes back when the group needs them).
     fn rss(&self) -> (u64, u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        let kib = |field: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                .unwrap_or(0)
-                * 1024
-        };
-        (kib("VmRSS:"), kib("VmHWM:"), kib("RssAnon:"))
+        let kib = |field| tideway_tests::procfs::status_kib(self.pid(), field) * 1024;
+        (kib("VmRSS"), kib("VmHWM"), kib("RssAnon"))
     }
 
     /// CPU time used so far (utime + stime), in seconds.
     fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split_whitespace().collect();
-        // Fields 14 and 15 of proc(5), counted after the command name.
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        ticks as f64 / 100.0
+        tideway_tests::procfs::cpu_seconds(self.pid(), false)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod frr;
 pub mod metallb;
 pub mod metrics;
 pub mod netns;
+pub mod procfs;
 
 use std::path::{Path, PathBuf};
 

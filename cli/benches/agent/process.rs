@@ -70,12 +70,7 @@ const DNS_METRICS: &str = "127.0.0.1:9153";
 
 /// User plus system CPU time of process `pid`.
 fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the 14th, stime the 15th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
-    Duration::from_secs_f64(ticks as f64 / 100.0)
+    Duration::from_secs_f64(tideway_tests::procfs::cpu_seconds(pid, false))
 }
 
 /// The arguments naming the source, with the stand-in API server when there is one.

@@ -1,13 +1,15 @@
 //! CoreDNS against `tideway dns` on the benchmark's Services, read from the same API server:
-//! CoreDNS (`make peers`) with the Corefile kubeadm's CoreDNS addon writes (its `cache 30`
-//! included), changed as `cli/tests/support/coredns.rs` lists; `tideway dns` with its defaults
-//! and one worker. Each server's threads are held on CPU 1 and dnsperf on CPU 0, as in
+//! CoreDNS (`make peers`) with the Corefile kubeadm's CoreDNS addon writes (its `cache 30`,
+//! `loop`, `health`, `ready` and `prometheus` included), changed as
+//! `cli/tests/support/coredns.rs` lists; `tideway dns` as `cli/tests/support/dns_server.rs`
+//! starts it: one worker, no loop probe, and here its health, ready and metrics listeners off. Each server's threads are held on CPU 1 and dnsperf on CPU 0, as in
 //! `bench/dns/run.sh` (whose dnsperf arguments these are), the servers taking turns for
 //! `ROUNDS` rounds (default 3):
 //!
 //! * saturating (`-c 4 -T 1 -q 500`, `DNS_SECONDS` s, default 20): queries per second, and
 //!   answers per server CPU-second (the server's utime + stime over the run);
-//! * at a fixed rate (`-Q RATE`, default 20,000): p50 and p99 latency of every answer;
+//! * at a fixed rate (`-Q RATE`, default 20,000): p50 and p99 latency of every query, a lost
+//!   one counted at dnsperf's timeout (5 s), and how many were lost;
 //! * the server's RSS after the runs.
 //!
 //! The queries: the Services' names, 80 % A of a Service, 10 % SRV of its port, 10 % a name in
@@ -18,12 +20,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::proc::{self, cpu_ticks, rss_mib};
 use crate::support::coredns::CoreDns;
 use crate::support::dns_server::Dns;
 use crate::support::patience;
 use crate::support::real_api::{Api, get};
 use tideway_tests::netns::eventually;
+use tideway_tests::procfs::{cpu_seconds, rss_mib};
 
 /// What one server did, over the rounds.
 pub(crate) struct Served {
@@ -32,6 +34,8 @@ pub(crate) struct Served {
     pub(crate) per_cpu_second: Vec<f64>,
     pub(crate) p50_ms: Vec<f64>,
     pub(crate) p99_ms: Vec<f64>,
+    /// Queries dnsperf counted lost, over every run.
+    pub(crate) lost: u64,
     pub(crate) rss_mib: f64,
 }
 
@@ -77,16 +81,18 @@ pub(crate) async fn measure(api: &mut Api, services: usize) -> Vec<Served> {
         for (s, (addr, pid)) in
             [(coredns.addr, coredns.pid()), (tideway.addr, tideway.pid())].into_iter().enumerate()
         {
-            let before = cpu_ticks(pid, false);
+            let before = cpu_seconds(pid, false);
             let out = dnsperf(addr, &queries, seconds, &["-c", "4", "-T", "1", "-q", "500"]);
-            let cpu = proc::seconds(cpu_ticks(pid, false) - before);
+            let cpu = cpu_seconds(pid, false) - before;
             let completed = field(&out, "Queries completed:");
+            served[s].lost += field(&out, "Queries lost:") as u64;
             served[s].qps.push(field(&out, "Queries per second:"));
             served[s].per_cpu_second.push(completed / cpu.max(0.01));
             let rate = rate.to_string();
             let fixed =
                 dnsperf(addr, &queries, seconds, &["-c", "4", "-T", "1", "-q", "500", "-Q", &rate, "-v"]);
             let (p50, p99) = latencies(&fixed);
+            served[s].lost += field(&fixed, "Queries lost:") as u64;
             served[s].p50_ms.push(p50);
             served[s].p99_ms.push(p99);
         }
@@ -98,7 +104,15 @@ pub(crate) async fn measure(api: &mut Api, services: usize) -> Vec<Served> {
 
 impl Served {
     fn new(server: &'static str) -> Served {
-        Served { server, qps: vec![], per_cpu_second: vec![], p50_ms: vec![], p99_ms: vec![], rss_mib: 0.0 }
+        Served {
+            server,
+            qps: vec![],
+            per_cpu_second: vec![],
+            p50_ms: vec![],
+            p99_ms: vec![],
+            lost: 0,
+            rss_mib: 0.0,
+        }
     }
 }
 
@@ -147,7 +161,7 @@ fn dnsperf(addr: std::net::SocketAddr, queries: &std::path::Path, seconds: u64, 
         .args(["-l", &seconds.to_string()])
         .args(args)
         .output()
-        .expect("dnsperf (bench/dns/run.sh installs it)");
+        .expect("dnsperf (make bench-peers installs it)");
     std::thread::sleep(Duration::from_millis(500));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "dnsperf {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
@@ -162,12 +176,15 @@ fn field(out: &str, label: &str) -> f64 {
         .unwrap_or_else(|| panic!("dnsperf printed no {label:?}:\n{out}"))
 }
 
-/// p50 and p99 (ms) of every answer's latency (`-v`: a `>` line per answer, the latency last).
+/// p50 and p99 (ms) of every query's latency (`-v`: a `>` line per query, the latency last; a
+/// lost one, `> T ...`, counts as dnsperf's timeout of 5 s).
 fn latencies(out: &str) -> (f64, f64) {
     let mut v: Vec<f64> = out
         .lines()
         .filter(|l| l.starts_with("> "))
-        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .filter_map(
+            |l| if l.starts_with("> T ") { Some(5.0) } else { l.split_whitespace().last()?.parse().ok() },
+        )
         .collect();
     assert!(!v.is_empty(), "dnsperf -v printed no answers:\n{}", &out[..out.len().min(2000)]);
     v.sort_by(f64::total_cmp);

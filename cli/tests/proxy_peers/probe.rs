@@ -43,6 +43,23 @@ pub(crate) enum Send {
     Health,
 }
 
+/// What the Kubernetes documentation says a probe meets, whichever proxy serves it: the check
+/// that the twin's network carries what it should, so that two proxies failing alike for a
+/// reason of the test's own cannot pass as agreeing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Expect {
+    /// An endpoint answers.
+    Answer,
+    /// No endpoint answers (no endpoints, no local endpoint for `externalTrafficPolicy: Local`
+    /// from outside, a source outside `loadBalancerSourceRanges`).
+    Fail,
+    /// An endpoint answers in this mode only (a NodePort on the node's 127.0.0.1: iptables mode
+    /// with `nodePortAddresses` unset allows it, nftables mode never does).
+    AnswerIn(&'static str),
+    /// A health check node port's HTTP status.
+    Status(u16),
+}
+
 /// One frontend probed from one place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Probe {
@@ -51,6 +68,20 @@ pub(crate) struct Probe {
     pub(crate) from: From,
     pub(crate) to: SocketAddr,
     pub(crate) send: Send,
+    pub(crate) expect: Expect,
+}
+
+impl Probe {
+    /// Whether `outcome` is what the probe expects in `mode`.
+    pub(crate) fn met_by(&self, outcome: &Outcome, mode: &str) -> bool {
+        let answered = !outcome.answered_by.is_empty();
+        match self.expect {
+            Expect::Answer => answered,
+            Expect::Fail => !answered,
+            Expect::AnswerIn(m) => answered == (m == mode),
+            Expect::Status(code) => outcome.failed.contains(&format!("HTTP {code}")),
+        }
+    }
 }
 
 impl fmt::Display for Probe {
@@ -147,7 +178,8 @@ fn failure(error: &str) -> String {
     } else if e.contains("timed out") || e.contains("would block") || e.contains("temporarily unavailable") {
         "no answer"
     } else if e.contains("not permitted") {
-        // A reject of the node's own packet: the output hook's verdict, as the sender sees it.
+        // The node's own packet refused in the output path (a drop, or the drop of the
+        // original packet that a reject answers): what the sending socket sees.
         "not permitted"
     } else if e.contains("no route") || e.contains("unreachable") {
         "unreachable"
