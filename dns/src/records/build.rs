@@ -21,6 +21,9 @@ use super::{
 };
 use crate::view::{ClusterView, Ports, Publish};
 
+#[path = "copy.rs"]
+mod copy;
+
 /// `<zone>. SOA ns.dns.<zone>. hostmaster.<zone>. <serial> 7200 1800 86400 <ttl>`, with TTL
 /// `min(ttl, 300)` as CoreDNS sets it; the minimum field makes negative caching follow `ttl`.
 fn soa_record(zone: &Name, ns_name: &Name, ttl: u32, serial: u32) -> Record {
@@ -66,6 +69,8 @@ pub(super) struct Builder {
     suffix_len: usize,
     /// The port list of the last slice, and its index.
     last_ports: Option<(Vec<u8>, u32)>,
+    /// Port lists of the part a Service was copied from, to their index here.
+    copied_port_sets: HashMap<u32, u32>,
 }
 
 impl Builder {
@@ -95,6 +100,16 @@ impl Builder {
     /// The place of host label `label` (lower-cased) in the index's host labels.
     fn host(&mut self, label: &str) -> u32 {
         let span = self.intern_lower(label);
+        self.host_at(span)
+    }
+
+    /// [`host`](Self::host) of a label already in lower case.
+    fn host_of(&mut self, label: &[u8]) -> u32 {
+        let span = self.intern(label);
+        self.host_at(span)
+    }
+
+    fn host_at(&mut self, span: Span) -> u32 {
         let next = len32(self.part.hosts.len());
         let id = *self.hosts.entry(span.start).or_insert(next);
         if id == next {
@@ -154,6 +169,7 @@ impl Builder {
             hosts: HashMap::default(),
             suffix_len,
             last_ports: None,
+            copied_port_sets: HashMap::default(),
         }
     }
 

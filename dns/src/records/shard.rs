@@ -78,9 +78,4 @@ impl Shard {
     pub(super) fn claims(&self, ip: &IpAddr) -> Vec<Target> {
         self.reverse.claims(ip)
     }
-
-    /// The `(namespace, name)` labels of every Service here.
-    pub(super) fn names(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.services.iter().map(|s| (self.text(s.ns), self.text(s.name)))
-    }
 }

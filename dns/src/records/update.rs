@@ -1,7 +1,8 @@
-//! The index after a few Services changed: their parts rebuilt from the view, every other
-//! part shared with the index before. A part holds a few hundred Services, so one Service's
-//! change costs a few hundred Services' work, not the cluster's; and the index is swapped in
-//! whole, so a query sees each name's old version or its new one.
+//! The index after a few Services changed: their parts rebuilt, every other part shared with
+//! the index before. In a rebuilt part only the changed Services are read from the view; the
+//! others (a few hundred) are copied from the part as it was, already flat, so one Service's
+//! change costs a copy of a few hundred Services' records, not the cluster's work; and the
+//! index is swapped in whole, so a query sees each name's old version or its new one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -63,8 +64,9 @@ impl RecordIndex {
         Some(ix)
     }
 
-    /// Part `at` again from `view`: the Services it held and those in `keys`, in namespace,
-    /// then name order, as a full build writes them.
+    /// Part `at` again: the Services in `keys` as `view` has them now, every other Service
+    /// the part held copied from it (`copy.rs`), in namespace, then name order, as a full
+    /// build writes them. Only the changed Services are looked up in the view.
     fn rebuilt_part(
         &self,
         at: usize,
@@ -74,23 +76,31 @@ impl RecordIndex {
         rows_of: &Rows<'_>,
     ) -> super::shard::Shard {
         let old = &self.parts[at];
-        let mut members: BTreeSet<(&[u8], &[u8])> = old.names().collect();
-        members.extend(keys.iter().map(|(ns, name)| (ns.as_bytes(), name.as_bytes())));
+        let changed: BTreeSet<(&[u8], &[u8])> =
+            keys.iter().map(|(ns, name)| (ns.as_bytes(), name.as_bytes())).collect();
+        let names_of =
+            |i: &u32| old.services.get(*i as usize).map(|s| (s, (old.text(s.ns), old.text(s.name))));
+        let mut kept =
+            old.by_name.iter().filter_map(names_of).filter(|(_, key)| !changed.contains(key)).peekable();
         let mut b =
             Builder::new(suffix_len(&self.svc_zone), settings.external.is_some(), old.endpoints.len());
         let mut rows = Vec::new();
-        // Members come in namespace order: each namespace is looked up once for its run.
-        for run in members.into_iter().collect::<Vec<_>>().chunk_by(|a, b| a.0 == b.0) {
-            let Ok(ns) = std::str::from_utf8(run[0].0) else { continue };
-            let Some((ns, namespace)) = view.namespaces.get_key_value(ns) else { continue };
-            for &(_, name) in run {
-                let Ok(name) = std::str::from_utf8(name) else { continue };
-                let Some(facts) = namespace.services.get(name) else { continue };
-                let slices = namespace.slices_of(name);
-                rows.clear();
-                rows_of.service((ns, facts.name()), facts, &slices, &mut rows);
-                b.service((ns, facts.name(), facts), &rows);
+        for key in &changed {
+            while let Some((svc, _)) = kept.next_if(|(_, k)| k < key) {
+                b.copy_service(old, svc);
             }
+            let (Ok(ns), Ok(name)) = (std::str::from_utf8(key.0), std::str::from_utf8(key.1)) else {
+                continue;
+            };
+            let Some((ns, namespace)) = view.namespaces.get_key_value(ns) else { continue };
+            let Some(facts) = namespace.services.get(name) else { continue };
+            let slices = namespace.slices_of(name);
+            rows.clear();
+            rows_of.service((ns, facts.name()), facts, &slices, &mut rows);
+            b.service((ns, facts.name(), facts), &rows);
+        }
+        for (svc, _) in kept {
+            b.copy_service(old, svc);
         }
         b.finish()
     }

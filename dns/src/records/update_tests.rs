@@ -48,8 +48,14 @@ fn slice(rng: &mut Rng, ns: &str, svc: &str) -> tideway_core::model::EndpointSli
     let owner = if irregular { format!("svc-{}", rng.below(SERVICES)) } else { svc.to_string() };
     let name = format!("{owner}-{}", rng.below(2));
     let mut s = mk_slice(ns, svc).name(&name).port("http", Tcp, 8080 + rng.below(2) as u16);
+    // A slice holds one family: now and then IPv6, whose addresses the index keeps apart.
+    let v6 = rng.below(4) == 0;
     for i in 0..rng.below(5) {
-        let addr = format!("10.{}.{}.{}", rng.below(3), rng.below(4), i + 1);
+        let addr = if v6 {
+            format!("fd00::{:x}:{}", rng.below(3), i + 1)
+        } else {
+            format!("10.{}.{}.{}", rng.below(3), rng.below(4), i + 1)
+        };
         s = match rng.below(5) {
             0 => s.endpoint(&addr, "n", false, false, false).pod(&format!("p{i}")),
             1 => s.ready(&addr, "n").hostname(&format!("h{i}")),
