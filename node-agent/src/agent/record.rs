@@ -18,6 +18,7 @@ impl Agent {
         let Synced { mode, full, elapsed, deleted, hc_errors, config, version } = synced;
         for took in self.unprogrammed.programmed(SystemTime::now()) {
             self.metrics.network_programming.observe(took.as_secs_f64());
+            self.metrics.network_programming_fine.observe(took.as_secs_f64());
         }
         self.set_pending_gauges();
         self.metrics.sync_duration.observe(elapsed.as_secs_f64());
