@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab bench-peers fuzz-dns build release kube peers image release-images test-image
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab bench-peers bench-churn fuzz-dns build release kube peers image release-images test-image
 
 demo: build
 	./scripts/demo.sh
@@ -122,6 +122,11 @@ bench-lab:
 bench-peers: kube peers
 	command -v dnsperf >/dev/null && command -v dig >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsperf dnsutils; }
 	$(CARGO) bench -p tideway --bench peers
+
+# Churn: the agent, the DNS server and the operator while endpoints change at 10, 100 and
+# 1,000 a second, at 10,000 and 100,000 Services (root; about 25 minutes).
+bench-churn:
+	$(CARGO) bench -p tideway --bench churn
 
 # DNS against Knot on the same zone (installs dnsperf and knot; about 10 minutes).
 bench-dns:

@@ -40,6 +40,13 @@ fn programming_buckets() -> Vec<f64> {
     b
 }
 
+/// 1, 2 and 5 of each power of ten from 1 ms to 50 s, and 100 s.
+fn fine_buckets() -> Vec<f64> {
+    let mut b: Vec<f64> = (-3..2).flat_map(|e| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(e))).collect();
+    b.push(100.0);
+    b
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     /// Every sync.
@@ -60,8 +67,8 @@ pub struct Metrics {
     pub fenced: Gauge,
     /// From an EndpointSlice change (its trigger-time annotation) to the sync that programmed it.
     pub network_programming: Histogram,
-    /// The same, in buckets fine enough for a sync period below a second (1 ms doubling to
-    /// about a minute): kube-proxy's start at 0.25 s.
+    /// The same, in buckets fine enough for a sync period below a second (1, 2 and 5 ms to
+    /// 100 s): kube-proxy's start at 0.25 s.
     pub network_programming_fine: Histogram,
     /// Service changes not programmed yet.
     pub service_changes_pending: Gauge,
@@ -111,7 +118,7 @@ impl Metrics {
             last_queued: Gauge::default(),
             fenced: Gauge::default(),
             network_programming: Histogram::new(programming_buckets()),
-            network_programming_fine: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            network_programming_fine: Histogram::new(fine_buckets()),
             service_changes_pending: Gauge::default(),
             endpoint_changes_pending: Gauge::default(),
             nftables_failures: Counter::default(),

@@ -1,0 +1,333 @@
+//! Churn at scale (`make bench-churn`; root): the agent, the DNS server and the operator, as
+//! `tideway` processes in a network namespace of their own, read a cluster of `SCALES`
+//! Services x 10 endpoints (default 10,000 and 100,000) from an API server while its
+//! endpoints change at each of `RATES` changes a second (default 10, 100 and 1,000) for
+//! `SECONDS` each (default 60): half of the changes turn an endpoint ready or not, four tenths
+//! replace a pod with one at a new address, a tenth add or remove a Service with its slice.
+//! Modes: nftables at every scale, iptables (the legacy backend) at 10,000 and below (`MODES`
+//! narrows them).
+//!
+//! The API server is the test suite's stand-in (`tideway_tests::fake_api`), the one place this
+//! benchmark keeps an imitation: the real API server and etcd on these two cores beside the
+//! three components would measure themselves, not them. The components reach it through their
+//! Kubernetes watch path, as in a cluster: every change is a watch event they decode.
+//!
+//! Printed per mode, scale and rate: each component's CPU (share of one core over the churn)
+//! and RSS; the agent's event -> kernel latency (its `tideway_network_programming_duration_seconds`
+//! histogram, from each slice's `endpoints.kubernetes.io/last-change-trigger-time` to the sync
+//! that programmed it: bucket bounds, 1 ms doubling) and the full syncs the churn caused (the
+//! drift check is off: `--sync-period 1h`); the DNS server's event -> answered latency (a
+//! prober asks for a name each change makes appear, at most 20 a second, every millisecond
+//! until it answers); the API writes per second the components made; how late the writer of
+//! the changes was; and how long after the last change the agent had nothing pending.
+//! `MIN_SYNC` is the agent's `--min-sync-period` (default 50ms; kube-proxy's and the agent's
+//! default of 1 s would put event -> kernel near a second by design).
+
+#![allow(clippy::print_stdout)]
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tideway_tests::fake_api::{Account, BackgroundApi, FakeApi};
+use tideway_tests::netns::{Netns, is_root};
+
+#[path = "churn/changes.rs"]
+mod changes;
+#[path = "churn/observe.rs"]
+mod observe;
+
+use changes::{Cluster, ENDPOINTS, Kind, NODE};
+use observe::{Answered, Buckets, http_get, metric};
+
+const AGENT_METRICS: &str = "127.0.0.1:10249";
+const DNS_SERVER: &str = "127.0.0.1:5353";
+const DNS_METRICS: &str = "127.0.0.1:9153";
+const OPERATOR_HTTP: &str = "127.0.0.1:18080";
+/// The agent's histogram of event -> kernel.
+const PROGRAMMING: &str = "tideway_network_programming_duration_seconds";
+const FULL_SYNCS: &str = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+/// At most this many DNS probes a second.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
+
+fn env_list(key: &str, default: &str) -> Vec<String> {
+    let v = std::env::var(key).unwrap_or_else(|_| default.into());
+    v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+}
+
+fn numbers(key: &str, default: &str) -> Vec<usize> {
+    let mut out: Vec<usize> = env_list(key, default)
+        .iter()
+        .map(|s| s.parse().unwrap_or_else(|_| panic!("{key}: {s:?} is not a number")))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The three components, running, and what they read.
+struct Rig {
+    ns: Netns,
+    dir: PathBuf,
+    server: BackgroundApi,
+    cluster: Option<Cluster>,
+    procs: Vec<(&'static str, Child)>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for (_, p) in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls inside `ns` until `done` holds (at most 600 s: 100,000 Services take a while).
+fn wait_in(ns: &Netns, what: &'static str, done: impl Fn() -> bool + Send + 'static) {
+    ns.run(move || {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+}
+
+fn start(n: usize, mode: &str, min_sync: &str) -> Rig {
+    let ns = Netns::create("twchurn");
+    let dir = std::env::temp_dir().join("twchurn");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let server = BackgroundApi::start(Some(&ns.name));
+    server.api.stream_lists(true);
+    let cluster = Cluster::new(n, 0x5eed_0000 + n as u64);
+    server.api.preload(cluster.objects());
+    let kubeconfig = |account| server.api.kubeconfig(&dir, account).display().to_string();
+    let (agent_kc, dns_kc, operator_kc) =
+        (kubeconfig(Account::Agent), kubeconfig(Account::Dns), kubeconfig(Account::Operator));
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
+    let source = |kc: &str| ["--source".to_string(), "kubernetes".into(), "--kubeconfig".into(), kc.into()];
+    let agent: Vec<String> = ["agent", "--node", NODE, "--mode", mode, "--min-sync-period", min_sync]
+        .into_iter()
+        .chain(["--sync-period", "1h", "--metrics-bind-address", AGENT_METRICS])
+        .chain(["--healthz-bind-address", "127.0.0.1:10256", "--api-anonymous-reads"])
+        .map(String::from)
+        .chain(source(&agent_kc))
+        .collect();
+    let dns: Vec<String> = ["dns", "--listen", DNS_SERVER, "--metrics-listen", DNS_METRICS]
+        .into_iter()
+        .chain(["--health-listen", "none", "--ready-listen", "none", "--upstream", "127.0.0.1:9"])
+        .chain(["--no-loop-probe"])
+        .map(String::from)
+        .chain(source(&dns_kc))
+        .collect();
+    let operator: Vec<String> = ["operator", "--http-bind-address", OPERATOR_HTTP]
+        .into_iter()
+        .map(String::from)
+        .chain(source(&operator_kc))
+        .collect();
+    let backend = [("TIDEWAY_IPTABLES_BACKEND", "legacy")];
+    let mut procs = Vec::new();
+    for (name, args) in [("agent", agent), ("dns", dns), ("operator", operator)] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let log = dir.join(format!("{name}.log"));
+        procs.push((name, ns.spawn(bin, &args, &log, &backend)));
+    }
+    let rig = Rig { ns, dir, server, cluster: Some(cluster), procs };
+    let t = Instant::now();
+    wait_in(&rig.ns, "the agent never synced every Service", move || {
+        let status = http_get(AGENT_METRICS, "/api/v1/status").unwrap_or_default();
+        let ports = status.split("\"service_ports\":").nth(1).and_then(|s| s.split(',').next());
+        status.contains("\"synced\":true") && ports == Some(n.to_string().as_str())
+    });
+    wait_in(&rig.ns, "the DNS server never published every Service", move || {
+        let body = http_get(DNS_METRICS, "/metrics").unwrap_or_default();
+        metric(&body, "tideway_dns_index_services") == Some(n as f64)
+    });
+    wait_in(&rig.ns, "the operator never became ready", || {
+        http_get(OPERATOR_HTTP, "/readyz").is_ok_and(|b| b.starts_with("HTTP/1.1 200") || b.contains(" 200 "))
+    });
+    println!(
+        "{mode}, {n} Services x {ENDPOINTS} endpoints: all three synced {:.1} s after start",
+        t.elapsed().as_secs_f64()
+    );
+    rig
+}
+
+/// What one rate's churn measured.
+struct Figures {
+    changes: usize,
+    cpu: Vec<f64>,
+    rss_mib: Vec<f64>,
+    programming: Buckets,
+    slice_changes: usize,
+    full_syncs: f64,
+    answered: Vec<Duration>,
+    unanswered: usize,
+    writes: usize,
+    late: Duration,
+    caught_up: Option<Duration>,
+}
+
+/// The churn's writes: `rate` changes a second for `seconds`, with probes of the names they
+/// make appear. Returns the cluster, the changes made by kind, how late the latest write was,
+/// and the probes' results.
+fn drive(
+    api: FakeApi,
+    mut cluster: Cluster,
+    rate: usize,
+    seconds: usize,
+) -> (Cluster, Vec<Kind>, Duration, Vec<Answered>) {
+    let (tx, rx) = mpsc::channel();
+    let (start, mut kinds, mut late, mut last_probe, mut probes) =
+        (Instant::now(), Vec::new(), Duration::ZERO, None::<Instant>, 0usize);
+    for k in 0..rate * seconds {
+        let due = start + Duration::from_secs_f64(k as f64 / rate as f64);
+        let now = Instant::now();
+        if now < due {
+            std::thread::sleep(due - now);
+        } else {
+            late = late.max(now - due);
+        }
+        let change = cluster.next(SystemTime::now());
+        let written = Instant::now();
+        for (kind, ns, name) in &change.deletes {
+            api.delete(kind, Some(ns), name);
+        }
+        for obj in change.upserts {
+            api.upsert(obj);
+        }
+        if let Some(name) = change.appears
+            && last_probe.is_none_or(|t| t.elapsed() >= PROBE_EVERY)
+        {
+            last_probe = Some(written);
+            observe::probe(DNS_SERVER, name, written, probes as u16, tx.clone());
+            probes += 1;
+        }
+        kinds.push(change.kind);
+    }
+    drop(tx);
+    let results = rx.iter().take(probes).collect();
+    (cluster, kinds, late, results)
+}
+
+fn cpu(rig: &Rig) -> Vec<f64> {
+    rig.procs.iter().map(|(_, p)| tideway_tests::procfs::cpu_seconds(p.id(), false)).collect()
+}
+
+fn agent_metrics(rig: &Rig) -> String {
+    rig.ns.run(|| http_get(AGENT_METRICS, "/metrics").unwrap_or_default())
+}
+
+fn churn(rig: &mut Rig, rate: usize, seconds: usize) -> Figures {
+    std::thread::sleep(Duration::from_secs(2));
+    let before = agent_metrics(rig);
+    let (cpu_before, t0, at) = (cpu(rig), Instant::now(), std::time::Instant::now());
+    let (api, cluster) = (rig.server.api.clone(), rig.cluster.take().expect("cluster"));
+    let (cluster, kinds, late, results) = rig.ns.run(move || drive(api, cluster, rate, seconds));
+    rig.cluster = Some(cluster);
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu_after = cpu(rig);
+    let after = agent_metrics(rig);
+    let ended = Instant::now();
+    let caught_up = rig.ns.run(move || {
+        while ended.elapsed() < Duration::from_secs(60) {
+            let body = http_get(AGENT_METRICS, "/metrics").unwrap_or_default();
+            let pending = [
+                "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                "kubeproxy_sync_proxy_rules_service_changes_pending",
+            ];
+            if pending.iter().all(|p| metric(&body, p) == Some(0.0)) {
+                return Some(ended.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    });
+    let writes = rig.server.api.requests().iter().filter(|r| r.at >= at && r.method != "GET").count();
+    let mut answered: Vec<Duration> = results.iter().flatten().copied().collect();
+    answered.sort();
+    Figures {
+        changes: kinds.len(),
+        cpu: cpu_before.iter().zip(&cpu_after).map(|(b, a)| (a - b) / wall * 100.0).collect(),
+        rss_mib: rig.procs.iter().map(|(_, p)| tideway_tests::procfs::rss_mib(p.id())).collect(),
+        programming: Buckets::read(&after, PROGRAMMING).since(&Buckets::read(&before, PROGRAMMING)),
+        slice_changes: kinds.iter().filter(|k| **k != Kind::Removed).count(),
+        full_syncs: metric(&after, FULL_SYNCS).unwrap_or(0.0) - metric(&before, FULL_SYNCS).unwrap_or(0.0),
+        unanswered: results.len() - answered.len(),
+        answered,
+        writes,
+        late,
+        caught_up,
+    }
+}
+
+fn pick(sorted: &[Duration], q: f64) -> String {
+    match sorted.len() {
+        0 => "-".into(),
+        n => format!("{:.1}", sorted[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1000.0),
+    }
+}
+
+fn report(mode: &str, n: usize, rate: usize, seconds: usize, f: &Figures) {
+    let share = |i: usize| format!("{:.1} % of a core, RSS {:.0} MiB", f.cpu[i], f.rss_mib[i]);
+    let p = &f.programming;
+    println!(
+        "{mode} {n} Services, {rate} changes/s for {seconds} s ({} changes; writer at most {} ms late):\n  \
+         agent: {}; event -> kernel p50 {} ms, p99 {}, max {} ({} of {} slice changes measured); \
+         full syncs {}; nothing pending {}\n  \
+         dns: {}; event -> answered p50 {} ms, p99 {}, max {} ({} probes, {} unanswered within {} s)\n  \
+         operator: {}; API writes {:.2}/s",
+        f.changes,
+        f.late.as_millis(),
+        share(0),
+        p.quantile_ms(0.5),
+        p.quantile_ms(0.99),
+        p.quantile_ms(1.0),
+        p.count(),
+        f.slice_changes,
+        f.full_syncs,
+        f.caught_up
+            .map_or("after 60 s: behind".into(), |d| format!("{} ms after the last change", d.as_millis())),
+        share(1),
+        pick(&f.answered, 0.5),
+        pick(&f.answered, 0.99),
+        pick(&f.answered, 1.0),
+        f.answered.len() + f.unanswered,
+        f.unanswered,
+        observe::PROBE_PATIENCE.as_secs(),
+        share(2),
+        f.writes as f64 / seconds as f64,
+    );
+}
+
+fn main() {
+    if !is_root() {
+        println!("churn: needs root (network namespaces, the agent's rules); nothing measured");
+        return;
+    }
+    let scales = numbers("SCALES", "10000,100000");
+    let rates = numbers("RATES", "10,100,1000");
+    let seconds = numbers("SECONDS", "60")[0].max(1);
+    let modes = env_list("MODES", "nftables,iptables");
+    let min_sync = std::env::var("MIN_SYNC").unwrap_or_else(|_| "50ms".into());
+    assert!(scales.iter().all(|n| (1..=200_000).contains(n)), "SCALES: 1 to 200,000 Services");
+    println!("churn: agent --min-sync-period {min_sync}, drift check off; {seconds} s a rate");
+    for &n in &scales {
+        for mode in &modes {
+            // iptables at 100,000 Services takes minutes a sync: measured at 10,000 and below.
+            if mode == "iptables" && n > 10_000 {
+                continue;
+            }
+            let mut rig = start(n, mode, &min_sync);
+            for &rate in &rates {
+                let f = churn(&mut rig, rate, seconds);
+                report(mode, n, rate, seconds, &f);
+            }
+        }
+    }
+}
