@@ -12,8 +12,8 @@
 //! three components would measure themselves, not them. The components reach it through their
 //! Kubernetes watch path, as in a cluster: every change is a watch event they decode.
 //!
-//! Printed per mode, scale and rate: each component's CPU (share of one core over the churn)
-//! and RSS; the agent's event -> kernel latency (its `tideway_network_programming_duration_seconds`
+//! Printed per mode, scale and rate: each component's CPU (share of one core over the churn,
+//! the `iptables-restore` it ran included) and RSS; the agent's event -> kernel latency (its `tideway_network_programming_duration_seconds`
 //! histogram, from each slice's `endpoints.kubernetes.io/last-change-trigger-time` to the sync
 //! that programmed it: bucket bounds, 1 ms doubling) and the full syncs the churn caused (the
 //! drift check is off: `--sync-period 1h`); the DNS server's event -> answered latency (a
@@ -215,8 +215,9 @@ fn drive(
     (cluster, kinds, late, results)
 }
 
+/// Each component's CPU seconds, with the children it waited for (`iptables-restore`, `nft`).
 fn cpu(rig: &Rig) -> Vec<f64> {
-    rig.procs.iter().map(|(_, p)| tideway_tests::procfs::cpu_seconds(p.id(), false)).collect()
+    rig.procs.iter().map(|(_, p)| tideway_tests::procfs::cpu_seconds(p.id(), true)).collect()
 }
 
 fn agent_metrics(rig: &Rig) -> String {

@@ -14,6 +14,8 @@ pub(crate) const ENDPOINTS: usize = 10;
 pub(crate) const NODE: &str = "node-a";
 /// The namespace of the Services the churn adds.
 const ADDED_NS: &str = "churn";
+/// Added Services are removed only past this many.
+const KEPT_ADDED: usize = 50;
 
 /// What one change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,10 +170,11 @@ impl Cluster {
         Change { kind, upserts, deletes: Vec::new(), appears }
     }
 
-    /// A Service added with ready endpoints, or (every other time, when there is one) the
-    /// oldest added one removed.
+    /// A Service added with ready endpoints, or (every other time, once more than
+    /// [`KEPT_ADDED`] were added) the oldest added one removed: a Service lives long enough
+    /// for its name to be asked.
     fn add_or_remove(&mut self, trigger: &str) -> Change {
-        if !self.added.is_empty() && self.below(2) == 0 {
+        if self.added.len() > KEPT_ADDED && self.below(2) == 0 {
             let k = self.added.pop_front().unwrap_or_default();
             let name = format!("added-{k}");
             let deletes = vec![

@@ -21,6 +21,7 @@ pub use categorize::{Categorized, categorize_endpoints};
 pub use compile::{compile, plan_service};
 pub use node::{LocalTraffic, NodeContext, NodePortDestinations};
 pub use ruleset::{
-    Backend, Changed, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Ruleset, ServicePortPlan, Target,
+    Backend, Changed, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Plans, Ruleset, ServicePortPlan,
+    Target,
 };
 pub use tally::Tally;

@@ -47,8 +47,6 @@ impl Ruleset {
     /// Plans every Service of `cluster`, walking the Services and their slices side by side
     /// (a whole compile, whose caller needs no list of changes).
     pub(super) fn fill(&mut self, cluster: &ClusterState) {
-        self.by_service.reserve(cluster.service_count());
-        self.claims.reserve(cluster.service_count());
         self.replan(
             cluster.services_with_slices().map(|(svc, slices)| (&svc.name, Some((svc, slices)))),
             None,

@@ -6,14 +6,10 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::Builder;
+use super::{Builder, len32};
 use crate::records::layout::{EndpointRecord, Kind, Port, ServiceRecords, Span};
 use crate::records::reverse::Target;
 use crate::records::shard::Shard;
-
-fn len32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
 
 impl Builder {
     /// Adds Service `svc` of part `old` as that part holds it.

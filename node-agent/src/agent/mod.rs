@@ -110,10 +110,6 @@ pub struct Agent {
     effects: Box<dyn NodeEffects>,
     /// Where each programmed plan is published for the REST API.
     publisher: Option<query::Publisher>,
-    /// A copy of the plan last published, made on a blocking thread for the next sync to
-    /// change in place.
-    /// The plan copied is kept beside it: the copy replaces only that very plan.
-    spare: Option<(Arc<tideway_core::plan::Ruleset>, tokio::task::JoinHandle<tideway_core::plan::Ruleset>)>,
     unprogrammed: unprogrammed::Unprogrammed,
 }
 
@@ -173,7 +169,6 @@ impl Agent {
             leftovers_checked: false,
             retiring: Vec::new(),
             publisher: None,
-            spare: None,
             status,
             effects: Box::new(KernelEffects::new(health.clone())),
             metrics,
@@ -293,8 +288,7 @@ impl Agent {
         span.record("mode", mode.to_string());
         span.record("changed_services", self.pending.len());
 
-        // Plan (on a private copy of the plan the REST API holds, made off the loop).
-        self.take_spare().await;
+        // Plan (on a copy of the plan the REST API holds, sharing what it does not change).
         let Planning { mut planned, full, whole, changes: change_sets } = self.plan(&node, full_wanted);
 
         // Apply.
