@@ -42,7 +42,8 @@ mod changes;
 mod observe;
 
 use changes::{Cluster, ENDPOINTS, Kind, NODE};
-use observe::{Answered, Buckets, http_get, metric};
+use observe::{Answered, Buckets};
+use tideway_tests::metrics::{http_get, value as metric};
 
 const AGENT_METRICS: &str = "127.0.0.1:10249";
 const DNS_SERVER: &str = "127.0.0.1:5353";

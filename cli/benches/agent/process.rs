@@ -2,11 +2,10 @@
 //! cluster from a YAML file and from a stand-in API server: one that streams the first view
 //! (`sendInitialEvents`), and one that cannot, so the component lists it.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use tideway_tests::fake_api::{Account, BackgroundApi};
+use tideway_tests::metrics::{http_get, value as metric};
 use tideway_tests::netns::Netns;
 
 use super::{ENDPOINTS, NODE, manifest, ms};
@@ -93,11 +92,6 @@ fn source(
     let args =
         vec!["--source".into(), "kubernetes".into(), "--kubeconfig".into(), kubeconfig.display().to_string()];
     (args, Some(server))
-}
-
-/// The value of the metric line starting `name ` in a Prometheus exposition.
-fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Polls inside `ns` until `done` returns what it waited for (at most 300 s).
@@ -248,12 +242,4 @@ pub(crate) fn memory(n: usize) {
             kube.to_synced.as_secs_f64() / listed.to_synced.as_secs_f64()
         );
     }
-}
-
-fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(addr)?;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
 }

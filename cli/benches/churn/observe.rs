@@ -1,25 +1,9 @@
-//! What the benchmark reads while the churn runs: the components' metrics (a histogram's
-//! quantiles from its buckets), and DNS names asked until they answer.
+//! What the benchmark reads while the churn runs: a histogram's quantiles from its buckets,
+//! and DNS names asked until they answer.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A plain HTTP GET's body (and headers).
-pub(crate) fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
-/// The value of the metric line starting `name ` in a Prometheus exposition.
-pub(crate) fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 /// A histogram's cumulative buckets: (upper bound, count).
 #[derive(Debug, Clone, Default)]
