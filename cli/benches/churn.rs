@@ -33,18 +33,25 @@ use std::process::Child;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tideway_tests::fake_api::{Account, BackgroundApi, FakeApi};
+use tideway_tests::fake_api::Account;
 use tideway_tests::netns::{Netns, is_root};
 
 #[path = "churn/changes.rs"]
 mod changes;
 #[path = "churn/observe.rs"]
 mod observe;
+#[path = "churn/real.rs"]
+mod real;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use changes::{Cluster, ENDPOINTS, Kind, NODE};
 use observe::{Answered, Buckets};
+use real::{Real, Server, Standin};
 use tideway_tests::metrics::{http_get, value as metric};
 
+/// The components' network namespace.
+const NS: &str = "twchurn";
 const AGENT_METRICS: &str = "127.0.0.1:10249";
 const DNS_SERVER: &str = "127.0.0.1:5353";
 const DNS_METRICS: &str = "127.0.0.1:9153";
@@ -52,6 +59,8 @@ const OPERATOR_HTTP: &str = "127.0.0.1:18080";
 /// The agent's histogram of event -> kernel.
 const PROGRAMMING: &str = "tideway_network_programming_duration_seconds";
 const FULL_SYNCS: &str = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+/// The scale and rate repeated on the real API server (`CROSS_CHECK=0` skips it).
+const CROSS_CHECK: (usize, usize) = (10_000, 100);
 /// At most this many DNS probes a second.
 const PROBE_EVERY: Duration = Duration::from_millis(50);
 
@@ -71,9 +80,10 @@ fn numbers(key: &str, default: &str) -> Vec<usize> {
 
 /// The three components, running, and what they read.
 struct Rig {
+    // Dropped first: the components stop before their server.
+    server: Box<dyn Server>,
     ns: Netns,
     dir: PathBuf,
-    server: BackgroundApi,
     cluster: Option<Cluster>,
     procs: Vec<(&'static str, Child)>,
 }
@@ -99,15 +109,19 @@ fn wait_in(ns: &Netns, what: &'static str, done: impl Fn() -> bool + Send + 'sta
     });
 }
 
-fn start(n: usize, mode: &str, min_sync: &str) -> Rig {
-    let ns = Netns::create("twchurn");
-    let dir = std::env::temp_dir().join("twchurn");
+/// The three components on `n` Services, reading the stand-in API server, or the real one when
+/// `real`.
+fn start(n: usize, mode: &str, min_sync: &str, real: bool) -> Rig {
+    let ns = Netns::create(NS);
+    let dir = std::env::temp_dir().join(NS);
     std::fs::create_dir_all(&dir).expect("dir");
-    let server = BackgroundApi::start(Some(&ns.name));
-    server.api.stream_lists(true);
     let cluster = Cluster::new(n, 0x5eed_0000 + n as u64);
-    server.api.preload(cluster.objects());
-    let kubeconfig = |account| server.api.kubeconfig(&dir, account).display().to_string();
+    let server: Box<dyn Server> = if real {
+        Box::new(Real::start(&ns, cluster.objects()))
+    } else {
+        Box::new(Standin::start(&ns, cluster.objects()))
+    };
+    let kubeconfig = |account| server.kubeconfig(&dir, account).display().to_string();
     let (agent_kc, dns_kc, operator_kc) =
         (kubeconfig(Account::Agent), kubeconfig(Account::Dns), kubeconfig(Account::Operator));
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
@@ -138,22 +152,25 @@ fn start(n: usize, mode: &str, min_sync: &str) -> Rig {
         let log = dir.join(format!("{name}.log"));
         procs.push((name, ns.spawn(bin, &args, &log, &backend)));
     }
-    let rig = Rig { ns, dir, server, cluster: Some(cluster), procs };
+    let rig = Rig { server, ns, dir, cluster: Some(cluster), procs };
     let t = Instant::now();
+    // A real API server has a Service of its own: `default/kubernetes`.
+    let expected = n + usize::from(real);
     wait_in(&rig.ns, "the agent never synced every Service", move || {
         let status = http_get(AGENT_METRICS, "/api/v1/status").unwrap_or_default();
         let ports = status.split("\"service_ports\":").nth(1).and_then(|s| s.split(',').next());
-        status.contains("\"synced\":true") && ports == Some(n.to_string().as_str())
+        status.contains("\"synced\":true") && ports == Some(expected.to_string().as_str())
     });
     wait_in(&rig.ns, "the DNS server never published every Service", move || {
         let body = http_get(DNS_METRICS, "/metrics").unwrap_or_default();
-        metric(&body, "tideway_dns_index_services") == Some(n as f64)
+        metric(&body, "tideway_dns_index_services") == Some(expected as f64)
     });
     wait_in(&rig.ns, "the operator never became ready", || {
         http_get(OPERATOR_HTTP, "/readyz").is_ok_and(|b| b.starts_with("HTTP/1.1 200") || b.contains(" 200 "))
     });
+    let on = if real { " (the real API server)" } else { "" };
     println!(
-        "{mode}, {n} Services x {ENDPOINTS} endpoints: all three synced {:.1} s after start",
+        "{mode}, {n} Services x {ENDPOINTS} endpoints{on}: all three synced {:.1} s after start",
         t.elapsed().as_secs_f64()
     );
     rig
@@ -162,6 +179,8 @@ fn start(n: usize, mode: &str, min_sync: &str) -> Rig {
 /// What one rate's churn measured.
 struct Figures {
     changes: usize,
+    /// How long the writer took to make them (longer than planned when it fell behind).
+    wall: f64,
     cpu: Vec<f64>,
     rss_mib: Vec<f64>,
     programming: Buckets,
@@ -175,14 +194,14 @@ struct Figures {
 }
 
 /// The churn's writes: `rate` changes a second for `seconds`, with probes of the names they
-/// make appear. Returns the cluster, the changes made by kind, how late the latest write was,
-/// and the probes' results.
+/// make appear. Returns the changes made by kind, how late the latest write was, and the
+/// probes' results.
 fn drive(
-    api: FakeApi,
-    mut cluster: Cluster,
+    server: &mut dyn Server,
+    cluster: &mut Cluster,
     rate: usize,
     seconds: usize,
-) -> (Cluster, Vec<Kind>, Duration, Vec<Answered>) {
+) -> (Vec<Kind>, Duration, Vec<Answered>) {
     let (tx, rx) = mpsc::channel();
     let (start, mut kinds, mut late, mut last_probe, mut probes) =
         (Instant::now(), Vec::new(), Duration::ZERO, None::<Instant>, 0usize);
@@ -194,26 +213,22 @@ fn drive(
         } else {
             late = late.max(now - due);
         }
-        let change = cluster.next(SystemTime::now());
+        let mut change = cluster.next(SystemTime::now());
+        let appears = change.appears.take();
+        kinds.push(change.kind);
+        server.write(change);
         let written = Instant::now();
-        for (kind, ns, name) in &change.deletes {
-            api.delete(kind, Some(ns), name);
-        }
-        for obj in change.upserts {
-            api.upsert(obj);
-        }
-        if let Some(name) = change.appears
+        if let Some(name) = appears
             && last_probe.is_none_or(|t| t.elapsed() >= PROBE_EVERY)
         {
             last_probe = Some(written);
-            observe::probe(DNS_SERVER, name, written, probes as u16, tx.clone());
+            observe::probe(NS, DNS_SERVER, name, written, probes as u16, tx.clone());
             probes += 1;
         }
-        kinds.push(change.kind);
     }
     drop(tx);
     let results = rx.iter().take(probes).collect();
-    (cluster, kinds, late, results)
+    (kinds, late, results)
 }
 
 /// Each component's CPU seconds, with the children it waited for (`iptables-restore`, `nft`).
@@ -228,9 +243,10 @@ fn agent_metrics(rig: &Rig) -> String {
 fn churn(rig: &mut Rig, rate: usize, seconds: usize) -> Figures {
     std::thread::sleep(Duration::from_secs(2));
     let before = agent_metrics(rig);
-    let (cpu_before, t0, at) = (cpu(rig), Instant::now(), std::time::Instant::now());
-    let (api, cluster) = (rig.server.api.clone(), rig.cluster.take().expect("cluster"));
-    let (cluster, kinds, late, results) = rig.ns.run(move || drive(api, cluster, rate, seconds));
+    rig.server.mark();
+    let (cpu_before, t0) = (cpu(rig), Instant::now());
+    let mut cluster = rig.cluster.take().expect("cluster");
+    let (kinds, late, results) = drive(rig.server.as_mut(), &mut cluster, rate, seconds);
     rig.cluster = Some(cluster);
     let wall = t0.elapsed().as_secs_f64();
     let cpu_after = cpu(rig);
@@ -250,11 +266,12 @@ fn churn(rig: &mut Rig, rate: usize, seconds: usize) -> Figures {
         }
         None
     });
-    let writes = rig.server.api.requests().iter().filter(|r| r.at >= at && r.method != "GET").count();
+    let writes = rig.server.component_writes();
     let mut answered: Vec<Duration> = results.iter().flatten().copied().collect();
     answered.sort();
     Figures {
         changes: kinds.len(),
+        wall,
         cpu: cpu_before.iter().zip(&cpu_after).map(|(b, a)| (a - b) / wall * 100.0).collect(),
         rss_mib: rig.procs.iter().map(|(_, p)| tideway_tests::procfs::rss_mib(p.id())).collect(),
         programming: Buckets::read(&after, PROGRAMMING).since(&Buckets::read(&before, PROGRAMMING)),
@@ -275,16 +292,17 @@ fn pick(sorted: &[Duration], q: f64) -> String {
     }
 }
 
-fn report(mode: &str, n: usize, rate: usize, seconds: usize, f: &Figures) {
+fn report(mode: &str, n: usize, rate: usize, seconds: usize, on: &str, f: &Figures) {
     let share = |i: usize| format!("{:.1} % of a core, RSS {:.0} MiB", f.cpu[i], f.rss_mib[i]);
     let p = &f.programming;
     println!(
-        "{mode} {n} Services, {rate} changes/s for {seconds} s ({} changes; writer at most {} ms late):\n  \
+        "{mode} {n} Services{on}, {rate} changes/s for {seconds} s ({} changes in {:.1} s; writer at most {} ms late):\n  \
          agent: {}; event -> kernel p50 {} ms, p99 {}, max {} ({} of {} slice changes measured); \
          full syncs {}; nothing pending {}\n  \
          dns: {}; event -> answered p50 {} ms, p99 {}, max {} ({} probes, {} unanswered within {} s)\n  \
-         operator: {}; API writes {:.2}/s",
+         operator: {}; the components' API writes {:.2}/s",
         f.changes,
+        f.wall,
         f.late.as_millis(),
         share(0),
         p.quantile_ms(0.5),
@@ -325,11 +343,18 @@ fn main() {
             if mode == "iptables" && n > 10_000 {
                 continue;
             }
-            let mut rig = start(n, mode, &min_sync);
+            let mut rig = start(n, mode, &min_sync, false);
             for &rate in &rates {
                 let f = churn(&mut rig, rate, seconds);
-                report(mode, n, rate, seconds, &f);
+                report(mode, n, rate, seconds, "", &f);
             }
         }
+    }
+    // The cross-check: 10,000 Services at 100 changes a second on the real API server.
+    if std::env::var("CROSS_CHECK").as_deref() != Ok("0") {
+        let (n, rate) = (CROSS_CHECK.0, CROSS_CHECK.1);
+        let mut rig = start(n, "nftables", &min_sync, true);
+        let f = churn(&mut rig, rate, seconds);
+        report("nftables", n, rate, seconds, " on the real API server", &f);
     }
 }

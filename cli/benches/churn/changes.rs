@@ -30,8 +30,8 @@ pub(crate) enum Kind {
 pub(crate) struct Change {
     pub kind: Kind,
     pub upserts: Vec<Value>,
-    /// (kind, namespace, name) of objects deleted.
-    pub deletes: Vec<(&'static str, String, String)>,
+    /// The objects deleted (kind, apiVersion and names).
+    pub deletes: Vec<Value>,
     pub appears: Option<String>,
 }
 
@@ -132,15 +132,21 @@ impl Cluster {
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
     }
 
-    /// The node and every Service with its slice, for the server to hold before anyone reads.
+    /// The node, the namespaces, and every Service with its slice, for the server to hold
+    /// before anyone reads.
     pub(crate) fn objects(&self) -> Vec<Value> {
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
             "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.10"}],
                        "conditions": [{"type": "Ready", "status": "True"}]}});
         let mut out = vec![node];
+        let namespaces = self.endpoints.len().div_ceil(100);
+        for ns in (0..namespaces).map(|i| format!("ns-{i}")).chain([ADDED_NS.to_string()]) {
+            out.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        }
         for (i, eps) in self.endpoints.iter().enumerate() {
             let (ns, name) = service_name(i);
-            out.push(service(&ns, &name, &address(96, i as u32)));
+            // From 10.96.0.2: a real API server's own `kubernetes` Service holds 10.96.0.1.
+            out.push(service(&ns, &name, &address(96, i as u32 + 1)));
             out.push(slice(&ns, &name, eps, None));
         }
         out
@@ -177,9 +183,10 @@ impl Cluster {
         if self.added.len() > KEPT_ADDED && self.below(2) == 0 {
             let k = self.added.pop_front().unwrap_or_default();
             let name = format!("added-{k}");
+            let meta = |name: String| json!({"name": name, "namespace": ADDED_NS});
             let deletes = vec![
-                ("EndpointSlice", ADDED_NS.to_string(), format!("{name}-1")),
-                ("Service", ADDED_NS.to_string(), name),
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta(format!("{name}-1"))}),
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": meta(name)}),
             ];
             return Change { kind: Kind::Removed, upserts: Vec::new(), deletes, appears: None };
         }

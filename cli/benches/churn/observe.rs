@@ -90,9 +90,10 @@ pub(crate) type Answered = Option<Duration>;
 /// How long a prober asks before it gives up.
 pub(crate) const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
-/// Asks `server` for `name` (under the cluster zone) every millisecond from `since` until it
-/// answers, on a thread of its own (of the caller's network namespace); the result goes to `out`.
+/// Asks `server` (in network namespace `ns`) for `name` (under the cluster zone) every
+/// millisecond from `since` until it answers, on a thread of its own; the result goes to `out`.
 pub(crate) fn probe(
+    ns: &'static str,
     server: &'static str,
     name: String,
     since: Instant,
@@ -102,6 +103,8 @@ pub(crate) fn probe(
     std::thread::spawn(move || {
         let name = format!("{name}.svc.cluster.local");
         let result = (|| {
+            let netns = std::fs::File::open(format!("/run/netns/{ns}")).ok()?;
+            nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).ok()?;
             let sock = UdpSocket::bind("127.0.0.1:0").ok()?;
             sock.set_read_timeout(Some(Duration::from_millis(50))).ok()?;
             while since.elapsed() < PROBE_PATIENCE {

@@ -24,6 +24,18 @@ impl Dns {
     /// `tideway dns --source kubernetes` on a free loopback port with `extra` flags, its log in
     /// `dir/NAME.log`.
     pub(crate) fn start(kubeconfig: &Path, dir: &Path, name: &str, extra: &[&str]) -> Dns {
+        // A port free a moment ago may be taken by a test running beside this one before the
+        // server binds it: then it exits at once, saying so, and starts again on another.
+        for _ in 0..5 {
+            let mut dns = Dns::spawn(kubeconfig, dir, name, extra);
+            if !dns.lost_its_port() {
+                return dns;
+            }
+        }
+        panic!("tideway dns found no free port in five tries");
+    }
+
+    fn spawn(kubeconfig: &Path, dir: &Path, name: &str, extra: &[&str]) -> Dns {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).unwrap();
@@ -39,6 +51,22 @@ impl Dns {
             .spawn()
             .expect("tideway dns");
         Dns { child, addr, log }
+    }
+
+    /// True when the server exited because its listen address was taken (it binds first
+    /// thing: listening on TCP within 5 s means it holds the port).
+    fn lost_its_port(&mut self) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.log().contains("cannot listen on");
+            }
+            if std::net::TcpStream::connect_timeout(&self.addr, Duration::from_millis(100)).is_ok() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     /// Its process's id.
