@@ -85,20 +85,7 @@ impl Real {
             .enable_all()
             .build()
             .expect("runtime");
-        let api = rt.block_on(async {
-            let standalone = tideway_lab::kube::standalone::Standalone::start("churnx", |config| {
-                config.service_cidr = "10.96.0.0/12".into();
-                config.grace = std::time::Duration::from_secs(3600);
-            })
-            .await
-            .expect("a control plane (root; make kube)");
-            let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tideway");
-            standalone.apply_crds(&chart.join("crds")).await.expect("CRDs");
-            standalone.apply_chart_rbac(&chart, &[]).await.expect("the chart's RBAC");
-            let admin = standalone.admin().await.expect("admin");
-            let applier = tideway_lab::kube::apply::Applier::new(admin.clone(), "tideway-bench");
-            Api { standalone, admin, applier }
-        });
+        let api = rt.block_on(Api::start_with_cidr("churnx", &[], "10.96.0.0/12"));
         rt.block_on(write_all(&api, objects));
         let (port, relays) = {
             let _in_runtime = rt.enter();

@@ -28,8 +28,13 @@ impl Api {
     /// Nodes stay as written (no kubelet heartbeats here), with the chart's CRDs and its RBAC
     /// rendered with `values`.
     pub(crate) async fn start(tag: &str, values: &[(String, String)]) -> Api {
+        Api::start_with_cidr(tag, values, "10.96.0.0/16").await
+    }
+
+    /// [`Api::start`] with Service CIDR `cidr` (a benchmark's cluster larger than a /16).
+    pub(crate) async fn start_with_cidr(tag: &str, values: &[(String, String)], cidr: &str) -> Api {
         let standalone = Standalone::start(tag, |config| {
-            config.service_cidr = "10.96.0.0/16".into();
+            config.service_cidr = cidr.into();
             config.grace = Duration::from_secs(3600);
         })
         .await
