@@ -22,6 +22,10 @@
 //! the changes was; and how long after the last change the agent had nothing pending.
 //! `MIN_SYNC` is the agent's `--min-sync-period` (default 50ms; kube-proxy's and the agent's
 //! default of 1 s would put event -> kernel near a second by design).
+//!
+//! Then the first view from the real API server at 100,000 Services (`FIRST_VIEW`; see
+//! `churn/first_view.rs`): streamed, and listed in pages, each component's RSS peak beside its
+//! steady RSS.
 
 #![allow(clippy::print_stdout)]
 
@@ -38,6 +42,8 @@ use tideway_tests::netns::{Netns, is_root};
 
 #[path = "churn/changes.rs"]
 mod changes;
+#[path = "churn/first_view.rs"]
+mod first_view;
 #[path = "churn/observe.rs"]
 mod observe;
 #[path = "churn/real.rs"]
@@ -109,13 +115,60 @@ fn wait_in(ns: &Netns, what: &'static str, done: impl Fn() -> bool + Send + 'sta
     });
 }
 
+/// The seed of the cluster of `n` Services.
+fn seed(n: usize) -> u64 {
+    0x5eed_0000 + n as u64
+}
+
+/// The arguments that read the API server with kubeconfig `kc`.
+fn source(kc: &str) -> [String; 4] {
+    ["--source".to_string(), "kubernetes".into(), "--kubeconfig".into(), kc.into()]
+}
+
+/// The agent's arguments: programming `mode`, the drift check off, its metrics and REST API on
+/// [`AGENT_METRICS`].
+fn agent_args(mode: &str, min_sync: &str, kc: &str) -> Vec<String> {
+    ["agent", "--node", NODE, "--mode", mode, "--min-sync-period", min_sync]
+        .into_iter()
+        .chain(["--sync-period", "1h", "--metrics-bind-address", AGENT_METRICS])
+        .chain(["--healthz-bind-address", "127.0.0.1:10256", "--api-anonymous-reads"])
+        .map(String::from)
+        .chain(source(kc))
+        .collect()
+}
+
+/// The DNS server's arguments: serving on [`DNS_SERVER`], metrics on [`DNS_METRICS`], an
+/// upstream never asked.
+fn dns_args(kc: &str) -> Vec<String> {
+    ["dns", "--listen", DNS_SERVER, "--metrics-listen", DNS_METRICS]
+        .into_iter()
+        .chain(["--health-listen", "none", "--ready-listen", "none", "--upstream", "127.0.0.1:9"])
+        .chain(["--no-loop-probe"])
+        .map(String::from)
+        .chain(source(kc))
+        .collect()
+}
+
+/// The agent's status says it synced and programmed `n` Service ports.
+fn agent_synced(n: usize) -> bool {
+    let status = http_get(AGENT_METRICS, "/api/v1/status").unwrap_or_default();
+    let ports = status.split("\"service_ports\":").nth(1).and_then(|s| s.split(',').next());
+    status.contains("\"synced\":true") && ports == Some(n.to_string().as_str())
+}
+
+/// The DNS server's index holds `n` Services.
+fn dns_synced(n: usize) -> bool {
+    let body = http_get(DNS_METRICS, "/metrics").unwrap_or_default();
+    metric(&body, "tideway_dns_index_services") == Some(n as f64)
+}
+
 /// The three components on `n` Services, reading the stand-in API server, or the real one when
 /// `real`.
 fn start(n: usize, mode: &str, min_sync: &str, real: bool) -> Rig {
     let ns = Netns::create(NS);
     let dir = std::env::temp_dir().join(NS);
     std::fs::create_dir_all(&dir).expect("dir");
-    let cluster = Cluster::new(n, 0x5eed_0000 + n as u64);
+    let cluster = Cluster::new(n, seed(n));
     let server: Box<dyn Server> = if real {
         Box::new(Real::start(&ns, cluster.objects()))
     } else {
@@ -125,21 +178,8 @@ fn start(n: usize, mode: &str, min_sync: &str, real: bool) -> Rig {
     let (agent_kc, dns_kc, operator_kc) =
         (kubeconfig(Account::Agent), kubeconfig(Account::Dns), kubeconfig(Account::Operator));
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tideway"));
-    let source = |kc: &str| ["--source".to_string(), "kubernetes".into(), "--kubeconfig".into(), kc.into()];
-    let agent: Vec<String> = ["agent", "--node", NODE, "--mode", mode, "--min-sync-period", min_sync]
-        .into_iter()
-        .chain(["--sync-period", "1h", "--metrics-bind-address", AGENT_METRICS])
-        .chain(["--healthz-bind-address", "127.0.0.1:10256", "--api-anonymous-reads"])
-        .map(String::from)
-        .chain(source(&agent_kc))
-        .collect();
-    let dns: Vec<String> = ["dns", "--listen", DNS_SERVER, "--metrics-listen", DNS_METRICS]
-        .into_iter()
-        .chain(["--health-listen", "none", "--ready-listen", "none", "--upstream", "127.0.0.1:9"])
-        .chain(["--no-loop-probe"])
-        .map(String::from)
-        .chain(source(&dns_kc))
-        .collect();
+    let agent = agent_args(mode, min_sync, &agent_kc);
+    let dns = dns_args(&dns_kc);
     let operator: Vec<String> = ["operator", "--http-bind-address", OPERATOR_HTTP]
         .into_iter()
         .map(String::from)
@@ -156,15 +196,8 @@ fn start(n: usize, mode: &str, min_sync: &str, real: bool) -> Rig {
     let t = Instant::now();
     // A real API server has a Service of its own: `default/kubernetes`.
     let expected = n + usize::from(real);
-    wait_in(&rig.ns, "the agent never synced every Service", move || {
-        let status = http_get(AGENT_METRICS, "/api/v1/status").unwrap_or_default();
-        let ports = status.split("\"service_ports\":").nth(1).and_then(|s| s.split(',').next());
-        status.contains("\"synced\":true") && ports == Some(expected.to_string().as_str())
-    });
-    wait_in(&rig.ns, "the DNS server never published every Service", move || {
-        let body = http_get(DNS_METRICS, "/metrics").unwrap_or_default();
-        metric(&body, "tideway_dns_index_services") == Some(expected as f64)
-    });
+    wait_in(&rig.ns, "the agent never synced every Service", move || agent_synced(expected));
+    wait_in(&rig.ns, "the DNS server never published every Service", move || dns_synced(expected));
     wait_in(&rig.ns, "the operator never became ready", || {
         http_get(OPERATOR_HTTP, "/readyz").is_ok_and(|b| b.starts_with("HTTP/1.1 200") || b.contains(" 200 "))
     });
@@ -356,5 +389,9 @@ fn main() {
         let mut rig = start(n, "nftables", &min_sync, true);
         let f = churn(&mut rig, rate, seconds);
         report("nftables", n, rate, seconds, " on the real API server", &f);
+    }
+    let first = numbers("FIRST_VIEW", "100000")[0];
+    if first > 0 {
+        first_view::run(first, seed(first));
     }
 }

@@ -118,8 +118,9 @@ async fn dns_source_lists_watches_and_relists_after_410_gone_without_flushing() 
 }
 
 /// An API server without streamed lists (the `WatchList` feature is off by default before
-/// Kubernetes 1.32) refuses the watch that asks for one: the source lists from the watch cache
-/// instead, syncs, and lists again after a 410 without asking to stream again.
+/// Kubernetes 1.32) refuses the watch that asks for one: the source lists the latest in pages
+/// instead (a list from the watch cache would come whole), syncs, and lists again after a 410
+/// without asking to stream again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_cannot_stream_lists_is_listed_instead() {
     let api = FakeApi::start().await;
@@ -131,14 +132,19 @@ async fn a_server_that_cannot_stream_lists_is_listed_instead() {
         namespace("ns1"),
         service("ns1", "web", "10.96.0.10", json!({})),
         slice("ns1", "web-1", "web", "10.244.1.5"),
+        namespace("ns2"),
     ]);
+    // More Services than a page holds.
+    let address = |i: usize| format!("10.96.{}.{}", 1 + i / 250, 1 + i % 250);
+    api.preload((0..1_000).map(|i| service("ns2", &format!("s{i}"), &address(i), json!({}))));
     let cluster = SharedCluster::new();
     // Every kind a DNS server may read: Pods and NodeProxyStates too.
     let role = Role::Dns { pods: true, node_states: true };
     let source = KubeSource::new(kube_client(&api, &dir, Account::Dns).await, role, SourceMetrics::default());
     let task = tokio::spawn(source.run(cluster.clone()));
     tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
-    assert_eq!(names(&cluster), BTreeSet::from(["ns1/web".to_string()]));
+    let listed = names(&cluster);
+    assert!(listed.len() == 1_001 && listed.contains("ns1/web"), "{} Services", listed.len());
     assert_eq!(cluster.lock().endpoint_slices().count(), 1);
     let streamed = |r: &tideway_tests::fake_api::Recorded| r.query.contains_key("sendInitialEvents");
     let kinds = [
@@ -152,8 +158,17 @@ async fn a_server_that_cannot_stream_lists_is_listed_instead() {
         assert!(views.len() >= 2 && streamed(&views[0]), "asked to stream first: {views:?}");
         let list = &views[views.len() - 1];
         assert!(!list.query.contains_key("watch"), "then listed: {views:?}");
-        assert_eq!(list.query.get("resourceVersion").map(String::as_str), Some("0"), "from the watch cache");
+        assert!(!list.query.contains_key("resourceVersion"), "the latest, not the watch cache's: {views:?}");
+        assert_eq!(list.query.get("limit").map(String::as_str), Some("500"), "in pages: {views:?}");
     }
+    // 1,001 Services in three pages, each after the first continuing the one before.
+    let pages: Vec<_> =
+        api.requests_to("/api/v1/services").into_iter().filter(|r| !r.query.contains_key("watch")).collect();
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert!(
+        !pages[0].query.contains_key("continue")
+            && pages[1..].iter().all(|p| p.query.contains_key("continue"))
+    );
     let asked = |api: &FakeApi| api.requests_to("/api/v1/services").iter().filter(|r| streamed(r)).count();
     let (lists, streams) = (first_views(&api, "/api/v1/services"), asked(&api));
 

@@ -1,5 +1,6 @@
-//! Where the churn's changes are written: the tests' stand-in API server, or (the cross-check,
-//! `REAL=1`) the real one (`make kube`), whose audit log counts the writes the components made.
+//! Where the churn's changes are written: the tests' stand-in API server, or (the cross-check
+//! and the first view) the real one (`make kube`), whose audit log counts the requests the
+//! components made.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,8 +64,11 @@ impl Server for Standin {
     }
 }
 
-/// The real API server, its Service CIDR a /12 (10.96.0.0 to 10.111.255.255, every ClusterIP
-/// the churn writes), reached from the components' namespace through a relay.
+/// The real API server's Service CIDR, a /12 (10.96.0.0 to 10.111.255.255): every ClusterIP
+/// the churn writes, at 100,000 Services and more.
+const SERVICE_CIDR: &str = "10.96.0.0/12";
+
+/// The real API server, reached from the components' namespace through a relay.
 pub(crate) struct Real {
     // The control plane and the relays go before the runtime they were started on.
     api: Api,
@@ -78,15 +82,45 @@ pub(crate) struct Real {
     marked: usize,
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
 impl Real {
+    /// A control plane holding `objects`, written now.
     pub(crate) fn start(ns: &Netns, objects: Vec<Value>) -> Real {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let api = rt.block_on(Api::start_with_cidr("churnx", &[], "10.96.0.0/12"));
+        let rt = runtime();
+        let api = rt.block_on(Api::start_configured("churnx", &[], |c| c.service_cidr = SERVICE_CIDR.into()));
         rt.block_on(write_all(&api, objects));
+        Real::serve(rt, api, ns)
+    }
+
+    /// A control plane (test `tag`) started from etcd snapshot `snapshot` (see
+    /// [`Real::snapshot`]), its API server given `flags` too.
+    pub(crate) fn from_snapshot(ns: &Netns, tag: &str, snapshot: &Path, flags: &[&str]) -> Real {
+        let rt = runtime();
+        let api = rt.block_on(Api::start_configured(tag, &[], |c| {
+            c.service_cidr = SERVICE_CIDR.into();
+            c.etcd_seed = Some(snapshot.to_path_buf());
+            c.apiserver_flags = flags.iter().map(|f| f.to_string()).collect();
+        }));
+        Real::serve(rt, api, ns)
+    }
+
+    /// Writes `objects` into a control plane of their own, stops it and keeps etcd's data
+    /// directory as `snapshot`; how long the writing took.
+    pub(crate) fn snapshot(objects: Vec<Value>, snapshot: &Path) -> std::time::Duration {
+        let rt = runtime();
+        let mut api =
+            rt.block_on(Api::start_configured("churnw", &[], |c| c.service_cidr = SERVICE_CIDR.into()));
+        let t = Instant::now();
+        rt.block_on(write_all(&api, objects));
+        let took = t.elapsed();
+        api.standalone.cp.snapshot_etcd(snapshot).expect("etcd's data directory copied");
+        took
+    }
+
+    fn serve(rt: tokio::runtime::Runtime, api: Api, ns: &Netns) -> Real {
         let (port, relays) = {
             let _in_runtime = rt.enter();
             relays(&[ns], api.standalone.cp.host_endpoint())
@@ -94,6 +128,39 @@ impl Real {
         let audit_log = api.standalone.cp.layout().audit_log();
         let writer = tideway_lab::kube::apply::Applier::new(api.admin.clone(), "tideway-bench");
         Real { api, _relays: relays, rt, port, writer, audit_log, marked: 0 }
+    }
+
+    /// The API server's own metrics (`/metrics`), read as the admin.
+    pub(crate) fn apiserver_metrics(&self) -> String {
+        let req = http::Request::get("/metrics").body(Vec::new()).expect("a request");
+        self.rt.block_on(self.api.admin.request_text(req)).expect("the API server's metrics")
+    }
+
+    /// The RSS of the API server and of etcd, MiB.
+    pub(crate) fn control_plane_rss(&self) -> (f64, f64) {
+        let rss = |c: &str| self.api.standalone.cp.pid(c).map_or(0.0, tideway_tests::procfs::rss_mib);
+        (rss("kube-apiserver"), rss("etcd"))
+    }
+
+    /// The request URIs of the lists the components made since the mark (each page is one).
+    pub(crate) fn component_lists(&self) -> Vec<String> {
+        self.components_since_mark()
+            .filter(|e| e["verb"] == "list")
+            .filter_map(|e| e["requestURI"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// The components' requests since the mark, as the audit log completed them.
+    fn components_since_mark(&self) -> impl Iterator<Item = Value> {
+        let text = std::fs::read(&self.audit_log).unwrap_or_default();
+        let events: Vec<Value> = text
+            .get(self.marked..)
+            .unwrap_or_default()
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+            .filter(|e| e["stage"] == "ResponseComplete" && tideway_tests::audit::usage_of(e).is_some())
+            .collect();
+        events.into_iter()
     }
 }
 
@@ -154,13 +221,7 @@ impl Server for Real {
     }
 
     fn component_writes(&self) -> usize {
-        let text = std::fs::read(&self.audit_log).unwrap_or_default();
-        let written = |line: &&[u8]| {
-            let Ok(event) = serde_json::from_slice::<Value>(line) else { return false };
-            let verb = event["verb"].as_str().unwrap_or_default();
-            let component = tideway_tests::audit::usage_of(&event).is_some();
-            component && event["stage"] == "ResponseComplete" && !matches!(verb, "get" | "list" | "watch")
-        };
-        text.get(self.marked..).unwrap_or_default().split(|b| *b == b'\n').filter(written).count()
+        let written = |e: &Value| !matches!(e["verb"].as_str().unwrap_or_default(), "get" | "list" | "watch");
+        self.components_since_mark().filter(written).count()
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tideway_lab::kube::ControlPlaneConfig;
 use tideway_lab::kube::apply::Applier;
 use tideway_lab::kube::rest;
 use tideway_lab::kube::standalone::Standalone;
@@ -28,14 +29,19 @@ impl Api {
     /// Nodes stay as written (no kubelet heartbeats here), with the chart's CRDs and its RBAC
     /// rendered with `values`.
     pub(crate) async fn start(tag: &str, values: &[(String, String)]) -> Api {
-        Api::start_with_cidr(tag, values, "10.96.0.0/16").await
+        Api::start_configured(tag, values, |config| config.service_cidr = "10.96.0.0/16".into()).await
     }
 
-    /// [`Api::start`] with Service CIDR `cidr` (a benchmark's cluster larger than a /16).
-    pub(crate) async fn start_with_cidr(tag: &str, values: &[(String, String)], cidr: &str) -> Api {
+    /// [`Api::start`] with the control plane's configuration changed by `configure` (a
+    /// benchmark's Service CIDR, API server flags, an etcd snapshot to start from).
+    pub(crate) async fn start_configured(
+        tag: &str,
+        values: &[(String, String)],
+        configure: impl FnOnce(&mut ControlPlaneConfig),
+    ) -> Api {
         let standalone = Standalone::start(tag, |config| {
-            config.service_cidr = cidr.into();
             config.grace = Duration::from_secs(3600);
+            configure(config);
         })
         .await
         .expect("a control plane (root; make kube)");

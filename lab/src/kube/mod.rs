@@ -70,6 +70,9 @@ pub struct ControlPlaneConfig {
     pub cluster_name: String,
     /// Flags the API server gets after its own (a test's `--watch-cache-sizes`, say).
     pub apiserver_flags: Vec<String>,
+    /// An etcd data directory to start from (a snapshot: a copy of one taken after
+    /// [`ControlPlane::stop`], see [`ControlPlane::snapshot_etcd`]) instead of an empty store.
+    pub etcd_seed: Option<PathBuf>,
 }
 
 impl ControlPlaneConfig {
@@ -92,6 +95,7 @@ impl ControlPlaneConfig {
             binary: binary()?,
             cluster_name: "tideway-lab".into(),
             apiserver_flags: Vec::new(),
+            etcd_seed: None,
         })
     }
 }
@@ -172,6 +176,9 @@ impl ControlPlane {
             .map_err(|e| KubeError::Io(std::io::Error::other(e)))??;
         control_plane::write_files(&layout)?;
         std::fs::create_dir_all(layout.kube().join("logs"))?;
+        if let Some(seed) = &config.etcd_seed {
+            copy_dir(seed, &layout.kube().join("etcd"))?;
+        }
         let host = match &config.netns {
             Some(ns) => {
                 // Into the namespace's loopback, as the controller-manager and the scheduler
@@ -348,6 +355,33 @@ impl ControlPlane {
             self.procs.terminate(&format!("kube/{c}"), Duration::from_secs(10));
         }
     }
+
+    /// Stops the control plane and copies etcd's data directory, closed cleanly, to `to`: a
+    /// snapshot that [`ControlPlaneConfig::etcd_seed`] starts a later control plane from (same
+    /// member name and peer address; the PKI is made anew, which the stored objects do not
+    /// depend on).
+    pub fn snapshot_etcd(&mut self, to: &Path) -> Result<(), KubeError> {
+        self.stop();
+        copy_dir(&self.layout.kube().join("etcd"), to)
+    }
+}
+
+/// Copies directory `from` to `to` (made, or emptied first), keeping modes (etcd wants 0700).
+fn copy_dir(from: &Path, to: &Path) -> Result<(), KubeError> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let status = std::process::Command::new("cp").arg("-a").arg(from).arg(to).status()?;
+    if !status.success() {
+        return Err(KubeError::Command {
+            command: format!("cp -a {} {}", from.display(), to.display()),
+            message: status.to_string(),
+        });
+    }
+    Ok(())
 }
 
 impl Drop for ControlPlane {
