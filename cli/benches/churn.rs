@@ -42,6 +42,8 @@ use tideway_tests::netns::{Netns, is_root};
 
 #[path = "churn/changes.rs"]
 mod changes;
+#[path = "churn/etcd_seed.rs"]
+mod etcd_seed;
 #[path = "churn/first_view.rs"]
 mod first_view;
 #[path = "churn/observe.rs"]

@@ -35,6 +35,13 @@ pub trait Store: Default + Send + 'static {
     /// Where the kinds [`register`](crate::kube::register)ed from outside the sources land:
     /// the state itself, or a part of a consumer's own store kept for them.
     fn registered(&mut self) -> &mut ClusterState;
+    /// Whether it keeps the converted objects themselves, so that a complete list is copied
+    /// compactly ([`compact`]) before it lands. A store that packs each object into facts of
+    /// its own as it lands (the DNS server's) does not: the copy would only double the list's
+    /// memory at its peak.
+    fn keeps_objects() -> bool {
+        true
+    }
 }
 
 impl Store for ClusterState {

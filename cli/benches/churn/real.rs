@@ -107,15 +107,29 @@ impl Real {
         Real::serve(rt, api, ns)
     }
 
-    /// Writes `objects` into a control plane of their own, stops it and keeps etcd's data
-    /// directory as `snapshot`; how long the writing took.
+    /// Writes `objects` into a control plane of their own (the node, the namespaces and a
+    /// first Service through the API, the rest into etcd: see `etcd_seed`), counts them back
+    /// through the API, stops it and keeps etcd's data directory as `snapshot`; how long the
+    /// writing took.
     pub(crate) fn snapshot(objects: Vec<Value>, snapshot: &Path) -> std::time::Duration {
         let rt = runtime();
         let mut api =
             rt.block_on(Api::start_configured("churnw", &[], |c| c.service_cidr = SERVICE_CIDR.into()));
         let t = Instant::now();
-        rt.block_on(write_all(&api, objects));
+        let services = objects.iter().filter(|o| o["kind"] == "Service").count() as u64;
+        let head = objects.iter().take_while(|o| o["kind"] != "Service").count();
+        let (written, rest) = objects.split_at(head + 2);
+        rt.block_on(write_all(&api, written.to_vec()));
+        rt.block_on(super::etcd_seed::write_rest(&api, written, rest));
         let took = t.elapsed();
+        // Every object is there, as the API serves it (`default/kubernetes` and its slice too).
+        let count = |path| rt.block_on(super::etcd_seed::count(&api, path));
+        assert_eq!(count("/api/v1/services"), services + 1, "Services in the API");
+        assert_eq!(
+            count("/apis/discovery.k8s.io/v1/endpointslices"),
+            services + 1,
+            "EndpointSlices in the API"
+        );
         api.standalone.cp.snapshot_etcd(snapshot).expect("etcd's data directory copied");
         took
     }

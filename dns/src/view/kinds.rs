@@ -31,6 +31,12 @@ impl Store for ClusterView {
     fn registered(&mut self) -> &mut ClusterState {
         &mut self.registered
     }
+
+    /// Each object is packed into its facts as it lands: a compact copy of a list first would
+    /// only double the first view's peak.
+    fn keeps_objects() -> bool {
+        false
+    }
 }
 
 /// Which objects of a kind keep their current facts: a test of (namespace, name).

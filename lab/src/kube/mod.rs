@@ -195,9 +195,15 @@ impl ControlPlane {
             ready_after: Duration::ZERO,
             version,
         };
-        cp.spawn_all()?;
-        cp.wait_ready(Duration::from_secs(120)).await?;
+        // The controller-manager gives up on an API server not healthy within its first
+        // seconds (under a kubelet it would be restarted until it is): an API server starting
+        // on a large etcd (its ClusterIP repair runs over every Service first) is ready later.
+        let (store, controllers) = control_plane::COMPONENTS.split_at(2);
+        cp.spawn(store)?;
+        let patience = if cp.config.etcd_seed.is_some() { 600 } else { 120 };
+        cp.wait_ready(Duration::from_secs(patience)).await?;
         cp.ready_after = started.elapsed();
+        cp.spawn(controllers)?;
         cp.bootstrap().await?;
         Ok(cp)
     }
@@ -219,9 +225,10 @@ impl ControlPlane {
         self.layout.kube().join("logs").join(format!("{component}.log"))
     }
 
-    fn spawn_all(&mut self) -> Result<(), KubeError> {
+    /// Starts `components` (of [`control_plane::COMPONENTS`]).
+    fn spawn(&mut self, components: &[&str]) -> Result<(), KubeError> {
         let flags = self.flags();
-        for c in control_plane::COMPONENTS {
+        for c in components {
             let argv = control_plane::in_netns(self.config.netns.as_deref(), flags.of(c));
             let log = self.log(c);
             self.procs.ensure(&format!("kube/{c}"), argv, log)?;

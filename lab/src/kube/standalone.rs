@@ -64,6 +64,11 @@ impl Standalone {
         }
     }
 
+    /// The network namespace the control plane runs in (etcd listens on its loopback).
+    pub fn netns(&self) -> &str {
+        &self.ns
+    }
+
     /// A client with kubeadm's admin credentials (`kubeadm:cluster-admins`).
     pub async fn admin(&self) -> Result<kube::Client, KubeError> {
         self.cp.client(&self.cp.admin_kubeconfig()).await

@@ -99,7 +99,7 @@ impl<K: Kind, L: Landing<K>> KindAdapter<K, L> {
     fn init_done(&mut self) -> Outcome {
         let relist =
             self.relist.take().unwrap_or(Relist { objects: Vec::new(), invalid: InvalidObjects::new() });
-        let objects = compact(relist.objects);
+        let objects = if self.cluster.compacts_lists() { compact(relist.objects) } else { relist.objects };
         let keep: Vec<ObjectKey> = relist.invalid.keys().cloned().collect();
         self.cluster.update(|s| s.replace(objects, &keep));
         self.cluster.signals().replace_invalid_kind(&K::watch_name(), relist.invalid);

@@ -18,6 +18,10 @@ pub trait Landing<K: Kind>: Clone + Send + Sync + 'static {
     fn signals(&self) -> &Signals;
     /// Runs `f` on what holds `K`, waking the consumer when there are changes to take.
     fn update(&self, f: impl FnOnce(&mut dyn Holds<K>));
+    /// Whether a complete list is copied compactly before it lands ([`Store::keeps_objects`]).
+    fn compacts_lists(&self) -> bool {
+        true
+    }
 }
 
 impl<K: Kind, S: Store + Holds<K>> Landing<K> for SharedCluster<S> {
@@ -27,6 +31,10 @@ impl<K: Kind, S: Store + Holds<K>> Landing<K> for SharedCluster<S> {
 
     fn update(&self, f: impl FnOnce(&mut dyn Holds<K>)) {
         SharedCluster::update(self, |s| f(s));
+    }
+
+    fn compacts_lists(&self) -> bool {
+        S::keeps_objects()
     }
 }
 
