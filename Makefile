@@ -124,8 +124,9 @@ bench-peers: kube peers
 	$(CARGO) bench -p tideway --bench peers
 
 # Churn: the agent, the DNS server and the operator while endpoints change at 10, 100 and
-# 1,000 a second, at 10,000 and 100,000 Services, and one point again on the real API server
-# (root; about 15 minutes).
+# 1,000 a second, at 10,000 and 100,000 Services, one point again on the real API server, and
+# the first view of 100,000 Services from it (root; about 15 minutes, 3 more the first time:
+# it writes that cluster into etcd once and keeps a snapshot under the target directory).
 bench-churn: kube
 	$(CARGO) bench -p tideway --bench churn
 
