@@ -285,7 +285,6 @@ fn churn(rig: &mut Rig, rate: usize, seconds: usize) -> Figures {
     rig.cluster = Some(cluster);
     let wall = t0.elapsed().as_secs_f64();
     let cpu_after = cpu(rig);
-    let after = agent_metrics(rig);
     let ended = Instant::now();
     let caught_up = rig.ns.run(move || {
         while ended.elapsed() < Duration::from_secs(60) {
@@ -301,6 +300,9 @@ fn churn(rig: &mut Rig, rate: usize, seconds: usize) -> Figures {
         }
         None
     });
+    // Read once the agent caught up, so that the changes still pending when the churn ended
+    // (a sync's worth; more in iptables mode, where a sync takes over a second) are measured too.
+    let after = agent_metrics(rig);
     let writes = rig.server.component_writes();
     let mut answered: Vec<Duration> = results.iter().flatten().copied().collect();
     answered.sort();
