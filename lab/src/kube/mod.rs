@@ -195,9 +195,9 @@ impl ControlPlane {
             ready_after: Duration::ZERO,
             version,
         };
-        // The controller-manager gives up on an API server not healthy within its first
-        // seconds (under a kubelet it would be restarted until it is): an API server starting
-        // on a large etcd (its ClusterIP repair runs over every Service first) is ready later.
+        // The controller-manager exits when the API server is not healthy within about 30 s
+        // (under a kubelet it would be restarted until it is): an API server starting on a
+        // large etcd (its ClusterIP repair runs over every Service first) is ready later.
         let (store, controllers) = control_plane::COMPONENTS.split_at(2);
         cp.spawn(store)?;
         let patience = if cp.config.etcd_seed.is_some() { 600 } else { 120 };
