@@ -484,6 +484,9 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
         require_ipvs()?;
     }
     let dir = lab_dir(name);
+    // Held by this process until it has started the lab's own process (which takes it then) or,
+    // in the foreground, until the lab is gone.
+    let lock = crate::name_lock::NameLock::take(name)?;
     if !background {
         if server::request(&dir, &Request::Status).is_ok() {
             bail!(
@@ -500,6 +503,7 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     }
     let bin = std::env::current_exe().context("locating the tideway binary")?;
     if detach {
+        drop(lock);
         return detached(&bin, file, mode.as_deref(), grace, (kube, no_components), name, &dir);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -513,6 +517,7 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     }
     let code = rt.block_on(crate::up::serve(lab, spec, true));
     let _ = std::fs::remove_dir_all(&dir);
+    drop(lock);
     code
 }
 
@@ -576,7 +581,9 @@ fn detached(
     };
     loop {
         show_log(&mut shown);
-        if dir.join("ready").exists() {
+        // The lab's process writes its pid there: a `ready` of any other process is not this lab's.
+        let ready = std::fs::read_to_string(dir.join("ready")).unwrap_or_default();
+        if ready.trim() == child.id().to_string() {
             return Ok(0);
         }
         if let Ok(Some(status)) = child.try_wait() {

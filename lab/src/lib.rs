@@ -31,6 +31,7 @@ pub mod frr;
 pub mod images;
 pub mod kube;
 pub mod kubelet;
+pub mod name_lock;
 pub mod netns;
 pub mod procs;
 pub mod proxy;
