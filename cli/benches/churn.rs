@@ -108,13 +108,7 @@ impl Drop for Rig {
 
 /// Polls inside `ns` until `done` holds (at most 600 s: 100,000 Services take a while).
 fn wait_in(ns: &Netns, what: &'static str, done: impl Fn() -> bool + Send + 'static) {
-    ns.run(move || {
-        let deadline = Instant::now() + Duration::from_secs(600);
-        while !done() {
-            assert!(Instant::now() < deadline, "{what}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
+    ns.wait_for(what, (Duration::from_secs(600), Duration::from_millis(200)), move || done().then_some(()));
 }
 
 /// The seed of the cluster of `n` Services.

@@ -21,7 +21,10 @@ use tokio::sync::watch;
 async fn kube_client(api: &FakeApi, tag: &str) -> kube::Client {
     let dir = std::env::temp_dir().join(format!("tideway-op-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    client(Some(&api.kubeconfig(&dir, Account::Operator))).await.expect("client")
+    let c = client(Some(&api.kubeconfig(&dir, Account::Operator))).await.expect("client");
+    // The client holds the token now; the file with it goes.
+    std::fs::remove_dir_all(&dir).unwrap();
+    c
 }
 
 fn cluster_objects() -> Vec<Value> {

@@ -28,6 +28,8 @@ async fn apply_conflicts_ownership_and_preconditions() {
     let dir = std::env::temp_dir().join(format!("tideway-ssa-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcs = configs(client(Some(&api.kubeconfig(&dir, Account::ClusterAdmin))).await.unwrap());
+    // The client holds the token now; the file with it goes.
+    std::fs::remove_dir_all(&dir).unwrap();
     let obj = |spec: serde_json::Value| json!({"apiVersion": "tideway.io/v1alpha1", "kind": "ProxyConfig", "metadata": {"name": "default"}, "spec": spec});
     let apply = |m: &str| PatchParams::apply(m);
 

@@ -87,6 +87,26 @@ impl Netns {
         cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().expect("spawn in namespace")
     }
 
+    /// Polls `done` inside this namespace every `every` until it returns what it waited for;
+    /// panics with `what` after `within`.
+    pub fn wait_for<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        (within, every): (Duration, Duration),
+        done: impl Fn() -> Option<T> + Send + 'static,
+    ) -> T {
+        self.run(move || {
+            let deadline = Instant::now() + within;
+            loop {
+                if let Some(t) = done() {
+                    return t;
+                }
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(every);
+            }
+        })
+    }
+
     /// Runs `f` on a thread that entered this namespace (sockets it opens live here).
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/run/netns/{}", self.name);

@@ -62,6 +62,8 @@ struct ProcessFigures {
 
 /// How long CPU at rest is measured.
 const REST: Duration = Duration::from_secs(15);
+/// How long a component may take to sync, polled every 100 ms.
+const WAIT: (Duration, Duration) = (Duration::from_secs(300), Duration::from_millis(100));
 /// The agent's sync period (its drift check) while at rest.
 const CHECK_EVERY: &str = "5s";
 /// Where the measured DNS server serves its metrics (inside its namespace).
@@ -92,24 +94,6 @@ fn source(
     let args =
         vec!["--source".into(), "kubernetes".into(), "--kubeconfig".into(), kubeconfig.display().to_string()];
     (args, Some(server))
-}
-
-/// Polls inside `ns` until `done` returns what it waited for (at most 300 s).
-fn wait_in<T: Send + 'static>(
-    ns: &Netns,
-    what: &'static str,
-    done: impl Fn() -> Option<T> + Send + 'static,
-) -> T {
-    ns.run(move || {
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            assert!(Instant::now() < deadline, "{what}");
-            if let Some(t) = done() {
-                return t;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    })
 }
 
 /// Starts `component` on `n` Services x 10 endpoints read `from` where it says, and measures
@@ -148,7 +132,7 @@ fn run(component: Component, n: usize, from: From) -> ProcessFigures {
     let mut child = ns.spawn(bin, &args, &log, &[]);
     let sync_ms = match component {
         Component::Agent => {
-            let status = wait_in(&ns, "the agent never synced", || {
+            let status = ns.wait_for("the agent never synced", WAIT, || {
                 http_get("127.0.0.1:10249", "/api/v1/status").ok().filter(|b| b.contains("\"synced\":true"))
             });
             // Every Service read and programmed (one port each), none skipped as invalid.
@@ -163,7 +147,7 @@ fn run(component: Component, n: usize, from: From) -> ProcessFigures {
         }
         Component::Dns => {
             // Every Service in the zone, none skipped as invalid.
-            let body = wait_in(&ns, "the DNS server never published every Service", move || {
+            let body = ns.wait_for("the DNS server never published every Service", WAIT, move || {
                 let body = http_get(DNS_METRICS, "/metrics").ok()?;
                 (metric(&body, "tideway_dns_index_services") == Some(n as f64)).then_some(body)
             });

@@ -195,7 +195,12 @@ impl Drop for TestLab {
             }
         }
         let _ = tideway(&["lab", "down", "--name", &self.name]);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
