@@ -36,6 +36,6 @@ sed 's/mode: iptables/mode: nftables/' examples/demo.yaml > /tmp/tideway-demo-nf
 step "$T" lab apply -f /tmp/tideway-demo-nftables.yaml
 sleep 2
 step "$T" lab status
-step "$T" lab exec myk8s-worker -- nft list map ip tideway service-ips
+step "$T" lab exec myk8s-worker -- nft list chain ip tideway cluster-dispatch
 printf '\nThe lab keeps running: try the commands above, `%s lab status`, and `%s lab down` to remove it.\n' "$T" "$T"
 [ "$T" = tideway ] || printf '(`tideway` on your PATH is %s, not this build: use %s)\n' "$on_path" "$(realpath "${CARGO_TARGET_DIR:-$PWD/target}")/debug/tideway"

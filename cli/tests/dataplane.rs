@@ -385,9 +385,9 @@ fn drift_by_content(b: &Battery) {
     let cases = [
         (
             // One transaction, so the periodic check never sees half of it.
-            "nft 'delete element ip tideway service-ips { 10.96.0.10 . tcp . 80 }; \
-             add element ip tideway service-ips { 10.96.0.10 . tcp . 80 : goto reject-chain }'",
-            "table ip tideway service-ips (set_elements)",
+            "nft 'delete element ip tideway to-cluster-ip { 10.96.0.10 . tcp . 80 }; \
+             add element ip tideway to-cluster-ip { 10.96.0.10 . tcp . 81 }'",
+            "table ip tideway to-cluster-ip (set_elements)",
         ),
         (
             "nft insert rule ip tideway filter-input counter accept",

@@ -197,3 +197,96 @@ fn one_endpoint_change_is_a_handful_of_operations() {
         assert!(ops <= max, "[{mode}] {ops} operations for one endpoint change: {cs:#?}");
     }
 }
+
+/// The nftables layout's promise under churn: an endpoint turning ready or not, a pod replaced,
+/// a Service added or removed, a Service left without endpoints, each writes set elements
+/// without a verdict and no rule, so that the kernel does not validate the whole table on the
+/// commit (it does on any rule or `goto` element); only an endpoint count no Service had before
+/// rewrites the dispatch chain.
+#[test]
+fn churn_writes_only_data_in_nftables() {
+    use tideway_core::model::{EndpointSlice, Service};
+    use tideway_core::program::ElemData;
+
+    let node = mk_node_context();
+    let mut c = ClusterState::new();
+    let service = |c: &mut ClusterState, i: u32, eps: u32, ready: u32| {
+        c.apply(
+            mk_service("ns", &format!("s{i}"))
+                .cluster_ip(&format!("10.96.1.{i}"))
+                .port("http", Protocol::Tcp, 80)
+                .build(),
+        );
+        let mut s = mk_slice("ns", &format!("s{i}")).port("http", Protocol::Tcp, 8080);
+        for j in 0..eps {
+            s = s.endpoint(&format!("10.244.{i}.{j}"), "node-b", j < ready, j < ready, false);
+        }
+        c.apply(s.build());
+    };
+    for i in 0..20 {
+        service(&mut c, i, 10, if i % 2 == 0 { 10 } else { 9 });
+    }
+    c.take_changes();
+    let mut rs = compile(&c, &node);
+    let mut program = render::Renderer::new(ProxyMode::Nftables, &rs).lower(IpFamily::V4);
+    let mut step = |c: &mut ClusterState, what: &str| -> ChangeSet {
+        let changes = c.take_changes();
+        rs.update(c, &changes.services);
+        let new = render::Renderer::new(ProxyMode::Nftables, &rs).lower(IpFamily::V4);
+        let cs = diff(&program, &new);
+        program = new;
+        assert!(!cs.full && cs.operations() > 0, "{what}: {cs:#?}");
+        cs
+    };
+    let data_only = |cs: &ChangeSet, what: &str| {
+        let verdicts = cs.add_elements.iter().filter(|(_, e)| matches!(e.data, Some(ElemData::Verdict(_))));
+        assert!(
+            cs.add_chains.is_empty()
+                && cs.flush_chains.is_empty()
+                && cs.add_rules.is_empty()
+                && cs.add_sets.is_empty()
+                && verdicts.count() == 0,
+            "{what} writes a rule or a verdict: {cs:#?}"
+        );
+    };
+
+    service(&mut c, 2, 10, 9);
+    data_only(&step(&mut c, "a ready endpoint turning unready"), "a ready endpoint turning unready");
+    service(&mut c, 3, 10, 10);
+    data_only(&step(&mut c, "an endpoint turning ready"), "an endpoint turning ready");
+    let mut s = mk_slice("ns", "s4").port("http", Protocol::Tcp, 8080);
+    for j in 0..10 {
+        s = s.ready(&format!("10.244.4.{}", if j == 5 { 99 } else { j }), "node-b");
+    }
+    c.apply(s.build());
+    data_only(&step(&mut c, "a pod replaced"), "a pod replaced");
+    service(&mut c, 40, 10, 10);
+    data_only(&step(&mut c, "a Service added"), "a Service added");
+    c.delete::<Service>("ns", "s40");
+    c.delete::<EndpointSlice>("ns", "s40-abcde");
+    data_only(&step(&mut c, "a Service removed"), "a Service removed");
+    service(&mut c, 6, 10, 0);
+    data_only(&step(&mut c, "a Service left without endpoints"), "a Service left without endpoints");
+
+    // A count no Service had: its chain, its set, and its way in (a rule in the dispatch chain).
+    service(&mut c, 8, 17, 17);
+    let cs = step(&mut c, "a new endpoint count");
+    let names = |chains: &[tideway_core::program::Chain]| {
+        chains.iter().map(|c| c.name.to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&cs.add_chains), ["cluster-lb-17"], "{cs:#?}");
+    assert_eq!(names(&cs.flush_chains), ["cluster-dispatch"], "{cs:#?}");
+    assert_eq!(
+        cs.add_sets.iter().map(|s| s.name.to_string()).collect::<Vec<_>>(),
+        ["cluster-lb-17-frontends"]
+    );
+    // And its last user gone, all three go.
+    service(&mut c, 8, 10, 10);
+    let cs = step(&mut c, "the last of a count gone");
+    assert_eq!(cs.delete_chains.iter().map(|c| c.name.to_string()).collect::<Vec<_>>(), ["cluster-lb-17"]);
+    assert_eq!(names(&cs.flush_chains), ["cluster-dispatch"], "{cs:#?}");
+    assert_eq!(
+        cs.delete_sets.iter().map(|s| s.name.to_string()).collect::<Vec<_>>(),
+        ["cluster-lb-17-frontends"]
+    );
+}

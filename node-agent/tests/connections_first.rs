@@ -57,7 +57,7 @@ fn track_connection(ns: &Netns, dst: IpAddr) {
 }
 
 fn service_ips(ns: &Netns) -> String {
-    ns.sh("nft list map ip tideway service-ips")
+    ns.sh("nft list set ip tideway to-cluster-ip")
 }
 
 #[test]

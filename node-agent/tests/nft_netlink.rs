@@ -112,7 +112,7 @@ fn every_fixture_lists_the_same_as_nft() {
         nl.apply_programs([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (want, got) = (listing(&text_ns), listing(&nl_ns));
         assert!(want == got, "{name}: listings differ\n{}", first_difference(&want, &got));
-        let map = nl_ns.sh("nft list map ip tideway service-ips");
+        let map = nl_ns.sh("nft list map ip tideway cluster-endpoints");
         assert!(map.contains(&format!("size {MIN_CAPACITY}")), "{name}: maps are declared with room\n{map}");
         // Applying the same program again replaces the table atomically.
         nl.apply_programs([&programs[0], &programs[1]]).unwrap_or_else(|e| panic!("{name} again: {e}"));
@@ -142,8 +142,8 @@ fn a_streamed_full_apply_declares_each_map_with_room_for_what_it_holds() {
     let (want, got) = (listing(&text_ns), listing(&nl_ns));
     assert!(want == got, "listings differ\n{}", first_difference(&want, &got));
     // 600 ClusterIP frontends, counted only once all were written.
-    let map = nl_ns.sh("nft list map ip tideway service-ips");
-    assert!(map.contains("size 1200"), "service-ips is declared for twice its 600 elements\n{map}");
+    let set = nl_ns.sh("nft list set ip tideway to-cluster-ip");
+    assert!(set.contains("size 1200"), "to-cluster-ip is declared for twice its 600 elements\n{set}");
     assert_eq!(rooms, [Room::of(&programs[0]), Room::of(&programs[1])], "the room counted is the program's");
 }
 
@@ -262,7 +262,7 @@ fn a_refused_transaction_changes_nothing() {
     // A real change (one Service address leaves the map, a chain is flushed) followed by a
     // message the kernel refuses: deleting a chain that does not exist.
     let asm = programs[0].assemble();
-    let service_ips = asm.sets.iter().find(|s| &*s.def.name == "service-ips").expect("service-ips");
+    let service_ips = asm.sets.iter().find(|s| &*s.def.name == "to-cluster-ip").expect("to-cluster-ip");
     let mut cs = ChangeSet::default();
     cs.delete_elements.push((service_ips.def.id(), service_ips.elements[0].clone()));
     cs.flush_chains
@@ -451,7 +451,7 @@ mod drift {
             })
             .collect();
         assert!(
-            sets[0].add_elements.iter().filter(|(s, _)| &*s.name == "service-ips").count() > MIN_CAPACITY
+            sets[0].add_elements.iter().filter(|(s, _)| &*s.name == "to-cluster-ip").count() > MIN_CAPACITY
         );
         // Sent as it is, the kernel refuses it: a set's size is a limit.
         let err = open(&ns)
@@ -460,8 +460,8 @@ mod drift {
         assert!(err.to_string().contains("os error 23"), "ENFILE: {err}");
         // The dataplane sees it coming and rewrites the table with more room.
         dp.apply(&wanted.desired(), Update::Changes([&sets[0], &sets[1]])).expect("applied whole");
-        let map = ns.sh("nft list map ip tideway service-ips");
-        assert_eq!(map.matches(": goto cluster-ip").count(), 1100, "{map}");
+        let map = ns.sh("nft list set ip tideway to-cluster-ip");
+        assert_eq!(map.matches(" . tcp . ").count(), 1100, "{map}");
         assert!(map.contains("size 2200"), "{map}");
         touch(&ns);
         assert_eq!(kinds(&mut dp, &wanted), BTreeSet::new());
@@ -504,13 +504,13 @@ mod drift {
                 vec![(DriftKind::ChainRules, format!("{v4} filter-input"))],
             ),
             (
-                "a map element replaced by another (same count)",
+                "a set element replaced by another (same count)",
                 |_| {
-                    "nft delete element ip tideway service-ips '{ 10.96.0.13 . tcp . 80 }'; \
-                     nft add element ip tideway service-ips '{ 10.96.0.13 . tcp . 80 : goto reject-chain }'"
+                    "nft delete element ip tideway to-cluster-ip '{ 10.96.0.13 . tcp . 80 }'; \
+                     nft add element ip tideway to-cluster-ip '{ 10.96.0.13 . tcp . 81 }'"
                         .into()
                 },
-                vec![(DriftKind::SetElements, format!("{v4} service-ips"))],
+                vec![(DriftKind::SetElements, format!("{v4} to-cluster-ip"))],
             ),
             (
                 "a renamed chain",
@@ -518,7 +518,7 @@ mod drift {
                 vec![
                     (DriftKind::ChainMissing, format!("{v4} cluster-lb-1")),
                     (DriftKind::ForeignChain, format!("{v4} renamed")),
-                    (DriftKind::SetElements, format!("{v4} cluster-lb")),
+                    (DriftKind::ChainRules, format!("{v4} cluster-dispatch")),
                 ],
             ),
             (

@@ -102,6 +102,12 @@ impl Program {
                 set_index.insert((set.table, &set.name), out.sets.len());
                 out.sets.push(AssembledSet { def: set, elements: set.elements.iter().collect() });
             }
+            for set in &frag.shared_sets {
+                if let Entry::Vacant(slot) = set_index.entry((set.table, &set.name)) {
+                    slot.insert(out.sets.len());
+                    out.sets.push(AssembledSet { def: set, elements: set.elements.iter().collect() });
+                }
+            }
         }
         for frag in self.services.values() {
             for (chain, rule) in &frag.rules {
@@ -115,6 +121,20 @@ impl Program {
                 }
             }
             out.virtual_servers.extend(&frag.virtual_servers);
+        }
+        // Shared chains' ways in, in the chains' name order, after the rules contributed.
+        let mut entries: Vec<(&Name, usize, &Rule)> = out
+            .chains
+            .iter()
+            .filter_map(|c| {
+                let def: &Chain = c.def;
+                let (from, rule) = def.entry.as_ref()?;
+                Some((&def.name, *chain_index.get(&(from.table, &*from.name))?, rule))
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        for (_, at, rule) in entries {
+            out.chains[at].rules.push(rule);
         }
         for c in &mut out.chains {
             c.rules.extend(&c.def.tail);

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::complete::Program;
 use super::ir::{
-    Chain, ChainRef, ElemData, Element, Fragment, Rule, Set, SetRef, Value, Verdict, VirtualServer,
+    Chain, ChainRef, ElemData, Element, Fragment, Name, Rule, Set, SetRef, Value, Verdict, VirtualServer,
 };
 use crate::model::ServicePortName;
 use crate::net::Protocol;
@@ -96,13 +96,14 @@ impl ChangeSet {
     }
 }
 
-/// What the counts are kept by: a shared chain, or an element of a shared set (the set's
+/// What the counts are kept by: a shared chain, a shared set, or an element of a shared set (the set's
 /// index among the base's shared sets, and the element in a compact byte form: a hairpin
 /// element `ip . ip` is 11 bytes inline instead of a 152-byte structure, which matters with
 /// one per local endpoint).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum RefKey {
     Chain(ChainRef),
+    Set(SetRef),
     Elem(u16, ElemKey),
 }
 
@@ -185,6 +186,17 @@ pub struct ProgramState {
     intervals: HashMap<SetRef, BTreeMap<Element, u32>>,
     /// The rule count of the whole program, kept current one fragment at a time.
     rules: usize,
+    /// The ways in of the shared chains in use, by the base chain they sit in, in the shared
+    /// chains' name order.
+    entries: HashMap<ChainRef, BTreeMap<Name, Rule>>,
+    /// Base chains whose ways in changed since the last change set, with the ways in they had
+    /// then: rewritten whole unless they have the same again.
+    dirty: BTreeMap<ChainRef, BTreeMap<Name, Rule>>,
+    /// Shared sets whose first user came in this change set (created at its end), and those
+    /// whose last user left (deleted then): a set that leaves and comes back in one change
+    /// set stays as it is.
+    set_births: BTreeMap<SetRef, Set>,
+    set_deaths: BTreeSet<SetRef>,
 }
 
 type VsKey = (std::net::IpAddr, Protocol, u16);
@@ -212,6 +224,10 @@ impl ProgramState {
             shared_sets,
             intervals: intervals.collect(),
             rules: program.base.rule_count(),
+            entries: HashMap::default(),
+            dirty: BTreeMap::new(),
+            set_births: BTreeMap::new(),
+            set_deaths: BTreeSet::new(),
         }
     }
 
@@ -227,6 +243,11 @@ impl ProgramState {
         self.rules += frag.rule_count();
         for k in self.ref_keys(frag) {
             *self.refs.entry(k).or_default() += 1;
+        }
+        for c in &frag.shared_chains {
+            if let Some((from, rule)) = &c.entry {
+                self.entries.entry(from.clone()).or_default().insert(c.name.clone(), rule.clone());
+            }
         }
         self.count_intervals(&[], &frag.elements);
     }
@@ -273,7 +294,9 @@ impl ProgramState {
     fn ref_keys(&self, frag: &Fragment) -> Vec<RefKey> {
         // A fragment holds a shared chain once, however many of its frontends use it.
         let chains: BTreeSet<ChainRef> = frag.shared_chains.iter().map(Chain::id).collect();
+        let sets: BTreeSet<SetRef> = frag.shared_sets.iter().map(Set::id).collect();
         let mut keys: Vec<RefKey> = chains.into_iter().map(RefKey::Chain).collect();
+        keys.extend(sets.into_iter().map(RefKey::Set));
         keys.extend(
             frag.elements.iter().filter_map(|(s, e)| self.shared(s).map(|i| RefKey::Elem(i, elem_key(e)))),
         );
@@ -307,7 +330,8 @@ impl ProgramState {
 
     /// Replaces one service port's fragment `old` (as it was rendered, `None` when it had
     /// none) with `new` (`None`: removed), appending the kernel changes this needs to `out`
-    /// (normalize `out` after the last call, or use `replace_all`).
+    /// (normalize `out` after the last call, or use `replace_all`, which also rewrites the base
+    /// chains whose shared chains' ways in came or went).
     pub fn replace(&mut self, old: Option<&Fragment>, new: Option<&Fragment>, out: &mut ChangeSet) {
         let none = Fragment::default();
         let (old, new) = (old.unwrap_or(&none), new.unwrap_or(&none));
@@ -352,11 +376,27 @@ impl ProgramState {
         for c in new.shared_chains.iter().filter(|c| !old_shared.contains(&c.id())) {
             if self.inc(RefKey::Chain(c.id())) {
                 out.add_chains.push(c.clone());
+                self.enter(c, true);
+            }
+        }
+        for c in old.shared_chains.iter().filter(|c| !new_shared.contains(&c.id())) {
+            if self.dec(RefKey::Chain(c.id())) {
+                out.delete_chains.push(c.id());
+                self.enter(c, false);
+            }
+        }
+
+        // Shared sets: created by their first user, deleted with their last.
+        let old_shared: BTreeSet<SetRef> = old.shared_sets.iter().map(Set::id).collect();
+        let new_shared: BTreeSet<SetRef> = new.shared_sets.iter().map(Set::id).collect();
+        for s in new.shared_sets.iter().filter(|s| !old_shared.contains(&s.id())) {
+            if self.inc(RefKey::Set(s.id())) && !self.set_deaths.remove(&s.id()) {
+                self.set_births.insert(s.id(), s.clone());
             }
         }
         for id in old_shared.difference(&new_shared) {
-            if self.dec(RefKey::Chain(id.clone())) {
-                out.delete_chains.push(id.clone());
+            if self.dec(RefKey::Set(id.clone())) && self.set_births.remove(id).is_none() {
+                self.set_deaths.insert(id.clone());
             }
         }
 
@@ -387,6 +427,11 @@ impl ProgramState {
         let kept = |s: &&Set| touched.contains(&s.id()) && old_sets.get(&s.id()) == Some(s);
         out.element_sets
             .extend(new.sets.iter().filter(kept).map(|s| Set { elements: Vec::new(), ..s.clone() }));
+        for s in old.shared_sets.iter().chain(&new.shared_sets).filter(|s| touched.contains(&s.id())) {
+            if !out.element_sets.iter().any(|e| e.id() == s.id()) {
+                out.element_sets.push(Set { elements: Vec::new(), ..s.clone() });
+            }
+        }
 
         // IPVS virtual servers, keyed by address, protocol and port.
         let key = |v: &VirtualServer| -> VsKey { (v.ip, v.protocol, v.port) };
@@ -417,8 +462,40 @@ impl ProgramState {
         for (old, new) in fragments {
             self.replace(old, new, &mut out);
         }
+        self.rewrite_entered(&mut out);
+        out.add_sets.extend(std::mem::take(&mut self.set_births).into_values());
+        out.delete_sets.extend(std::mem::take(&mut self.set_deaths));
         out.normalize();
         out
+    }
+
+    /// Records shared chain `c`'s way in as there (`on`) or gone.
+    fn enter(&mut self, c: &Chain, on: bool) {
+        let Some((from, rule)) = &c.entry else { return };
+        let entries = self.entries.entry(from.clone()).or_default();
+        self.dirty.entry(from.clone()).or_insert_with(|| entries.clone());
+        if on {
+            entries.insert(c.name.clone(), rule.clone());
+        } else {
+            entries.remove(&c.name);
+        }
+    }
+
+    /// Rewrites each base chain whose ways in changed: its own rules, then the ways in.
+    fn rewrite_entered(&mut self, out: &mut ChangeSet) {
+        for (id, before) in std::mem::take(&mut self.dirty) {
+            let entries = self.entries.get(&id);
+            if entries.unwrap_or(&BTreeMap::new()) == &before {
+                continue;
+            }
+            let Some(def) = self.skeleton.base.chains.iter().find(|c| c.id() == id) else { continue };
+            let mut chain = def.clone();
+            chain.rules.extend(entries.into_iter().flat_map(|e| e.values().cloned()));
+            if entries.is_some_and(BTreeMap::is_empty) {
+                self.entries.remove(&id);
+            }
+            out.flush_chains.push(chain);
+        }
     }
 }
 

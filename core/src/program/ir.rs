@@ -321,12 +321,16 @@ pub struct Chain {
     pub rules: Vec<Rule>,
     /// Rules after every per-Service contribution (e.g. the NodePort jump, which must be last).
     pub tail: Vec<Rule>,
+    /// A shared chain's way in: the base's chain it is reached from and the rule there that
+    /// leads to it. The rule comes and goes with the chain (the chain it sits in is rewritten
+    /// then), and such rules follow the base chain's own rules in their chains' name order.
+    pub entry: Option<(ChainRef, Rule)>,
 }
 
 impl Chain {
     /// A regular chain with rules.
     pub fn new(table: &'static str, name: impl Into<Name>, rules: Vec<Rule>) -> Chain {
-        Chain { table, name: name.into(), hook: None, builtin: false, rules, tail: Vec::new() }
+        Chain { table, name: name.into(), hook: None, builtin: false, rules, tail: Vec::new(), entry: None }
     }
 
     /// This chain's reference.
@@ -422,6 +426,9 @@ pub struct Fragment {
     pub shared_chains: Vec<Chain>,
     /// Sets this fragment owns.
     pub sets: Vec<Set>,
+    /// Sets several fragments may need (identical definition), reference counted by name;
+    /// their elements come from the fragments, as for the base's sets.
+    pub shared_sets: Vec<Set>,
     /// Rules added to chains owned by the base.
     pub rules: Vec<(ChainRef, Rule)>,
     /// Elements added to sets owned by the base.
@@ -437,6 +444,7 @@ impl Fragment {
         self.chains.shrink_to_fit();
         self.shared_chains.shrink_to_fit();
         self.sets.shrink_to_fit();
+        self.shared_sets.shrink_to_fit();
         self.rules.shrink_to_fit();
         self.elements.shrink_to_fit();
         self.virtual_servers.shrink_to_fit();
@@ -450,7 +458,7 @@ impl Fragment {
                 .chains
                 .iter()
                 .chain(&self.shared_chains)
-                .map(|c| c.rules.len() + c.tail.len())
+                .map(|c| c.rules.len() + c.tail.len() + usize::from(c.entry.is_some()))
                 .sum::<usize>()
     }
 }

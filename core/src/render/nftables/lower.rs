@@ -1,23 +1,33 @@
 //! nftables layout: verdict maps and DNAT maps, chains O(distinct behaviours).
 //!
 //! ```text
-//! nat-prerouting/nat-output -> services:  daddr.proto.dport vmap @service-ips      -> behaviour chain
-//!                                         fib daddr local: proto.dport vmap @service-nodeports
+//! nat-prerouting/nat-output -> services:  daddr.proto.dport @to-<behaviour>     goto behaviour chain
+//!                                         fib daddr local: proto.dport @to-nodeport[-local] goto ...
 //! behaviour chains (cluster-ip, cluster-ip-local, external, external-local, nodeport, nodeport-local):
-//!     masquerade decision, then  key vmap @<set>-lb        -> goto <set>-lb-N (one chain per N)
-//! <set>-lb-N:  dnat to key . numgen random mod N map @<set>-endpoints
-//! <set>-maglev-M: dnat to key . jhash ip saddr . th sport mod M seed S map @<set>-endpoints
+//!     masquerade decision, then  jump <pool>-dispatch
+//! <pool>-dispatch: key vmap @<pool>-lb (affinity and Maglev chains), then one rule per
+//!               endpoint count in use: key @<pool>-lb-N-frontends goto <pool>-lb-N
+//! <pool>-lb-N:  dnat to key . numgen random mod N map @<pool>-endpoints
+//! <pool>-maglev-M: dnat to key . jhash ip saddr . th sport mod M seed S map @<pool>-endpoints
 //!               (a Maglev Service's M table buckets share the slot map; see crate::maglev)
 //! ClientIP affinity: a chain per Service (the client's endpoint while its affinity lasts, else
 //!               random, or with Maglev `jhash ip saddr mod M vmap @service-maglev-<svc>`)
 //! filter hooks: firewall-check (source ranges, pre-DNAT), service-endpoints-check and
-//!               nodeport-endpoints-check (reject/drop via @no-endpoint-* maps), after DNAT
+//!               nodeport-endpoints-check (reject/drop via @no-endpoint-* sets), after DNAT
 //!               cluster-ips-check (an undefined port of @cluster-ips rejected, an address of
 //!               @service-cidrs no Service holds dropped)
 //! nat-postrouting -> masquerading: hairpin (ct dnat, saddr.daddr @hairpin), mark 0x4000
 //! ```
 //! Only Services with ClientIP affinity get their own chains (per-endpoint affinity sets, as
 //! kube-proxy), because affinity state must die with the endpoint.
+//!
+//! What churn changes is data: a Service added or removed, an endpoint turning ready or not, a
+//! pod replaced, each writes elements of sets without a verdict (frontends, endpoint slots)
+//! and no rule. The kernel validates the whole table on a commit that adds a rule or a `goto`
+//! element (every chain reachable from the base chains, every verdict map's elements), which
+//! at 100,000 Services costs tens of milliseconds a commit; only an endpoint count no Service
+//! had before (a rule in `<pool>-dispatch`), a Maglev table size or a Service with ClientIP
+//! affinity still adds one.
 
 use std::net::IpAddr;
 
@@ -26,8 +36,8 @@ use smallvec::smallvec;
 use crate::net::{IpFamily, IpNet};
 use crate::plan::{Backend, LocalTraffic, NodePlan, NodePortDestinations, ServicePortPlan, Target};
 use crate::program::{
-    Action, BaseHook, Chain, ChainKind, CtState, DataType, ElemData, Element, Field, Fragment, Hook, Key,
-    KeyType, Match, Name, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
+    Action, BaseHook, Chain, ChainKind, ChainRef, CtState, DataType, ElemData, Element, Field, Fragment,
+    Hook, Key, KeyType, Match, Name, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
 };
 use crate::render::local_traffic::detector;
 use crate::render::names;
@@ -85,13 +95,16 @@ fn base_chain(name: &str, hook: Hook, kind: ChainKind, priority: i32, rules: Vec
 pub fn base(np: &NodePlan) -> Fragment {
     let f = np.family;
     let addr = KeyType::Addr(f);
-    let fe = || vec![addr, KeyType::Proto, KeyType::Port];
+    let fe = || frontend_key(f);
     let npk = || vec![KeyType::Proto, KeyType::Port];
-    let mut sets = vec![
-        set("service-ips", fe(), Some(DataType::Verdict)),
-        set("service-nodeports", npk(), Some(DataType::Verdict)),
-        set("no-endpoint-services", fe(), Some(DataType::Verdict)),
-        set("no-endpoint-nodeports", npk(), Some(DataType::Verdict)),
+    let mut sets: Vec<Set> =
+        FRONTEND_BEHAVIOURS.iter().map(|b| set(&format!("to-{b}"), fe(), None)).collect();
+    sets.extend(NODEPORT_BEHAVIOURS.iter().map(|b| set(&format!("to-{b}"), npk(), None)));
+    sets.extend([
+        set("no-endpoint-reject", fe(), None),
+        set("no-endpoint-drop", fe(), None),
+        set("no-endpoint-nodeport-reject", npk(), None),
+        set("no-endpoint-nodeport-drop", npk(), None),
         set("firewall-ips", fe(), None),
         Set {
             flags: SetFlags { interval: true, dynamic_timeout: None },
@@ -100,7 +113,7 @@ pub fn base(np: &NodePlan) -> Fragment {
         Set { shared: true, ..set("hairpin", vec![addr, addr], None) },
         // Every ClusterIP, once however many ports it has.
         Set { shared: true, ..set("cluster-ips", vec![addr], None) },
-    ];
+    ]);
     if !np.service_cidrs.is_empty() {
         sets.push(network_set("service-cidrs", f, &np.service_cidrs));
     }
@@ -244,22 +257,38 @@ pub fn base(np: &NodePlan) -> Fragment {
         Chain::new(
             TABLE,
             "service-endpoints-check",
-            vec![Rule::new(vec![], vmap("no-endpoint-services", &FRONTEND))],
+            vec![
+                Rule::new(
+                    vec![in_set("no-endpoint-reject", &FRONTEND)],
+                    Action::Verdict(goto("reject-chain")),
+                ),
+                Rule::new(vec![in_set("no-endpoint-drop", &FRONTEND)], Action::Verdict(Verdict::Drop)),
+            ],
         ),
         Chain::new(
             TABLE,
             "nodeport-endpoints-check",
-            vec![Rule::new(nodeport_dst.clone(), vmap("no-endpoint-nodeports", &NODEPORT))],
-        ),
-        Chain::new(
-            TABLE,
-            "services",
             vec![
-                Rule::new(vec![], vmap("service-ips", &FRONTEND)),
-                Rule::new(nodeport_dst, vmap("service-nodeports", &NODEPORT)),
+                Rule::new(
+                    with_match(&nodeport_dst, in_set("no-endpoint-nodeport-reject", &NODEPORT)),
+                    Action::Verdict(goto("reject-chain")),
+                ),
+                Rule::new(
+                    with_match(&nodeport_dst, in_set("no-endpoint-nodeport-drop", &NODEPORT)),
+                    Action::Verdict(Verdict::Drop),
+                ),
             ],
         ),
+        Chain::new(TABLE, "services", services_rules(&nodeport_dst)),
     ];
+    for pool in ["cluster", "local", "nodeport-cluster", "nodeport-local"] {
+        let key = if pool.starts_with("nodeport") { &NODEPORT[..] } else { &FRONTEND[..] };
+        chains.push(Chain::new(
+            TABLE,
+            format!("{pool}-dispatch"),
+            vec![Rule::new(vec![], vmap(&format!("{pool}-lb"), key))],
+        ));
+    }
     let masq_internal: Vec<Rule> = if np.masquerade_all {
         vec![Rule::new(vec![], jump("mark-for-masquerade"))]
     } else {
@@ -272,38 +301,66 @@ pub fn base(np: &NodePlan) -> Fragment {
     chains.push(Chain::new(
         TABLE,
         "cluster-ip",
-        with(masq_internal.clone(), Rule::new(vec![], vmap("cluster-lb", &FRONTEND))),
+        with(masq_internal.clone(), Rule::new(vec![], jump("cluster-dispatch"))),
     ));
     chains.push(Chain::new(
         TABLE,
         "cluster-ip-local",
-        with(masq_internal, Rule::new(vec![], vmap("local-lb", &FRONTEND))),
+        with(masq_internal, Rule::new(vec![], jump("local-dispatch"))),
     ));
-    for (chain, pool, key) in
-        [("external", "cluster-lb", &FRONTEND[..]), ("nodeport", "nodeport-cluster-lb", &NODEPORT[..])]
-    {
+    for (chain, pool) in [("external", "cluster"), ("nodeport", "nodeport-cluster")] {
         chains.push(Chain::new(
             TABLE,
             chain,
-            vec![Rule::new(vec![], jump("mark-for-masquerade")), Rule::new(vec![], vmap(pool, key))],
+            vec![
+                Rule::new(vec![], jump("mark-for-masquerade")),
+                Rule::new(vec![], jump(&format!("{pool}-dispatch"))),
+            ],
         ));
     }
-    for (chain, cluster, local_pool, key) in [
-        ("external-local", "cluster-lb", "local-lb", &FRONTEND[..]),
-        ("nodeport-local", "nodeport-cluster-lb", "nodeport-local-lb", &NODEPORT[..]),
-    ] {
+    for (chain, cluster, local_pool) in
+        [("external-local", "cluster", "local"), ("nodeport-local", "nodeport-cluster", "nodeport-local")]
+    {
+        let (cluster, local_pool) = (format!("{cluster}-dispatch"), format!("{local_pool}-dispatch"));
         let mut rules = Vec::new();
         if let Some(pods) = local(np, true) {
             // Pod traffic to an external destination is short-circuited to every endpoint.
-            rules.push(Rule::new(vec![pods], vmap(cluster, key)));
+            rules.push(Rule::new(vec![pods], jump(&cluster)));
         }
         // Node traffic keeps working too, but its source (a node or LB IP) must be rewritten.
         rules.push(Rule::new(vec![Match::SrcLocal(true)], jump("mark-for-masquerade")));
-        rules.push(Rule::new(vec![Match::SrcLocal(true)], vmap(cluster, key)));
-        rules.push(Rule::new(vec![], vmap(local_pool, key)));
+        rules.push(Rule::new(vec![Match::SrcLocal(true)], jump(&cluster)));
+        rules.push(Rule::new(vec![], jump(&local_pool)));
         chains.push(Chain::new(TABLE, chain, rules));
     }
     Fragment { chains, sets, ..Fragment::default() }
+}
+
+/// The behaviour chains a Service's frontend leads to, each through its set `to-<chain>`.
+const FRONTEND_BEHAVIOURS: [&str; 4] = ["cluster-ip", "cluster-ip-local", "external", "external-local"];
+/// The behaviour chains a node port leads to.
+const NODEPORT_BEHAVIOURS: [&str; 2] = ["nodeport", "nodeport-local"];
+
+/// `services`: each frontend to its behaviour chain, through the data set of the frontends
+/// that lead there (a frontend is in one set at most).
+fn services_rules(nodeport_dst: &[Match]) -> Vec<Rule> {
+    let to = |b: &str, key: &[Field], head: &[Match]| {
+        Rule::new(with_match(head, in_set(&format!("to-{b}"), key)), Action::Verdict(goto(b)))
+    };
+    let mut rules: Vec<Rule> = FRONTEND_BEHAVIOURS.iter().map(|b| to(b, &FRONTEND, &[])).collect();
+    rules.extend(NODEPORT_BEHAVIOURS.iter().map(|b| to(b, &NODEPORT, nodeport_dst)));
+    rules
+}
+
+fn in_set(set: &str, key: &[Field]) -> Match {
+    Match::InSet { set: name(set), key: key.to_vec(), neg: false }
+}
+
+/// `head`'s matches, then `last`.
+fn with_match(head: &[Match], last: Match) -> Vec<Match> {
+    let mut all = head.to_vec();
+    all.push(last);
+    all
 }
 
 /// What is left after DNAT of a new connection to a Service address is one the Services do not
@@ -359,10 +416,13 @@ fn verdict(v: Verdict) -> Option<ElemData> {
     Some(ElemData::Verdict(v))
 }
 
-fn filter_verdict(t: Target) -> Verdict {
-    match t {
-        Target::Reject => goto("reject-chain"),
-        _ => Verdict::Drop,
+/// The set of frontends without endpoints that `t` (reject, or drop) applies to.
+fn no_endpoint(nodeport: bool, t: Target) -> &'static str {
+    match (nodeport, t == Target::Reject) {
+        (false, true) => "no-endpoint-reject",
+        (false, false) => "no-endpoint-drop",
+        (true, true) => "no-endpoint-nodeport-reject",
+        (true, false) => "no-endpoint-nodeport-drop",
     }
 }
 
@@ -403,17 +463,20 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
             }
             return;
         }
-        let target = match aff {
-            Some(chain) => chain.clone(),
+        match aff {
+            Some(chain) => out.elem(&format!("{prefix}-lb"), key.clone(), verdict(goto(chain))),
             None => {
                 let chain = format!("{prefix}-lb-{}", eps.len());
+                let frontends = format!("{chain}-frontends");
                 if !out.frag.shared_chains.iter().any(|c| *c.name == *chain) {
                     out.frag.shared_chains.push(count_chain(&chain, &prefix, eps.len(), nodeport));
+                    let key_type =
+                        if nodeport { vec![KeyType::Proto, KeyType::Port] } else { frontend_key(np.family) };
+                    out.frag.shared_sets.push(set(&frontends, key_type, None));
                 }
-                chain
+                out.elem(&frontends, key.clone(), None);
             }
-        };
-        out.elem(&format!("{prefix}-lb"), key.clone(), verdict(goto(&target)));
+        }
         if aff.is_none() {
             let map = set_ref(&format!("{prefix}-endpoints"));
             for (slot, ep) in eps.iter().enumerate() {
@@ -435,10 +498,10 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
                 } else {
                     ("cluster-ip", "cluster")
                 };
-                out.elem("service-ips", key.clone(), verdict(goto(behaviour)));
+                out.elem(&format!("to-{behaviour}"), key.clone(), None);
                 add_pool(&mut out, pool, key, false);
             }
-            t => out.elem("no-endpoint-services", key, verdict(filter_verdict(t))),
+            t => out.elem(no_endpoint(false, t), key, None),
         }
     }
 
@@ -446,14 +509,14 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
     for ip in plan.external_ips.iter().chain(&plan.load_balancer_ips).copied().collect::<Vec<_>>() {
         let key = out.fe(ip);
         if plan.has_endpoints {
-            out.elem("service-ips", key.clone(), verdict(goto(behaviour)));
+            out.elem(&format!("to-{behaviour}"), key.clone(), None);
             add_pool(&mut out, "cluster", key.clone(), false);
             if plan.external_local {
                 add_pool(&mut out, "local", key.clone(), false);
             }
         }
         if !matches!(external, Target::Cluster | Target::Local) {
-            out.elem("no-endpoint-services", key, verdict(filter_verdict(external)));
+            out.elem(no_endpoint(false, external), key, None);
         }
     }
 
@@ -477,14 +540,14 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
         let key = out.np(port);
         if plan.has_endpoints {
             let behaviour = if plan.external_local { "nodeport-local" } else { "nodeport" };
-            out.elem("service-nodeports", key.clone(), verdict(goto(behaviour)));
+            out.elem(&format!("to-{behaviour}"), key.clone(), None);
             add_pool(&mut out, "cluster", key.clone(), true);
             if plan.external_local {
                 add_pool(&mut out, "local", key.clone(), true);
             }
         }
         if !matches!(external, Target::Cluster | Target::Local) {
-            out.elem("no-endpoint-nodeports", key, verdict(filter_verdict(external)));
+            out.elem(no_endpoint(true, external), key, None);
         }
     }
 
@@ -499,15 +562,26 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
     out.frag.shrunk()
 }
 
-/// `<prefix>-lb-N`: picks one of N endpoints of the frontend being dispatched.
+/// `<prefix>-lb-N`: picks one of N endpoints of the frontend being dispatched; reached from
+/// `<prefix>-dispatch` for the frontends in `<prefix>-lb-N-frontends`.
 fn count_chain(chain: &str, prefix: &str, n: usize, nodeport: bool) -> Chain {
-    let mut key: Vec<Field> = if nodeport { NODEPORT.to_vec() } else { FRONTEND.to_vec() };
+    let frontend: &[Field] = if nodeport { &NODEPORT } else { &FRONTEND };
+    let mut key = frontend.to_vec();
     key.push(Field::Random(n as u32));
-    Chain::new(
-        TABLE,
-        chain,
-        vec![Rule::new(vec![], Action::DnatMap { map: format!("{prefix}-endpoints").into(), key })],
-    )
+    let entry =
+        Rule::new(vec![in_set(&format!("{chain}-frontends"), frontend)], Action::Verdict(goto(chain)));
+    Chain {
+        entry: Some((ChainRef { table: TABLE, name: name(&format!("{prefix}-dispatch")) }, entry)),
+        ..Chain::new(
+            TABLE,
+            chain,
+            vec![Rule::new(vec![], Action::DnatMap { map: format!("{prefix}-endpoints").into(), key })],
+        )
+    }
+}
+
+fn frontend_key(f: IpFamily) -> Vec<KeyType> {
+    vec![KeyType::Addr(f), KeyType::Proto, KeyType::Port]
 }
 
 /// `<prefix>-maglev-M`: the endpoint in the bucket the flow's hash picks from an M-bucket

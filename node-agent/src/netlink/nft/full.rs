@@ -5,16 +5,18 @@
 //! The batch says what `nft -f` of the whole program would, in an order the kernel accepts
 //! without seeing ahead: the table, the base's chains and sets (each set's size written once
 //! its elements are counted), the base chains' own rules; then per fragment its chains, its
-//! sets, its rules and the rules it adds to base chains; the elements fragments add to the
-//! base's sets wait for a full message of their set (or, for interval sets, for the end);
-//! the base chains' closing rules come last.
+//! sets (a shared set with its first user), its rules and the rules it adds to base chains;
+//! the elements fragments add to the base's and the shared sets wait for a full message of
+//! their set (or, for interval sets, for the end); the shared chains' ways in and the base
+//! chains' closing rules come last.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use tideway_core::net::IpFamily;
-use tideway_core::program::{Chain, Element, Fragment, Name, Program, Rule, Set, SetRef};
+use tideway_core::program::{Chain, ChainRef, Element, Fragment, Name, Program, Rule, Set, SetRef};
 use tideway_core::render::nftables::TABLE;
 use tideway_core::render::nftables::capacity::{Room, capacity};
 
@@ -29,9 +31,9 @@ pub(super) type Kept = std::collections::HashMap<String, Vec<affinity::Client>>;
 /// Elements of a set sent together once this many wait (about two full messages).
 const WAITING: usize = 1024;
 
-/// A set of the base, with the elements fragments add to it.
+/// A set of the base, or a shared set, with the elements fragments add to it.
 struct BaseSet<'p> {
-    def: &'p Set,
+    def: Cow<'p, Set>,
     id: u32,
     /// Elements in the set so far (written or waiting).
     held: usize,
@@ -47,7 +49,9 @@ pub(super) struct Full<'p> {
     skeleton: &'p Program,
     index: SetIndex<'p>,
     sets: Vec<BaseSet<'p>>,
-    by_name: HashMap<&'p str, usize>,
+    by_name: HashMap<Name, usize>,
+    /// The ways in of the shared chains written so far, by chain name.
+    entries: BTreeMap<Name, (ChainRef, Rule)>,
     /// Chains created so far, the base's and the fragments' (a shared one only once).
     chains: HashSet<Name>,
     next_id: u32,
@@ -71,6 +75,7 @@ impl<'p> Full<'p> {
             index: SetIndex { sets: HashMap::default() },
             sets: Vec::new(),
             by_name: HashMap::default(),
+            entries: BTreeMap::new(),
             chains: base.chains.iter().chain(&base.shared_chains).map(|c| c.name.clone()).collect(),
             next_id: 1,
             room: Room::default(),
@@ -92,8 +97,8 @@ impl<'p> Full<'p> {
         self.next_id += 1;
         let size_at = sets::declare(b, self.fam, TABLE, s, id, s.elements.len());
         self.index.sets.insert(&s.name, (s, Some(id)));
-        self.by_name.insert(&s.name, self.sets.len());
-        self.sets.push(BaseSet { def: s, id, held: 0, size_at, waiting: Vec::new() });
+        self.by_name.insert(s.name.clone(), self.sets.len());
+        self.sets.push(BaseSet { def: Cow::Borrowed(s), id, held: 0, size_at, waiting: Vec::new() });
         let i = self.sets.len() - 1;
         for e in &s.elements {
             self.add(b, i, Cow::Borrowed(e));
@@ -118,10 +123,31 @@ impl<'p> Full<'p> {
         }
     }
 
+    /// A shared set, with its first user: declared empty, sized at the end as the base's are.
+    /// Rules name it by name (the kernel finds a set of the same batch by name).
+    fn declare_shared(&mut self, b: &mut Batch, s: &Set) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let size_at = sets::declare(b, self.fam, TABLE, s, id, 0);
+        self.by_name.insert(s.name.clone(), self.sets.len());
+        let def = Cow::Owned(Set { elements: Vec::new(), ..s.clone() });
+        self.sets.push(BaseSet { def, id, held: 0, size_at, waiting: Vec::new() });
+    }
+
     /// A fragment's chains, its own sets, its rules and the rules it adds to the base's chains.
     fn own_part(&mut self, b: &mut Batch, f: &Fragment, kept: Option<&Kept>) {
+        for s in &f.shared_sets {
+            if !self.by_name.contains_key(&*s.name) {
+                self.declare_shared(b, s);
+            }
+        }
         let fresh: Vec<&Chain> =
             f.shared_chains.iter().filter(|c| self.chains.insert(c.name.clone())).collect();
+        for c in &fresh {
+            if let Some(entry) = &c.entry {
+                self.entries.insert(c.name.clone(), entry.clone());
+            }
+        }
         for c in f.chains.iter().chain(fresh.iter().copied()) {
             chain(b, self.fam, c);
         }
@@ -200,7 +226,7 @@ impl<'p> Full<'p> {
             return;
         }
         let all: Vec<&Element> = s.waiting.iter().collect();
-        elements::elements(b, self.fam, TABLE, s.def, &all, Some(s.id), false);
+        elements::elements(b, self.fam, TABLE, &s.def, &all, Some(s.id), false);
         s.waiting.clear();
     }
 
@@ -210,15 +236,18 @@ impl<'p> Full<'p> {
         for i in 0..self.sets.len() {
             self.send(b, i);
         }
+        for (from, rule) in std::mem::take(&mut self.entries).into_values() {
+            self.rules(b, &from.name, [&rule], None);
+        }
         let skeleton = self.skeleton;
         for c in skeleton.base.chains.iter().chain(&skeleton.base.shared_chains) {
             self.rules(b, &c.name, &c.tail, None);
         }
         for s in &self.sets {
-            if let (Some(at), Some(size)) = (s.size_at, capacity(s.def, s.held)) {
+            if let (Some(at), Some(size)) = (s.size_at, capacity(&s.def, s.held)) {
                 b.patch_be32(at, size);
             }
-            self.room.declare(s.def, s.held);
+            self.room.declare(&s.def, s.held);
         }
         self.room
     }

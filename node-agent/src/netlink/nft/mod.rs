@@ -356,7 +356,7 @@ fn repair(b: &mut Batch, p: &Program, r: &Repair) {
 
 /// Set definitions of a program by name (no elements gathered: cheap at any size).
 fn set_defs(p: &Program) -> HashMap<&str, &Set> {
-    p.fragments().flat_map(|f| f.sets.iter()).map(|s| (&*s.name, s)).collect()
+    p.fragments().flat_map(|f| f.sets.iter().chain(&f.shared_sets)).map(|s| (&*s.name, s)).collect()
 }
 
 /// A change set: new objects first, references before their targets go away. Rules need the
