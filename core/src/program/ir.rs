@@ -346,6 +346,10 @@ pub struct SetFlags {
     pub interval: bool,
     /// Updated from the packet path with per-element timeouts.
     pub dynamic_timeout: Option<u32>,
+    /// Declared without a size (the kernel's resizable hash): a set whose elements move in from
+    /// other sets as the cluster changes (a frontend's endpoint count), so that no size chosen
+    /// when it was created would hold for long.
+    pub resizable: bool,
 }
 
 /// A set or map.

@@ -17,10 +17,11 @@ use crate::program::{ChangeSet, Program, Set};
 pub const MIN_CAPACITY: usize = 1024;
 
 /// The size `set` is declared with when it holds `elements`: twice that, at least
-/// [`MIN_CAPACITY`]. `None` for sets the kernel keeps in other structures (intervals) or
-/// fills itself (timeouts), which are declared without one.
+/// [`MIN_CAPACITY`]. `None` for sets the kernel keeps in other structures (intervals), fills
+/// itself (timeouts) or that grow from nothing as elements move in from other sets
+/// (resizable), which are declared without one.
 pub fn capacity(set: &Set, elements: usize) -> Option<u32> {
-    if set.flags.interval || set.flags.dynamic_timeout.is_some() {
+    if set.flags.interval || set.flags.dynamic_timeout.is_some() || set.flags.resizable {
         return None;
     }
     Some(u32::try_from((2 * elements).max(MIN_CAPACITY)).unwrap_or(u32::MAX))
@@ -128,13 +129,15 @@ mod tests {
         assert_eq!(capacity(&plain, 0), Some(MIN_CAPACITY as u32));
         assert_eq!(capacity(&plain, 100_000), Some(200_000));
         assert_eq!(
-            capacity(&set("firewall-allow", SetFlags { interval: true, dynamic_timeout: None }), 5),
+            capacity(&set("firewall-allow", SetFlags { interval: true, ..SetFlags::default() }), 5),
             None
         );
         assert_eq!(
-            capacity(&set("affinity", SetFlags { interval: false, dynamic_timeout: Some(10) }), 0),
+            capacity(&set("affinity", SetFlags { dynamic_timeout: Some(10), ..SetFlags::default() }), 0),
             None
         );
+        let per_count = set("cluster-lb-3-frontends", SetFlags { resizable: true, ..SetFlags::default() });
+        assert_eq!(capacity(&per_count, 100_000), None);
     }
 
     #[test]

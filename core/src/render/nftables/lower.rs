@@ -78,7 +78,7 @@ fn set(name: &str, key: Vec<KeyType>, data: Option<DataType>) -> Set {
 /// elements).
 fn network_set(name: &str, f: IpFamily, nets: &Vec<IpNet>) -> Set {
     Set {
-        flags: SetFlags { interval: true, dynamic_timeout: None },
+        flags: SetFlags { interval: true, ..SetFlags::default() },
         elements: IpNet::aggregate(nets)
             .into_iter()
             .map(|n| Element { key: smallvec![Value::Net(n)], data: None })
@@ -107,7 +107,7 @@ pub fn base(np: &NodePlan) -> Fragment {
         set("no-endpoint-nodeport-drop", npk(), None),
         set("firewall-ips", fe(), None),
         Set {
-            flags: SetFlags { interval: true, dynamic_timeout: None },
+            flags: SetFlags { interval: true, ..SetFlags::default() },
             ..set("firewall-allow", vec![addr, KeyType::Proto, KeyType::Port, KeyType::Net(f)], None)
         },
         Set { shared: true, ..set("hairpin", vec![addr, addr], None) },
@@ -472,7 +472,8 @@ pub fn lower_plan(np: &NodePlan, plan: &ServicePortPlan) -> Fragment {
                     out.frag.shared_chains.push(count_chain(&chain, &prefix, eps.len(), nodeport));
                     let key_type =
                         if nodeport { vec![KeyType::Proto, KeyType::Port] } else { frontend_key(np.family) };
-                    out.frag.shared_sets.push(set(&frontends, key_type, None));
+                    let flags = SetFlags { resizable: true, ..SetFlags::default() };
+                    out.frag.shared_sets.push(Set { flags, ..set(&frontends, key_type, None) });
                 }
                 out.elem(&frontends, key.clone(), None);
             }
@@ -611,7 +612,7 @@ fn affinity_chains(
         let aff: Name = names::nft_name("affinity", &format!("{ep_base}/{timeout}s")).into();
         if !frag.chains.iter().any(|c| c.name == chain) {
             frag.sets.push(Set {
-                flags: SetFlags { interval: false, dynamic_timeout: Some(timeout) },
+                flags: SetFlags { dynamic_timeout: Some(timeout), ..SetFlags::default() },
                 ..set(&aff, vec![KeyType::Addr(family)], None)
             });
             // Record (or refresh) the client, then DNAT: kube-proxy's endpoint chain.

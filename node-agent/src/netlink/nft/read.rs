@@ -432,7 +432,7 @@ mod tests {
             name: "service-ips".into(),
             key: vec![KeyType::Addr(IpFamily::V4), KeyType::Proto, KeyType::Port],
             data: Some(DataType::Verdict),
-            flags: SetFlags { interval: false, dynamic_timeout: None },
+            flags: SetFlags::default(),
             ipset_type: None,
             shared: false,
             elements: vec![],

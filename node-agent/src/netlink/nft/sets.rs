@@ -347,7 +347,7 @@ pub(super) mod tests {
             name: "s".into(),
             key,
             data,
-            flags: SetFlags { interval, dynamic_timeout: None },
+            flags: SetFlags { interval, ..SetFlags::default() },
             ipset_type: None,
             shared: false,
             elements: vec![],
