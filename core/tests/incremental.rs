@@ -152,22 +152,28 @@ fn incremental_ipvs() {
     }
 }
 
+/// Service `ns/s<i>` on 10.96.1.`i`, port 80, with `eps` endpoints on node-b, the first
+/// `ready` of them ready.
+fn put_service(c: &mut ClusterState, i: u32, eps: u32, ready: u32) {
+    c.apply(
+        mk_service("ns", &format!("s{i}"))
+            .cluster_ip(&format!("10.96.1.{i}"))
+            .port("http", Protocol::Tcp, 80)
+            .build(),
+    );
+    let mut s = mk_slice("ns", &format!("s{i}")).port("http", Protocol::Tcp, 8080);
+    for j in 0..eps {
+        s = s.endpoint(&format!("10.244.{i}.{j}"), "node-b", j < ready, j < ready, false);
+    }
+    c.apply(s.build());
+}
+
 #[test]
 fn one_endpoint_change_is_a_handful_of_operations() {
     let node = mk_node_context();
     let mut c = ClusterState::new();
     for i in 0..50u32 {
-        c.apply(
-            mk_service("ns", &format!("s{i}"))
-                .cluster_ip(&format!("10.96.1.{i}"))
-                .port("http", Protocol::Tcp, 80)
-                .build(),
-        );
-        let mut s = mk_slice("ns", &format!("s{i}")).port("http", Protocol::Tcp, 8080);
-        for j in 0..10 {
-            s = s.ready(&format!("10.244.{i}.{j}"), "node-b");
-        }
-        c.apply(s.build());
+        put_service(&mut c, i, 10, 10);
     }
     c.take_changes();
     let mut rs = compile(&c, &node);
@@ -210,19 +216,7 @@ fn churn_writes_only_data_in_nftables() {
 
     let node = mk_node_context();
     let mut c = ClusterState::new();
-    let service = |c: &mut ClusterState, i: u32, eps: u32, ready: u32| {
-        c.apply(
-            mk_service("ns", &format!("s{i}"))
-                .cluster_ip(&format!("10.96.1.{i}"))
-                .port("http", Protocol::Tcp, 80)
-                .build(),
-        );
-        let mut s = mk_slice("ns", &format!("s{i}")).port("http", Protocol::Tcp, 8080);
-        for j in 0..eps {
-            s = s.endpoint(&format!("10.244.{i}.{j}"), "node-b", j < ready, j < ready, false);
-        }
-        c.apply(s.build());
-    };
+    let service = put_service;
     for i in 0..20 {
         service(&mut c, i, 10, if i % 2 == 0 { 10 } else { 9 });
     }
