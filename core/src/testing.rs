@@ -71,6 +71,7 @@ pub fn mk_node_context() -> NodeContext {
         pod_cidrs: vec![net("10.244.1.0/24"), net("fd00:244:1::/64")],
         settings: mk_settings(),
         service_cidrs: Vec::new(),
+        node_dns: None,
     }
 }
 

@@ -489,3 +489,46 @@ fn without_local_detection_only_external_frontends_masquerade() {
         run(mode, &node, &rows);
     }
 }
+
+/// Traces one UDP query from a pod to `dst`:53 on a node whose node-local DNS listener answers
+/// for the "udp" Service (`up`: its transparent socket is there): the verdict, and the trace.
+fn dns_query(mode: ProxyMode, dst: &str, up: bool) -> (Verdict, String) {
+    let node = mk_node_context().with_node_dns(Some(tideway_core::plan::NodeDns {
+        address: ip("169.254.20.10"),
+        service_ips: vec![ip("10.96.0.23")],
+    }));
+    let ruleset = compile(&cluster(), &node);
+    let program = render::Renderer::new(mode, &ruleset).lower(IpFamily::V4);
+    let mut env = TraceEnv::for_node(ruleset.family(IpFamily::V4));
+    if !up {
+        env.local_route_mark = None;
+    }
+    let packet = Packet {
+        src: ip(POD),
+        dst: ip(dst),
+        protocol: Protocol::Udp,
+        dport: 53,
+        sport: Some(40000),
+        origin: Origin::Pod,
+    };
+    let t = trace(&program, &packet, &env);
+    (t.verdict(), render_trace(&t))
+}
+
+#[test]
+fn a_node_local_dns_listener_takes_pods_queries_while_it_is_up() {
+    let service = dnat(&["10.244.1.17:5353"], false);
+    let expect = |mode: ProxyMode, dst: &str, up: bool, want: &Verdict| {
+        let (got, steps) = dns_query(mode, dst, up);
+        assert_eq!(&got, want, "[{mode}] {dst}, listener up: {up}\n{steps}");
+    };
+    for mode in [ProxyMode::Nftables, ProxyMode::Iptables] {
+        // The listener takes it; without it, the Service does; the link-local address is local.
+        expect(mode, "10.96.0.23", true, &Verdict::Local);
+        expect(mode, "10.96.0.23", false, &service);
+        expect(mode, "169.254.20.10", true, &Verdict::Local);
+    }
+    // IPVS takes the ClusterIP's packets before any socket: the link-local address only.
+    expect(ProxyMode::Ipvs, "10.96.0.23", true, &service);
+    expect(ProxyMode::Ipvs, "169.254.20.10", true, &Verdict::Local);
+}

@@ -109,19 +109,49 @@ pub enum ServeError {
 /// Pre-bound DNS sockets (tests bind them inside a network namespace).
 #[derive(Debug)]
 pub struct Sockets {
-    /// UDP sockets, all on the same address.
+    /// UDP sockets, all on the same address but those [`and`](Self::and) added.
     pub udp: Vec<std::net::UdpSocket>,
-    /// The TCP listener.
+    /// The TCP listener (its address is the server's).
     pub tcp: std::net::TcpListener,
+    /// Further TCP listeners, on further addresses ([`and`](Self::and)).
+    pub more_tcp: Vec<std::net::TcpListener>,
 }
 
 impl Sockets {
     /// Binds `count` UDP sockets (`SO_REUSEPORT`) and a TCP listener on `addr`; port 0 picks
     /// one free port for both.
     pub fn bind(addr: SocketAddr, count: usize) -> Result<Sockets, ServeError> {
+        Self::bind_as(addr, count, false)
+    }
+
+    /// [`bind`](Self::bind) with `IP_TRANSPARENT`: `addr` need not be local, and packets to it
+    /// that policy routing delivers here reach these sockets (the node-local DNS listener on
+    /// the cluster DNS Service's ClusterIP). Needs `CAP_NET_ADMIN`.
+    pub fn bind_transparent(addr: SocketAddr, count: usize) -> Result<Sockets, ServeError> {
+        Self::bind_as(addr, count, true)
+    }
+
+    /// These sockets and `other`'s, served together (one server on several addresses).
+    pub fn and(mut self, other: Sockets) -> Sockets {
+        self.udp.extend(other.udp);
+        self.more_tcp.push(other.tcp);
+        self.more_tcp.extend(other.more_tcp);
+        self
+    }
+
+    fn bind_as(addr: SocketAddr, count: usize, transparent: bool) -> Result<Sockets, ServeError> {
         let err = |e| ServeError::Bind(addr, e);
         let domain = Domain::for_address(addr);
-        let tcp = Socket::new(domain, Type::STREAM, Some(SockProtocol::TCP)).map_err(err)?;
+        let new = |ty: Type, proto: SockProtocol| -> io::Result<Socket> {
+            let s = Socket::new(domain, ty, Some(proto))?;
+            if transparent && addr.is_ipv4() {
+                s.set_ip_transparent_v4(true)?;
+            } else if transparent {
+                s.set_ip_transparent_v6(true)?;
+            }
+            Ok(s)
+        };
+        let tcp = new(Type::STREAM, SockProtocol::TCP).map_err(err)?;
         tcp.set_reuse_address(true).map_err(err)?;
         tcp.bind(&addr.into()).map_err(err)?;
         tcp.listen(1024).map_err(err)?;
@@ -129,14 +159,14 @@ impl Sockets {
         let bound = tcp.local_addr().map_err(err)?;
         let mut udp = Vec::new();
         for _ in 0..count.max(1) {
-            let s = Socket::new(domain, Type::DGRAM, Some(SockProtocol::UDP)).map_err(err)?;
+            let s = new(Type::DGRAM, SockProtocol::UDP).map_err(err)?;
             s.set_reuse_port(true).map_err(err)?;
             // Room for bursts: dnsperf-style clients keep hundreds of queries in flight.
             let _ = s.set_recv_buffer_size(4 << 20);
             s.bind(&bound.into()).map_err(err)?;
             udp.push(s.into());
         }
-        Ok(Sockets { udp, tcp })
+        Ok(Sockets { udp, tcp, more_tcp: Vec::new() })
     }
 }
 
@@ -227,6 +257,11 @@ impl Server {
         // TCP has a listener of its own (crate::tcp): hickory-server's takes every connection
         // and spins on EMFILE.
         tasks.spawn(crate::tcp::serve(tcp, Arc::clone(&core), config.tcp, shutdown_rx.clone()));
+        for more in sockets.more_tcp {
+            more.set_nonblocking(true).map_err(err)?;
+            let more = TcpListener::from_std(more).map_err(err)?;
+            tasks.spawn(crate::tcp::serve(more, Arc::clone(&core), config.tcp, shutdown_rx.clone()));
+        }
         let mut workers = Vec::new();
         let budget = ReplayBudget::new(config.replay_budget, sockets.udp.len());
         for (i, udp) in sockets.udp.into_iter().enumerate() {

@@ -31,6 +31,9 @@ pub struct AgentArgs {
     /// Logging and tracing.
     #[command(flatten)]
     pub log: tideway_telemetry::LogArgs,
+    /// The node-local DNS listener.
+    #[command(flatten)]
+    pub node_dns: crate::node_dns::NodeDnsArgs,
     /// Where kernel settings are written: `/proc/sys`, or where the host's `/proc/sys/net` is
     /// mounted below `DIR/net` in a container whose own `/proc/sys` is read-only (the chart:
     /// `/run/tideway/host/proc/sys`).
@@ -358,7 +361,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             let speaker = BgpSpeaker::new(&args.node, cluster.clone(), status.clone(), metrics.clone(), fence, Arc::new(frr));
             tokio::spawn(speaker.run(std::future::pending()));
         }
-        let agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher);
+        let node_dns = crate::node_dns::NodeLocalDns::from_args(&args.node_dns)?;
+        let agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).with_node_dns(node_dns);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
         // The NodeProxyState says the agent stopped (its addresses stay for the operator's

@@ -33,5 +33,6 @@ pub mod http;
 pub mod l2_speaker;
 pub mod metrics;
 pub mod netlink;
+pub mod node_dns;
 pub mod report;
 pub mod sysctl;

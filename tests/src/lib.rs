@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use tideway_api::manifest;
 use tideway_core::cluster::ClusterState;
 use tideway_core::config::{ProxySettings, resolve_proxy_config};
-use tideway_core::plan::NodeContext;
+use tideway_core::model::ServiceName;
+use tideway_core::plan::{NodeContext, NodeDns};
 
 /// The `tests/` directory.
 pub fn root() -> PathBuf {
@@ -63,7 +64,18 @@ pub fn load(path: &Path) -> Fixture {
         .map(|c| c.settings.clone())
         .unwrap_or_else(ProxySettings::default);
     let node = NodeContext::from_node(node, settings).with_service_cidrs(cluster.service_cidrs());
+    let node = node.with_node_dns(node_local_dns(path, &cluster));
     Fixture { cluster, node, errors }
+}
+
+/// The node-local DNS listener a fixture asks for with a line `# agent: --node-local-dns`
+/// (the agent's flag, with its defaults: 169.254.20.10, `kube-system/kube-dns`).
+fn node_local_dns(path: &Path, cluster: &ClusterState) -> Option<NodeDns> {
+    let text = std::fs::read_to_string(path).expect("readable fixture");
+    text.lines().any(|l| l.trim() == "# agent: --node-local-dns").then(|| {
+        let service = ServiceName::new("kube-system", "kube-dns");
+        NodeDns::of(std::net::Ipv4Addr::new(169, 254, 20, 10).into(), &service, cluster)
+    })
 }
 
 /// Compares `actual` with the golden file at `path`, or rewrites it when `UPDATE_GOLDEN` is

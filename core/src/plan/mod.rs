@@ -19,7 +19,7 @@ mod tally;
 pub use balancing::{Balancing, BalancingChoice, choose as choose_balancing};
 pub use categorize::{Categorized, categorize_endpoints};
 pub use compile::{compile, plan_service};
-pub use node::{LocalTraffic, NodeContext, NodePortDestinations};
+pub use node::{LocalTraffic, NODE_DNS_MARK, NodeContext, NodeDns, NodeDnsPlan, NodePortDestinations};
 pub use ruleset::{
     Backend, Changed, Frontend, HealthCheck, NodePlan, PlanKey, PlanWarning, Plans, Ruleset, ServicePortPlan,
     Target,

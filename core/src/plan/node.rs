@@ -8,7 +8,8 @@ use crate::config::{DetectLocal, NodePortAddresses, ProxyMode, ProxySettings};
 
 /// `127.0.0.1`, where localhost NodePorts are served.
 const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-use crate::model::Node;
+use crate::cluster::ClusterState;
+use crate::model::{Node, ServiceName};
 use crate::net::{IpFamily, IpNet};
 
 /// The node a ruleset is compiled for, plus the proxy settings that apply to it.
@@ -27,6 +28,60 @@ pub struct NodeContext {
     /// The cluster's Service CIDRs (every `ServiceCIDR` object's), sorted.
     #[serde(default)]
     pub service_cidrs: Vec<IpNet>,
+    /// The node-local DNS listener the agent runs, when it runs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_dns: Option<NodeDns>,
+}
+
+/// The mark bit of pods' DNS queries the node-local listener takes: policy routing delivers
+/// them to the node itself (`ip rule fwmark 0x2000/0x2000 lookup 53`, a `local` default route
+/// in that table). Clear of kube-proxy's masquerade (0x4000) and drop (0x8000) bits.
+pub const NODE_DNS_MARK: u32 = 0x2000;
+
+/// The node-local DNS listener: where pods' queries reach it without conntrack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDns {
+    /// The link-local address held on the node's `lo` (`169.254.20.10`), for pods whose
+    /// resolv.conf names it.
+    pub address: IpAddr,
+    /// The cluster DNS Service's ClusterIPs: pods' queries to them are the listener's while
+    /// it is up (a transparent socket takes them), the Service's otherwise. Not in IPVS mode,
+    /// where IPVS takes the ClusterIP's packets at LOCAL_IN before any socket sees them.
+    pub service_ips: Vec<IpAddr>,
+}
+
+impl NodeDns {
+    /// The listener on `address` for the cluster DNS Service `service` as `state` holds it
+    /// (no Service yet: the link-local address alone).
+    pub fn of(address: IpAddr, service: &ServiceName, state: &ClusterState) -> NodeDns {
+        let service_ips = state.service(service).map(|s| s.cluster_ips.clone()).unwrap_or_default();
+        NodeDns { address, service_ips }
+    }
+
+    /// What the rules of `family` need.
+    pub fn plan(&self, family: IpFamily) -> Option<NodeDnsPlan> {
+        let of = |ips: &[IpAddr]| -> Vec<IpAddr> {
+            ips.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect()
+        };
+        let (local, diverted) = (of(&[self.address]), of(&self.service_ips));
+        (!local.is_empty() || !diverted.is_empty()).then_some(NodeDnsPlan {
+            local,
+            diverted,
+            mark: NODE_DNS_MARK,
+        })
+    }
+}
+
+/// The node-local DNS listener's addresses of one family, as the rules see them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDnsPlan {
+    /// Held on `lo`: queries to them are exempt from conntrack.
+    pub local: Vec<IpAddr>,
+    /// The cluster DNS Service's: queries to them are marked for local delivery and exempt
+    /// from conntrack only while the listener's transparent socket is there.
+    pub diverted: Vec<IpAddr>,
+    /// [`NODE_DNS_MARK`].
+    pub mark: u32,
 }
 
 /// How a node tells pod traffic from the rest, for one family.
@@ -79,12 +134,18 @@ impl NodeContext {
             pod_cidrs: node.pod_cidrs.clone(),
             settings,
             service_cidrs: Vec::new(),
+            node_dns: None,
         }
     }
 
     /// The context with the cluster's Service CIDRs.
     pub fn with_service_cidrs(self, service_cidrs: Vec<IpNet>) -> Self {
         NodeContext { service_cidrs, ..self }
+    }
+
+    /// The context with a node-local DNS listener.
+    pub fn with_node_dns(self, node_dns: Option<NodeDns>) -> Self {
+        NodeContext { node_dns, ..self }
     }
 
     /// The Service CIDRs of `family`.

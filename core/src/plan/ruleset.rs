@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use super::balancing::{Balancing, BalancingChoice};
-use super::node::{LocalTraffic, NodeContext, NodePortDestinations};
+use super::node::{LocalTraffic, NodeContext, NodeDnsPlan, NodePortDestinations};
 use super::tally::Tally;
 use crate::model::{ServiceName, ServicePortName};
 use crate::net::{IpFamily, IpNet, Protocol, join_host_port};
@@ -285,6 +285,9 @@ pub struct NodePlan {
     pub masquerade_all: bool,
     /// The masquerade mark bit.
     pub masquerade_mark: u32,
+    /// The node-local DNS listener's addresses of this family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_dns: Option<NodeDnsPlan>,
 }
 
 /// The health-check NodePort server a Service needs (`externalTrafficPolicy: Local`).
@@ -359,6 +362,7 @@ impl Ruleset {
                     localhost_node_ports: node.localhost_node_ports(family),
                     masquerade_all: node.settings.masquerade_all,
                     masquerade_mark: node.settings.masquerade_mark(),
+                    node_dns: node.node_dns.as_ref().and_then(|d| d.plan(family)),
                 };
                 (family, plan)
             })

@@ -191,6 +191,11 @@ pub enum Match {
     Dst(IpNet, bool),
     /// Destination port.
     DstPort(u16),
+    /// Source port.
+    SrcPort(u16),
+    /// A socket with `IP_TRANSPARENT` on this node takes the packet's destination (nft `socket
+    /// transparent 1`, iptables `-m socket --transparent`): the node-local DNS listener is up.
+    TransparentSocket,
     /// Arrived (or, negated, did not arrive) through the interface `name`, or through any
     /// interface whose name starts with it (`prefix`). Packets a node sends arrive through none.
     InInterface {
@@ -267,6 +272,10 @@ pub enum Action {
         /// `--random-fully` / `fully-random`.
         fully_random: bool,
     },
+    /// Exempt the packet from connection tracking (nft `notrack`, iptables `-j CT --notrack`;
+    /// non-terminal; in a chain that runs before conntrack, at raw priority). NAT never sees an
+    /// untracked packet.
+    Notrack,
     /// Add the packet's source to a dynamic set (nft `update @set { ip saddr }`; non-terminal).
     UpdateSet(Name),
     /// Nothing (a comment-only rule).

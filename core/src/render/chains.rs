@@ -7,6 +7,8 @@
 pub const FILTER: &str = "filter";
 /// The nat table.
 pub const NAT: &str = "nat";
+/// The raw table (before conntrack).
+pub const RAW: &str = "raw";
 
 /// nat: the ClusterIP, external IP and LoadBalancer dispatch (both modes); filter: the
 /// no-endpoint rejects.
@@ -39,8 +41,16 @@ pub const KUBE_PROXY_CANARY: &str = "KUBE-PROXY-CANARY";
 /// kube-proxy's IPVS mode filter of the node's own traffic to load balancers; never Tideway's.
 pub const KUBE_IPVS_OUT_FILTER: &str = "KUBE-IPVS-OUT-FILTER";
 
+/// raw, with a node-local DNS listener: its queries marked for local delivery and exempt
+/// from conntrack ([`crate::render::node_dns`]).
+pub const TIDEWAY_NODE_DNS: &str = "TIDEWAY-NODE-DNS";
+/// raw, with a node-local DNS listener: its replies exempt from conntrack.
+pub const TIDEWAY_NODE_DNS_OUTPUT: &str = "TIDEWAY-NODE-DNS-OUTPUT";
+
 /// Every fixed chain the iptables and IPVS renderers create (per-Service chains aside).
 pub const FIXED_CHAINS: &[&str] = &[
+    TIDEWAY_NODE_DNS,
+    TIDEWAY_NODE_DNS_OUTPUT,
     KUBE_SERVICES,
     KUBE_EXTERNAL_SERVICES,
     KUBE_NODEPORTS,

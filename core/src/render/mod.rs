@@ -10,6 +10,7 @@ pub mod ipvs;
 mod local_traffic;
 pub mod names;
 pub mod nftables;
+pub mod node_dns;
 
 use std::collections::BTreeSet;
 

@@ -8,8 +8,8 @@ use super::path::{Outcome, Step, Trace, TracePath};
 use crate::config::ProxyMode;
 use crate::net::Protocol;
 use crate::program::{
-    Action, Assembled, AssembledChain, AssembledSet, CtState, ElemData, Element, Field, Hook, Match, Program,
-    Rule, Value, Verdict,
+    Action, Assembled, AssembledChain, AssembledSet, ChainKind, CtState, ElemData, Element, Field, Hook,
+    Match, Program, Rule, Value, Verdict,
 };
 use crate::render;
 
@@ -28,6 +28,8 @@ struct State {
     dport: u16,
     sport: Option<u16>,
     mark: u32,
+    /// Exempted from connection tracking: no NAT chain sees it.
+    untracked: bool,
     dnat: bool,
     masq: bool,
     /// IPVS picked a real server at the input hook: the packet leaves via postrouting.
@@ -78,6 +80,7 @@ pub fn trace(program: &Program, packet: &Packet, env: &TraceEnv) -> Trace {
         dport: packet.dport,
         sport: packet.sport,
         mark: 0,
+        untracked: false,
         dnat: false,
         masq: false,
         ipvs: false,
@@ -106,7 +109,7 @@ impl<'a> Interp<'a> {
                         None => done.push(path(st.clone(), leaving(&st))),
                     }
                 }
-            } else if self.env.is_local(&st.dst) {
+            } else if self.env.is_local(&st.dst) || self.env.routes_local(st.mark) {
                 self.deliver_local(st, &mut done);
             } else {
                 for (st, flow) in self.hook(Hook::Forward, st) {
@@ -168,7 +171,9 @@ impl<'a> Interp<'a> {
         for (_, chain) in bases {
             let mut next = Vec::new();
             for (st, flow) in states {
-                if matches!(flow, Flow::Drop | Flow::Reject) {
+                // NAT never sees an untracked packet.
+                let nat = chain.and_then(|c| c.def.hook).is_some_and(|h| h.kind == ChainKind::Nat);
+                if matches!(flow, Flow::Drop | Flow::Reject) || (nat && st.untracked) {
                     next.push((st, flow));
                     continue;
                 }
@@ -297,6 +302,13 @@ impl<'a> Interp<'a> {
                     Action::MarkXor(m) => {
                         st.mark ^= m;
                         next.push((st, None, logged));
+                    }
+                    Action::Notrack => {
+                        if !logged {
+                            self.step(c, rule, &mut st, None);
+                        }
+                        st.untracked = true;
+                        next.push((st, None, true));
                     }
                     Action::UpdateSet(_) | Action::Nothing => next.push((st, None, logged)),
                     Action::Masquerade { .. } => {
@@ -459,6 +471,9 @@ impl<'a> Interp<'a> {
             Match::Src(net, neg) => net.contains(&st.src) != *neg,
             Match::Dst(net, neg) => net.contains(&st.dst) != *neg,
             Match::DstPort(p) => st.dport == *p,
+            Match::SrcPort(p) => st.sport == Some(*p),
+            // The node-local DNS listener is taken to be up where one is planned.
+            Match::TransparentSocket => self.env.local_route_mark.is_some(),
             Match::InInterface { name, prefix, neg } => {
                 let iif = self.input_interface.as_str();
                 let arrived = if *prefix { iif.starts_with(&**name) } else { iif == &**name };
@@ -467,7 +482,7 @@ impl<'a> Interp<'a> {
             Match::SrcLocal(yes) => self.env.is_local(&st.src) == *yes,
             Match::DstLocal(yes) => self.env.is_local(&st.dst) == *yes,
             Match::Mark(m, neg) => (st.mark & m == *m) != *neg,
-            Match::Ct(CtState::New) => true,
+            Match::Ct(CtState::New) => !st.untracked,
             Match::Ct(CtState::Invalid | CtState::RelatedEstablished) => false,
             Match::Ct(CtState::NotRelatedEstablishedDnat) => !st.dnat,
             Match::CtDnat => st.dnat,

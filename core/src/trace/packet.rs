@@ -63,6 +63,9 @@ pub struct TraceEnv {
     pub pod_interface: String,
     /// The interface packets from outside the node arrive on.
     pub node_interface: String,
+    /// The mark bit whose packets policy routing delivers to the node itself (the node-local
+    /// DNS listener's); the listener is taken to be up.
+    pub local_route_mark: Option<u32>,
 }
 
 /// The interface pods' packets arrive on when the detector does not name one (a bridge, as
@@ -78,6 +81,7 @@ impl Default for TraceEnv {
             local: Vec::new(),
             pod_interface: POD_INTERFACE.into(),
             node_interface: NODE_INTERFACE.into(),
+            local_route_mark: None,
         }
     }
 }
@@ -89,7 +93,11 @@ impl TraceEnv {
         let mut local: Vec<IpNet> = np.node_ips.iter().map(|ip| IpNet::from(*ip)).collect();
         local.push(np.family.loopback_net());
         let pod_interface = np.local.pod_interface().unwrap_or_else(|| POD_INTERFACE.into());
-        TraceEnv { local, pod_interface, ..TraceEnv::default() }
+        if let Some(dns) = &np.node_dns {
+            local.extend(dns.local.iter().map(|ip| IpNet::from(*ip)));
+        }
+        let local_route_mark = np.node_dns.as_ref().map(|dns| dns.mark);
+        TraceEnv { local, pod_interface, local_route_mark, ..TraceEnv::default() }
     }
 
     /// The interface a packet from `origin` arrives on (none for the node's own).
@@ -103,6 +111,11 @@ impl TraceEnv {
 
     pub(super) fn is_local(&self, ip: &IpAddr) -> bool {
         self.local.iter().any(|n| n.contains(ip))
+    }
+
+    /// True when policy routing delivers a packet with `mark` to the node itself.
+    pub(super) fn routes_local(&self, mark: u32) -> bool {
+        self.local_route_mark.is_some_and(|m| mark & m == m)
     }
 }
 

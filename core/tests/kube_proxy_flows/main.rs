@@ -83,6 +83,7 @@ pub fn node() -> NodeContext {
         pod_cidrs: Vec::new(),
         settings,
         service_cidrs: vec![net("172.30.0.0/16"), net("fd00:10:96::/112")],
+        node_dns: None,
     }
 }
 

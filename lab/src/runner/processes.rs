@@ -1,5 +1,5 @@
 //! The processes the running lab wants: one agent per node (with `--bgp` when the lab has a
-//! router), the pods' servers, the DNS pod, the operator, and FRR's daemons; each runs inside
+//! router, and its node-local DNS listener), the pods' servers, the DNS pod, the operator, and FRR's daemons; each runs inside
 //! its namespace through `ip netns exec`.
 
 use std::collections::BTreeMap;
@@ -68,6 +68,9 @@ impl Lab {
                 &agent_tls[0],
                 "--tls-key",
                 &agent_tls[1],
+                // Cluster DNS answered on each node: pods' queries to the kube-dns ClusterIP
+                // reach their node's agent while it runs, the DNS pod otherwise.
+                "--node-local-dns",
             ];
             let frr_dir = self.agent_frr_dir(&n.name);
             if !self.world.routers.is_empty() {

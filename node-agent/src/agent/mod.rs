@@ -39,6 +39,7 @@ use crate::dataplane::{self, Dataplane, DataplaneError, Desired, Keep, Retired, 
 use crate::effects::{KernelEffects, NodeEffects};
 use crate::health::ProxyHealth;
 use crate::metrics::{KindLabel, Metrics};
+use crate::node_dns::NodeLocalDns;
 use round::{Planned, Planning, Synced};
 
 /// Why a sync or a drift check did not complete.
@@ -111,6 +112,8 @@ pub struct Agent {
     /// Where each programmed plan is published for the REST API.
     publisher: Option<query::Publisher>,
     unprogrammed: unprogrammed::Unprogrammed,
+    /// The node-local DNS listener, when it runs.
+    node_dns: Option<NodeLocalDns>,
 }
 
 /// A cluster this large gets progress lines on its first sync.
@@ -174,7 +177,14 @@ impl Agent {
             metrics,
             health,
             unprogrammed: unprogrammed::Unprogrammed::new(SystemTime::now()),
+            node_dns: None,
         }
+    }
+
+    /// The same agent, answering cluster DNS on the node too.
+    pub fn with_node_dns(mut self, node_dns: Option<NodeLocalDns>) -> Agent {
+        self.node_dns = node_dns;
+        self
     }
 
     /// The same agent, its dataplanes made by `factory` (tests use an in-memory kernel).
@@ -255,6 +265,7 @@ impl Agent {
             let version = state.services_version();
             let node = state.node(&self.opts.node).cloned();
             let service_cidrs = state.service_cidrs();
+            let node_dns = self.node_dns.as_mut().map(|d| d.follow(&state, &changes));
             drop(state);
             let Some(node) = node else {
                 let e = SyncError::NodeNotFound(self.opts.node.clone());
@@ -267,7 +278,9 @@ impl Agent {
             let eligible = !node.deleting && !node.to_be_deleted();
             let (settings, config) = self.settings_for(&node.labels);
             (
-                NodeContext::from_node(&node, settings).with_service_cidrs(service_cidrs),
+                NodeContext::from_node(&node, settings)
+                    .with_service_cidrs(service_cidrs)
+                    .with_node_dns(node_dns),
                 changes,
                 version,
                 eligible,
@@ -290,6 +303,9 @@ impl Agent {
 
         // Plan (on a copy of the plan the REST API holds, sharing what it does not change).
         let Planning { mut planned, full, whole, changes: change_sets } = self.plan(&node, full_wanted);
+        if let (Some(listener), Some(dns)) = (self.node_dns.as_mut(), node.node_dns.as_ref()) {
+            listener.serve(dns).await;
+        }
 
         // Apply.
         let switching = self.dataplane.as_ref().is_some_and(|d| d.mode() != mode);

@@ -19,7 +19,9 @@ impl Agent {
     fn relevant_changes_pending(&self) -> bool {
         let mut state = self.cluster.lock();
         let changes = state.changes();
-        if changes.affect_proxy(&self.opts.node) {
+        // The node-local DNS listener's view follows the Namespaces too.
+        let for_dns = self.node_dns.is_some() && changes.namespaces;
+        if changes.affect_proxy(&self.opts.node) || for_dns {
             drop(state);
             self.set_pending_gauges();
             self.health.queued();

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use tideway_core::config::ProxyMode;
 use tideway_core::drift::rules::{ChainId, LearntRules, SavedRules, written};
 use tideway_core::net::IpFamily;
-use tideway_core::program::{ChangeSet, Program};
+use tideway_core::program::{ChainRef, ChangeSet, Program};
 use tideway_core::render::iptables::stale_chains;
 use tideway_core::render::iptables::text;
 use tideway_core::render::names::is_own_chain;
@@ -98,6 +98,9 @@ pub struct Iptables {
     learnt: LearntRules,
 }
 
+/// The tables Tideway writes.
+const TABLES: [&str; 3] = ["filter", "nat", "raw"];
+
 /// Splits rule arguments like a shell would (double quotes group words).
 pub(super) fn split_args(s: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -123,14 +126,14 @@ pub(super) fn split_args(s: &str) -> Vec<String> {
     out
 }
 
-/// The filter and nat tables of `iptables-save` output.
+/// The filter, nat and raw tables of `iptables-save` output.
 fn parse_saved(out: &str) -> SavedRules {
     let mut saved = SavedRules::new();
     let mut table = "";
     for line in out.lines() {
         if let Some(t) = line.strip_prefix('*') {
             table = t.trim();
-        } else if table != "filter" && table != "nat" {
+        } else if !TABLES.contains(&table) {
             continue;
         } else if let Some(decl) = line.strip_prefix(':') {
             let chain = decl.split_whitespace().next().unwrap_or_default();
@@ -231,9 +234,28 @@ impl Iptables {
         let saved = self.save(p.family)?;
         self.ensure_jumps(p, &saved)?;
         let stale = stale_chains(p, saved.keys().map(|(t, c)| (t.as_str(), c.as_str())));
+        self.unhook(p.family, &saved, &stale)?;
         let mark = format!("*filter\n:{OWNER_MARK} - [0:0]\nCOMMIT\n");
         self.restore(p.family, &format!("{}{mark}", text::program(p, &stale)))?;
         self.learn_all(p);
+        Ok(())
+    }
+
+    /// Deletes the jumps from built-in chains to `stale` ones, which could not go otherwise.
+    fn unhook(&self, family: IpFamily, saved: &SavedRules, stale: &[ChainRef]) -> Result<(), DataplaneError> {
+        let bin = self.bin(family, "");
+        for s in stale {
+            let jump = format!("-j {}", s.name);
+            let builtins = saved.iter().filter(|((t, c), _)| t == s.table && !is_own_chain(c));
+            for ((table, chain), rules) in builtins {
+                for args in rules.iter().filter(|a| a.ends_with(&jump)) {
+                    let mut del = vec!["-w", "5", "-t", table.as_str(), "-D", chain.as_str()];
+                    let argv = split_args(args);
+                    del.extend(argv.iter().map(String::as_str));
+                    exec::run(&bin, &del, None)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -325,7 +347,7 @@ impl Iptables {
                 }
             }
             let mut input = String::new();
-            for table in ["filter", "nat"] {
+            for table in TABLES {
                 let gone: Vec<&String> = saved
                     .keys()
                     .filter(|(t, c)| {

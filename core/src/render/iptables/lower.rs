@@ -172,6 +172,9 @@ pub fn base(np: &NodePlan) -> Fragment {
         ],
     ));
     chains.push(Chain::new(NAT, KUBE_MARK_MASQ, vec![Rule::new(vec![], Action::MarkOr(mark))]));
+    if let Some(dns) = &np.node_dns {
+        chains.extend(crate::render::node_dns::raw_chains(dns));
+    }
     Fragment { chains, ..Fragment::default() }
 }
 

@@ -3,22 +3,30 @@
 mod lower;
 pub mod text;
 
-pub use crate::render::chains::{FILTER, NAT};
+pub use crate::render::chains::{FILTER, NAT, RAW};
 pub use lower::{LARGE_CLUSTER_ENDPOINTS, base, is_large, lower_plan};
 
 use crate::program::{ChainRef, Program, name};
+use crate::render::chains::{TIDEWAY_NODE_DNS, TIDEWAY_NODE_DNS_OUTPUT};
 use crate::render::names::is_service_chain;
 
-/// The per-Service chains among `present` (`(table, chain)` as the kernel lists them) that
-/// `p` no longer has: what a full sync deletes. Fixed chains and chains of others stay.
+/// The node-local DNS listener's chains: gone with it.
+const NODE_DNS_CHAINS: [&str; 2] = [TIDEWAY_NODE_DNS, TIDEWAY_NODE_DNS_OUTPUT];
+
+/// The per-Service chains, and the node-local DNS listener's, among `present` (`(table,
+/// chain)` as the kernel lists them) that `p` no longer has: what a full sync deletes (after
+/// the jumps to them from built-in chains). Other fixed chains and chains of others stay.
 pub fn stale_chains<'a>(p: &Program, present: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<ChainRef> {
     let assembled = p.assemble();
     let desired: std::collections::BTreeSet<(&str, &str)> =
         assembled.chains.iter().map(|c| (c.def.table, &*c.def.name)).collect();
     present
         .into_iter()
-        .filter(|(t, c)| is_service_chain(c) && !desired.contains(&(*t, *c)))
-        .map(|(t, c)| ChainRef { table: if t == NAT { NAT } else { FILTER }, name: name(c) })
+        .filter(|(t, c)| (is_service_chain(c) || NODE_DNS_CHAINS.contains(c)) && !desired.contains(&(*t, *c)))
+        .map(|(t, c)| ChainRef {
+            table: [NAT, RAW].into_iter().find(|k| *k == t).unwrap_or(FILTER),
+            name: name(c),
+        })
         .collect()
 }
 

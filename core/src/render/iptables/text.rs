@@ -8,7 +8,7 @@ use crate::net::IpNet;
 use crate::program::{Action, Assembled, ChainRef, ChangeSet, CtState, Field, Match, Program, Rule, Verdict};
 use crate::render::fmt;
 
-use crate::render::chains::{FILTER, NAT};
+use crate::render::chains::{FILTER, NAT, RAW};
 
 /// `1/n` with ten decimals, as kube-proxy writes it (`%0.10f`); common values are cached.
 fn push_probability(out: &mut String, n: u32) {
@@ -96,6 +96,11 @@ pub fn write_rule_args(out: &mut String, r: &Rule) {
                 out.push_str("--dport ");
                 fmt::push_u32(out, (*p).into());
             }
+            Match::SrcPort(p) => {
+                out.push_str("--sport ");
+                fmt::push_u32(out, (*p).into());
+            }
+            Match::TransparentSocket => out.push_str("-m socket --transparent"),
             Match::InInterface { name, prefix, neg: ng } => {
                 out.push_str(neg(*ng));
                 out.push_str("-i ");
@@ -168,6 +173,7 @@ pub fn write_rule_args(out: &mut String, r: &Rule) {
             }
             Action::Masquerade { fully_random: true } => out.push_str("-j MASQUERADE --random-fully"),
             Action::Masquerade { fully_random: false } => out.push_str("-j MASQUERADE"),
+            Action::Notrack => out.push_str("-j CT --notrack"),
             Action::Nothing => {}
             Action::DnatMap { .. }
             | Action::VerdictMap { .. }
@@ -246,6 +252,10 @@ pub fn program(p: &Program, stale: &[ChainRef]) -> String {
     }
     table_section(&mut out, FILTER, &asm, stale);
     table_section(&mut out, NAT, &asm, stale);
+    // The raw table only with a node-local DNS listener (or its chains to remove).
+    if asm.chains.iter().any(|c| c.def.table == RAW) || stale.iter().any(|s| s.table == RAW) {
+        table_section(&mut out, RAW, &asm, stale);
+    }
     out
 }
 
@@ -256,7 +266,7 @@ pub fn changes(program: &Program, changes: &ChangeSet) -> String {
         return self::program(program, &[]);
     }
     let mut out = String::new();
-    for table in [FILTER, NAT] {
+    for table in [FILTER, NAT, RAW] {
         let mut section = String::new();
         let declared: Vec<_> =
             changes.add_chains.iter().chain(&changes.flush_chains).filter(|c| c.table == table).collect();

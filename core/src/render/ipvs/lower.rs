@@ -391,6 +391,11 @@ pub fn base(np: &NodePlan) -> Fragment {
         no_local.push(Rule::new(m, Action::Verdict(Verdict::Drop)));
     }
     chains.push(Chain::new(FILTER, KUBE_EXTERNAL_SERVICES, no_local));
+    // Link-local only: IPVS takes the ClusterIP's packets at LOCAL_IN, before any socket.
+    if let Some(dns) = np.node_dns.as_ref().filter(|d| !d.local.is_empty()) {
+        let link_local = crate::plan::NodeDnsPlan { diverted: Vec::new(), ..dns.clone() };
+        chains.extend(crate::render::node_dns::raw_chains(&link_local));
+    }
     Fragment { chains, sets, ..Fragment::default() }
 }
 

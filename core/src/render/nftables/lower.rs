@@ -17,6 +17,8 @@
 //!               cluster-ips-check (an undefined port of @cluster-ips rejected, an address of
 //!               @service-cidrs no Service holds dropped)
 //! nat-postrouting -> masquerading: hairpin (ct dnat, saddr.daddr @hairpin), mark 0x4000
+//! node-dns-prerouting/-output (raw priority, with a node-local DNS listener): see
+//!               crate::render::node_dns
 //! ```
 //! Only Services with ClientIP affinity get their own chains (per-endpoint affinity sets, as
 //! kube-proxy), because affinity state must die with the endpoint.
@@ -40,7 +42,7 @@ use crate::program::{
     Hook, Key, KeyType, Match, Name, Rule, Set, SetFlags, SetRef, Value, Verdict, name,
 };
 use crate::render::local_traffic::detector;
-use crate::render::names;
+use crate::render::{names, node_dns};
 
 /// The table every object lives in (`table ip tideway` / `table ip6 tideway`).
 pub const TABLE: &str = "tideway";
@@ -332,6 +334,23 @@ pub fn base(np: &NodePlan) -> Fragment {
         rules.push(Rule::new(vec![Match::SrcLocal(true)], jump(&cluster)));
         rules.push(Rule::new(vec![], jump(&local_pool)));
         chains.push(Chain::new(TABLE, chain, rules));
+    }
+    if let Some(dns) = &np.node_dns {
+        let raw = node_dns::RAW_PRIORITY;
+        chains.push(base_chain(
+            "node-dns-prerouting",
+            Hook::Prerouting,
+            ChainKind::Filter,
+            raw,
+            node_dns::prerouting(dns, false),
+        ));
+        chains.push(base_chain(
+            "node-dns-output",
+            Hook::Output,
+            ChainKind::Filter,
+            raw,
+            node_dns::output(dns),
+        ));
     }
     Fragment { chains, sets, ..Fragment::default() }
 }

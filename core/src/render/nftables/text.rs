@@ -113,6 +113,11 @@ pub fn write_rule(out: &mut String, f: IpFamily, r: &Rule) {
                 out.push_str("th dport ");
                 fmt::push_u32(out, (*p).into());
             }
+            Match::SrcPort(p) => {
+                out.push_str("th sport ");
+                fmt::push_u32(out, (*p).into());
+            }
+            Match::TransparentSocket => out.push_str("socket transparent 1"),
             Match::InInterface { name, prefix, neg } => {
                 let wildcard = if *prefix { "*" } else { "" };
                 let _ = write!(out, "iifname {}\"{name}{wildcard}\"", neq(*neg));
@@ -186,6 +191,7 @@ pub fn write_rule(out: &mut String, f: IpFamily, r: &Rule) {
             Action::UpdateSet(set) => {
                 let _ = write!(out, "update @{set} {{ {fam} saddr }}");
             }
+            Action::Notrack => out.push_str("notrack"),
             Action::Nothing => out.push_str("continue"),
         }
     }

@@ -59,6 +59,9 @@ const CT_STATUS_DNAT: u32 = 0x20;
 
 /// The verdict register.
 const REG_VERDICT: u32 = 0;
+const SOCKET_KEY: u16 = 1;
+const SOCKET_DREG: u16 = 2;
+const SOCKET_TRANSPARENT: u32 = 0;
 
 /// The register holding the 32-bit word `word` of a key: a 128-bit register name when the
 /// word starts one (as `nft` picks them), else a 32-bit register name.
@@ -310,9 +313,17 @@ fn write_match(b: &mut Batch, family: IpFamily, sets: &SetIndex<'_>, m: &Match) 
             }
             cmp(b, if *neg { CMP_NEQ } else { CMP_EQ }, &ip_bytes(&net.network()));
         }
-        Match::DstPort(p) => {
-            payload(b, 1, BASE_TRANSPORT, 2, 2);
+        Match::DstPort(p) | Match::SrcPort(p) => {
+            let offset = if matches!(m, Match::SrcPort(_)) { 0 } else { 2 };
+            payload(b, 1, BASE_TRANSPORT, offset, 2);
             cmp(b, CMP_EQ, &p.to_be_bytes());
+        }
+        Match::TransparentSocket => {
+            expr(b, "socket", |b| {
+                b.be32(SOCKET_KEY, SOCKET_TRANSPARENT);
+                b.be32(SOCKET_DREG, 1);
+            });
+            cmp(b, CMP_EQ, &[1]);
         }
         Match::InInterface { name, prefix, neg } => {
             meta_load(b, 1, META_IIFNAME);
@@ -424,6 +435,12 @@ fn write_action(b: &mut Batch, family: IpFamily, sets: &SetIndex<'_>, a: &Action
                     b.be32(2, id);
                 }
             });
+        }
+        Action::Notrack => {
+            // No data: the kernel's notrack takes none and dumps none.
+            let e = b.nest(LIST_ELEM);
+            b.str(EXPR_NAME, "notrack");
+            b.end(e);
         }
         Action::Nothing => immediate_verdict(b, NFT_CONTINUE, None),
     }
