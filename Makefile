@@ -74,7 +74,7 @@ test-helm:
 # root (network namespaces, kernel rules); nextest's closing line counts what was left out.
 NOT_ON_THIS_KERNEL := (binary(dataplane) or binary(lab)) and test(/ipvs/)
 PRIVILEGED := binary(dataplane) or binary(maglev_dataplane) or binary(lab) or binary(lab_bgp) or binary(announcer) \
-	or binary(nft_netlink) or binary(control_plane) or binary(crd_admission) or binary(migrate_cluster) or binary(watches) or binary(reviews) or binary(server_side_apply) or binary(api_faults) or binary(fencing) or binary(external_ips) or binary(throttled) or binary(operator_api) or binary(source_api) or binary(kubernetes_api) or binary(failover) or binary(lab_kube) or binary(dns_peers) or binary(proxy_peers) or binary(extra_kind) \
+	or binary(nft_netlink) or binary(control_plane) or binary(crd_admission) or binary(migrate_cluster) or binary(watches) or binary(reviews) or binary(server_side_apply) or binary(api_faults) or binary(fencing) or binary(external_ips) or binary(throttled) or binary(operator_api) or binary(source_api) or binary(kubernetes_api) or binary(failover) or binary(lab_kube) or binary(dns_peers) or binary(proxy_peers) or binary(extra_kind) or binary(node_local_dns) \
 	or binary(glibc) or (binary(kubernetes) and test(/^agent_/)) or (binary(dns_hostile) and test(/flood/))
 RBAC_USAGE := $(CURDIR)/target/rbac-usage
 # The kube lab's tests use kubectl: the machine's, else the one test-helm installs.

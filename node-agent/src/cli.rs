@@ -281,7 +281,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 let source = KubeSource::new(client.clone(), role, source_metrics.clone())
                     .with_bgp(args.bgp)
                     .with_bgp_secrets(args.bgp_secret_namespace.clone())
-                    .with_metallb(args.metallb_namespace.clone());
+                    .with_metallb(args.metallb_namespace.clone())
+                    .with_node_dns(args.node_dns.node_local_dns);
                 tokio::spawn(source.run(cluster.clone()));
                 let sink = Arc::new(KubeNodeStateSink::new(client).reporting_to(cluster.clone()));
                 Some((sink, ReportSettings::default()))
@@ -362,6 +363,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             tokio::spawn(speaker.run(std::future::pending()));
         }
         let node_dns = crate::node_dns::NodeLocalDns::from_args(&args.node_dns)?;
+        let hand_over = node_dns.as_ref().map(crate::node_dns::NodeLocalDns::hand_over);
         let agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).with_node_dns(node_dns);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
@@ -369,6 +371,9 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         // hand-over: a rollout), while calls in flight (a health check, a REST read) are
         // answered before the exit.
         let farewell = async {
+            if let Some(hand_over) = hand_over {
+                hand_over.stop().await;
+            }
             if let Some(sink) = farewell_sink {
                 report::farewell(&last_status, sink.as_ref(), FAREWELL_WITHIN).await;
             }

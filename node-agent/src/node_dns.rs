@@ -12,14 +12,27 @@
 //!
 //! Without the listener (the agent restarting, or killed with SIGKILL: its rules, address and
 //! routes stay) the socket test fails and queries reach the cluster DNS Service as before.
+//!
+//! A stop hands over first ([`HandOver::stop`]): the divert rules leave the node's chains, so
+//! new queries go to the Service at once, while those already queued are answered; then the
+//! listener closes (the next agent's first sync writes the rules again). Clearing the sockets'
+//! `IP_TRANSPARENT` instead would stop the divert too, but also their replies: a socket bound
+//! to an address not of the node sends only while transparent. A SIGKILL cannot hand over: a
+//! query the listener had taken and not yet answered is lost, and its client asks again after
+//! its timeout.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use tideway_core::cluster::{Changes, ClusterState};
 use tideway_core::model::ServiceName;
+use tideway_core::net::IpFamily;
 use tideway_core::plan::{NODE_DNS_MARK, NodeDns};
+use tideway_core::render::chains::TIDEWAY_NODE_DNS;
+use tideway_core::render::node_dns::NFT_PREROUTING;
 use tideway_dns::config::{Settings, parse_service_name};
 use tideway_dns::records::PodsMode;
 use tideway_dns::server::{Server, ServerConfig, Sockets};
@@ -31,6 +44,8 @@ use crate::exec;
 /// The routing table that delivers marked queries to the node.
 const ROUTE_TABLE: &str = "53";
 const DNS_PORT: u16 = 53;
+/// How long a stop keeps answering the queries already queued once new ones go elsewhere.
+const DRAIN: Duration = Duration::from_millis(200);
 
 /// `tideway agent`'s node-local DNS flags.
 #[derive(Debug, Clone, Args)]
@@ -61,8 +76,31 @@ pub struct NodeLocalDns {
     settings: Settings,
     view: SharedCluster<ClusterView>,
     follower: Follower,
-    /// The running server and the Service addresses it was started for.
-    server: Option<(Vec<IpAddr>, Server)>,
+    /// The running listener, shared with the [`HandOver`] that stops it.
+    running: Arc<Mutex<Option<Running>>>,
+}
+
+/// A running listener.
+struct Running {
+    /// The Service addresses it was started for.
+    service_ips: Vec<IpAddr>,
+    server: Server,
+}
+
+/// Stops the listener once the agent's loop has ended, handing its queries over first.
+pub struct HandOver(Arc<Mutex<Option<Running>>>);
+
+impl HandOver {
+    /// New queries to the ClusterIP go to the Service from now on; those queued are answered
+    /// for [`DRAIN`], then the listener closes.
+    pub async fn stop(self) {
+        let running = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(running) = running else { return };
+        crate::agent::blocking(withdraw_divert);
+        tokio::time::sleep(DRAIN).await;
+        running.server.shutdown().await;
+        tracing::info!("node-local DNS stopped; queries go to the cluster DNS Service");
+    }
 }
 
 impl NodeLocalDns {
@@ -80,14 +118,21 @@ impl NodeLocalDns {
         );
         settings.index.dns_service = Some(service.clone());
         settings.index.fallback_ns_addrs = vec![args.node_local_dns_address];
+        // The hand-over drains instead.
+        settings.lameduck = Duration::ZERO;
         Ok(Some(NodeLocalDns {
             address: args.node_local_dns_address,
             service,
             settings,
             view: SharedCluster::default(),
             follower: Follower::new(),
-            server: None,
+            running: Arc::default(),
         }))
+    }
+
+    /// What stops the listener when the agent stops.
+    pub fn hand_over(&self) -> HandOver {
+        HandOver(Arc::clone(&self.running))
     }
 
     /// Copies what changed into the listener's view (with the agent's state locked) and says
@@ -102,22 +147,26 @@ impl NodeLocalDns {
     /// Starts the listener for `dns`'s addresses, or restarts it when they changed. Errors
     /// are logged: the rules divert nothing while no listener is up.
     pub async fn serve(&mut self, dns: &NodeDns) {
-        if self.server.as_ref().is_some_and(|(ips, _)| *ips == dns.service_ips) {
-            return;
-        }
-        if let Some((_, old)) = self.server.take() {
-            old.shutdown().await;
+        let old = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            if running.as_ref().is_some_and(|r| r.service_ips == dns.service_ips) {
+                return;
+            }
+            running.take()
+        };
+        if let Some(old) = old {
+            old.server.shutdown().await;
         }
         match self.start(dns).await {
-            Ok(server) => {
+            Ok(running) => {
                 tracing::info!(address = %self.address, service_ips = ?dns.service_ips, "node-local DNS listening");
-                self.server = Some((dns.service_ips.clone(), server));
+                *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
             }
             Err(e) => tracing::error!(error = format!("{e:#}"), "node-local DNS not started"),
         }
     }
 
-    async fn start(&self, dns: &NodeDns) -> anyhow::Result<Server> {
+    async fn start(&self, dns: &NodeDns) -> anyhow::Result<Running> {
         hold_routes(self.address)?;
         let mut sockets = Sockets::bind(SocketAddr::new(self.address, DNS_PORT), 1)?;
         for ip in &dns.service_ips {
@@ -127,7 +176,26 @@ impl NodeLocalDns {
         settings.forward.upstreams =
             dns.service_ips.iter().map(|ip| SocketAddr::new(*ip, DNS_PORT)).collect();
         let config = ServerConfig::new(SocketAddr::new(self.address, DNS_PORT), settings);
-        Ok(Server::start_with(config, self.view.clone(), sockets).await?)
+        let server = Server::start_with(config, self.view.clone(), sockets).await?;
+        Ok(Running { service_ips: dns.service_ips.clone(), server })
+    }
+}
+
+/// Takes the divert rules out of whichever mode's chains hold them (nftables' prerouting
+/// chain of each family, iptables' raw chain): pods' queries go to the Service from now on.
+fn withdraw_divert() {
+    let mut done = Vec::new();
+    for family in ["ip", "ip6"] {
+        let chain = ["flush", "chain", family, tideway_core::render::nftables::TABLE, NFT_PREROUTING];
+        done.push(exec::run("nft", &chain, None).is_ok());
+    }
+    let iptables = crate::dataplane::Iptables::detect();
+    for family in IpFamily::ALL {
+        let bin = iptables.bin(family, "");
+        done.push(exec::run(&bin, &["-w", "5", "-t", "raw", "-F", TIDEWAY_NODE_DNS], None).is_ok());
+    }
+    if !done.contains(&true) {
+        tracing::warn!("node-local DNS: no divert rules found to withdraw");
     }
 }
 

@@ -30,6 +30,10 @@ pub const RAW_PRIORITY: i32 = -300;
 
 /// The DNS port.
 pub const DNS_PORT: u16 = 53;
+/// nftables: the prerouting chain (its rules, [`prerouting`]).
+pub const NFT_PREROUTING: &str = "node-dns-prerouting";
+/// nftables: the output chain (its rules, [`output`]).
+pub const NFT_OUTPUT: &str = "node-dns-output";
 
 const PROTOCOLS: [Protocol; 2] = [Protocol::Udp, Protocol::Tcp];
 

@@ -174,7 +174,8 @@ impl Iptables {
         self.backend
     }
 
-    fn bin(&self, family: IpFamily, tool: &str) -> String {
+    /// The binary of `tool` (`""`, `save`, `restore`) for `family` on this backend.
+    pub(crate) fn bin(&self, family: IpFamily, tool: &str) -> String {
         let base = if family == IpFamily::V4 { "iptables" } else { "ip6tables" };
         let variant = match self.backend {
             IptablesBackend::Nft => "nft",

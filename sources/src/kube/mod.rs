@@ -17,7 +17,8 @@
 //!   (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`; when the
 //!   node's ProxyConfig names a proxy, the watches restart with `!…/headless` and the planner
 //!   keeps the Services labelled for it), and ServiceCIDRs unless told not to (before
-//!   Kubernetes 1.33);
+//!   Kubernetes 1.33); with a node-local DNS listener, Namespaces too, and every Service and
+//!   EndpointSlice whole ([`KubeSource::with_node_dns`]);
 //! * DNS: Services, EndpointSlices, Namespaces, and Pods with `--pods verified`;
 //! * operator: Services, EndpointSlices, Nodes, Namespaces, every `tideway.io` kind and, with
 //!   [`KubeSource::with_metallb`], MetalLB's `IPAddressPool`s and `L2Advertisement`s; at its
@@ -164,6 +165,8 @@ pub struct KubeSource {
     bgp_secrets: Option<String>,
     /// How long the API server keeps each watch open (seconds; kube's default when None).
     watch_timeout: Option<u32>,
+    /// The agent's node-local DNS listener answers from its view ([`Self::with_node_dns`]).
+    node_dns: bool,
 }
 
 impl KubeSource {
@@ -177,7 +180,16 @@ impl KubeSource {
             bgp: false,
             bgp_secrets: None,
             watch_timeout: None,
+            node_dns: false,
         }
+    }
+
+    /// The agent's node-local DNS listener answers from its view: it also reads Namespaces (a
+    /// name in an empty namespace is NODATA, in none NXDOMAIN), and every Service and
+    /// EndpointSlice whole (headless ones and endpoint hostnames are records; the planner
+    /// leaves what is not its own to proxy).
+    pub fn with_node_dns(self, node_dns: bool) -> Self {
+        KubeSource { node_dns, ..self }
     }
 
     /// The operator also reads MetalLB's `IPAddressPool`s and `L2Advertisement`s in
@@ -398,6 +410,9 @@ impl KubeSource {
         if service_cidrs {
             kinds.push("ServiceCIDR");
         }
+        if self.node_dns {
+            kinds.push("Namespace");
+        }
         let metallb_bgp = self.metallb.as_ref().filter(|_| self.bgp);
         if self.bgp {
             kinds.extend(["BGPPeer", "BGPAdvertisement", "BFDProfile", "Community", "LoadBalancerPool"]);
@@ -431,6 +446,9 @@ impl KubeSource {
         if service_cidrs {
             self.spawn::<ServiceCIDR, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
         }
+        if self.node_dns {
+            self.spawn::<Namespace, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
+        }
         if self.bgp {
             self.spawn::<crd::BGPPeer, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
             self.spawn::<crd::BGPAdvertisement, _>(&mut tasks, &cluster, &barrier, WatchSpec::all());
@@ -455,13 +473,14 @@ impl KubeSource {
         barrier.wait_listed(&["Node", "ProxyConfig"]).await;
         loop {
             let name = proxy_name(&cluster, &node);
-            let selector = service_watch_selector(name.as_deref());
+            let (selector, reader) = match self.node_dns {
+                true => (String::new(), Reader::All),
+                false => (service_watch_selector(name.as_deref()), Reader::Proxy),
+            };
             tracing::info!(%selector, "watching Services and EndpointSlices");
             let mut services = JoinSet::new();
-            let labelled = || WatchSpec {
-                reader: Reader::Proxy,
-                ..WatchSpec::with(watcher::Config::default().labels(&selector))
-            };
+            let labelled =
+                || WatchSpec { reader, ..WatchSpec::with(watcher::Config::default().labels(&selector)) };
             self.spawn::<Service, _>(&mut services, &cluster, &barrier, labelled());
             self.spawn::<EndpointSlice, _>(&mut services, &cluster, &barrier, labelled());
             loop {

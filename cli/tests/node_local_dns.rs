@@ -1,0 +1,280 @@
+//! The node-local DNS listener in the file-fed lab (root), in nftables and iptables modes:
+//! pods whose resolv.conf names the kube-dns ClusterIP are answered by their node's agent, no
+//! conntrack entry is made for their queries, the answers are the DNS server's, and glibc and
+//! musl clients looking up names in a loop lose no lookup while the node's agent is killed
+//! with SIGKILL, stays down 4 s and is started again.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const DEMO: &str = include_str!("../../examples/demo.yaml");
+
+mod lab_support;
+
+use lab_support::*;
+
+/// `lookups NAME SECONDS INTERVAL_MS`: `getaddrinfo(NAME)` for both families (A and AAAA asked
+/// at once from one socket, as glibc and musl do) in a loop; prints each failed lookup and each
+/// one that took 1 s or more (it waited out a timeout), then a summary line.
+const LOOKUPS: &str = r#"
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+int main(int argc, char **argv) {
+    double start = now(), max_ms = 0;
+    long n = 0, failed = 0, slow = 0;
+    while (now() - start < atof(argv[2]) * 1e3) {
+        struct addrinfo hints, *res;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        double t0 = now();
+        int rc = getaddrinfo(argv[1], NULL, &hints, &res);
+        double ms = now() - t0;
+        n++;
+        if (ms > max_ms) max_ms = ms;
+        if (rc) { failed++; printf("failed at %.0f ms: %s\n", t0 - start, gai_strerror(rc)); }
+        else freeaddrinfo(res);
+        if (ms >= 1000) { slow++; printf("slow at %.0f ms: %.0f ms\n", t0 - start, ms); }
+        fflush(stdout);
+        usleep(atoi(argv[3]) * 1000);
+    }
+    printf("lookups %ld failed %ld slow %ld max_ms %.1f\n", n, failed, slow, max_ms);
+    return 0;
+}
+"#;
+
+/// The lookup loop built against glibc (`cc`) and, statically, against musl (`musl-gcc`).
+fn clients() -> &'static [(&'static str, PathBuf); 2] {
+    static BUILT: OnceLock<[(&'static str, PathBuf); 2]> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("tw-lookups-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("lookups.c");
+        std::fs::write(&src, LOOKUPS).unwrap();
+        let build = |compiler: &str, extra: &[&str], out: &str| {
+            let bin = dir.join(out);
+            let built = Command::new(compiler).args(extra).args(["-O1", "-o"]).arg(&bin).arg(&src).status();
+            assert!(built.is_ok_and(|s| s.success()), "{compiler} (Debian's gcc, musl-tools; `make deps`)");
+            bin
+        };
+        [
+            ("glibc", build("cc", &[], "lookups-glibc")),
+            ("musl", build("musl-gcc", &["-static"], "lookups-musl")),
+        ]
+    })
+}
+
+/// Starts `client` in pod `pod` for `seconds`.
+fn lookups(lab: &TestLab, pod: &str, client: &Path, name: &str, seconds: u32) -> Child {
+    let (client, seconds) = (client.display().to_string(), seconds.to_string());
+    Command::new(BIN)
+        .args(["lab", "exec", "--name", &lab.name, pod, "--", &client, name, &seconds, "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lab exec runs")
+}
+
+/// What a lookup loop printed, once it ended.
+fn report(which: &str, child: Child) -> String {
+    let out = child.wait_with_output().expect("the lookup loop ends");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{which}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// Queries the lab's DNS pod has answered (CoreDNS's counter).
+fn dns_pod_requests(lab: &TestLab) -> f64 {
+    let url = api_url(&lab.status(), "dns/metrics", "/metrics");
+    let out = Command::new("curl").args(["-s", "--max-time", "2", &url]).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| l.starts_with("coredns_dns_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The node's conntrack entries for DNS to the kube-dns ClusterIP.
+fn tracked_queries(lab: &TestLab, node: &str, cluster_ip: &str) -> usize {
+    let out = lab.exec(node, &["conntrack", "-L", "-d", cluster_ip]);
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("dport=53")).count()
+}
+
+fn kube_dns_ip(lab: &TestLab) -> String {
+    let status = lab.status();
+    let svc = status["services"].as_array().unwrap().iter().find(|s| s["name"] == "kube-dns").cloned();
+    svc.expect("kube-dns")["clusterIP"].as_str().unwrap().to_string()
+}
+
+fn dig(lab: &TestLab, pod: &str, args: &[&str]) -> String {
+    let mut cmd = vec!["dig", "+time=2", "+tries=1"];
+    cmd.extend(args);
+    String::from_utf8_lossy(&lab.exec(pod, &cmd).stdout).into_owned()
+}
+
+/// The pid of the agent on `node` (the process holding the node-local listener's socket).
+fn agent_pid(lab: &TestLab, node: &str) -> i32 {
+    let out = String::from_utf8_lossy(&lab.exec(node, &["ss", "-lunpH", "src", "169.254.20.10:53"]).stdout)
+        .into_owned();
+    let pid = out.split("pid=").nth(1).and_then(|p| p.split(',').next()?.parse().ok());
+    pid.unwrap_or_else(|| panic!("no listener on {node}: {out}"))
+}
+
+/// Runs the glibc and musl lookup loops in `pod` for `seconds` while `during` runs; returns
+/// each one's lines (slow and failed lookups, then the summary).
+fn lookups_during(
+    lab: &TestLab,
+    pod: &str,
+    seconds: u32,
+    during: impl FnOnce(),
+) -> Vec<(&'static str, String)> {
+    let loops: Vec<(&str, Child)> =
+        clients().iter().map(|(which, bin)| (*which, lookups(lab, pod, bin, "svc1", seconds))).collect();
+    during();
+    let reports: Vec<(&str, String)> =
+        loops.into_iter().map(|(which, child)| (which, report(which, child))).collect();
+    for (which, text) in &reports {
+        assert!(count(text, "lookups") >= 100, "{which}: too few lookups\n{text}");
+    }
+    reports
+}
+
+/// A number of a loop's summary line (`lookups N failed F slow S ...`).
+fn count(text: &str, key: &str) -> u64 {
+    let words: Vec<&str> = text.lines().last().unwrap_or_default().split_whitespace().collect();
+    words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)?.parse().ok()).unwrap_or(u64::MAX)
+}
+
+/// Asks `name` (`dig` arguments) of `server` from `pod`: the status and the answer, authority
+/// and additional records without their TTLs, sorted.
+fn answer(lab: &TestLab, pod: &str, server: &str, query: &[&str]) -> String {
+    let mut args = vec![format!("@{server}"), "+noall".into(), "+comments".into(), "+answer".into()];
+    args.extend(["+authority".into(), "+nocookie".into()]);
+    args.extend(query.iter().map(|q| q.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = dig(lab, pod, &args);
+    let status = text.lines().find_map(|l| l.split("status: ").nth(1)?.split(',').next()).unwrap_or("none");
+    let mut records: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // name TTL class type data...: the TTL left out (the SOA's serial too: a counter).
+            let data = if f.get(3) == Some(&"SOA") { f[4..6].join(" ") } else { f[4..].join(" ") };
+            format!("{} {} {} {data}", f[0].to_lowercase(), f[2], f[3])
+        })
+        .collect();
+    records.sort();
+    format!("{status}: {}", records.join(" | "))
+}
+
+fn in_mode(mode: &str) {
+    let lab = TestLab::up(&format!("nldns-{}", &mode[..2]), DEMO, Some(mode));
+    let (pod, node, cluster_ip) = ("webpod1", "myk8s-worker", kube_dns_ip(&lab));
+    let answered = || dig(&lab, pod, &["+search", "+short", "svc1"]).trim().to_string();
+    eventually(patience(20.0), || Some(answered()).filter(|a| !a.is_empty()).ok_or("no answer".into()))
+        .expect("a pod resolves svc1");
+
+    // Answered by the node: the DNS pod sees none of 20 queries, conntrack holds none.
+    let (before, tracked) = (dns_pod_requests(&lab), tracked_queries(&lab, node, &cluster_ip));
+    for _ in 0..20 {
+        assert!(!answered().is_empty(), "svc1 from {pod}");
+    }
+    assert_eq!(dns_pod_requests(&lab), before, "[{mode}] the DNS pod answered what the node should have");
+    assert_eq!(tracked_queries(&lab, node, &cluster_ip), tracked, "[{mode}] queries were tracked");
+
+    // The node's answers are the DNS server's, name by name (the DNS pod asked directly).
+    let dns_pod =
+        lab.status()["pods"].as_array().unwrap().iter().find(|p| p["name"] == "tideway-dns").cloned();
+    let dns_pod = dns_pod.expect("the DNS pod")["ip"].as_str().unwrap().to_string();
+    let svc1 = lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc1").cloned();
+    let svc1_ip = svc1.expect("svc1")["clusterIP"].as_str().unwrap().to_string();
+    let queries: Vec<Vec<&str>> = vec![
+        vec!["svc1.default.svc.cluster.local"],
+        vec!["SVC2.Default.Svc.Cluster.Local"],
+        vec!["svc3.default.svc.cluster.local", "AAAA"],
+        vec!["kube-dns.kube-system.svc.cluster.local", "SRV"],
+        vec!["_dns._udp.kube-dns.kube-system.svc.cluster.local", "SRV"],
+        vec!["-x", &svc1_ip],
+        vec!["10-10-1-2.default.pod.cluster.local"],
+        vec!["nothing.default.svc.cluster.local"],
+        vec!["svc1.nowhere.svc.cluster.local"],
+        vec!["default.svc.cluster.local"],
+        vec!["cluster.local", "SOA"],
+        vec!["ns.dns.cluster.local"],
+    ];
+    for q in &queries {
+        let (local, server) = (answer(&lab, pod, "169.254.20.10", q), answer(&lab, pod, &dns_pod, q));
+        assert_eq!(local, server, "[{mode}] {q:?}: the node's answer differs from the DNS server's");
+        assert!(!local.starts_with("none"), "[{mode}] {q:?}: no answer");
+    }
+
+    // A restart (SIGTERM, then started): the listener hands over first, no lookup is lost.
+    let reports = lookups_during(&lab, pod, 8, || {
+        std::thread::sleep(Duration::from_secs(2));
+        let pid = agent_pid(&lab, node);
+        let term = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        assert!(term.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        std::thread::sleep(Duration::from_millis(1500));
+        ok(tideway(&["lab", "kill", "agent", node, "--name", &lab.name]), "lab kill agent (already stopped)");
+        ok(tideway(&["lab", "start", "agent", node, "--name", &lab.name]), "lab start agent");
+    });
+    for (which, text) in &reports {
+        assert_eq!((count(text, "failed"), count(text, "slow")), (0, 0), "{which} [{mode}] restart\n{text}");
+    }
+
+    // SIGKILL, down 4 s, started: the rules left behind divert nothing without the listener,
+    // and no lookup fails. A query the listener had taken when it was killed is lost with it
+    // (its client asks again after its timeout): at most one per client.
+    wait_answered_by_node(&lab, mode, &answered);
+    let mut fell_back = 0.0;
+    let reports = lookups_during(&lab, pod, 10, || {
+        std::thread::sleep(Duration::from_secs(2));
+        let before_kill = dns_pod_requests(&lab);
+        ok(tideway(&["lab", "kill", "agent", node, "--name", &lab.name]), "lab kill agent");
+        std::thread::sleep(Duration::from_secs(4));
+        fell_back = dns_pod_requests(&lab) - before_kill;
+        ok(tideway(&["lab", "start", "agent", node, "--name", &lab.name]), "lab start agent");
+    });
+    for (which, text) in &reports {
+        assert_eq!(count(text, "failed"), 0, "{which} [{mode}] SIGKILL\n{text}");
+        assert!(count(text, "slow") <= 1, "{which} [{mode}] SIGKILL\n{text}");
+    }
+    assert!(fell_back > 0.0, "[{mode}] no query reached the DNS pod while the agent was down");
+    wait_answered_by_node(&lab, mode, &answered);
+}
+
+/// Waits until the node answers again (after a start): lookups that leave the DNS pod's
+/// counter where it was.
+fn wait_answered_by_node(lab: &TestLab, mode: &str, answered: &dyn Fn() -> String) {
+    let started = Instant::now();
+    eventually(patience(15.0), || {
+        let before = dns_pod_requests(lab);
+        let fine = (0..5).all(|_| !answered().is_empty());
+        (fine && dns_pod_requests(lab) == before)
+            .then_some(())
+            .ok_or("not answered by the node yet".to_string())
+    })
+    .unwrap_or_else(|e| panic!("[{mode}] after {:?}: {e}", started.elapsed()));
+}
+
+#[test]
+fn nftables_pods_resolve_on_their_node_as_the_dns_server_answers_through_restarts_and_kills() {
+    in_mode("nftables");
+}
+
+#[test]
+fn iptables_pods_resolve_on_their_node_as_the_dns_server_answers_through_restarts_and_kills() {
+    in_mode("iptables");
+}
