@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # Where cargo builds (CI keeps it outside the clone, so dependencies stay built between runs).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-lab bench-peers bench-churn fuzz-dns build release kube peers image release-images test-image
+.PHONY: demo test deps lint purity generated check-generated unit check-rbac test-helm test-scale test-api test-ipvs bench bench-dns bench-node-dns bench-lab bench-peers bench-churn fuzz-dns build release kube peers image release-images test-image
 
 demo: build
 	./scripts/demo.sh
@@ -133,6 +133,11 @@ bench-churn: kube
 # DNS against Knot on the same zone (installs dnsperf and knot; about 10 minutes).
 bench-dns:
 	./bench/dns/run.sh
+
+# Node-local DNS: a pod's lookup latency and conntrack entries through its node's listener and
+# through the DNS Service, the agent's RSS with the listener, answers per CPU-second.
+bench-node-dns:
+	./bench/node-dns/run.sh
 
 # Fuzz the DNS query path for 60 s (installs cargo-fuzz; nightly adds AddressSanitizer).
 fuzz-dns:

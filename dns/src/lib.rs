@@ -24,6 +24,8 @@
 //!
 //! * [`view`]: what the server keeps of the cluster: per object the facts its records read,
 //!   written by the sources directly (no cluster model beside the index).
+//! * [`follow`]: a view that follows a cluster model someone else keeps (the node agent's
+//!   node-local listener).
 //! * [`records`]: the index built from the view: every lookup is O(1) or O(log n),
 //!   positive or negative; in parts that a few Services' change rebuilds alone.
 //! * [`answer`]: the pure decision function holding every spec and CoreDNS rule.
@@ -41,6 +43,7 @@ pub mod answer;
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod follow;
 pub mod forward;
 pub mod handler;
 pub mod metrics;

@@ -34,9 +34,10 @@ use tideway_core::plan::{NODE_DNS_MARK, NodeDns};
 use tideway_core::render::chains::TIDEWAY_NODE_DNS;
 use tideway_core::render::node_dns::NFT_PREROUTING;
 use tideway_dns::config::{Settings, parse_service_name};
+use tideway_dns::follow::Follower;
 use tideway_dns::records::PodsMode;
 use tideway_dns::server::{Server, ServerConfig, Sockets};
-use tideway_dns::view::{ClusterView, Follower};
+use tideway_dns::view::ClusterView;
 use tideway_sources::SharedCluster;
 
 use crate::exec;
@@ -46,6 +47,10 @@ const ROUTE_TABLE: &str = "53";
 const DNS_PORT: u16 = 53;
 /// How long a stop keeps answering the queries already queued once new ones go elsewhere.
 const DRAIN: Duration = Duration::from_millis(200);
+/// Its share of the agent's memory limit: the forward cache (success, denial) and the UDP
+/// worker's copies of its replies, in bytes (the DNS server's defaults: 8 MiB, 2 MiB, 16 MiB).
+const CACHE_BYTES: (usize, usize) = (2 << 20, 512 << 10);
+const REPLAY_BYTES: usize = 4 << 20;
 
 /// `tideway agent`'s node-local DNS flags.
 #[derive(Debug, Clone, Args)]
@@ -64,7 +69,7 @@ pub struct NodeDnsArgs {
     #[arg(long, default_value = "cluster.local")]
     pub node_local_dns_zone: String,
     /// Pod records, as the cluster DNS serves them: `insecure` answers them here from the name
-    /// alone; `disabled` answers NXDOMAIN; `verified` is not answered here.
+    /// alone; `disabled` answers NXDOMAIN (`verified` is refused: it needs every pod).
     #[arg(long, default_value = "insecure")]
     pub node_local_dns_pods: String,
 }
@@ -96,7 +101,7 @@ impl HandOver {
     pub async fn stop(self) {
         let running = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some(running) = running else { return };
-        crate::agent::blocking(withdraw_divert);
+        let _ = tokio::task::spawn_blocking(withdraw_divert).await;
         tokio::time::sleep(DRAIN).await;
         running.server.shutdown().await;
         tracing::info!("node-local DNS stopped; queries go to the cluster DNS Service");
@@ -120,6 +125,7 @@ impl NodeLocalDns {
         settings.index.fallback_ns_addrs = vec![args.node_local_dns_address];
         // The hand-over drains instead.
         settings.lameduck = Duration::ZERO;
+        (settings.cache.success_bytes, settings.cache.denial_bytes) = CACHE_BYTES;
         Ok(Some(NodeLocalDns {
             address: args.node_local_dns_address,
             service,
@@ -175,7 +181,10 @@ impl NodeLocalDns {
         let mut settings = self.settings.clone();
         settings.forward.upstreams =
             dns.service_ips.iter().map(|ip| SocketAddr::new(*ip, DNS_PORT)).collect();
-        let config = ServerConfig::new(SocketAddr::new(self.address, DNS_PORT), settings);
+        let config = ServerConfig {
+            replay_budget: REPLAY_BYTES,
+            ..ServerConfig::new(SocketAddr::new(self.address, DNS_PORT), settings)
+        };
         let server = Server::start_with(config, self.view.clone(), sockets).await?;
         Ok(Running { service_ips: dns.service_ips.clone(), server })
     }

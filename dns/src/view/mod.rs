@@ -13,7 +13,6 @@
 
 mod by_name;
 mod facts;
-mod follow;
 mod kinds;
 mod packed;
 
@@ -21,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use by_name::ByName;
 pub(crate) use by_name::Named;
-pub use follow::Follower;
 
 use tideway_core::cluster::{ClusterState, Snapshot};
 use tideway_core::model::{EndpointSlice, Namespace, NodeProxyState, Pod, Service, ServiceName};

@@ -58,8 +58,9 @@ pub fn helm() -> Result<PathBuf, ChartError> {
     cache.filter(|p| p.is_file()).ok_or(ChartError::NoHelm)
 }
 
-/// The values the lab sets (pure): what no chart default can know about this cluster, and
-/// the gossip key the lab made (`helm template` cannot look one up).
+/// The values the lab sets (pure): what no chart default can know about this cluster, the
+/// gossip key the lab made (`helm template` cannot look one up), and the node-local DNS
+/// listener on.
 pub fn values(plan: &Plan, api_server: &str, gossip_key: &str) -> Vec<(String, String)> {
     let net = |(ip, len): (std::net::Ipv4Addr, u8)| format!("{ip}/{len}");
     vec![
@@ -67,6 +68,8 @@ pub fn values(plan: &Plan, api_server: &str, gossip_key: &str) -> Vec<(String, S
         ("gossip.key".into(), gossip_key.to_string()),
         ("dns.service.clusterIP".into(), plan.dns_ip.to_string()),
         ("proxyConfig.clusterCIDRs[0]".into(), net(plan.pod_net)),
+        // As in the file-fed lab: pods' lookups answered on their node.
+        ("agent.nodeLocalDNS.enabled".into(), "true".into()),
     ]
 }
 
@@ -130,6 +133,7 @@ mod tests {
         assert!(v.contains(&("apiServer.address".into(), "172.18.0.2:6443".into())));
         assert!(v.contains(&("dns.service.clusterIP".into(), "10.200.1.10".into())));
         assert!(v.contains(&("proxyConfig.clusterCIDRs[0]".into(), "10.10.0.0/16".into())));
+        assert!(v.contains(&("agent.nodeLocalDNS.enabled".into(), "true".into())));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use tideway_core::cluster::{Changes, ClusterState};
 use tideway_core::model::ServiceName;
 
-use super::ClusterView;
+use crate::view::ClusterView;
 
 /// What was copied last, so that what left the model leaves the view.
 #[derive(Debug, Default)]
@@ -79,8 +79,8 @@ mod tests {
     use tideway_core::net::Protocol::Udp;
     use tideway_core::testing::{mk_service, mk_slice};
 
-    use super::super::Named;
     use super::*;
+    use crate::view::Named;
 
     fn slices(view: &ClusterView, ns: &str) -> Vec<String> {
         let n = view.namespaces().find(|(name, _)| *name == ns);
