@@ -5,14 +5,16 @@
 #     kube-dns Service to the DNS pod, on another node and on the same node (the node's agent
 #     stopped, which is what a node without the listener does);
 #  2. conntrack entries made per 1,000 lookups, each way;
-#  3. the agent's RSS with and without the listener, at each of SCALES Services (a file source,
-#     in a network namespace of its own);
+#  3. the agent's RSS (and its peak) with and without the listener, at each of SCALES Services
+#     (a file source, in a network namespace of its own), 15 s after its first sync;
 #  4. queries answered per CPU-second at a fixed rate (dnsperf, RATE queries a second for
 #     DURATION seconds, A records of the Services): the listener inside the agent, and
-#     `tideway dns` on the same cluster with one UDP worker, as the listener has.
+#     `tideway dns` on the same cluster with one UDP worker, as the listener has; both the
+#     answering threads' CPU (`dns-udp-*`) and the whole process's (the agent's holds its
+#     own work too: its periodic check of the kernel's rules at 100,000 Services).
 # Usage: bench/node-dns/run.sh   (about 5 minutes plus a release build)
 #   TIDEWAY_BIN=...  measure this binary instead of building one
-#   SCALES="10000 100000"  RATE=20000  DURATION=10
+#   SCALES="10000 100000"  RATE=20000  DURATION=10  SKIP_LAB=1 (parts 3-4 only)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -40,6 +42,7 @@ cleanup() {
 trap cleanup EXIT
 cc -O2 -o "$B/latency" "$HERE/latency.c"
 
+if [ -z "${SKIP_LAB:-}" ]; then
 echo "## 1-2. A pod's lookups (svc1.default.svc.cluster.local., 2,000 one after another)"
 { cat "$ROOT/examples/demo.yaml"
   printf -- '---\napiVersion: v1\nkind: Pod\nmetadata: {name: client0}\nspec:\n  nodeName: myk8s-control-plane\n  containers: [{name: c, image: client}]\n'
@@ -69,12 +72,15 @@ for pn in "webpod1 myk8s-worker another" "client0 myk8s-control-plane the-same";
   "$TIDEWAY" lab start agent "$2" --name "$LAB" >/dev/null
 done
 "$TIDEWAY" lab down --name "$LAB" >/dev/null
+fi
 
 echo "## 3-4. One agent, a file source, SCALES Services"
 ip netns add "$NS"
 ip -n "$NS" link set lo up
-rss() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status"; }
+rss() { awk '/VmRSS/ {r = int($2 / 1024)} /VmHWM/ {h = int($2 / 1024)} END {print r, h}' "/proc/$1/status"; }
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The answering threads' CPU ticks.
+udp_cpu() { cat /proc/"$1"/task/*/stat | awk '$2 ~ /dns-udp/ {s += $14 + $15} END {print s + 0}'; }
 tick=$(getconf CLK_TCK)
 # agent N EXTRA...: starts an agent, waits for its first sync and 5 s more; sets APID
 agent() {
@@ -89,27 +95,27 @@ agent() {
     sleep 0.5
   done
   ip netns exec "$NS" curl -sf -o /dev/null 127.0.0.1:10256/healthz || { tail "$B/agent.log" >&2; exit 1; }
-  sleep 5
+  sleep 15
 }
 stop() { kill "$1"; wait "$1" 2>/dev/null || true; }
 # qps SERVER PID: dnsperf at RATE for DURATION; answers per CPU-second of PID
 qps() {
-  local c0 c1 done
-  c0=$(cpu "$2")
+  local c0 c1 u0 u1 done
+  c0=$(cpu "$2"); u0=$(udp_cpu "$2")
   done=$(ip netns exec "$NS" dnsperf -s "$1" -p "${3:-53}" -d "$B/queries-$N.txt" -l "$DURATION" -Q "$RATE" -c 8 2>/dev/null |
     awk '/Queries completed/ {print $3}')
-  c1=$(cpu "$2")
-  echo "$done $(( (c1 - c0) ))" | awk -v t="$tick" '{printf "%d answered, %.2f CPU-s, %.0f per CPU-second", $1, $2 / t, $1 / ($2 / t)}'
+  c1=$(cpu "$2"); u1=$(udp_cpu "$2")
+  echo "$done $((u1 - u0)) $((c1 - c0))" | awk -v t="$tick" '{printf "%d answered; answering threads %.2f CPU-s, %.0f per CPU-second; whole process %.2f CPU-s, %.0f per CPU-second", $1, $2 / t, $1 / ($2 / t), $3 / t, $1 / ($3 / t)}'
 }
 for N in $SCALES; do
   python3 "$HERE/gen_cluster.py" "$N" "$B/cluster-$N.yaml"
   python3 -c "import sys; n=int(sys.argv[1]); [print(f'svc-{i}.ns-{i % 100}.svc.cluster.local A') for i in range(0, n, max(1, n // 10000))]" "$N" > "$B/queries-$N.txt"
   agent "$N"
-  without=$(rss "$APID")
+  read -r without without_peak < <(rss "$APID")
   stop "$APID"
   agent "$N" --node-local-dns
-  with=$(rss "$APID")
-  echo "| $N Services | agent RSS $without MiB without the listener, $with MiB with it (+$((with - without)) MiB) |"
+  read -r with with_peak < <(rss "$APID")
+  echo "| $N Services | agent RSS $without MiB (peak $without_peak) without the listener, $with MiB (peak $with_peak) with it: +$((with - without)) MiB, peak +$((with_peak - without_peak)) MiB |"
   echo "| $N Services | node-local listener: $(qps 169.254.20.10 "$APID") |"
   stop "$APID"
   ip netns exec "$NS" "$TIDEWAY" dns --source "file:$B/cluster-$N.yaml" --listen 127.0.0.1:35353 --workers 1 \
