@@ -1,8 +1,10 @@
 //! The node-local DNS listener in the file-fed lab (root), in nftables and iptables modes:
 //! pods whose resolv.conf names the kube-dns ClusterIP are answered by their node's agent, no
-//! conntrack entry is made for their queries, the answers are the DNS server's, and glibc and
-//! musl clients looking up names in a loop lose no lookup while the node's agent is killed
-//! with SIGKILL, stays down 4 s and is started again.
+//! conntrack entry is made for their queries, the answers are the DNS server's, cluster names
+//! resolve while the DNS pod is down, and glibc and musl clients looking up names in a loop
+//! lose no lookup while the node's agent restarts, and none fails while it is killed with
+//! SIGKILL, stays down 4 s and is started again (the one query the listener may have taken
+//! when it was killed is asked again after the client's timeout).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -123,12 +125,16 @@ fn dig(lab: &TestLab, pod: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&lab.exec(pod, &cmd).stdout).into_owned()
 }
 
+/// The pid of the process holding a UDP socket on `addr` in `target`'s namespace.
+fn pid_on_53(lab: &TestLab, target: &str, addr: &str) -> i32 {
+    let out = String::from_utf8_lossy(&lab.exec(target, &["ss", "-lunpH", "src", addr]).stdout).into_owned();
+    let pid = out.split("pid=").nth(1).and_then(|p| p.split(',').next()?.parse().ok());
+    pid.unwrap_or_else(|| panic!("nothing on {addr} in {target}: {out}"))
+}
+
 /// The pid of the agent on `node` (the process holding the node-local listener's socket).
 fn agent_pid(lab: &TestLab, node: &str) -> i32 {
-    let out = String::from_utf8_lossy(&lab.exec(node, &["ss", "-lunpH", "src", "169.254.20.10:53"]).stdout)
-        .into_owned();
-    let pid = out.split("pid=").nth(1).and_then(|p| p.split(',').next()?.parse().ok());
-    pid.unwrap_or_else(|| panic!("no listener on {node}: {out}"))
+    pid_on_53(lab, node, "169.254.20.10:53")
 }
 
 /// Runs the glibc and musl lookup loops in `pod` for `seconds` while `during` runs; returns
@@ -219,6 +225,34 @@ fn in_mode(mode: &str) {
         assert_eq!(local, server, "[{mode}] {q:?}: the node's answer differs from the DNS server's");
         assert!(!local.starts_with("none"), "[{mode}] {q:?}: no answer");
     }
+
+    // The DNS pod gone (its server killed; the lab starts it again 10 s later, as a kubelet
+    // would): cluster names still resolve on the node.
+    // The lookup loops run through it: none is lost.
+    let reports = lookups_during(&lab, pod, 6, || {
+        std::thread::sleep(Duration::from_secs(1));
+        let dns_pid = pid_on_53(&lab, "tideway-dns", "0.0.0.0:53");
+        let killed = Command::new("kill").args(["-KILL", &dns_pid.to_string()]).status();
+        assert!(killed.is_ok_and(|s| s.success()), "kill -KILL {dns_pid}");
+        let asked = dig(&lab, pod, &["+short", &format!("@{dns_pod}"), "svc1.default.svc.cluster.local"]);
+        assert!(asked.contains("no servers could be reached"), "[{mode}] the DNS pod still answers: {asked}");
+        for name in ["svc1", "svc2", "svc3"] {
+            let got = dig(&lab, pod, &["+search", "+short", name]);
+            assert!(got.trim().starts_with("10."), "[{mode}] {name} without the DNS pod: {got}");
+        }
+    });
+    for (which, text) in &reports {
+        assert_eq!(
+            (count(text, "failed"), count(text, "slow")),
+            (0, 0),
+            "{which} [{mode}] DNS pod down\n{text}"
+        );
+    }
+    eventually(patience(30.0), || {
+        let back = dig(&lab, pod, &["+short", &format!("@{dns_pod}"), "svc1.default.svc.cluster.local"]);
+        Some(()).filter(|_| back.trim().starts_with("10.")).ok_or(back)
+    })
+    .expect("the DNS pod is back");
 
     // A restart (SIGTERM, then started): the listener hands over first, no lookup is lost.
     let reports = lookups_during(&lab, pod, 8, || {
