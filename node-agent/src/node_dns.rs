@@ -21,7 +21,7 @@
 //! query the listener had taken and not yet answered is lost, and its client asks again after
 //! its timeout.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -173,7 +173,7 @@ impl NodeLocalDns {
     }
 
     async fn start(&self, dns: &NodeDns) -> anyhow::Result<Running> {
-        hold_routes(self.address)?;
+        hold_routes(self.address, &dns.service_ips)?;
         let mut sockets = Sockets::bind(SocketAddr::new(self.address, DNS_PORT), 1)?;
         for ip in &dns.service_ips {
             sockets = sockets.and(Sockets::bind_transparent(SocketAddr::new(*ip, DNS_PORT), 1)?);
@@ -208,26 +208,30 @@ fn withdraw_divert() {
     }
 }
 
-/// Holds `address` on `lo`, and the policy route that delivers marked queries to the node.
-fn hold_routes(address: IpAddr) -> anyhow::Result<()> {
-    let (family, host, any) = match address {
-        IpAddr::V4(_) => ("-4", "/32", IpAddr::V4(Ipv4Addr::UNSPECIFIED).to_string() + "/0"),
-        IpAddr::V6(_) => ("-6", "/128", "::/0".to_string()),
-    };
-    let held = format!("{address}{host}");
-    exec::run("ip", &[family, "addr", "replace", &held, "dev", "lo"], None)
+/// Holds `address` on `lo`, and for its family and each of `service_ips`' the policy route
+/// that delivers marked queries to the node (a dual-stack Service's IPv6 queries too).
+fn hold_routes(address: IpAddr, service_ips: &[IpAddr]) -> anyhow::Result<()> {
+    let held = format!("{address}/{}", if address.is_ipv4() { 32 } else { 128 });
+    exec::run("ip", &[flag(address), "addr", "replace", &held, "dev", "lo"], None)
         .context("holding the address on lo")?;
-    exec::run("ip", &[family, "route", "replace", "local", &any, "dev", "lo", "table", ROUTE_TABLE], None)
-        .context("the local route of marked queries")?;
+    let mut families: Vec<&str> = std::iter::once(&address).chain(service_ips).map(|ip| flag(*ip)).collect();
+    families.sort_unstable();
+    families.dedup();
     let mark = format!("{NODE_DNS_MARK:#x}/{NODE_DNS_MARK:#x}");
-    let rules = exec::run("ip", &[family, "rule", "show", "fwmark", &mark], None).unwrap_or_default();
-    if !rules.contains(&format!("lookup {ROUTE_TABLE}")) {
-        exec::run(
-            "ip",
-            &[family, "rule", "add", "fwmark", &mark, "lookup", ROUTE_TABLE, "priority", "53"],
-            None,
-        )
-        .context("the policy rule of marked queries")?;
+    for family in families {
+        let any = if family == "-4" { "0.0.0.0/0" } else { "::/0" };
+        exec::run("ip", &[family, "route", "replace", "local", any, "dev", "lo", "table", ROUTE_TABLE], None)
+            .context("the local route of marked queries")?;
+        let rules = exec::run("ip", &[family, "rule", "show", "fwmark", &mark], None).unwrap_or_default();
+        if !rules.contains(&format!("lookup {ROUTE_TABLE}")) {
+            let add = [family, "rule", "add", "fwmark", &mark, "lookup", ROUTE_TABLE, "priority", "53"];
+            exec::run("ip", &add, None).context("the policy rule of marked queries")?;
+        }
     }
     Ok(())
+}
+
+/// `ip`'s family flag for `ip`.
+fn flag(ip: IpAddr) -> &'static str {
+    if ip.is_ipv4() { "-4" } else { "-6" }
 }
