@@ -32,7 +32,7 @@ use tideway_core::model::ServiceName;
 use tideway_core::net::IpFamily;
 use tideway_core::plan::{NODE_DNS_MARK, NodeDns};
 use tideway_core::render::chains::TIDEWAY_NODE_DNS;
-use tideway_core::render::node_dns::NFT_PREROUTING;
+use tideway_core::render::node_dns::{DNS_PORT, NFT_PREROUTING};
 use tideway_dns::config::{Settings, parse_service_name};
 use tideway_dns::follow::Follower;
 use tideway_dns::records::PodsMode;
@@ -44,7 +44,6 @@ use crate::exec;
 
 /// The routing table that delivers marked queries to the node.
 const ROUTE_TABLE: &str = "53";
-const DNS_PORT: u16 = 53;
 /// How long a stop keeps answering the queries already queued once new ones go elsewhere.
 const DRAIN: Duration = Duration::from_millis(200);
 /// Its share of the agent's memory limit: the forward cache (success, denial) and the UDP
