@@ -121,7 +121,10 @@ for _ in $(seq 100); do [ -S "$t/containerd/sock" ] && break; sleep 0.1; done
 [ -S "$t/containerd/sock" ] || { cat "$t/containerd/log"; fail "containerd did not start"; }
 ctr=(ctr --address "$t/containerd/sock" --namespace k8s.io)
 "${ctr[@]}" images import --all-platforms --digests "$archive"
-"${ctr[@]}" images ls -q | grep -qx "$ref" || fail "ctr import did not name the image $ref"
+# Listed first, then searched: `ctr images ls | grep -q` under pipefail fails whenever grep has
+# matched and left before ctr wrote its next line (ctr then dies of SIGPIPE).
+listed=$("${ctr[@]}" images ls -q)
+grep -qx "$ref" <<<"$listed" || fail "ctr import did not name the image $ref: $listed"
 echo "containerd holds $ref"
 
 echo "== SBOM"
