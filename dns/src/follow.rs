@@ -2,11 +2,14 @@
 //! listener answers from the same view that programs the node's Services (no second watch).
 //! Each call copies what the model's changes name: the changed Services with their
 //! EndpointSlices, and the Namespace objects when any changed; the first call copies all.
+//! The copy ([`Copied`]) is written into the view later, when its owner says: the agent
+//! writes it once its node has programmed those changes, so its listener never gives out an
+//! address its node's rules do not serve yet (`tideway dns --require-programmed`'s rule).
 
 use std::collections::{BTreeSet, HashMap};
 
 use tideway_core::cluster::{Changes, ClusterState};
-use tideway_core::model::ServiceName;
+use tideway_core::model::{EndpointSlice, Namespace, Service, ServiceName};
 
 use crate::view::ClusterView;
 
@@ -20,6 +23,42 @@ pub struct Follower {
     primed: bool,
 }
 
+/// What one call copied from the model, in order, for a view.
+#[derive(Debug, Default)]
+pub struct Copied(Vec<Step>);
+
+#[derive(Debug)]
+enum Step {
+    Service(Service),
+    ServiceGone(ServiceName),
+    Slice(EndpointSlice),
+    /// Namespace and name.
+    SliceGone(String, String),
+    Namespace(Namespace),
+    NamespaceGone(String),
+}
+
+impl Copied {
+    /// Writes the copy into `view`.
+    pub fn into_view(self, view: &mut ClusterView) {
+        for copy in self.0 {
+            match copy {
+                Step::Service(svc) => view.apply_service(svc),
+                Step::ServiceGone(name) => view.delete_service(&name),
+                Step::Slice(slice) => view.apply_endpoint_slice(slice),
+                Step::SliceGone(ns, name) => view.delete_endpoint_slice(&ns, &name),
+                Step::Namespace(ns) => view.apply_namespace(ns),
+                Step::NamespaceGone(name) => view.delete_namespace(&name),
+            }
+        }
+    }
+
+    /// Whether nothing was copied.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl Follower {
     /// A follower that has copied nothing yet.
     pub fn new() -> Self {
@@ -28,45 +67,48 @@ impl Follower {
 
     /// Brings `view` up to `state`, of which `changes` are what changed since the last call.
     pub fn follow(&mut self, view: &mut ClusterView, state: &ClusterState, changes: &Changes) {
+        self.copy(state, changes).into_view(view);
+    }
+
+    /// What brings a view up to `state` (`changes` are what changed since the last call), to
+    /// be written into it later.
+    pub fn copy(&mut self, state: &ClusterState, changes: &Changes) -> Copied {
+        let mut copied = Copied::default();
         let everything = !std::mem::replace(&mut self.primed, true);
         if everything || changes.namespaces {
-            self.namespaces(view, state);
+            self.namespaces(&mut copied, state);
         }
         if everything {
             let mut names: BTreeSet<ServiceName> = state.services().map(|s| s.name.clone()).collect();
             names.extend(self.slices.keys().cloned());
-            names.iter().for_each(|name| self.service(view, state, name));
+            names.iter().for_each(|name| self.service(&mut copied, state, name));
         } else {
-            changes.services.iter().for_each(|name| self.service(view, state, name));
+            changes.services.iter().for_each(|name| self.service(&mut copied, state, name));
         }
+        copied
     }
 
-    fn service(&mut self, view: &mut ClusterView, state: &ClusterState, name: &ServiceName) {
-        match state.service(name) {
-            Some(svc) => view.apply_service(svc.clone()),
-            None => view.delete_service(name),
-        }
+    fn service(&mut self, copied: &mut Copied, state: &ClusterState, name: &ServiceName) {
+        copied.0.push(match state.service(name) {
+            Some(svc) => Step::Service(svc.clone()),
+            None => Step::ServiceGone(name.clone()),
+        });
         let now: Vec<String> = state.endpoint_slices_for(name).map(|s| s.name.clone()).collect();
-        for slice in state.endpoint_slices_for(name) {
-            view.apply_endpoint_slice(slice.clone());
-        }
+        copied.0.extend(state.endpoint_slices_for(name).map(|slice| Step::Slice(slice.clone())));
         let before = self.slices.remove(name).unwrap_or_default();
-        for gone in before.iter().filter(|b| !now.contains(b)) {
-            view.delete_endpoint_slice(&name.namespace, gone);
+        for gone in before.into_iter().filter(|b| !now.contains(b)) {
+            copied.0.push(Step::SliceGone(name.namespace.clone(), gone));
         }
         if !now.is_empty() {
             self.slices.insert(name.clone(), now);
         }
     }
 
-    fn namespaces(&mut self, view: &mut ClusterView, state: &ClusterState) {
+    fn namespaces(&mut self, copied: &mut Copied, state: &ClusterState) {
         let now: BTreeSet<String> = state.namespaces().map(|n| n.name.clone()).collect();
-        for ns in state.namespaces() {
-            view.apply_namespace(ns.clone());
-        }
-        for gone in self.namespaces.difference(&now) {
-            view.delete_namespace(gone);
-        }
+        copied.0.extend(state.namespaces().map(|ns| Step::Namespace(ns.clone())));
+        let gone = self.namespaces.difference(&now).map(|name| Step::NamespaceGone(name.clone()));
+        copied.0.extend(gone);
         self.namespaces = now;
     }
 }

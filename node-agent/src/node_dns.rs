@@ -2,7 +2,8 @@
 //! by the DNS crate's answering code, from the agent's own view.
 //!
 //! ```text
-//!  agent sync (state locked) --Follower::follow--> ClusterView --> RecordIndex --> answers
+//!  agent sync (state locked) --Follower::copy--> Copied --(the node programmed it)-->
+//!    ClusterView --> RecordIndex --> answers (an address only once this node's rules serve it)
 //!  listener: <address>:53 on lo (169.254.20.10), <cluster DNS ClusterIP>:53 (IP_TRANSPARENT)
 //!  other names, ExternalName targets --forward + cache--> the cluster DNS Service's ClusterIP
 //!  rules (core::render::node_dns): a pod's query to the ClusterIP is marked 0x2000 and left
@@ -34,7 +35,7 @@ use tideway_core::plan::{NODE_DNS_MARK, NodeDns};
 use tideway_core::render::chains::TIDEWAY_NODE_DNS;
 use tideway_core::render::node_dns::{DNS_PORT, NFT_PREROUTING};
 use tideway_dns::config::{Settings, parse_service_name};
-use tideway_dns::follow::Follower;
+use tideway_dns::follow::{Copied, Follower};
 use tideway_dns::records::PodsMode;
 use tideway_dns::server::{Server, ServerConfig, Sockets};
 use tideway_dns::view::ClusterView;
@@ -80,6 +81,8 @@ pub struct NodeLocalDns {
     settings: Settings,
     view: SharedCluster<ClusterView>,
     follower: Follower,
+    /// What the agent's syncs copied and its node has not yet programmed, oldest first.
+    staged: Vec<Copied>,
     /// The running listener, shared with the [`HandOver`] that stops it.
     running: Arc<Mutex<Option<Running>>>,
 }
@@ -131,6 +134,7 @@ impl NodeLocalDns {
             settings,
             view: SharedCluster::default(),
             follower: Follower::new(),
+            staged: Vec::new(),
             running: Arc::default(),
         }))
     }
@@ -140,18 +144,47 @@ impl NodeLocalDns {
         HandOver(Arc::clone(&self.running))
     }
 
-    /// Copies what changed into the listener's view (with the agent's state locked) and says
-    /// where the rules send queries.
+    /// Copies what changed (with the agent's state locked), for the listener's view once the
+    /// node has programmed it ([`NodeLocalDns::programmed`]), and says where the rules send
+    /// queries. While no listener runs (the agent's first syncs) no one reads the view, so it
+    /// takes the copy at once rather than holding it (at 100,000 Services the first copy is
+    /// the whole cluster).
     pub fn follow(&mut self, state: &ClusterState, changes: &Changes) -> NodeDns {
-        self.view.update(|view| self.follower.follow(view, state, changes));
+        let copied = self.follower.copy(state, changes);
+        if !copied.is_empty() {
+            self.staged.push(copied);
+        }
+        if !self.serving() {
+            self.write_staged();
+        }
+        NodeDns::of(self.address, &self.service, state)
+    }
+
+    /// The node programmed what was copied so far: the listener answers it from now on (an
+    /// address is never given out before this node's rules serve it), and listens on `dns`'s
+    /// addresses.
+    pub async fn programmed(&mut self, dns: &NodeDns) {
+        self.write_staged();
         // The agent syncs once its source has its first complete view: so does this one.
         self.view.mark_synced();
-        NodeDns::of(self.address, &self.service, state)
+        self.serve(dns).await;
+    }
+
+    fn write_staged(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let staged = std::mem::take(&mut self.staged);
+        self.view.update(|view| staged.into_iter().for_each(|copied| copied.into_view(view)));
+    }
+
+    fn serving(&self) -> bool {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// Starts the listener for `dns`'s addresses, or restarts it when they changed. Errors
     /// are logged: the rules divert nothing while no listener is up.
-    pub async fn serve(&mut self, dns: &NodeDns) {
+    async fn serve(&mut self, dns: &NodeDns) {
         let old = {
             let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
             if running.as_ref().is_some_and(|r| r.service_ips == dns.service_ips) {
@@ -177,15 +210,19 @@ impl NodeLocalDns {
         for ip in &dns.service_ips {
             sockets = sockets.and(Sockets::bind_transparent(SocketAddr::new(*ip, DNS_PORT), 1)?);
         }
+        self.start_on(dns.service_ips.clone(), sockets).await
+    }
+
+    /// Serves on `sockets`, forwarding to `service_ips`.
+    async fn start_on(&self, service_ips: Vec<IpAddr>, sockets: Sockets) -> anyhow::Result<Running> {
         let mut settings = self.settings.clone();
-        settings.forward.upstreams =
-            dns.service_ips.iter().map(|ip| SocketAddr::new(*ip, DNS_PORT)).collect();
+        settings.forward.upstreams = service_ips.iter().map(|ip| SocketAddr::new(*ip, DNS_PORT)).collect();
         let config = ServerConfig {
             replay_budget: REPLAY_BYTES,
             ..ServerConfig::new(SocketAddr::new(self.address, DNS_PORT), settings)
         };
         let server = Server::start_with(config, self.view.clone(), sockets).await?;
-        Ok(Running { service_ips: dns.service_ips.clone(), server })
+        Ok(Running { service_ips, server })
     }
 }
 
@@ -233,4 +270,74 @@ fn hold_routes(address: IpAddr, service_ips: &[IpAddr]) -> anyhow::Result<()> {
 /// `ip`'s family flag for `ip`.
 fn flag(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "-4" } else { "-6" }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use clap::Parser;
+    use tideway_core::model::Service;
+    use tideway_core::net::Protocol::Tcp;
+    use tideway_core::testing::mk_service;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: NodeDnsArgs,
+    }
+
+    fn svc(name: &str, ip: &str) -> Service {
+        mk_service("default", name).cluster_ip(ip).port("http", Tcp, 80).build()
+    }
+
+    /// `dig`'s short answer for `name` from the listener on 127.0.0.1:`port`.
+    fn dig(port: u16, name: &str) -> String {
+        let port = port.to_string();
+        let args = ["+short", "+time=1", "+tries=1", "-p", &port, "@127.0.0.1", name];
+        let out = Command::new("dig").args(args).output().expect("dig (dnsutils; `make deps`)");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    // Two workers: `dig` blocks one while the server answers on the other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_service_is_answered_only_once_the_node_has_programmed_it() {
+        let args = Cli::parse_from(["agent", "--node-local-dns"]).args;
+        let mut dns = NodeLocalDns::from_args(&args).unwrap().expect("on");
+        let mut state = ClusterState::new();
+        state.apply(svc("web", "10.96.0.20"));
+        // The first sync, before any listener: the view takes the copy at once.
+        let changes = state.take_changes();
+        let first = dns.follow(&state, &changes);
+        assert_eq!(dns.view.lock().service_count(), 1, "web in the view");
+        // A listener on loopback (the agent's is on the node's addresses), for the Service
+        // addresses it was started for (none here), so that `programmed` keeps it.
+        assert!(first.service_ips.is_empty());
+        dns.view.mark_synced();
+        let listener = dns.start_on(Vec::new(), Sockets::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap());
+        let running = listener.await.unwrap();
+        let port = running.server.dns_addr.port();
+        *dns.running.lock().unwrap() = Some(running);
+        assert_eq!(dig(port, "web.default.svc.cluster.local"), "10.96.0.20");
+
+        // A new Service, copied by a sync whose apply then failed: not answered; a later sync
+        // copies nothing new; once one programs, it is.
+        state.apply(svc("api", "10.96.0.21"));
+        let changes = state.take_changes();
+        dns.follow(&state, &changes);
+        assert_eq!(dns.view.lock().service_count(), 1, "api in the view before it was programmed");
+        assert_eq!(dig(port, "api.default.svc.cluster.local"), "");
+        let next = dns.follow(&state, &Changes::default());
+        dns.programmed(&next).await;
+        assert_eq!(dns.view.lock().service_count(), 2, "api in the view once programmed");
+        let started = std::time::Instant::now();
+        while dig(port, "api.default.svc.cluster.local") != "10.96.0.21" {
+            assert!(started.elapsed() < Duration::from_secs(5), "api never answered after it was programmed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let running = dns.running.lock().unwrap().take();
+        running.expect("still listening").server.shutdown().await;
+    }
 }

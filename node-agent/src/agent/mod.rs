@@ -303,9 +303,6 @@ impl Agent {
 
         // Plan (on a copy of the plan the REST API holds, sharing what it does not change).
         let Planning { mut planned, full, whole, changes: change_sets } = self.plan(&node, full_wanted);
-        if let (Some(listener), Some(dns)) = (self.node_dns.as_mut(), node.node_dns.as_ref()) {
-            listener.serve(dns).await;
-        }
 
         // Apply.
         let switching = self.dataplane.as_ref().is_some_and(|d| d.mode() != mode);
@@ -387,6 +384,9 @@ impl Agent {
             tracing::warn!(error = %e, "health check server");
         }
         self.health.updated();
+        if let (Some(listener), Some(dns)) = (self.node_dns.as_mut(), node.node_dns.as_ref()) {
+            listener.programmed(dns).await;
+        }
         let synced = Synced { mode, full, elapsed: started.elapsed(), deleted, hc_errors, config, version };
         self.record_success(&planned, synced);
         self.publish(mode, &planned.ruleset);
