@@ -600,6 +600,19 @@ fn ipvs_mode_runs_the_seed_experiments_and_switches_live() {
     let by_name =
         eventually(patience(5.0), || lab.curl("webpod1", "http://svc2")).expect("svc2 by name from a pod");
     assert!(by_name.starts_with("webpod"), "{by_name}");
+    // The node-local DNS listener, link-local only in IPVS mode (IPVS takes the ClusterIP's
+    // packets at LOCAL_IN before a socket sees them): the pod's node answers at 169.254.20.10.
+    let svc2_ip = lab.status()["services"].as_array().unwrap().iter().find(|s| s["name"] == "svc2").cloned();
+    let svc2_ip = svc2_ip.expect("svc2")["clusterIP"].as_str().unwrap().to_string();
+    let local = eventually(patience(5.0), || {
+        let out = lab.exec(
+            "webpod1",
+            &["dig", "+short", "+time=2", "+tries=1", "@169.254.20.10", "svc2.default.svc.cluster.local"],
+        );
+        let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if got == svc2_ip { Ok(got) } else { Err(format!("dig @169.254.20.10 svc2 from webpod1: {got:?}")) }
+    });
+    local.expect("the node-local listener answers in IPVS mode");
     // Only the announcer answers ARP (strictARP keeps the other nodes, which hold the address
     // on kube-ipvs0, silent).
     let announcer = lab.announcer("svc1").expect("an announcer");

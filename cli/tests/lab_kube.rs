@@ -7,6 +7,8 @@
 //! controllers' leader Leases, slices written by the EndpointSlice controller); every Tideway
 //! component authenticated as its chart ServiceAccount with a token bound to its Pod; a
 //! rolling restart of the agents that moves no address and fails no request ([`rollout`]);
+//! cluster names answered by the pods' nodes, the DNS Deployment scaled to zero included
+//! ([`node_dns`]);
 //! and a new node, its kernel empty, programmed only when the agent is given the API server's
 //! address (the `kubernetes` Service's ClusterIP is served by nothing there yet).
 
@@ -22,6 +24,8 @@ const GO_MOD: &str = include_str!("../../kube/go.mod");
 #[path = "lab_kube/helm.rs"]
 mod helm;
 mod lab_support;
+#[path = "lab_kube/node_dns.rs"]
+mod node_dns;
 #[path = "lab_kube/rollout.rs"]
 mod rollout;
 #[path = "lab_kube/scenarios.rs"]
@@ -97,6 +101,7 @@ fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
         wait_serving_within(&lab, "mypc", &lb, 1, patience(180.0));
     }
     scenarios::the_seed_experiments(&lab);
+    node_dns::cluster_names_resolve_on_the_node_with_the_dns_deployment_scaled_to_zero(&lab);
     tideway_runs_from_its_image_with_the_charts_security_context(&lab);
     rollout::a_rolling_restart_of_the_agents_moves_no_address(&lab);
     // The faults that move an address (the faults' own Service's, announced only by the

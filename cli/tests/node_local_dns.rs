@@ -6,95 +6,15 @@
 //! SIGKILL, stays down 4 s and is started again (the one query the listener may have taken
 //! when it was killed is asked again after the client's timeout).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const DEMO: &str = include_str!("../../examples/demo.yaml");
 
 mod lab_support;
 
+use lab_support::lookups::{count, lookups_during};
 use lab_support::*;
-
-/// `lookups NAME SECONDS INTERVAL_MS`: `getaddrinfo(NAME)` for both families (A and AAAA asked
-/// at once from one socket, as glibc and musl do) in a loop; prints each failed lookup and each
-/// one that took 1 s or more (it waited out a timeout), then a summary line.
-const LOOKUPS: &str = r#"
-#include <netdb.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-int main(int argc, char **argv) {
-    double start = now(), max_ms = 0;
-    long n = 0, failed = 0, slow = 0;
-    while (now() - start < atof(argv[2]) * 1e3) {
-        struct addrinfo hints, *res;
-        memset(&hints, 0, sizeof hints);
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        double t0 = now();
-        int rc = getaddrinfo(argv[1], NULL, &hints, &res);
-        double ms = now() - t0;
-        n++;
-        if (ms > max_ms) max_ms = ms;
-        if (rc) { failed++; printf("failed at %.0f ms: %s\n", t0 - start, gai_strerror(rc)); }
-        else freeaddrinfo(res);
-        if (ms >= 1000) { slow++; printf("slow at %.0f ms: %.0f ms\n", t0 - start, ms); }
-        fflush(stdout);
-        usleep(atoi(argv[3]) * 1000);
-    }
-    printf("lookups %ld failed %ld slow %ld max_ms %.1f\n", n, failed, slow, max_ms);
-    return 0;
-}
-"#;
-
-/// The lookup loop built against glibc (`cc`) and, statically, against musl (`musl-gcc`).
-fn clients() -> &'static [(&'static str, PathBuf); 2] {
-    static BUILT: OnceLock<[(&'static str, PathBuf); 2]> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tw-lookups-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("lookups.c");
-        std::fs::write(&src, LOOKUPS).unwrap();
-        let build = |compiler: &str, extra: &[&str], out: &str| {
-            let bin = dir.join(out);
-            let built = Command::new(compiler).args(extra).args(["-O1", "-o"]).arg(&bin).arg(&src).status();
-            assert!(built.is_ok_and(|s| s.success()), "{compiler} (Debian's gcc, musl-tools; `make deps`)");
-            bin
-        };
-        [
-            ("glibc", build("cc", &[], "lookups-glibc")),
-            ("musl", build("musl-gcc", &["-static"], "lookups-musl")),
-        ]
-    })
-}
-
-/// Starts `client` in pod `pod` for `seconds`.
-fn lookups(lab: &TestLab, pod: &str, client: &Path, name: &str, seconds: u32) -> Child {
-    let (client, seconds) = (client.display().to_string(), seconds.to_string());
-    Command::new(BIN)
-        .args(["lab", "exec", "--name", &lab.name, pod, "--", &client, name, &seconds, "20"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("lab exec runs")
-}
-
-/// What a lookup loop printed, once it ended.
-fn report(which: &str, child: Child) -> String {
-    let out = child.wait_with_output().expect("the lookup loop ends");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{which}: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text
-}
 
 /// Queries the lab's DNS pod has answered (CoreDNS's counter).
 fn dns_pod_requests(lab: &TestLab) -> f64 {
@@ -135,31 +55,6 @@ fn pid_on_53(lab: &TestLab, target: &str, addr: &str) -> i32 {
 /// The pid of the agent on `node` (the process holding the node-local listener's socket).
 fn agent_pid(lab: &TestLab, node: &str) -> i32 {
     pid_on_53(lab, node, "169.254.20.10:53")
-}
-
-/// Runs the glibc and musl lookup loops in `pod` for `seconds` while `during` runs; returns
-/// each one's lines (slow and failed lookups, then the summary).
-fn lookups_during(
-    lab: &TestLab,
-    pod: &str,
-    seconds: u32,
-    during: impl FnOnce(),
-) -> Vec<(&'static str, String)> {
-    let loops: Vec<(&str, Child)> =
-        clients().iter().map(|(which, bin)| (*which, lookups(lab, pod, bin, "svc1", seconds))).collect();
-    during();
-    let reports: Vec<(&str, String)> =
-        loops.into_iter().map(|(which, child)| (which, report(which, child))).collect();
-    for (which, text) in &reports {
-        assert!(count(text, "lookups") >= 100, "{which}: too few lookups\n{text}");
-    }
-    reports
-}
-
-/// A number of a loop's summary line (`lookups N failed F slow S ...`).
-fn count(text: &str, key: &str) -> u64 {
-    let words: Vec<&str> = text.lines().last().unwrap_or_default().split_whitespace().collect();
-    words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)?.parse().ok()).unwrap_or(u64::MAX)
 }
 
 /// Asks `name` (`dig` arguments) of `server` from `pod`: the status and the answer, authority
@@ -229,7 +124,7 @@ fn in_mode(mode: &str) {
     // The DNS pod gone (its server killed; the lab starts it again 10 s later, as a kubelet
     // would): cluster names still resolve on the node.
     // The lookup loops run through it: none is lost.
-    let reports = lookups_during(&lab, pod, 6, || {
+    let reports = lookups_during(&lab, pod, "svc1", 6, || {
         std::thread::sleep(Duration::from_secs(1));
         let dns_pid = pid_on_53(&lab, "tideway-dns", "0.0.0.0:53");
         let killed = Command::new("kill").args(["-KILL", &dns_pid.to_string()]).status();
@@ -255,7 +150,7 @@ fn in_mode(mode: &str) {
     .expect("the DNS pod is back");
 
     // A restart (SIGTERM, then started): the listener hands over first, no lookup is lost.
-    let reports = lookups_during(&lab, pod, 8, || {
+    let reports = lookups_during(&lab, pod, "svc1", 8, || {
         std::thread::sleep(Duration::from_secs(2));
         let pid = agent_pid(&lab, node);
         let term = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
@@ -273,7 +168,7 @@ fn in_mode(mode: &str) {
     // (its client asks again after its timeout): at most one per client.
     wait_answered_by_node(&lab, mode, &answered);
     let mut fell_back = 0.0;
-    let reports = lookups_during(&lab, pod, 10, || {
+    let reports = lookups_during(&lab, pod, "svc1", 10, || {
         std::thread::sleep(Duration::from_secs(2));
         let before_kill = dns_pod_requests(&lab);
         ok(tideway(&["lab", "kill", "agent", node, "--name", &lab.name]), "lab kill agent");

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub(crate) mod lookups;
+
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_tideway");
 
 /// `secs` seconds, longer in a slow VM (`TIDEWAY_TEST_TIME_SCALE`).
