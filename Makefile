@@ -127,7 +127,9 @@ bench-peers: kube peers
 # 1,000 a second, at 10,000 and 100,000 Services, one point again on the real API server, and
 # the first view of 100,000 Services from it (root; about 15 minutes, 3 more the first time:
 # it writes that cluster into etcd once and keeps a snapshot under the target directory).
+# FLOOD=N: each rate again with N random-name queries a second at the agent's node-local DNS.
 bench-churn: kube
+	command -v dnsperf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsperf; }
 	$(CARGO) bench -p tideway --bench churn
 
 # DNS against Knot on the same zone (installs dnsperf and knot; about 10 minutes).

@@ -23,6 +23,9 @@
 //! `MIN_SYNC` is the agent's `--min-sync-period` (default 50ms; kube-proxy's and the agent's
 //! default of 1 s would put event -> kernel near a second by design).
 //!
+//! With `FLOOD` (queries a second), the agent runs its node-local DNS listener and each rate
+//! is measured again while dnsperf floods that listener with random names (`churn/flood.rs`).
+//!
 //! Then the first view from the real API server at 100,000 Services (`FIRST_VIEW`; see
 //! `churn/first_view.rs`): streamed, and listed in pages, each component's RSS peak beside its
 //! steady RSS.
@@ -46,6 +49,8 @@ mod changes;
 mod etcd_seed;
 #[path = "churn/first_view.rs"]
 mod first_view;
+#[path = "churn/flood.rs"]
+mod flood;
 #[path = "churn/observe.rs"]
 mod observe;
 #[path = "churn/real.rs"]
@@ -124,10 +129,12 @@ fn source(kc: &str) -> [String; 4] {
 /// The agent's arguments: programming `mode`, the drift check off, its metrics and REST API on
 /// [`AGENT_METRICS`].
 fn agent_args(mode: &str, min_sync: &str, kc: &str) -> Vec<String> {
+    let node_dns = (flood::rate() > 0).then_some("--node-local-dns");
     ["agent", "--node", NODE, "--mode", mode, "--min-sync-period", min_sync]
         .into_iter()
         .chain(["--sync-period", "1h", "--metrics-bind-address", AGENT_METRICS])
         .chain(["--healthz-bind-address", "127.0.0.1:10256", "--api-anonymous-reads"])
+        .chain(node_dns)
         .map(String::from)
         .chain(source(kc))
         .collect()
@@ -168,7 +175,12 @@ fn start(n: usize, mode: &str, min_sync: &str, real: bool) -> Rig {
     let server: Box<dyn Server> = if real {
         Box::new(Real::start(&ns, cluster.objects()))
     } else {
-        Box::new(Standin::start(&ns, cluster.objects()))
+        let standin = Standin::start(&ns, cluster.objects());
+        if flood::rate() > 0 {
+            // The chart's grants with the listener on (the agent then reads Namespaces).
+            standin.chart_values("custom-dns");
+        }
+        Box::new(standin)
     };
     let kubeconfig = |account| server.kubeconfig(&dir, account).display().to_string();
     let (agent_kc, dns_kc, operator_kc) =
@@ -375,9 +387,18 @@ fn main() {
                 continue;
             }
             let mut rig = start(n, mode, &min_sync, false);
+            let queries = flood::queries(&rig.dir, seed(n));
             for &rate in &rates {
                 let f = churn(&mut rig, rate, seconds);
                 report(mode, n, rate, seconds, "", &f);
+                if flood::rate() > 0 {
+                    let dnsperf = flood::start(NS, &queries, flood::rate(), seconds + 2);
+                    let f = churn(&mut rig, rate, seconds);
+                    let said = flood::finish(dnsperf);
+                    let on =
+                        format!(" with {} random names/s at {} ({said})", flood::rate(), flood::LISTENER);
+                    report(mode, n, rate, seconds, &on, &f);
+                }
             }
         }
     }

@@ -36,6 +36,11 @@ impl Standin {
         server.api.preload(objects);
         Standin(server, Instant::now())
     }
+
+    /// Authorizes by the chart rendered with the value set `set` (see `FakeApi::chart_values`).
+    pub(crate) fn chart_values(&self, set: &str) {
+        self.0.api.chart_values(set);
+    }
 }
 
 impl Server for Standin {
