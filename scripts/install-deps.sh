@@ -34,10 +34,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# cargo-nextest runs the tests (`make unit` filters by test binary and name with it).
+# cargo-nextest runs the tests (`make unit` filters by test binary and name with it). Built
+# without optimizations: it spends its time waiting for the tests, and on a fresh machine its
+# optimized build took 7 minutes of the run.
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "installing cargo-nextest"
-  cargo install --locked cargo-nextest
+  cargo install --locked --debug cargo-nextest
 fi
 
 # virtme-ng (PyPI) in its own virtualenv; scripts/test-ipvs.sh looks for it there.
