@@ -4,7 +4,9 @@
 //! resolve while the DNS pod is down, and glibc and musl clients looking up names in a loop
 //! lose no lookup while the node's agent restarts, and none fails while it is killed with
 //! SIGKILL, stays down 4 s and is started again (the one query the listener may have taken
-//! when it was killed is asked again after the client's timeout).
+//! when it was killed is asked again after the client's timeout); with resolv.conf naming the
+//! listener and then the Service (IPVS mode's hand-over), none fails or waits while the agent
+//! is down.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -182,6 +184,45 @@ fn in_mode(mode: &str) {
     }
     assert!(fell_back > 0.0, "[{mode}] no query reached the DNS pod while the agent was down");
     wait_answered_by_node(&lab, mode, &answered);
+
+    both_nameservers_with_the_agent_killed(&lab, mode, pod, node, &cluster_ip);
+}
+
+/// IPVS mode's hand-over (the kubelet's `clusterDNS` naming the listener, then the Service):
+/// with the node's agent killed nothing listens on 169.254.20.10, the node answers port
+/// unreachable, and glibc moves on to the next nameserver at once (musl asks both at once), so
+/// no lookup fails or waits out a timeout. The mechanism holds the ClusterIP's rules out of it,
+/// so the host's modes test it for IPVS mode too (the VM checks the listener answers there).
+fn both_nameservers_with_the_agent_killed(
+    lab: &TestLab,
+    mode: &str,
+    pod: &str,
+    node: &str,
+    cluster_ip: &str,
+) {
+    let netns = lab.status()["pods"].as_array().unwrap().iter().find(|p| p["name"] == pod).cloned();
+    let netns = netns.expect("the pod")["netns"].as_str().unwrap().to_string();
+    let path = format!("/etc/netns/{netns}/resolv.conf");
+    let original = std::fs::read_to_string(&path).expect("the pod's resolv.conf");
+    let both = original.replace(
+        &format!("nameserver {cluster_ip}\n"),
+        &format!("nameserver 169.254.20.10\nnameserver {cluster_ip}\n"),
+    );
+    assert_ne!(both, original, "the pod's resolv.conf names {cluster_ip}: {original}");
+    std::fs::write(&path, &both).unwrap();
+    ok(tideway(&["lab", "kill", "agent", node, "--name", &lab.name]), "lab kill agent");
+    let refused = dig(lab, pod, &["+short", "@169.254.20.10", "svc1.default.svc.cluster.local"]);
+    let reports = lookups_during(lab, pod, "svc1", 4, || {});
+    std::fs::write(&path, &original).unwrap();
+    ok(tideway(&["lab", "start", "agent", node, "--name", &lab.name]), "lab start agent");
+    assert!(refused.contains("connection refused"), "[{mode}] 169.254.20.10 with no listener: {refused}");
+    for (which, text) in &reports {
+        assert_eq!(
+            (count(text, "failed"), count(text, "slow")),
+            (0, 0),
+            "{which} [{mode}] both nameservers\n{text}"
+        );
+    }
 }
 
 /// Waits until the node answers again (after a start): lookups that leave the DNS pod's
