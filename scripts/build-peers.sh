@@ -6,6 +6,7 @@
 #   TARGET/peers/coredns             CoreDNS through its coremain (peers/coredns/)
 #   TARGET/peers/metallb-controller  MetalLB's controller and speaker, their `package main`s
 #   TARGET/peers/metallb-speaker     built from a module requiring MetalLB (peers/metallb/)
+#   TARGET/peers/images/             their images and MetalLB's manifest (scripts/build-peer-images.sh)
 # TARGET is CARGO_TARGET_DIR (target/ by default). Prints each peer's version: kube-proxy's and
 # CoreDNS's own (`--version`, `-version`); MetalLB's binaries have no version flag, so theirs
 # is the module version the Go build info records (`go version -m`).
@@ -56,3 +57,5 @@ version coredns "$("$OUT/coredns" -version 2>&1 | head -1)"
 for m in metallb-controller metallb-speaker; do
   version "$m" "$("$GO" version -m "$OUT/$m" | awk '($1 == "mod" || $1 == "dep") && $2 == "go.universe.tf/metallb" {print $2, $3}')"
 done
+# Their images and MetalLB's manifest, for a kube lab that runs them as Pods (`lab up --peers`).
+scripts/build-peer-images.sh

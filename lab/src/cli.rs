@@ -68,6 +68,13 @@ enum LabCommand {
         /// objects wait until their CRDs are served).
         #[arg(long, requires = "kube")]
         no_components: bool,
+        /// With --kube: run these peers as Pods from their own images (`make peers` builds
+        /// them) and manifests: `kube-proxy` and `coredns` by kubeadm's addon phases, `metallb`
+        /// (L2) by its metallb-native.yaml. Beside Tideway (without --no-components) kube-proxy
+        /// and MetalLB's speaker run on the nodes the file labels `lab.tideway.io/peers: "true"`
+        /// and Tideway's agents on the others; CoreDNS only with --no-components.
+        #[arg(long, requires = "kube", value_delimiter = ',', value_parser = crate::kube::peers::Peer::parse)]
+        peers: Vec<crate::kube::peers::Peer>,
         /// Set by `--detach` for the process it starts: the lab directory is already prepared.
         #[arg(long, hide = true)]
         background: bool,
@@ -299,10 +306,12 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             token_rotation,
             image,
             no_components,
+            peers,
             background,
         } => {
             let opts = UpOptions {
                 no_components: *no_components,
+                peers: peers.clone(),
                 mode: mode.clone(),
                 detach: *detach,
                 grace: node_monitor_grace_period.unwrap_or(NODE_MONITOR_GRACE),
@@ -463,11 +472,13 @@ struct UpOptions {
     image: Option<PathBuf>,
     /// A kube lab without Tideway.
     no_components: bool,
+    /// The peers run as Pods.
+    peers: Vec<crate::kube::peers::Peer>,
     background: bool,
 }
 
 fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
-    let UpOptions { mode, detach, grace, kube, image, no_components, background } = opts;
+    let UpOptions { mode, detach, grace, kube, image, no_components, peers, background } = opts;
     require_root()?;
     if mode.as_deref() == Some("ipvs") {
         require_ipvs()?;
@@ -500,11 +511,16 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
         if let Some(archive) = &image {
             load_tideway_image(&dir, archive)?;
         }
+        if !peers.is_empty() {
+            let store = crate::images::Store::new(dir.join("images"));
+            let names = crate::kube::peers::load_images(&store, &crate::kube::peers::images_dir()?, &peers)?;
+            println!("loaded {} for the peers' Pods", names.join(", "));
+        }
     }
     let bin = std::env::current_exe().context("locating the tideway binary")?;
     if detach {
         drop(lock);
-        return detached(&bin, file, mode.as_deref(), grace, (kube, no_components), name, &dir);
+        return detached(&bin, file, mode.as_deref(), grace, (kube, no_components, &peers), name, &dir);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut lab = Lab::new(name, dir.clone(), bin, mode);
@@ -515,6 +531,7 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     if no_components {
         lab.set_no_components();
     }
+    lab.set_peers(peers);
     let code = rt.block_on(crate::up::serve(lab, spec, true));
     let _ = std::fs::remove_dir_all(&dir);
     drop(lock);
@@ -544,7 +561,7 @@ fn detached(
     file: Option<&Path>,
     mode: Option<&str>,
     grace: Duration,
-    (kube, no_components): (Option<Option<Duration>>, bool),
+    (kube, no_components, peers): (Option<Option<Duration>>, bool, &[crate::kube::peers::Peer]),
     name: &str,
     dir: &Path,
 ) -> anyhow::Result<i32> {
@@ -559,6 +576,9 @@ fn detached(
         }
         if no_components {
             cmd.arg("--no-components");
+        }
+        if !peers.is_empty() {
+            cmd.arg("--peers").arg(peers.iter().map(|p| p.name()).collect::<Vec<_>>().join(","));
         }
     }
     if let Some(f) = file {

@@ -118,6 +118,11 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// The names of every image loaded.
+    pub fn names(&self) -> Vec<String> {
+        self.refs().into_keys().collect()
+    }
+
     /// The image `reference` names, if it was loaded.
     pub fn find(&self, reference: &str) -> Option<Image> {
         let id = self.refs().get(&normalize(reference))?.clone();

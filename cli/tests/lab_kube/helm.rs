@@ -62,21 +62,32 @@ fn previous_release() -> PathBuf {
 /// chart README says (the API server's address is read from `kube-public/cluster-info`, which
 /// kubeadm publishes and the lab's control plane too).
 ///
-/// This release's chart is installed with `gossip.timeScale` at [`GOSSIP_TIME_SCALE`]: this
-/// test's cluster shares two cores with the demo's, and while a `helm upgrade` restarts every
-/// Pod of both a living agent's probe answers can come later than the failure detector's
-/// default suspicion allows (at scale 1 a living agent was declared down, and an address moved,
-/// in about one of four such runs). What the test proves is that upgrades keep the addresses;
-/// on a starved machine the chart's documented knob is the cluster's to turn.
+/// Both releases run their failure detector at [`GOSSIP_TIME_SCALE`]: this test's cluster
+/// shares two cores with the demo's, and while a `helm upgrade` restarts every Pod of both a
+/// living agent's probe answers can come later than the failure detector's default suspicion
+/// allows (at scale 1 a living agent was declared down, and an address moved, in about one of
+/// four such runs). This release's chart has `gossip.timeScale`; v0.1.0's has not, but its
+/// binaries take `--gossip-time-scale` through the chart's `extraArgs`. Without it, v0.1.0's
+/// operator, still the leader in the upgrade's first seconds, once moved an address when a
+/// stall made a living agent miss its probes, before helm had changed anything. What the test
+/// proves is that the upgrade itself keeps the addresses; on a starved machine the chart's
+/// documented knob is the cluster's to turn.
 fn install(lab: &TestLab, verb: &str, chart: &str) -> Result<String, String> {
     let st = lab.status();
     let pods = format!("proxyConfig.clusterCIDRs[0]={}", st["podCIDR"].as_str().unwrap());
     let timeout = format!("{}s", patience(300.0).as_secs());
     let mut args =
         vec![verb, RELEASE, chart, "-n", NAMESPACE, "--wait", "--timeout", &timeout, "--set", &pods];
-    let scale = format!("gossip.timeScale={}", patience(GOSSIP_TIME_SCALE).as_secs_f64());
+    let s = patience(GOSSIP_TIME_SCALE).as_secs_f64();
+    let scale = format!("gossip.timeScale={s}");
+    let (operator, agent) = (
+        format!("operator.extraArgs[0]=--gossip-time-scale={s}"),
+        format!("agent.extraArgs[0]=--gossip-time-scale={s}"),
+    );
     if chart == self::chart() {
         args.extend(["--set", &scale]);
+    } else {
+        args.extend(["--set", &operator, "--set", &agent]);
     }
     helm(lab, &args)
 }

@@ -24,6 +24,7 @@ pub mod chart;
 pub mod control_plane;
 mod error;
 pub mod objects;
+pub mod peers;
 pub mod pki;
 pub mod rest;
 pub mod standalone;

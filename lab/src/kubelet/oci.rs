@@ -51,50 +51,67 @@ const MASKED_PATHS: [&str; 12] = [
 ];
 /// The paths kubelet makes read-only for the default procMount.
 const READONLY_PATHS: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
-/// Every capability Linux knows (a privileged container's, and `add: [ALL]`).
+/// Every capability Linux knows, by number (bit N of a capability set is `ALL_CAPS[N]`).
 const ALL_CAPS: [&str; 41] = [
-    "CAP_AUDIT_CONTROL",
-    "CAP_AUDIT_READ",
-    "CAP_AUDIT_WRITE",
-    "CAP_BLOCK_SUSPEND",
-    "CAP_BPF",
-    "CAP_CHECKPOINT_RESTORE",
     "CAP_CHOWN",
     "CAP_DAC_OVERRIDE",
     "CAP_DAC_READ_SEARCH",
     "CAP_FOWNER",
     "CAP_FSETID",
-    "CAP_IPC_LOCK",
-    "CAP_IPC_OWNER",
     "CAP_KILL",
-    "CAP_LEASE",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
     "CAP_LINUX_IMMUTABLE",
-    "CAP_MAC_ADMIN",
-    "CAP_MAC_OVERRIDE",
-    "CAP_MKNOD",
-    "CAP_NET_ADMIN",
     "CAP_NET_BIND_SERVICE",
     "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
     "CAP_NET_RAW",
-    "CAP_PERFMON",
-    "CAP_SETFCAP",
-    "CAP_SETGID",
-    "CAP_SETPCAP",
-    "CAP_SETUID",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
     "CAP_SYS_ADMIN",
     "CAP_SYS_BOOT",
-    "CAP_SYS_CHROOT",
-    "CAP_SYS_MODULE",
     "CAP_SYS_NICE",
-    "CAP_SYS_PACCT",
-    "CAP_SYS_PTRACE",
-    "CAP_SYS_RAWIO",
     "CAP_SYS_RESOURCE",
     "CAP_SYS_TIME",
     "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
     "CAP_SYSLOG",
     "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
 ];
+
+/// The capabilities of `set` (a capability set's bits, as `/proc/PID/status` shows them).
+fn in_set(set: u64) -> Vec<String> {
+    ALL_CAPS.iter().enumerate().filter(|(i, _)| set & (1 << i) != 0).map(|(_, c)| c.to_string()).collect()
+}
+
+/// What a privileged container (and `add: [ALL]`) gets: every capability the kubelet itself
+/// holds, as containerd gives one every capability of its own process (a capability outside
+/// the runtime's bounding set cannot be given: runc fails with EPERM).
+fn every_held_capability() -> Vec<String> {
+    static HELD: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let bnd = status.lines().find_map(|l| l.strip_prefix("CapBnd:")).map(str::trim);
+        bnd.and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(u64::MAX)
+    });
+    in_set(*HELD)
+}
 const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Why a container's spec could not be made: kubelet's `CreateContainerConfigError`.
@@ -340,7 +357,7 @@ fn user(input: &Input<'_>, sec: &Security<'_>) -> Result<(i64, i64, Vec<i64>), O
 
 fn capabilities(sec: &Security<'_>) -> Vec<String> {
     if sec.privileged() {
-        return ALL_CAPS.iter().map(|c| c.to_string()).collect();
+        return every_held_capability();
     }
     let defaults = DEFAULTS["spec"]["process"]["capabilities"]["bounding"].as_array().expect("default caps");
     let mut caps: Vec<String> = defaults.iter().filter_map(|c| c.as_str().map(str::to_string)).collect();
@@ -353,7 +370,7 @@ fn capabilities(sec: &Security<'_>) -> Vec<String> {
     let set = sec.ctr.and_then(|c| c.capabilities.as_ref());
     let (add, drop) = (named(set.and_then(|s| s.add.as_ref())), named(set.and_then(|s| s.drop.as_ref())));
     if add.iter().any(|c| c == "CAP_ALL") {
-        caps = ALL_CAPS.iter().map(|c| c.to_string()).collect();
+        caps = every_held_capability();
     }
     if drop.iter().any(|c| c == "CAP_ALL") {
         caps.clear();

@@ -26,7 +26,7 @@ use super::runtime::{self, Process, Record};
 use super::sandbox;
 use super::status::{PodView, State, pod_status};
 use super::timestamp::now;
-use super::volumes::{container_mounts, pod_dir};
+use super::volumes::{container_mounts, make_nested_mountpoints, pod_dir};
 
 /// How often volumes are read again (ConfigMaps and Secrets change; tokens have their own time).
 const VOLUME_RESYNC: Duration = Duration::from_secs(30);
@@ -174,10 +174,19 @@ impl Worker {
         }
         let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
         let resolv = sandbox::resolv_conf(cfg, &self.namespace, policy, self.host_network);
-        if let Some(text) = &resolv {
-            std::fs::write(self.dir.join("resolv.conf"), text).map_err(|e| e.to_string())?;
-            if !self.host_network {
-                crate::netns::write_resolv_conf(&ns, text).map_err(|e| e.to_string())?;
+        match &resolv {
+            Some(text) => {
+                std::fs::write(self.dir.join("resolv.conf"), text).map_err(|e| e.to_string())?;
+                if !self.host_network {
+                    crate::netns::write_resolv_conf(&ns, text).map_err(|e| e.to_string())?;
+                }
+            }
+            // The node's own, as kubelet copies its --resolv-conf for a container runtime to
+            // mount (this kubelet runs in the node's namespace: `ip netns exec` shows it the
+            // node's file).
+            None => {
+                let node = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+                std::fs::write(self.dir.join("resolv.conf"), node).map_err(|e| e.to_string())?;
             }
         }
         self.sandbox_ready = true;
@@ -318,6 +327,11 @@ impl Worker {
                 return;
             }
         };
+        if let Err(e) = make_nested_mountpoints(&mounts) {
+            let message = format!("nested mount points: {e}");
+            c.state = State::Waiting { reason: "CreateContainerConfigError".into(), message };
+            return;
+        }
         if resolv.exists() {
             mounts.push(Mount { source: resolv, target: "/etc/resolv.conf".into(), read_only: true });
         }

@@ -122,6 +122,27 @@ pub fn container_mounts(
     Ok(out)
 }
 
+/// Makes the directory each mount nested in another mount's target needs inside that other
+/// mount's source, as kubelet does (`MakeNestedMountpoints`): a volume mounted read-only (an
+/// API volume) could not take a mount point once mounted.
+pub fn make_nested_mountpoints(mounts: &[Mount]) -> std::io::Result<()> {
+    for inner in mounts {
+        let holder = mounts
+            .iter()
+            .filter(|m| m.source.is_dir())
+            .filter_map(|m| Some((m, inner.target.strip_prefix(&m.target).ok()?)))
+            .filter(|(_, rel)| !rel.as_os_str().is_empty())
+            .max_by_key(|(m, _)| m.target.components().count());
+        if let Some((m, rel)) = holder {
+            let dir = m.source.join(rel);
+            if !dir.exists() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Volumes whose files come from the API (kubelet mounts them read-only).
 pub fn is_api_volume(v: &Volume) -> bool {
     v.config_map.is_some() || v.secret.is_some() || v.projected.is_some() || v.downward_api.is_some()
@@ -281,6 +302,34 @@ mod tests {
         assert_eq!(key_files(&data, None, 0o644).unwrap().len(), 2);
         let missing: Vec<KeyToPath> = vec![serde_json::from_value(json!({"key": "z", "path": "z"})).unwrap()];
         assert!(key_files(&data, Some(&missing), 0o644).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod nested_tests {
+    use super::*;
+
+    #[test]
+    fn a_mount_inside_another_gets_its_mount_point_in_the_outer_volume() {
+        let dir = std::env::temp_dir().join(format!("tideway-nested-{}", std::process::id()));
+        let (outer, inner) = (dir.join("excludel2"), dir.join("memberlist"));
+        std::fs::create_dir_all(&outer).unwrap();
+        std::fs::create_dir_all(&inner).unwrap();
+        let m = |source: &Path, target: &str| Mount {
+            source: source.into(),
+            target: target.into(),
+            read_only: true,
+        };
+        // MetalLB's speaker: a ConfigMap at /etc/metallb, another inside it.
+        let mounts =
+            [m(&outer, "/etc/metallb"), m(&inner, "/etc/metallb/memberlist"), m(&inner, "/etc/other")];
+        make_nested_mountpoints(&mounts).unwrap();
+        assert!(outer.join("memberlist").is_dir());
+        let mut made: Vec<_> = std::fs::read_dir(&outer).unwrap().map(|e| e.unwrap().file_name()).collect();
+        made.sort();
+        assert_eq!(made, ["memberlist"], "nothing for mounts that nest in no other");
+        assert_eq!(std::fs::read_dir(&inner).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -53,4 +53,7 @@ pub enum KubeLabError {
     /// The chart.
     #[error(transparent)]
     Chart(#[from] ChartError),
+    /// The peers (`--peers`) cannot run as asked.
+    #[error("--peers: {0}")]
+    Peers(String),
 }

@@ -22,6 +22,7 @@ use super::error::{KubeLabError, LabError};
 use super::kube_side::KubeSide;
 use super::lab::Lab;
 use crate::kube::apply::{Applier, ApplyError};
+use crate::kube::peers::{self, PEERS_LABEL};
 use crate::kube::view::KubeView;
 use crate::kube::{ControlPlane, ControlPlaneConfig, KubeError, chart, objects};
 use crate::kubelet::config::{KubeletConfig, NodeAddress, TIDEWAY_IMAGE, WHOAMI_IMAGES, heartbeat};
@@ -81,6 +82,49 @@ impl Lab {
         let held_retry_at = std::time::Instant::now();
         self.kube =
             Some(KubeSide { control_plane, client, view, chart_applied, held: Vec::new(), held_retry_at });
+        self.install_peers()
+    }
+
+    /// The nodes a lab file labels [`PEERS_LABEL`]` = "true"`.
+    fn peer_nodes(&self) -> Vec<String> {
+        let labelled = |m: &&k8s_openapi::api::core::v1::Node| {
+            m.metadata.labels.as_ref().and_then(|l| l.get(PEERS_LABEL)).map(String::as_str) == Some("true")
+        };
+        self.spec.nodes.iter().filter(labelled).filter_map(|m| m.metadata.name.clone()).collect()
+    }
+
+    /// Beside Tideway, the peers run on the nodes labelled for them and Tideway's agents on
+    /// the others.
+    fn peers_beside_tideway(&self) -> bool {
+        !self.peers.is_empty() && !self.no_components
+    }
+
+    /// Installs the peers (`--peers`) from their own manifests ([`crate::kube::peers`]).
+    fn install_peers(&mut self) -> Result<(), LabError> {
+        if self.peers.is_empty() {
+            return Ok(());
+        }
+        let beside_tideway = self.peers_beside_tideway();
+        if beside_tideway && self.peer_nodes().is_empty() {
+            return Err(KubeLabError::Peers(format!(
+                "beside Tideway the peers run on the nodes labelled {PEERS_LABEL}: \"true\" (kube-proxy and MetalLB's speaker take ports Tideway's agent uses); the file labels none"
+            ))
+            .into());
+        }
+        let side = self.kube.as_ref().expect("started");
+        let dir = peers::images_dir().map_err(KubeLabError::from)?;
+        let install = peers::Install {
+            control_plane: &side.control_plane,
+            client: &side.client,
+            kubeconfig: &self.dir.path().join("kubeconfig"),
+            dir: &dir,
+            images: &crate::images::Store::new(self.dir.path().join("images")).names(),
+            beside_tideway,
+        };
+        wait(install.run(&self.peers)).map_err(KubeLabError::from)?;
+        for change in peers::CHANGES {
+            tracing::info!(change, "the peers' manifests as the lab changes them");
+        }
         Ok(())
     }
 
@@ -117,7 +161,11 @@ impl Lab {
     pub(super) fn kube_apply(&mut self, spec: &LabSpec) -> Result<(), LabError> {
         let api_server = self.api_server();
         let key = std::fs::read_to_string(crate::token::gossip_key_path(self.dir.path())).unwrap_or_default();
-        let values = chart::values(&self.plan, &api_server, key.trim());
+        let mut values = chart::values(&self.plan, &api_server, key.trim());
+        if self.peers_beside_tideway() {
+            // The nodes the peers do not run on (the kubelets label them "false").
+            values.push((format!("agent.nodeSelector.{}", PEERS_LABEL.replace('.', "\\.")), "false".into()));
+        }
         let no_components = self.no_components;
         let Some(side) = self.kube.as_mut() else { return Ok(()) };
         let client = side.client.clone();
@@ -180,7 +228,10 @@ impl Lab {
     fn kubelet_config(&self, index: usize) -> KubeletConfig {
         let n = &self.world.nodes[index];
         let spec_node = self.spec.nodes.iter().find(|m| m.metadata.name.as_deref() == Some(n.name.as_str()));
-        let labels = spec_node.and_then(|m| m.metadata.labels.clone()).unwrap_or_default();
+        let mut labels = spec_node.and_then(|m| m.metadata.labels.clone()).unwrap_or_default();
+        if self.peers_beside_tideway() {
+            labels.entry(PEERS_LABEL.to_string()).or_insert_with(|| "false".into());
+        }
         let (lease_duration_seconds, renew) = heartbeat(self.faults.grace);
         let state_dir = self.dir.path().join("nodes").join(&n.name);
         KubeletConfig {

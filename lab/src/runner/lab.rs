@@ -51,6 +51,8 @@ pub struct Lab {
     pub(super) token_rotation: Option<Duration>,
     /// A kube lab without Tideway (`--no-components`): the chart is left to `helm install`.
     pub(super) no_components: bool,
+    /// The peers run as Pods from their own images (`--peers`).
+    pub(super) peers: Vec<crate::kube::peers::Peer>,
 }
 
 /// What an apply removed, and when it goes.

@@ -71,7 +71,14 @@ impl Lab {
             kube: None,
             token_rotation: None,
             no_components: false,
+            peers: Vec::new(),
         }
+    }
+
+    /// Runs `peers` in this kube lab from their own images (`lab up --kube --peers`; the images
+    /// are loaded into the lab's store before it starts).
+    pub fn set_peers(&mut self, peers: Vec<crate::kube::peers::Peer>) {
+        self.peers = peers;
     }
 
     /// Runs this lab on a real Kubernetes control plane (`lab up --kube`), its kubelets
