@@ -208,6 +208,16 @@ enum LabCommand {
         #[command(subcommand)]
         what: LoadCommand,
     },
+    /// Install peers in a running kube lab from their own images and manifests, as `lab up
+    /// --peers` does (to bring them back after a migration away from them, say).
+    Peers {
+        /// The peers: kube-proxy, coredns, metallb.
+        #[arg(value_delimiter = ',', value_parser = crate::kube::peers::Peer::parse, required = true)]
+        peers: Vec<crate::kube::peers::Peer>,
+        /// The lab (default: the only one running).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Run the lab's kubelet for one node (started by the lab, inside the node's namespace).
     #[command(hide = true)]
     Kubelet {
@@ -353,6 +363,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        LabCommand::Peers { peers, name } => install_peers(&pick(name.clone())?, peers),
         LabCommand::Kubelet { config } => crate::kubelet::main(config),
         LabCommand::Container { spec } => crate::kubelet::runtime::run_helper(spec),
         LabCommand::Down { name } => down(name.as_deref()),
@@ -536,6 +547,37 @@ fn up(file: Option<&Path>, opts: UpOptions, name: &str) -> anyhow::Result<i32> {
     let _ = std::fs::remove_dir_all(&dir);
     drop(lock);
     code
+}
+
+/// `lab peers`: loads the peers' images into lab `name` and installs them from their manifests.
+fn install_peers(name: &str, peers: &[crate::kube::peers::Peer]) -> anyhow::Result<i32> {
+    use crate::kube::peers::{Install, images_dir, load_images};
+    let dir = lab_dir(name);
+    let status = server::request(&dir, &Request::Status)?;
+    if status["kube"] != true {
+        bail!("lab {name} is not a kube lab (`lab up --kube`)");
+    }
+    let store = crate::images::Store::new(dir.join("images"));
+    let from = images_dir()?;
+    let loaded = load_images(&store, &from, peers)?;
+    println!("loaded {} for the peers' Pods", loaded.join(", "));
+    let kubeconfig = dir.join("kubeconfig");
+    let kubeadm_config = crate::kube::Layout { dir: dir.clone() }.kubeadm_config();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let client = crate::kube::client_from(&kubeconfig).await?;
+        let install = Install {
+            kubeadm_config: &kubeadm_config,
+            client: &client,
+            kubeconfig: &kubeconfig,
+            dir: &from,
+            images: &store.names(),
+            beside_tideway: status["components"] == true,
+        };
+        install.run(peers).await
+    })?;
+    println!("installed {} in lab {name}", peers.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "));
+    Ok(0)
 }
 
 /// Loads `archive` into the image store of lab directory `dir`; it must carry the chart's

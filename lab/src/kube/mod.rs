@@ -410,6 +410,16 @@ pub async fn client_at(kubeconfig: &Path, server: &str) -> Result<kube::Client, 
     kube::Client::try_from(config).map_err(KubeError::Api)
 }
 
+/// A client with the credentials and server of `kubeconfig` (its current context).
+pub async fn client_from(kubeconfig: &Path) -> Result<kube::Client, KubeError> {
+    let bad = |message: String| KubeError::Kubeconfig { path: kubeconfig.display().to_string(), message };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    kube::Client::try_from(config).map_err(KubeError::Api)
+}
+
 /// The version `binary` runs.
 fn version(binary: &Path) -> Result<String, KubeError> {
     let out = pki::run(&[binary.display().to_string(), "kube-apiserver".into(), "--version".into()])?;

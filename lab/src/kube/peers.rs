@@ -31,7 +31,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::apply::Applier;
-use super::{ControlPlane, KubeError, pki};
+use super::{KubeError, pki};
 use crate::images::Store;
 
 /// The label (value `"true"`) of the nodes that run kube-proxy and MetalLB's speaker in a lab
@@ -118,8 +118,8 @@ pub fn load_images(store: &Store, dir: &Path, peers: &[Peer]) -> Result<Vec<Stri
 
 /// How the peers are installed in one lab.
 pub struct Install<'a> {
-    /// The lab's control plane.
-    pub control_plane: &'a ControlPlane,
+    /// The lab's kubeadm configuration ([`super::Layout::kubeadm_config`]).
+    pub kubeadm_config: &'a Path,
     /// An admin client.
     pub client: &'a kube::Client,
     /// An admin kubeconfig the host can use (kubeadm's).
@@ -162,7 +162,7 @@ impl Install<'_> {
     /// `kubeadm init phase addon ADDON` with the control plane's kubeadm configuration, and
     /// `config` changed in it.
     fn kubeadm_addon(&self, addon: &str, change: impl FnOnce(&mut Value)) -> Result<String, KubeError> {
-        let path = self.control_plane.layout().kubeadm_config();
+        let path = self.kubeadm_config;
         let text = std::fs::read_to_string(&path)?;
         let mut docs: Vec<Value> = text
             .split("---\n")

@@ -114,7 +114,7 @@ impl Lab {
         let side = self.kube.as_ref().expect("started");
         let dir = peers::images_dir().map_err(KubeLabError::from)?;
         let install = peers::Install {
-            control_plane: &side.control_plane,
+            kubeadm_config: &side.control_plane.layout().kubeadm_config(),
             client: &side.client,
             kubeconfig: &self.dir.path().join("kubeconfig"),
             dir: &dir,
