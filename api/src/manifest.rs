@@ -1,7 +1,8 @@
 //! Multi-document Kubernetes YAML (Services, EndpointSlices, Nodes, Pods, Namespaces, the
-//! `tideway.io` kinds and MetalLB's `IPAddressPool`, `L2Advertisement` and BGP kinds, and any
-//! kind [`register`]ed) into a [`Snapshot`]. Objects that fail to decode or convert are reported
-//! with file, document, object and field, and skipped; everything else is kept.
+//! `tideway.io` kinds and MetalLB's `IPAddressPool`, `L2Advertisement`, `ServiceL2Status` and
+//! BGP kinds, and any kind [`register`]ed) into a [`Snapshot`]. Objects that fail to decode or
+//! convert are reported with file, document, object and field, and skipped; everything else is
+//! kept.
 
 use std::fmt;
 use std::path::Path;
@@ -214,6 +215,7 @@ fn add_object(out: &mut Manifest, value: Value) -> Result<(), ObjectError> {
         ("tideway.io/v1alpha1", "LoadBalancerPool") => add::<crd::LoadBalancerPool>(s, &kind, value)?,
         ("metallb.io/v1beta1", "IPAddressPool") => add::<crd::IPAddressPool>(s, &kind, value)?,
         ("metallb.io/v1beta1", "L2Advertisement") => add::<crd::L2Advertisement>(s, &kind, value)?,
+        ("metallb.io/v1beta1", "ServiceL2Status") => add::<crd::ServiceL2Status>(s, &kind, value)?,
         ("tideway.io/v1alpha1", "BGPPeer") => add::<crd::BGPPeer>(s, &kind, value)?,
         ("tideway.io/v1alpha1", "BGPAdvertisement") => add::<crd::BGPAdvertisement>(s, &kind, value)?,
         ("tideway.io/v1alpha1", "BFDProfile") => add::<crd::BFDProfile>(s, &kind, value)?,

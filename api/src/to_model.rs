@@ -48,6 +48,7 @@ to_model! {
     crd::LoadBalancerPool => model::LoadBalancerPool, |o| crd::load_balancer_pool(o).map(Some);
     crd::IPAddressPool => model::MetalLbPool, |o| crd::ip_address_pool(o).map(Some);
     crd::L2Advertisement => model::L2Advertisement, |o| crd::l2_advertisement(o).map(Some);
+    crd::ServiceL2Status => model::ServiceL2Status, crd::service_l2_status;
 }
 
 /// The BGP kinds, Tideway's and MetalLB's: one object each of the BGP set.

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tideway_api::ConvertError;
 use tideway_api::crd::{
     self, IPAddressPool, L2Advertisement, L2Announcement, LoadBalancerPool, NodeProxyState, ProxyConfig,
+    ServiceL2Status,
 };
 use tideway_serve::problem::Problem;
 
@@ -239,6 +240,10 @@ fn written_seeds() -> Vec<Value> {
             "spec": {"ipAddressPools": ["gold"], "ipAddressPoolSelectors": [{"matchLabels": {"tier": "gold"}}],
                 "nodeSelectors": [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]}],
                 "interfaces": ["eth0"]}}),
+        json!({"apiVersion": "metallb.io/v1beta1", "kind": "ServiceL2Status",
+            "metadata": {"name": "l2-c54z5", "namespace": "metallb-system"}, "spec": {},
+            "status": {"node": "node-a", "serviceName": "web", "serviceNamespace": "demo",
+                "interfaces": [{"name": "eth0"}]}}),
         serde_json::to_value(crd::node_proxy_state(&state, Some("uid-1"))).expect("json"),
         serde_json::to_value(crd::l2_announcement_object(&announcement, Some("uid-2"))).expect("json"),
     ]
@@ -402,6 +407,7 @@ fn mutated_objects_never_panic_a_conversion_and_every_refusal_names_a_field() {
         ("L2Announcement", fuzz::<L2Announcement, _>("L2Announcement", &seeds, r, crd::l2_announcement)),
         ("IPAddressPool", fuzz::<IPAddressPool, _>("IPAddressPool", &seeds, r, crd::ip_address_pool)),
         ("L2Advertisement", fuzz::<L2Advertisement, _>("L2Advertisement", &seeds, r, crd::l2_advertisement)),
+        ("ServiceL2Status", fuzz::<ServiceL2Status, _>("ServiceL2Status", &seeds, r, crd::service_l2_status)),
         ("PATCH ProxyConfig", fuzz_patch(&seeds, r)),
         ("POST trace", fuzz_body(&trace_seeds(), r, tideway_serve::bodies::trace_packet)),
     ];

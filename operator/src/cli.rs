@@ -67,8 +67,10 @@ pub struct OperatorArgs {
     #[arg(long)]
     pub load_balancer_class: Option<String>,
     /// Also read MetalLB's own `IPAddressPool`s and `L2Advertisement`s (`metallb.io/v1beta1`)
-    /// as pools beside the LoadBalancerPools. Only once MetalLB's controller is stopped: two
-    /// allocators must never race for one address. MetalLB's CRDs must be installed.
+    /// as pools beside the LoadBalancerPools, and its `ServiceL2Status`es (v0.14+): an address
+    /// never announced here stays on MetalLB's announcing node while that node is eligible.
+    /// Only once MetalLB's controller is stopped: two allocators must never race for one
+    /// address. MetalLB's CRDs must be installed.
     #[arg(long)]
     pub metallb_compat: bool,
     /// The namespace of MetalLB's objects (where its controller read them).

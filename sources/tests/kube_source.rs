@@ -2,10 +2,12 @@
 //! what the real one does not do on cue: a change or removal with no watch event and a 410
 //! answered at once (the relist reports only the differences), a server that cannot stream
 //! lists answering 410 after a list, an invalid object (the real server refuses it), watches
-//! that time out every 200 ms with a bookmark first. Selectors, BGP kinds of both groups,
-//! streamed views, ServiceCIDRs, the synced signal, RBAC denials, the NodeProxyState's
-//! server-side apply and the reviews' cost run against the real API server in
-//! `lab/tests/source_api.rs`; compaction and a server without WatchList in `lab/tests/watches.rs`.
+//! that time out every 200 ms with a bookmark first. Also the operator's reading of MetalLB's
+//! `ServiceL2Status`es, and of a server that does not serve them (MetalLB before v0.14) until
+//! it does. Selectors, BGP kinds of both groups, streamed views, ServiceCIDRs, the synced
+//! signal, RBAC denials, the NodeProxyState's server-side apply and the reviews' cost run
+//! against the real API server in `lab/tests/source_api.rs`; compaction and a server without
+//! WatchList in `lab/tests/watches.rs`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -258,5 +260,76 @@ async fn watches_that_time_out_or_drop_resume_from_their_version_and_miss_nothin
         watches.iter().filter_map(|r| r.query.get("resourceVersion")?.parse().ok()).collect();
     assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
     assert!(watches.iter().all(|r| r.query.get("allowWatchBookmarks").map(String::as_str) == Some("true")));
+    task.abort();
+}
+
+/// MetalLB's objects in its namespace, as an operator with `--metallb-compat` reads them: a
+/// pool, an advertisement, and (MetalLB v0.14+) a speaker's `ServiceL2Status`.
+fn metallb_objects() -> Vec<Value> {
+    vec![
+        namespace("metallb-system"),
+        json!({"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+            "metadata": {"name": "first-pool", "namespace": "metallb-system"},
+            "spec": {"addresses": ["192.168.10.0/24"]}}),
+        json!({"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
+            "metadata": {"name": "example", "namespace": "metallb-system"}}),
+        json!({"apiVersion": "metallb.io/v1beta1", "kind": "ServiceL2Status",
+            "metadata": {"name": "l2-c54z5", "namespace": "metallb-system"},
+            "status": {"node": "myk8s-worker3", "serviceName": "svc3", "serviceNamespace": "default",
+                "interfaces": [{"name": "eth0"}]}}),
+    ]
+}
+
+/// The operator's source with MetalLB's objects read from `metallb-system`, as the chart
+/// grants it with `metallb.compat`; synced.
+async fn metallb_operator(api: &FakeApi, dir: &tempdir::Dir) -> (SharedCluster, tokio::task::JoinHandle<()>) {
+    api.chart_values("ha-monitoring");
+    let cluster = SharedCluster::new();
+    let c = kube_client(api, dir, Account::Operator).await;
+    let source = KubeSource::new(c, Role::Operator, SourceMetrics::default())
+        .with_metallb(Some("metallb-system".into()));
+    let task = tokio::spawn(source.run(cluster.clone()));
+    tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("synced");
+    (cluster, task)
+}
+
+/// An operator reading MetalLB's objects learns which node announces each Service from
+/// MetalLB's `ServiceL2Status`es, and forgets one MetalLB deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metallbs_announcers_are_read_from_its_service_l2_statuses() {
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("l2-statuses");
+    api.preload(metallb_objects());
+    let (cluster, task) = metallb_operator(&api, &dir).await;
+    let svc3 = ServiceName::new("default", "svc3");
+    assert_eq!(cluster.lock().metallb_announcer(&svc3), Some("myk8s-worker3"));
+    assert!(cluster.lock().pool("first-pool").is_some());
+    api.delete("ServiceL2Status", Some("metallb-system"), "l2-c54z5");
+    until("the deleted status forgotten", || cluster.lock().metallb_announcer(&svc3).is_none()).await;
+    task.abort();
+}
+
+/// MetalLB before v0.14 has no `ServiceL2Status` CRD: the kind the operator also watches is
+/// not served (404), counts as listed and empty, and the operator's source syncs all the same,
+/// MetalLB's pools read. Once served (MetalLB upgraded), its objects are read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_metallbs_service_l2_status_crd_the_operator_syncs() {
+    let api = FakeApi::start().await;
+    let dir = tempdir::Dir::new("no-l2-statuses");
+    let mut objects = metallb_objects();
+    let status = objects.pop().expect("the status");
+    api.preload(objects);
+    api.unserve("ServiceL2Status");
+    let (cluster, task) = metallb_operator(&api, &dir).await;
+    assert!(cluster.lock().pool("first-pool").is_some(), "MetalLB's pools are read");
+    assert_eq!(cluster.lock().service_l2_statuses().count(), 0);
+    let path = "/apis/metallb.io/v1beta1/namespaces/metallb-system/servicel2statuses";
+    assert!(!api.requests_to(path).is_empty(), "asked, and answered 404");
+    assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
+
+    api.serve("ServiceL2Status");
+    api.upsert(status);
+    let svc3 = ServiceName::new("default", "svc3");
+    until("the status read once served", || cluster.lock().metallb_announcer(&svc3).is_some()).await;
     task.abort();
 }

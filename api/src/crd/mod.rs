@@ -20,6 +20,7 @@ mod patch;
 mod proxy_config;
 pub(crate) mod schema;
 mod selector;
+mod service_l2_status;
 
 pub use bgp::object::BgpResource;
 pub use bgp::{
@@ -50,6 +51,7 @@ pub use proxy_config::{
     CLEANUP_ANNOTATION, IpvsSpec, NodeFailure, ProxyConfig, ProxyConfigSpec, ProxyConfigStatus, proxy_config,
     proxy_config_status, spec_of,
 };
+pub use service_l2_status::{InterfaceInfo, ServiceL2Status, ServiceL2StatusStatus, service_l2_status};
 
 /// The annotation every CRD carries with the release that generated it: the operator applies
 /// its CRDs over older ones only, so an operator rolled back never downgrades them.

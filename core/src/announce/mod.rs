@@ -260,6 +260,19 @@ pub enum Change {
     /// There was no announcer; now there is.
     #[error("first announcer")]
     FirstChoice,
+    /// There was no announcer of Tideway's: MetalLB's announcing node (its `ServiceL2Status`)
+    /// is eligible and kept, so clients' ARP caches and connections stay where they are.
+    #[error("first announcer: MetalLB's announcing node, kept")]
+    KeptFromMetalLb,
+    /// There was no announcer of Tideway's, and MetalLB's announcing node may not announce:
+    /// another node was chosen.
+    #[error("first announcer: MetalLB's announcing node {metallb} is not eligible: {why}")]
+    MetalLbIneligible {
+        /// MetalLB's announcing node.
+        metallb: String,
+        /// Why it may not announce.
+        why: Ineligible,
+    },
     /// The announcer stopped being eligible and another node took over.
     #[error("previous announcer {previous} stepped down: {why}")]
     PreviousIneligible {

@@ -9,8 +9,8 @@
 //!
 //! Files: `state` holds the shape and the readers; `registry` the kind trait and the list;
 //! each kind's landing is in its own file (`services`, `kinds`, `written`, `pools`,
-//! `service_cidrs`, `bgp_state`), over stores that know nothing of the state (`store`,
-//! `slices`, `names`, `bgp`). No file imports one that imports it.
+//! `metallb_status`, `service_cidrs`, `bgp_state`), over stores that know nothing of the state
+//! (`store`, `slices`, `names`, `bgp`, `status_index`). No file imports one that imports it.
 //!
 //! Beside the Kubernetes kinds it keeps each node's agent liveness
 //! ([`ClusterState::set_agent_liveness`]), which the operator learns from the agents' failure
@@ -23,6 +23,7 @@ pub mod extra;
 mod extra_store;
 mod kinds;
 mod liveness;
+mod metallb_status;
 mod names;
 mod pools;
 mod registry;
@@ -30,6 +31,7 @@ mod service_cidrs;
 mod services;
 mod slices;
 mod state;
+mod status_index;
 mod store;
 mod written;
 

@@ -70,6 +70,7 @@ pub fn for_each_kind(visitor: &mut impl KindVisitor) {
     visitor.visit::<LoadBalancerPool>();
     visitor.visit::<MetalLbPool>();
     visitor.visit::<L2Advertisement>();
+    visitor.visit::<ServiceL2Status>();
     visitor.visit::<ServiceCidr>();
     visitor.visit::<super::bgp::BgpObject>();
     visitor.visit::<super::bgp::BgpSecret>();

@@ -8,11 +8,12 @@ use super::bgp::{BgpObject, BgpSecret, BgpSet, BgpStores};
 use super::extra_store::{ExtraLists, ExtraStores};
 use super::names::SharedNames;
 use super::slices::{ServiceSlices, SliceIndex};
+use super::status_index::StatusIndex;
 use super::store::Store;
 use crate::config::ProxyConfig;
 use crate::model::{
     AgentLiveness, EndpointSlice, L2Advertisement, L2Announcement, LoadBalancerPool, MetalLbPool, Namespace,
-    Node, NodeProxyState, Pod, PoolConflict, Service, ServiceCidr, ServiceName,
+    Node, NodeProxyState, Pod, PoolConflict, Service, ServiceCidr, ServiceL2Status, ServiceName,
 };
 
 /// What changed since the last [`ClusterState::take_changes`].
@@ -38,6 +39,8 @@ pub struct Changes {
     pub announcements: BTreeSet<ServiceName>,
     /// True when any `LoadBalancerPool` changed.
     pub pools: bool,
+    /// Services whose MetalLB announcer changed (a `ServiceL2Status` naming them).
+    pub metallb_announcers: BTreeSet<ServiceName>,
     /// True when any `ServiceCIDR` changed.
     pub service_cidrs: bool,
     /// True when the BGP objects in force changed.
@@ -74,6 +77,7 @@ impl Changes {
         self.node_states.extend(other.node_states);
         self.announcements.extend(other.announcements);
         self.pools |= other.pools;
+        self.metallb_announcers.extend(other.metallb_announcers);
         self.service_cidrs |= other.service_cidrs;
         self.bgp |= other.bgp;
         self.extra.extend(other.extra);
@@ -106,6 +110,8 @@ pub struct Snapshot {
     pub metallb_pools: Vec<MetalLbPool>,
     /// MetalLB's L2Advertisements.
     pub l2_advertisements: Vec<L2Advertisement>,
+    /// MetalLB's ServiceL2Statuses.
+    pub service_l2_statuses: Vec<ServiceL2Status>,
     /// ServiceCIDRs.
     pub service_cidrs: Vec<ServiceCidr>,
     /// BGP objects, Tideway's and MetalLB's.
@@ -130,6 +136,9 @@ pub struct ClusterState {
     pub(super) own_pools: Store<LoadBalancerPool>,
     pub(super) metallb_pools: Store<MetalLbPool>,
     pub(super) l2_advertisements: Store<L2Advertisement>,
+    pub(super) service_l2_statuses: Store<ServiceL2Status>,
+    /// The `service_l2_statuses` by the Service they name.
+    pub(super) l2_status_index: StatusIndex,
     pub(super) service_cidrs: Store<ServiceCidr>,
     /// Every pool: `own_pools`, then the `IPAddressPool`s whose names are free.
     pub(super) pools: Store<LoadBalancerPool>,

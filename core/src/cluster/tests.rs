@@ -96,7 +96,7 @@ fn one_of_each() -> Snapshot {
     use crate::model::bgp::BgpPeer;
     use crate::model::{
         L2Advertisement, L2Announcement, L2Settings, LoadBalancerPool, MetalLbPool, Namespace,
-        NodeProxyState, Pod, PoolOrigin, ServiceCidr,
+        NodeProxyState, Pod, PoolOrigin, ServiceCidr, ServiceL2Status,
     };
     use crate::testing::{mk_node, net};
     let pool = |name: &str| crate::model::Pool::new(name, &["192.168.10.0/24"]);
@@ -139,6 +139,12 @@ fn one_of_each() -> Snapshot {
             namespace: "metallb-system".into(),
             name: "ad".into(),
             ..Default::default()
+        }],
+        service_l2_statuses: vec![ServiceL2Status {
+            namespace: "metallb-system".into(),
+            name: "l2-c54z5".into(),
+            service: ServiceName::new("ns", "web"),
+            node: "node-a".into(),
         }],
         service_cidrs: vec![ServiceCidr { name: "kubernetes".into(), cidrs: vec![net("10.96.0.0/16")] }],
         bgp: vec![BgpObject::tideway(

@@ -4,6 +4,7 @@ pub(crate) mod addr_range;
 pub mod bgp;
 mod endpoint;
 mod metallb;
+mod metallb_status;
 mod node;
 mod pool;
 mod report;
@@ -13,6 +14,7 @@ mod status;
 pub use addr_range::{AddrRange, PoolAddress, RangeError, is_buggy};
 pub use endpoint::{Addresses, Endpoint, EndpointHints, EndpointPort, EndpointSlice, LABEL_SERVICE_NAME};
 pub use metallb::{L2Advertisement, MetalLbPool, PoolConflict, l2_of, merge_pools};
+pub use metallb_status::ServiceL2Status;
 pub use node::{
     AgentLiveness, LABEL_EXCLUDE_FROM_EXTERNAL_LB, LABEL_ZONE, Namespace, Node, Pod, TAINT_TO_BE_DELETED,
     Taint,

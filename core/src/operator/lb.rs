@@ -81,16 +81,16 @@ impl Nodes {
 }
 
 /// The announcement a group of Services holding `ip` must agree on: the intersection of their
-/// eligible nodes, the current announcer of any of them kept while eligible, else the least
-/// loaded (by the counts without `ip`, the same for every Service of the group).
+/// eligible nodes, the current announcer kept while eligible (with none of Tideway's,
+/// MetalLB's, the same way), else the least loaded (by the counts without `ip`, the same for
+/// every Service of the group).
 fn announce_group(
     state: &ClusterState,
     nodes: &mut Nodes,
     ip: IpAddr,
     group: &[&Service],
     selectors: &[LabelSelector],
-    current: Option<&str>,
-    load: &Load,
+    a: &Announcing<'_>,
 ) -> announce::Decision {
     let mut eligible: Option<Vec<String>> = None;
     for svc in group {
@@ -103,21 +103,18 @@ fn announce_group(
         });
     }
     let eligible = eligible.unwrap_or_default();
-    let announcer = announce::choose_balanced(ip, &eligible, current, |n| load.besides(n, ip));
-    let change = match (current, &announcer) {
-        (None, Some(_)) => Some(Change::FirstChoice),
-        (Some(prev), next) if next.as_deref() != Some(prev) => {
-            // Why the previous one left, seen from the first Service of the group.
-            let svc = group[0];
-            let serving = nodes.load(state, &svc.name);
-            let traffic = ServiceTraffic { policy: svc.external_traffic_policy, serving_endpoints: serving };
-            let why = nodes
-                .infos
-                .iter()
-                .find(|n| n.name == prev)
-                .map_or(Err(announce::Ineligible::Gone), |n| announce::eligibility(&traffic, n, selectors))
-                .err()
-                .unwrap_or(announce::Ineligible::Selector);
+    let (current, metallb) = (a.current, a.metallb.filter(|_| a.current.is_none()));
+    let sticky = current.or(metallb);
+    let announcer = announce::choose_balanced(ip, &eligible, sticky, |n| a.load.besides(n, ip));
+    let change = match (current, metallb, &announcer) {
+        (None, Some(m), Some(next)) if next == m => Some(Change::KeptFromMetalLb),
+        (None, Some(m), Some(_)) => {
+            let why = why_not(state, nodes, group[0], m, selectors);
+            Some(Change::MetalLbIneligible { metallb: m.to_string(), why })
+        }
+        (None, _, Some(_)) => Some(Change::FirstChoice),
+        (Some(prev), _, next) if next.as_deref() != Some(prev) => {
+            let why = why_not(state, nodes, group[0], prev, selectors);
             let previous = prev.to_string();
             Some(match next {
                 Some(_) => Change::PreviousIneligible { previous, why },
@@ -127,6 +124,25 @@ fn announce_group(
         _ => None,
     };
     announce::Decision { eligible, announcer, change }
+}
+
+/// Why `node` may not announce, seen from `svc` (the first Service of its group).
+fn why_not(
+    state: &ClusterState,
+    nodes: &mut Nodes,
+    svc: &Service,
+    node: &str,
+    selectors: &[LabelSelector],
+) -> announce::Ineligible {
+    let serving = nodes.load(state, &svc.name);
+    let traffic = ServiceTraffic { policy: svc.external_traffic_policy, serving_endpoints: serving };
+    nodes
+        .infos
+        .iter()
+        .find(|n| n.name == node)
+        .map_or(Err(announce::Ineligible::Gone), |n| announce::eligibility(&traffic, n, selectors))
+        .err()
+        .unwrap_or(announce::Ineligible::Selector)
 }
 
 /// What was last reported about each Service's request, so each Event is recorded once.
@@ -205,8 +221,11 @@ pub(crate) struct Announcing<'a> {
     pub(crate) pool: Option<&'a LoadBalancerPool>,
     /// Every Service holding the same first address (they agree on one node).
     pub(crate) holders: &'a [ServiceName],
-    /// The announcer now.
+    /// The announcer now (Tideway's).
     pub(crate) current: Option<&'a str>,
+    /// The node MetalLB announces the address from (its `ServiceL2Status`), kept while
+    /// eligible when Tideway never announced it (`current` is then None).
+    pub(crate) metallb: Option<&'a str>,
     /// Addresses per node, every Service's.
     pub(crate) load: &'a Load,
 }
@@ -228,7 +247,7 @@ pub(crate) fn announcement(
     let selectors = a.pool.map(|p| p.l2.node_selectors.clone()).unwrap_or_default();
     let interfaces = a.pool.map(|p| p.l2.interfaces.clone()).unwrap_or_default();
     nodes.mark_lacking(&interfaces);
-    let decision = announce_group(state, nodes, first, &group, &selectors, a.current, a.load);
+    let decision = announce_group(state, nodes, first, &group, &selectors, &a);
     if let Some(change) = &decision.change {
         let object = ObjectRef::service(&svc.name);
         let msg = match &decision.announcer {

@@ -6,8 +6,9 @@
 //!     | Reconciler::reconcile
 //!     |   pools        -> Allocator::set_pools (first time: restore every Service's status IPs)
 //!     |   Services     -> lb::assign: addresses (ipam), status.loadBalancer.ingress
-//!     |   addresses    -> lb::announcement: eligible nodes + sticky announcer, new or moving
-//!     |                   ones to the least loaded node (announce, Load: global counts)
+//!     |   addresses    -> lb::announcement: eligible nodes + sticky announcer (Tideway's; for
+//!     |                   an address it never announced, MetalLB's: its ServiceL2Status), new
+//!     |                   or moving ones to the least loaded node (announce, Load: global counts)
 //!     |   nodes/states -> rollout: ProxyConfig status
 //!     |   Services x node configs -> balancing: a Service's algorithm a mode cannot program
 //!     v
@@ -15,8 +16,9 @@
 //!               Event — each only when it differs from what the cluster shows or was written
 //! ```
 //! Work follows the changes: one endpoint change re-decides that Service's announcement (and
-//! those sharing its address); node changes re-decide every announcement; pool or namespace
-//! changes re-decide every address. The operator crate performs the writes.
+//! those sharing its address), as does a change of MetalLB's `ServiceL2Status` naming it;
+//! node changes re-decide every announcement; pool or namespace changes re-decide every
+//! address. The operator crate performs the writes.
 
 mod action;
 pub mod balancing;
@@ -127,7 +129,7 @@ impl Reconciler {
         let announce: BTreeSet<ServiceName> = if everything || !changes.nodes.is_empty() || interfaces_moved {
             self.alloc.services().cloned().chain(self.decided.keys().cloned()).collect()
         } else {
-            services.iter().flat_map(|s| self.group_of(s)).collect()
+            services.iter().chain(&changes.metallb_announcers).flat_map(|s| self.group_of(s)).collect()
         };
         self.announce(state, &announce, &mut out);
         let nodes_moved = !changes.nodes.is_empty() || !changes.node_states.is_empty();
@@ -174,6 +176,14 @@ impl Reconciler {
         self.alloc.set_pools(state.pools().map(|p| p.pool.clone()));
     }
 
+    /// The node MetalLB announces `svc`'s address from (the `ServiceL2Status` of the first
+    /// Service holding it that has one, so that every holder agrees).
+    fn metallb_announcer<'s>(&self, state: &'s ClusterState, svc: &ServiceName) -> Option<&'s str> {
+        // None read (no --metallb-compat, or MetalLB before v0.14): nothing to look for.
+        state.service_l2_statuses().next()?;
+        self.group_of(svc).iter().find_map(|h| state.metallb_announcer(h))
+    }
+
     /// Services holding the same first address as `svc` (itself included).
     fn group_of(&self, svc: &ServiceName) -> Vec<ServiceName> {
         match self.alloc.assignment(svc).and_then(|a| a.ips.first().copied()) {
@@ -210,10 +220,14 @@ impl Reconciler {
         }
         let mut nodes = lb::Nodes::of(state);
         // What each address's announcer is now, before any is decided again: a choice weighs
-        // every other address where it is (on the first pass, where the cluster shows it).
+        // every other address where it is (on the first pass, where the cluster shows it; for
+        // one Tideway never announced, where MetalLB announces it).
         for name in services {
-            let current = self.decided.get(name).or(state.announcement(name));
-            match (self.alloc.assignment(name), current.and_then(|d| d.node.as_deref())) {
+            let node = match self.decided.get(name).or(state.announcement(name)) {
+                Some(d) => d.node.as_deref(),
+                None => self.metallb_announcer(state, name),
+            };
+            match (self.alloc.assignment(name), node) {
                 (Some(a), Some(node)) => self.load.set(name, a.ips[0], Some(node)),
                 _ => self.load.remove(name),
             }
@@ -223,10 +237,13 @@ impl Reconciler {
             let desired = match (state.service(name), self.alloc.assignment(name)) {
                 (Some(svc), Some(a)) => {
                     let holders = self.alloc.holders(a.ips[0]);
-                    let current = self.decided.get(name).or(observed).and_then(|d| d.node.as_deref());
+                    let tideway = self.decided.get(name).or(observed);
+                    let current = tideway.and_then(|d| d.node.as_deref());
+                    // Tideway never announced it: MetalLB's announcer is kept as its own would be.
+                    let metallb = tideway.is_none().then(|| self.metallb_announcer(state, name)).flatten();
                     let pool = state.pool(&a.pool);
-                    let ann =
-                        lb::Announcing { ips: &a.ips, pool, holders: &holders, current, load: &self.load };
+                    let load = &self.load;
+                    let ann = lb::Announcing { ips: &a.ips, pool, holders: &holders, current, metallb, load };
                     lb::announcement(state, &mut nodes, svc, ann, out)
                 }
                 _ => None,

@@ -154,6 +154,7 @@ watched_kind! {
     crd::LoadBalancerPool;
     crd::IPAddressPool;
     crd::L2Advertisement;
+    crd::ServiceL2Status;
     // `kubernetes.io/basic-auth` Secrets, for the BGP peers' `passwordSecret`s (others are
     // not read).
     Secret;

@@ -11,6 +11,10 @@
 //!   objects before the next page is asked for, and says so once. A list from the watch cache
 //!   (`resourceVersion=0`) would come whole: the server ignores a limit there;
 //! * the operator, which decides addresses from what it lists, reads the latest in pages.
+//!
+//! A kind watched as optional ([`WatchSpec::optional`]) that the API server does not serve
+//! (`404 Not Found`: its CRD is not installed) is listed as empty at once, said once, so the
+//! state syncs without it; the watch keeps retrying with its backoff and lists it once served.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -80,6 +84,8 @@ pub(super) async fn watch_kind<K: Kind, L: Landing<K>>(
         barrier,
         metrics,
         notify: spec.notify,
+        optional: spec.optional,
+        absent: false,
     };
     let mut config = first_view(spec.config);
     loop {
@@ -89,6 +95,9 @@ pub(super) async fn watch_kind<K: Kind, L: Landing<K>>(
             match stream.next().await {
                 Some(Ok(event)) => feed.event(event).await,
                 Some(Err(e)) if streaming && refuses_streaming(&e) => break true,
+                Some(Err(e)) if feed.optional && classify(&e).reason == "not_found" => {
+                    feed.not_served().await
+                }
                 Some(Err(e)) => feed.error(&e),
                 None => break false,
             }
@@ -122,11 +131,18 @@ struct Feed<K: Kind, L: Landing<K>> {
     metrics: SourceMetrics,
     /// Bumped after every change, for watches that depend on this kind.
     notify: Option<tokio::sync::watch::Sender<u64>>,
+    /// The kind may not be served ([`WatchSpec::optional`]).
+    optional: bool,
+    /// It is not served: listed as empty until it is.
+    absent: bool,
 }
 
 impl<K: Kind, L: Landing<K>> Feed<K, L> {
     async fn event(&mut self, event: watcher::Event<K>) {
         self.cluster.signals().set_api_reachable(true);
+        if std::mem::take(&mut self.absent) {
+            tracing::info!(kind = %self.kind, "served now: its objects are read");
+        }
         if let Some(cause) = self.errors.recovered() {
             tracing::info!(kind = %self.kind, reason = cause.reason, "watch recovered");
         }
@@ -160,6 +176,20 @@ impl<K: Kind, L: Landing<K>> Feed<K, L> {
         if let Some(n) = &self.notify {
             n.send_modify(|v| *v += 1);
         }
+    }
+
+    /// An optional kind the API server does not serve: an empty list, said once while it
+    /// lasts (the barrier counts it listed; objects held from before are gone).
+    async fn not_served(&mut self) {
+        self.cluster.signals().set_api_reachable(true);
+        if self.absent {
+            return;
+        }
+        tracing::info!(kind = %self.kind, "not served (its CustomResourceDefinition is not installed): \
+            taken as empty until it is");
+        self.event(watcher::Event::Init).await;
+        self.event(watcher::Event::InitDone).await;
+        self.absent = true;
     }
 
     fn error(&mut self, e: &watcher::Error) {

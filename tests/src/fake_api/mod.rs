@@ -25,8 +25,10 @@
 //! * what a real server does not do on cue: an object changed or removed with no watch event
 //!   (`remove_silently`, the relist's diff) and a 410 at once, watches that time out every
 //!   200 ms, a server that cannot stream lists answering 410 after a list, an invalid object
-//!   (`sources/tests/kube_source.rs`); a 409 answered to one status write
-//!   (`operator/tests/kube.rs`); a 410 answered to the agent's watch and an invalid Service
+//!   (`sources/tests/kube_source.rs`, with the operator's reading of MetalLB's
+//!   `ServiceL2Status`es on a server that serves them, and on one that serves them only once
+//!   their CRD comes, [`FakeApi::unserve`] then [`FakeApi::serve`]); a 409 answered to one
+//!   status write (`operator/tests/kube.rs`); a 410 answered to the agent's watch and an invalid Service
 //!   (`cli/tests/kubernetes.rs`); an outage answering 503 to every request and closing
 //!   watches at once, and a silent server (`sources/tests/api_reach.rs`: the real one, etcd
 //!   stopped, keeps watches open and lists from its cache);

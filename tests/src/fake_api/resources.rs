@@ -20,6 +20,7 @@ pub const RESOURCES: &[(&str, &str, &str)] = &[
     ("/apis/tideway.io/v1alpha1/l2announcements", "L2Announcement", "tideway.io/v1alpha1"),
     ("/apis/metallb.io/v1beta1/ipaddresspools", "IPAddressPool", "metallb.io/v1beta1"),
     ("/apis/metallb.io/v1beta1/l2advertisements", "L2Advertisement", "metallb.io/v1beta1"),
+    ("/apis/metallb.io/v1beta1/servicel2statuses", "ServiceL2Status", "metallb.io/v1beta1"),
     ("/apis/tideway.io/v1alpha1/bgppeers", "BGPPeer", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/bgpadvertisements", "BGPAdvertisement", "tideway.io/v1alpha1"),
     ("/apis/tideway.io/v1alpha1/bfdprofiles", "BFDProfile", "tideway.io/v1alpha1"),

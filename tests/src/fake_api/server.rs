@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
 use super::handlers::handle;
 use super::rbac::{self, Account};
@@ -42,23 +41,7 @@ impl FakeApi {
     pub async fn start_at(bind: SocketAddr) -> FakeApi {
         let resources = RESOURCES
             .iter()
-            .map(|(path, kind, api_version)| {
-                (
-                    path.to_string(),
-                    Resource {
-                        kind: kind.to_string(),
-                        api_version: api_version.to_string(),
-                        objects: BTreeMap::new(),
-                        log: Vec::new(),
-                        compacted: 0,
-                        history: HISTORY,
-                        events: broadcast::channel(1 << 16).0,
-                        owners: BTreeMap::new(),
-                        forbidden: false,
-                        gone_next_watch: false,
-                    },
-                )
-            })
+            .map(|(path, kind, api_version)| (path.to_string(), Resource::new(kind, api_version, HISTORY)))
             .collect();
         let inner = Arc::new(Mutex::new(Inner {
             resources,
@@ -180,6 +163,14 @@ impl FakeApi {
     /// request for it is a `404 NotFound` ("could not find the requested resource").
     pub fn unserve(&self, kind: &str) {
         self.lock().resources.remove(path_of(kind));
+    }
+
+    /// Serves `kind` again after [`FakeApi::unserve`], with no object (its CRD installed).
+    pub fn serve(&self, kind: &str) {
+        let path = path_of(kind);
+        let (_, kind, api_version) = RESOURCES.iter().find(|(p, _, _)| *p == path).expect("resource");
+        let mut inner = self.lock();
+        inner.resources.entry(path.to_string()).or_insert_with(|| Resource::new(kind, api_version, HISTORY));
     }
 
     /// Makes every request for `kind` answer 403, whatever the chart grants (a grant withdrawn

@@ -35,6 +35,24 @@ pub(super) struct Resource {
     pub(super) gone_next_watch: bool,
 }
 
+impl Resource {
+    /// A resource of `kind` (`apiVersion` `api_version`) with no object yet.
+    pub(super) fn new(kind: &str, api_version: &str, history: usize) -> Resource {
+        Resource {
+            kind: kind.to_string(),
+            api_version: api_version.to_string(),
+            objects: BTreeMap::new(),
+            log: Vec::new(),
+            compacted: 0,
+            history,
+            events: broadcast::channel(1 << 16).0,
+            owners: BTreeMap::new(),
+            forbidden: false,
+            gone_next_watch: false,
+        }
+    }
+}
+
 pub(super) struct Inner {
     pub(super) resources: BTreeMap<String, Resource>,
     pub(super) requests: Vec<Recorded>,

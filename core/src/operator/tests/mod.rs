@@ -569,3 +569,5 @@ fn a_load_balancing_no_node_can_program_is_told_once_per_fallback() {
     c.step();
     assert_eq!(c.reasons(), ["LoadBalancingUnavailable"]);
 }
+
+mod metallb;
