@@ -264,6 +264,12 @@ pub enum Change {
     /// is eligible and kept, so clients' ARP caches and connections stay where they are.
     #[error("first announcer: MetalLB's announcing node, kept")]
     KeptFromMetalLb,
+    /// There was no announcer of Tideway's nor a `ServiceL2Status` of MetalLB's for an address
+    /// MetalLB gave out: the node MetalLB's own election picks (the eligible node of the
+    /// smallest `sha256(node#ip)`), where its speakers announced it from when they saw the
+    /// same nodes.
+    #[error("first announcer: the node MetalLB's election picks")]
+    MetalLbElection,
     /// There was no announcer of Tideway's, and MetalLB's announcing node may not announce:
     /// another node was chosen.
     #[error("first announcer: MetalLB's announcing node {metallb} is not eligible: {why}")]

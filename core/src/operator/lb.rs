@@ -104,9 +104,14 @@ fn announce_group(
     }
     let eligible = eligible.unwrap_or_default();
     let (current, metallb) = (a.current, a.metallb.filter(|_| a.current.is_none()));
-    let sticky = current.or(metallb);
+    // MetalLB's election: the eligible node of the smallest hash, every node weighing alike.
+    let elected = (a.metallb_election && current.is_none() && metallb.is_none())
+        .then(|| announce::choose_announcer(ip, &eligible, None))
+        .flatten();
+    let sticky = current.or(metallb).or(elected.as_deref());
     let announcer = announce::choose_balanced(ip, &eligible, sticky, |n| a.load.besides(n, ip));
     let change = match (current, metallb, &announcer) {
+        (None, None, Some(_)) if elected.is_some() => Some(Change::MetalLbElection),
         (None, Some(m), Some(next)) if next == m => Some(Change::KeptFromMetalLb),
         (None, Some(m), Some(_)) => {
             let why = why_not(state, nodes, group[0], m, selectors);
@@ -226,6 +231,10 @@ pub(crate) struct Announcing<'a> {
     /// The node MetalLB announces the address from (its `ServiceL2Status`), kept while
     /// eligible when Tideway never announced it (`current` is then None).
     pub(crate) metallb: Option<&'a str>,
+    /// Tideway never announced the address, MetalLB gave it out (the Service's status held it
+    /// when the operator, reading MetalLB's objects, took it over) and no `ServiceL2Status`
+    /// says where MetalLB announces it: the node MetalLB's election picks is kept.
+    pub(crate) metallb_election: bool,
     /// Addresses per node, every Service's.
     pub(crate) load: &'a Load,
 }

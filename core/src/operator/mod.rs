@@ -241,9 +241,22 @@ impl Reconciler {
                     let current = tideway.and_then(|d| d.node.as_deref());
                     // Tideway never announced it: MetalLB's announcer is kept as its own would be.
                     let metallb = tideway.is_none().then(|| self.metallb_announcer(state, name)).flatten();
+                    // An address MetalLB gave out (in the Service's status when taken over,
+                    // MetalLB's objects read): where MetalLB's election put it.
+                    let metallb_election = tideway.is_none()
+                        && state.metallb_pools().next().is_some()
+                        && lb::observed_ips(svc) == a.ips;
                     let pool = state.pool(&a.pool);
                     let load = &self.load;
-                    let ann = lb::Announcing { ips: &a.ips, pool, holders: &holders, current, metallb, load };
+                    let ann = lb::Announcing {
+                        ips: &a.ips,
+                        pool,
+                        holders: &holders,
+                        current,
+                        metallb,
+                        metallb_election,
+                        load,
+                    };
                     lb::announcement(state, &mut nodes, svc, ann, out)
                 }
                 _ => None,

@@ -166,3 +166,88 @@ fn services_sharing_an_address_keep_metallbs_announcer_together() {
     assert_eq!(c.announcer("dns-tcp").as_deref(), Some(metallb), "not {balanced}");
     assert_eq!(c.announcer("dns-udp").as_deref(), Some(metallb));
 }
+
+/// MetalLB's objects read (`--metallb-compat`): its pool of the demo's addresses.
+fn metallb_pool() -> crate::model::MetalLbPool {
+    crate::model::MetalLbPool {
+        namespace: "metallb-system".into(),
+        labels: Default::default(),
+        pool: crate::model::Pool::new("my-ippool", &["172.18.255.200-172.18.255.250"]),
+        generation: 1,
+    }
+}
+
+/// The node MetalLB's election picks for `ip` among `nodes`: the smallest sha256(node#ip).
+fn elected(ip: &str, nodes: &[&str]) -> String {
+    let ip: std::net::IpAddr = ip.parse().unwrap();
+    nodes.iter().min_by_key(|n| crate::announce::announcer_hash(n, ip)).unwrap().to_string()
+}
+
+/// No `ServiceL2Status` was read (the speakers went first: their statuses go with their Pods):
+/// each address MetalLB gave out goes where MetalLB's own election put it, even where
+/// Tideway's spreading would choose another node; an address Tideway gives out is spread.
+#[test]
+fn without_metallbs_statuses_an_address_it_gave_out_goes_where_its_election_put_it() {
+    let nodes = ["node-a", "node-b", "node-c"];
+    // Addresses that MetalLB's election piles on one node, where spreading would not.
+    let ips: Vec<String> = (200..250).map(|i| format!("172.18.255.{i}")).collect();
+    let first = elected(&ips[0], &nodes);
+    let piled: Vec<&String> = ips.iter().filter(|ip| elected(ip, &nodes) == first).take(3).collect();
+    assert_eq!(piled.len(), 3, "three addresses MetalLB elects {first} for");
+    let mut c = Cluster::new(None);
+    c.state.apply(metallb_pool());
+    for (i, ip) in piled.iter().enumerate() {
+        // Every node has an endpoint: all three are eligible, as MetalLB's speakers saw them.
+        let name = format!("web{i}");
+        c.state.apply(with_status(lb(&name, &format!("10.96.0.{}", i + 2)), ip));
+        c.state.apply(endpoints(
+            &name,
+            &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
+        ));
+    }
+    c.step();
+    for (i, ip) in piled.iter().enumerate() {
+        assert_eq!(c.announcer(&format!("web{i}")), Some(first.clone()), "web{i} at {ip}");
+    }
+    let said: Vec<String> = messages(&mut c).into_iter().filter(|m| m.contains(" announces ")).collect();
+    assert!(
+        said.iter().all(|m| m.ends_with("first announcer: the node MetalLB's election picks")),
+        "{said:?}"
+    );
+    assert_eq!(said.len(), 3, "{said:?}");
+
+    // A new Service: its address is Tideway's to give and to place (away from the pile).
+    c.state.apply(lb("new", "10.96.0.9"));
+    c.state.apply(endpoints(
+        "new",
+        &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
+    ));
+    c.step();
+    c.step();
+    assert_ne!(c.announcer("new"), Some(first.clone()), "spread, not piled");
+    assert!(messages(&mut c).iter().any(|m| m.ends_with(": first announcer")));
+}
+
+/// Without MetalLB's objects read (no compat), a Service's address in its status and no
+/// announcement of Tideway's is placed by Tideway's spreading, as before.
+#[test]
+fn without_compat_a_status_address_is_spread() {
+    let nodes = ["node-a", "node-b", "node-c"];
+    let ips: Vec<String> = (200..250).map(|i| format!("172.18.255.{i}")).collect();
+    let first = elected(&ips[0], &nodes);
+    let piled: Vec<&String> = ips.iter().filter(|ip| elected(ip, &nodes) == first).take(3).collect();
+    let mut c = Cluster::new(None);
+    for (i, ip) in piled.iter().enumerate() {
+        let name = format!("web{i}");
+        c.state.apply(with_status(lb(&name, &format!("10.96.0.{}", i + 2)), ip));
+        c.state.apply(endpoints(
+            &name,
+            &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
+        ));
+    }
+    c.step();
+    let mut placed: Vec<Option<String>> = (0..3).map(|i| c.announcer(&format!("web{i}"))).collect();
+    placed.sort();
+    placed.dedup();
+    assert_eq!(placed.len(), 3, "one address per node: {placed:?}");
+}
