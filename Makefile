@@ -45,7 +45,8 @@ kube:
 
 # The peers, from their own Go modules at pinned versions (peers/): kube-proxy (the control
 # plane's), CoreDNS through its coremain, MetalLB's controller and speaker, in target/peers/,
-# cached outside the clone like the control plane; prints their versions.
+# cached outside the clone like the control plane; prints their versions. Their images too
+# (target/peers/images/, for `lab up --kube --peers`), and MetalLB's manifest.
 peers:
 	./scripts/build-peers.sh
 

@@ -9,8 +9,10 @@
 //! rolling restart of the agents that moves no address and fails no request ([`rollout`]);
 //! cluster names answered by the pods' nodes, the DNS Deployment scaled to zero included
 //! ([`node_dns`]);
-//! and a new node, its kernel empty, programmed only when the agent is given the API server's
-//! address (the `kubernetes` Service's ClusterIP is served by nothing there yet).
+//! a new node, its kernel empty, programmed only when the agent is given the API server's
+//! address (the `kubernetes` Service's ClusterIP is served by nothing there yet); and a cluster
+//! of kube-proxy, CoreDNS and MetalLB, each a Pod from its own image, moved to Tideway and back
+//! under traffic ([`migration`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,6 +26,8 @@ const GO_MOD: &str = include_str!("../../kube/go.mod");
 #[path = "lab_kube/helm.rs"]
 mod helm;
 mod lab_support;
+#[path = "lab_kube/migration.rs"]
+mod migration;
 #[path = "lab_kube/node_dns.rs"]
 mod node_dns;
 #[path = "lab_kube/rollout.rs"]
@@ -78,6 +82,16 @@ fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm_alone() {
     let lab =
         TestLab::up_with("khelm", DEMO, &["--kube", "--no-components", "--image", archive.to_str().unwrap()]);
     helm::the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(&lab);
+}
+
+#[test]
+fn a_cluster_moves_from_kube_proxy_coredns_and_metallb_to_tideway_and_back() {
+    let archive = image_archive();
+    let peers = ["--peers", "kube-proxy,coredns,metallb"];
+    let args =
+        [&["--kube", "--no-components", "--image", archive.to_str().unwrap()][..], &peers[..]].concat();
+    let lab = TestLab::up_with("kmig", &migration::peers_demo(DEMO), &args);
+    migration::the_cluster_moves_from_its_peers_to_tideway_and_back(&lab, &pinned_release());
 }
 
 #[test]

@@ -17,11 +17,11 @@ use crate::lab_support::{TestLab, eventually, ok, patience, tideway, wait_servin
 use crate::rollout::{Traffic, announcers, liveness_log};
 
 /// The release as the chart README names it.
-const RELEASE: &str = "tideway";
-const NAMESPACE: &str = "tideway-system";
+pub(crate) const RELEASE: &str = "tideway";
+pub(crate) const NAMESPACE: &str = "tideway-system";
 
 /// helm with the lab's admin kubeconfig; its output, or what it said.
-fn helm(lab: &TestLab, args: &[&str]) -> Result<String, String> {
+pub(crate) fn helm(lab: &TestLab, args: &[&str]) -> Result<String, String> {
     let kubeconfig =
         PathBuf::from(lab.status()["kubeconfig"].as_str().expect("a kube lab names its kubeconfig"));
     let bin = tideway_lab::kube::chart::helm().expect("helm (make deps installs it)");
@@ -40,7 +40,7 @@ fn helm(lab: &TestLab, args: &[&str]) -> Result<String, String> {
 }
 
 /// The chart in this repository.
-fn chart() -> String {
+pub(crate) fn chart() -> String {
     format!("{}/../helm/tideway", env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -93,7 +93,7 @@ fn install(lab: &TestLab, verb: &str, chart: &str) -> Result<String, String> {
 }
 
 /// The failure detector's time scale of this test's cluster (see [`install`]).
-const GOSSIP_TIME_SCALE: f64 = 3.0;
+pub(crate) const GOSSIP_TIME_SCALE: f64 = 3.0;
 
 /// Waits until every demo LoadBalancer Service has an address that answers from `mypc`.
 fn demo_serves(lab: &TestLab) {
@@ -111,7 +111,7 @@ fn demo_serves(lab: &TestLab) {
 
 /// What Tideway left in a node's kernel: nftables tables and iptables chains of its names, in
 /// both iptables backends.
-fn leftovers(lab: &TestLab, node: &str) -> Vec<String> {
+pub(crate) fn leftovers(lab: &TestLab, node: &str) -> Vec<String> {
     let mut found = Vec::new();
     let out = lab.exec(node, &["nft", "list", "tables"]);
     found.extend(
@@ -354,7 +354,7 @@ pub(crate) fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(la
     })
     .unwrap();
     eventually(patience(60.0), || {
-        let images = images_of_pods(lab);
+        let images = images_of_pods(lab, NAMESPACE);
         let current = images.iter().all(|i| i.ends_with(&format!(":{version}")));
         current.then_some(()).ok_or_else(|| format!("every Pod runs {version}: {images:?}"))
     })
@@ -420,9 +420,9 @@ fn operator_stops(lab: &TestLab) -> usize {
         .count()
 }
 
-/// The image of every container in the release namespace's Pods, once each.
-fn images_of_pods(lab: &TestLab) -> Vec<String> {
-    let pods = kubectl_json(lab, &["-n", NAMESPACE, "get", "pods"]);
+/// The image of every container in `namespace`'s Pods, once each.
+pub(crate) fn images_of_pods(lab: &TestLab, namespace: &str) -> Vec<String> {
+    let pods = kubectl_json(lab, &["-n", namespace, "get", "pods"]);
     let mut out: Vec<String> = pods["items"]
         .as_array()
         .into_iter()

@@ -12,13 +12,15 @@ use crate::lab_support::{BIN, TestLab, patience};
 
 /// From `mypc`, until the stop file exists: a new connection every 20 ms (an HTTP GET that
 /// must answer within 2 s: a connection error, a reset or a timeout is a failure), and one
-/// held connection asked every 200 ms. Prints what happened as JSON.
+/// held connection asked every 200 ms. Prints what happened as JSON, with the longest time
+/// between two answered requests.
 const CLIENT: &str = r#"
 import json, os, socket, sys, time
 ip, stop = sys.argv[1], sys.argv[2]
 held = socket.create_connection((ip, 80), timeout=2).makefile("rw")
 sent = failed = 0
 held_ok, held_asked, errors, last = True, 0, [], 0.0
+answered, gap = time.time(), 0.0
 while not os.path.exists(stop):
     t = time.time()
     try:
@@ -33,6 +35,7 @@ while not os.path.exists(stop):
         s.close()
         if b"Hostname:" not in data:
             raise Exception("answer %r" % data[:60])
+        gap, answered = max(gap, time.time() - answered), time.time()
     except Exception as e:
         failed += 1
         errors.append("%.2f %s" % (t, e))
@@ -49,7 +52,8 @@ while not os.path.exists(stop):
             held_ok = False
             errors.append("held %.2f %s" % (t, e))
     time.sleep(max(0.0, 0.02 - (time.time() - t)))
-print(json.dumps({"sent": sent, "failed": failed, "held": held_ok, "held_asked": held_asked, "errors": errors[:20]}))
+print(json.dumps({"sent": sent, "failed": failed, "held": held_ok, "held_asked": held_asked,
+    "longest_gap_ms": round(gap * 1000), "errors": errors[:20]}))
 "#;
 
 /// [`CLIENT`] running from `mypc` against one address.

@@ -163,7 +163,7 @@ impl Install<'_> {
     /// `config` changed in it.
     fn kubeadm_addon(&self, addon: &str, change: impl FnOnce(&mut Value)) -> Result<String, KubeError> {
         let path = self.kubeadm_config;
-        let text = std::fs::read_to_string(&path)?;
+        let text = std::fs::read_to_string(path)?;
         let mut docs: Vec<Value> = text
             .split("---\n")
             .filter(|d| !d.trim().is_empty())

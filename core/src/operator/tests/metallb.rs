@@ -183,31 +183,41 @@ fn elected(ip: &str, nodes: &[&str]) -> String {
     nodes.iter().min_by_key(|n| crate::announce::announcer_hash(n, ip)).unwrap().to_string()
 }
 
-/// No `ServiceL2Status` was read (the speakers went first: their statuses go with their Pods):
-/// each address MetalLB gave out goes where MetalLB's own election put it, even where
-/// Tideway's spreading would choose another node; an address Tideway gives out is spread.
-#[test]
-fn without_metallbs_statuses_an_address_it_gave_out_goes_where_its_election_put_it() {
+/// Endpoints of `name` on every node: all three may announce, as MetalLB's speakers saw them.
+fn everywhere(c: &mut Cluster, name: &str) {
+    let eps = [("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")];
+    c.state.apply(endpoints(name, &eps));
+}
+
+/// Three Services MetalLB left (`web0`..`web2`) whose addresses its election piles on one
+/// node, where spreading would not; that node. MetalLB's pool is read when `compat`.
+fn piled_up(compat: bool) -> (Cluster, String) {
     let nodes = ["node-a", "node-b", "node-c"];
-    // Addresses that MetalLB's election piles on one node, where spreading would not.
     let ips: Vec<String> = (200..250).map(|i| format!("172.18.255.{i}")).collect();
     let first = elected(&ips[0], &nodes);
     let piled: Vec<&String> = ips.iter().filter(|ip| elected(ip, &nodes) == first).take(3).collect();
     assert_eq!(piled.len(), 3, "three addresses MetalLB elects {first} for");
     let mut c = Cluster::new(None);
-    c.state.apply(metallb_pool());
+    if compat {
+        c.state.apply(metallb_pool());
+    }
     for (i, ip) in piled.iter().enumerate() {
-        // Every node has an endpoint: all three are eligible, as MetalLB's speakers saw them.
         let name = format!("web{i}");
         c.state.apply(with_status(lb(&name, &format!("10.96.0.{}", i + 2)), ip));
-        c.state.apply(endpoints(
-            &name,
-            &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
-        ));
+        everywhere(&mut c, &name);
     }
+    (c, first)
+}
+
+/// No `ServiceL2Status` was read (the speakers went first: their statuses go with their Pods):
+/// each address MetalLB gave out goes where MetalLB's own election put it, even where
+/// Tideway's spreading would choose another node; an address Tideway gives out is spread.
+#[test]
+fn without_metallbs_statuses_an_address_it_gave_out_goes_where_its_election_put_it() {
+    let (mut c, first) = piled_up(true);
     c.step();
-    for (i, ip) in piled.iter().enumerate() {
-        assert_eq!(c.announcer(&format!("web{i}")), Some(first.clone()), "web{i} at {ip}");
+    for i in 0..3 {
+        assert_eq!(c.announcer(&format!("web{i}")), Some(first.clone()), "web{i}");
     }
     let said: Vec<String> = messages(&mut c).into_iter().filter(|m| m.contains(" announces ")).collect();
     assert!(
@@ -218,10 +228,7 @@ fn without_metallbs_statuses_an_address_it_gave_out_goes_where_its_election_put_
 
     // A new Service: its address is Tideway's to give and to place (away from the pile).
     c.state.apply(lb("new", "10.96.0.9"));
-    c.state.apply(endpoints(
-        "new",
-        &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
-    ));
+    everywhere(&mut c, "new");
     c.step();
     c.step();
     assert_ne!(c.announcer("new"), Some(first.clone()), "spread, not piled");
@@ -232,19 +239,7 @@ fn without_metallbs_statuses_an_address_it_gave_out_goes_where_its_election_put_
 /// announcement of Tideway's is placed by Tideway's spreading, as before.
 #[test]
 fn without_compat_a_status_address_is_spread() {
-    let nodes = ["node-a", "node-b", "node-c"];
-    let ips: Vec<String> = (200..250).map(|i| format!("172.18.255.{i}")).collect();
-    let first = elected(&ips[0], &nodes);
-    let piled: Vec<&String> = ips.iter().filter(|ip| elected(ip, &nodes) == first).take(3).collect();
-    let mut c = Cluster::new(None);
-    for (i, ip) in piled.iter().enumerate() {
-        let name = format!("web{i}");
-        c.state.apply(with_status(lb(&name, &format!("10.96.0.{}", i + 2)), ip));
-        c.state.apply(endpoints(
-            &name,
-            &[("10.244.1.5", "node-a"), ("10.244.2.5", "node-b"), ("10.244.3.5", "node-c")],
-        ));
-    }
+    let (mut c, _) = piled_up(false);
     c.step();
     let mut placed: Vec<Option<String>> = (0..3).map(|i| c.announcer(&format!("web{i}"))).collect();
     placed.sort();
