@@ -7,7 +7,8 @@
 # built an hour before. The cache is keyed by what the binary is built from: the blobs of every
 # tracked file but those nothing is compiled from (the documentation, docs/ and *.md; the chart,
 # helm/; the scripts, Makefile and CI entry; the image recipe, image/; the peers' Go modules,
-# peers/), the toolchain's versions and RUSTFLAGS. A checkout whose tracked files differ
+# peers/; the integration tests and benchmarks, */tests and */benches, and the test support
+# crate, tests/, a dev-dependency only), the toolchain's versions and RUSTFLAGS. A checkout whose tracked files differ
 # from its commit builds as before and stores nothing, so an edit is never hidden by a hit.
 #   TIDEWAY_BINARY_CACHE=DIR   where binaries are kept (default: ~/.cache/tideway/release-bin)
 #   TIDEWAY_BINARY_CACHE=off   always build, keep nothing
@@ -15,7 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 CACHE=${TIDEWAY_BINARY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tideway/release-bin}
-inputs=(-- . ':!docs' ':!*.md' ':!helm' ':!scripts' ':!Makefile' ':!.ci' ':!image' ':!peers')
+inputs=(-- . ':!docs' ':!*.md' ':!helm' ':!scripts' ':!Makefile' ':!.ci' ':!image' ':!peers' ':!tests')
+# The crates' integration tests and benchmarks (only `cargo test` and `cargo bench` compile them).
+for d in */tests */benches; do inputs+=(":!$d"); done
 
 build() { cargo build --release --locked -p tideway >&2; }
 
