@@ -163,8 +163,9 @@ impl Lab {
         let key = std::fs::read_to_string(crate::token::gossip_key_path(self.dir.path())).unwrap_or_default();
         let mut values = chart::values(&self.plan, &api_server, key.trim());
         if self.peers_beside_tideway() {
-            // The nodes the peers do not run on (the kubelets label them "false").
-            values.push((format!("agent.nodeSelector.{}", PEERS_LABEL.replace('.', "\\.")), "false".into()));
+            // The nodes the peers do not run on (the kubelets label them "no": `--set` would
+            // read "false" as a boolean, which no node label is).
+            values.push((format!("agent.nodeSelector.{}", PEERS_LABEL.replace('.', "\\.")), "no".into()));
         }
         let no_components = self.no_components;
         let Some(side) = self.kube.as_mut() else { return Ok(()) };
@@ -230,7 +231,7 @@ impl Lab {
         let spec_node = self.spec.nodes.iter().find(|m| m.metadata.name.as_deref() == Some(n.name.as_str()));
         let mut labels = spec_node.and_then(|m| m.metadata.labels.clone()).unwrap_or_default();
         if self.peers_beside_tideway() {
-            labels.entry(PEERS_LABEL.to_string()).or_insert_with(|| "false".into());
+            labels.entry(PEERS_LABEL.to_string()).or_insert_with(|| "no".into());
         }
         let (lease_duration_seconds, renew) = heartbeat(self.faults.grace);
         let state_dir = self.dir.path().join("nodes").join(&n.name);
