@@ -61,20 +61,25 @@ pub fn prepare(ns: &str) -> Result<(), FrrError> {
     Ok(())
 }
 
-/// The socket `daemon` waits for before it starts: FRR's daemons start in order (zebra, then
-/// bfdd once zebra listens, then bgpd once bfdd does), as FRR's own init script starts them. A
-/// daemon that comes up before zebra connects to it only after a 10 s retry, and bgpd's BFD
-/// sessions sent before bfdd is registered are never installed.
-fn waits_for(daemon: &str) -> Option<&'static str> {
+/// The shell test `daemon` waits on before it starts in path space `ns`: FRR's daemons start in
+/// order, as FRR's own init script starts them. bfdd waits for zebra's vty socket, which zebra
+/// opens only once its API socket listens (a client that connects before that retries after
+/// 10 s); bgpd waits until zebra lists bfdd among its clients, since bgpd's BFD sessions sent
+/// before bfdd is registered are never installed (the router then keeps a cut-off node's routes
+/// until BGP's hold time).
+fn waits_for(ns: &str, daemon: &str) -> Option<String> {
+    let dir = run_dir(ns);
     match daemon {
-        "bfdd" => Some("zserv.api"),
-        "bgpd" => Some("bfdd.vty"),
+        "bfdd" => Some(format!("[ -S {} ]", dir.join("zebra.vty").display())),
+        "bgpd" => Some(format!(
+            "vtysh -N {ns} -d zebra -c 'show zebra client summary' 2>/dev/null | grep -q '^bfd '"
+        )),
         _ => None,
     }
 }
 
 /// The command line of `daemon` in namespace `ns`, in the foreground (the lab supervises it),
-/// logging to its standard output; it starts once the daemon before it listens (at most 10 s).
+/// logging to its standard output; it starts once the daemon before it is ready (at most 10 s).
 pub fn daemon_argv(ns: &str, daemon: &str) -> Vec<String> {
     let dir = run_dir(ns);
     let path = |f: &str| dir.join(f).display().to_string();
@@ -83,10 +88,8 @@ pub fn daemon_argv(ns: &str, daemon: &str) -> Vec<String> {
         path("empty.conf"),
         path(&format!("{daemon}.pid"))
     );
-    let script = match waits_for(daemon) {
-        Some(socket) => {
-            format!("for i in $(seq 100); do [ -S {} ] && break; sleep 0.1; done; {program}", path(socket))
-        }
+    let script = match waits_for(ns, daemon) {
+        Some(ready) => format!("for i in $(seq 100); do {ready} && break; sleep 0.1; done; {program}"),
         None => program,
     };
     ["ip", "netns", "exec", ns, "sh", "-c", &script].iter().map(|s| s.to_string()).collect()
@@ -173,7 +176,8 @@ mod tests {
         assert_eq!(argv[..6], ["ip", "netns", "exec", "tw-demo-r-tor", "sh", "-c"]);
         assert_eq!(
             argv[6],
-            "for i in $(seq 100); do [ -S /var/run/frr/tw-demo-r-tor/bfdd.vty ] && break; sleep 0.1; done; \
+            "for i in $(seq 100); do vtysh -N tw-demo-r-tor -d zebra -c 'show zebra client summary' \
+             2>/dev/null | grep -q '^bfd ' && break; sleep 0.1; done; \
              exec /usr/lib/frr/bgpd -N tw-demo-r-tor -f /var/run/frr/tw-demo-r-tor/empty.conf -i /var/run/frr/tw-demo-r-tor/bgpd.pid --log stdout"
         );
         assert!(
