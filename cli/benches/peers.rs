@@ -16,7 +16,8 @@
 //!   to the new pod answering (p50 and the slowest of 20 changes, as far apart).
 //!
 //! Times are known to about 10 ms: a connection is tried every 2 ms and waits 10 ms at most.
-//! The DNS part (`dns.rs`) follows; `PARTS=proxy` or `PARTS=dns` runs one.
+//! The layer-2 part (`l2.rs`: MetalLB's failover against Tideway's, in a kube lab) comes first,
+//! the DNS part (`dns.rs`) last; `PARTS=proxy`, `PARTS=dns` or `PARTS=l2` runs one.
 //!
 //! Both proxies keep their own defaults (both `minSyncPeriod` 1 s). In iptables mode both use the
 //! legacy backend: kube-proxy through `iptables*` names in its PATH that are the legacy tools,
@@ -30,8 +31,12 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "lab/arp_probe.rs"]
+mod arp_probe;
 #[path = "peers/dns.rs"]
 mod dns;
+#[path = "peers/l2.rs"]
+mod l2;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -88,7 +93,14 @@ async fn main() {
         assert!(found.is_ok_and(|o| o.status.success()), "{tool} is missing (make bench-peers installs it)");
     }
     kubectl_present();
-    let parts = list("PARTS", "proxy,dns");
+    let parts = list("PARTS", "proxy,dns,l2");
+    if parts.iter().any(|p| p == "l2") {
+        let trials = std::env::var("TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+        l2::run(trials);
+    }
+    if !parts.iter().any(|p| p == "proxy" || p == "dns") {
+        return;
+    }
     let mut api = Api::start("peerbench", &[]).await;
     let kubeadm = kubeadm_addon(&mut api).await;
     let base: Vec<Value> = battery("")

@@ -80,10 +80,11 @@ enum LabCommand {
         background: bool,
     },
     /// Kill a node's agent (SIGKILL); its Node stays Ready, and it stays down until `lab start`
-    /// (in a kube lab, until its kubelet restarts it).
+    /// (in a kube lab, until its kubelet restarts it). `speaker`: MetalLB's speaker, in a kube
+    /// lab running it (`--peers metallb`).
     Kill {
         /// What to kill.
-        #[arg(value_parser = ["agent"])]
+        #[arg(value_parser = ["agent", "speaker"])]
         what: String,
         /// The node.
         node: String,
@@ -331,6 +332,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<i32> {
             };
             up(file.as_deref(), opts, name)
         }
+        LabCommand::Kill { what, node, name } if what == "speaker" => {
+            fault(name, Fault::KillSpeaker { node: node.clone() })
+        }
         LabCommand::Kill { node, name, .. } => fault(name, Fault::KillAgent { node: node.clone() }),
         LabCommand::Start { node, name, .. } => fault(name, Fault::StartAgent { node: node.clone() }),
         LabCommand::Node { node, state, name } => {
@@ -389,6 +393,7 @@ fn fault(name: &Option<String>, fault: Fault) -> anyhow::Result<i32> {
     server::request(&lab_dir(&name), &Request::Fault { fault: fault.clone() })?;
     let what = match &fault {
         Fault::KillAgent { node } => format!("agent on {node} killed (its Node stays Ready)"),
+        Fault::KillSpeaker { node } => format!("MetalLB's speaker on {node} killed (its Node stays Ready)"),
         Fault::StartAgent { node } => format!("agent on {node} started"),
         Fault::NodeLink { node, up: false } => format!("node {node} down"),
         Fault::NodeLink { node, up: true } => format!("node {node} up"),

@@ -34,6 +34,12 @@ pub enum Fault {
         /// The node.
         node: String,
     },
+    /// SIGKILL MetalLB's speaker on a node (a kube lab with MetalLB beside Tideway); its kubelet
+    /// restarts it.
+    KillSpeaker {
+        /// The node.
+        node: String,
+    },
     /// Start a node's agent again.
     StartAgent {
         /// The node.
@@ -65,6 +71,7 @@ impl Fault {
     pub fn node(&self) -> Option<&str> {
         match self {
             Fault::KillAgent { node }
+            | Fault::KillSpeaker { node }
             | Fault::StartAgent { node }
             | Fault::NodeLink { node, .. }
             | Fault::Partition { node, .. } => Some(node),
@@ -105,7 +112,7 @@ impl Faults {
             if on { m.insert(node.to_string(), now).is_none() } else { m.remove(node).is_some() }
         };
         match fault {
-            Fault::KillAgent { .. } | Fault::StartAgent { .. } => false,
+            Fault::KillAgent { .. } | Fault::KillSpeaker { .. } | Fault::StartAgent { .. } => false,
             Fault::NodeLink { node, up } => {
                 if *up {
                     set(&mut self.links_down, node, false)

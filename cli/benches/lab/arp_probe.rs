@@ -103,9 +103,15 @@ fn probe((sock, mac): &(Socket, [u8; 6]), own: Ipv4Addr, target: Ipv4Addr, stop:
 /// The longest run of consecutive probes that two or more nodes answered, as a time (the
 /// probes' spacing included: one such probe counts as [`EVERY`]).
 pub(crate) fn longest_dual_answer(rounds: &Rounds) -> Duration {
+    longest_run(rounds, |answers| answers.len() >= 2)
+}
+
+/// The longest run of consecutive probes whose answers satisfy `which`, as a time (one probe
+/// counts as the time to the next, or [`EVERY`] for the last).
+pub(crate) fn longest_run(rounds: &Rounds, which: impl Fn(&[[u8; 6]]) -> bool) -> Duration {
     let (mut best, mut run_start): (Duration, Option<Instant>) = (Duration::ZERO, None);
     for (i, (sent, answers)) in rounds.iter().enumerate() {
-        if answers.len() >= 2 {
+        if which(answers) {
             let start = *run_start.get_or_insert(*sent);
             let end = rounds.get(i + 1).map_or(*sent + EVERY, |(next, _)| *next);
             best = best.max(end - start);

@@ -34,6 +34,19 @@ pub enum LabError {
     /// `lab kill agent` found no agent container on the node (a kube lab).
     #[error("no agent container runs on {0} (is Tideway installed, and its Pod there started?)")]
     NoAgent(String),
+    /// `lab kill speaker` found no such container on the node (a kube lab).
+    #[error(
+        "no {container} container runs on {node} (does the lab run MetalLB, `--peers metallb`, with its speaker there?)"
+    )]
+    NoContainer {
+        /// The node.
+        node: String,
+        /// The container.
+        container: String,
+    },
+    /// `lab kill speaker` in a file-fed lab.
+    #[error("MetalLB's speaker runs only in a kube lab (`lab up --kube --peers metallb`)")]
+    NoSpeaker,
     /// `lab start agent` in a kube lab, where the kubelet restarts what was killed.
     #[error(
         "in a kube lab the node's kubelet restarts a killed agent itself (at once, then with its back-off): `lab start agent` is the file-fed lab's"

@@ -128,12 +128,13 @@ impl Lab {
         Ok(())
     }
 
-    /// `lab kill agent NODE` in a kube lab: the agent container on the node SIGKILLed; its
-    /// kubelet restarts it, as a crashed agent is in a cluster.
-    pub(super) fn kube_kill_agent(&self, node: &str) -> Result<(), LabError> {
+    /// `lab kill agent|speaker NODE` in a kube lab: the container on the node SIGKILLed; its
+    /// kubelet restarts it, as a crashed one is in a cluster.
+    pub(super) fn kube_kill(&self, node: &str, container: &str) -> Result<(), LabError> {
         let state_dir = self.dir.path().join("nodes").join(node);
-        match crate::kubelet::runtime::kill_running(&state_dir, "agent") {
-            0 => Err(LabError::NoAgent(node.to_string())),
+        match (crate::kubelet::runtime::kill_running(&state_dir, container), container) {
+            (0, "agent") => Err(LabError::NoAgent(node.to_string())),
+            (0, _) => Err(LabError::NoContainer { node: node.to_string(), container: container.to_string() }),
             _ => Ok(()),
         }
     }

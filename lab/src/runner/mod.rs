@@ -116,7 +116,9 @@ impl Lab {
             return Err(LabError::NoSuchNode(node.to_string()));
         }
         match fault {
-            Fault::KillAgent { node } if self.kube_mode => self.kube_kill_agent(node)?,
+            Fault::KillAgent { node } if self.kube_mode => self.kube_kill(node, "agent")?,
+            Fault::KillSpeaker { node } if self.kube_mode => self.kube_kill(node, "speaker")?,
+            Fault::KillSpeaker { .. } => return Err(LabError::NoSpeaker),
             Fault::StartAgent { .. } if self.kube_mode => return Err(LabError::KubeletRestarts),
             Fault::Api { up } if self.kube_mode => self.kube_api(*up)?,
             Fault::KillAgent { node } => {
