@@ -117,10 +117,11 @@ bench:
 bench-lab:
 	$(CARGO) bench -p tideway --bench lab
 
-# The peers side by side in one run: kube-proxy against the agent (nftables and iptables: full
-# sync at 1,000 and 10,000 Services, at rest, network programming, an endpoint change) and
-# CoreDNS against `tideway dns` (root; installs dnsperf and dig; about 40 minutes).
-bench-peers: kube peers
+# The peers side by side in one run: MetalLB's layer-2 failover against Tideway's in a kube lab
+# (Tideway from its image), kube-proxy against the agent (nftables and iptables: full sync at
+# 1,000 and 10,000 Services, at rest, network programming, an endpoint change) and CoreDNS
+# against `tideway dns` (root; installs dnsperf and dig; about 80 minutes).
+bench-peers: kube peers image
 	command -v dnsperf >/dev/null && command -v dig >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsperf dnsutils; }
 	$(CARGO) bench -p tideway --bench peers
 

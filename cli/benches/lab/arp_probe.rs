@@ -139,3 +139,12 @@ pub(crate) fn answered(rounds: &Rounds) -> Vec<[u8; 6]> {
 pub(crate) fn fmt_mac(m: &[u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
+
+/// The MAC the calling thread's namespace's neighbour entry for `ip` holds, if complete.
+pub(crate) fn neighbour(ip: Ipv4Addr) -> Option<String> {
+    // Columns: address, hardware type, flags (0x0: incomplete or failed), MAC, mask, device.
+    let table = std::fs::read_to_string("/proc/thread-self/net/arp").ok()?;
+    let ip = ip.to_string();
+    let row = table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f[0] == ip)?;
+    (row.get(2) != Some(&"0x0")).then(|| row.get(3).map(|m| m.to_string()))?
+}

@@ -89,16 +89,6 @@ fn lab(args: &[&str]) {
     tideway(&all);
 }
 
-/// The MAC `mypc`'s neighbour entry for the address holds (read in the calling thread's
-/// namespace), if complete.
-fn neighbour() -> Option<String> {
-    // Columns: address, hardware type, flags (0x0: incomplete or failed), MAC, mask, device.
-    let table = std::fs::read_to_string("/proc/thread-self/net/arp").ok()?;
-    let lb = LB.to_string();
-    let row = table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f[0] == lb)?;
-    (row.get(2) != Some(&"0x0")).then(|| row.get(3).map(|m| m.to_string()))?
-}
-
 /// Waits, from `mypc`, for the first curl of the address that succeeds while the neighbour
 /// entry points at a MAC other than `old` (any, without `old`), before and after; how long
 /// after `since` it came.
@@ -112,12 +102,12 @@ fn first_curl(old: Option<String>, since: Instant) -> std::thread::JoinHandle<(O
         nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
         let mut failed = 0;
         while since.elapsed() < PATIENCE {
-            let before = neighbour();
+            let before = arp_probe::neighbour(LB);
             if before.is_some() && before != old {
                 // Spawned from this thread, curl runs in mypc's namespace.
                 let out = Command::new("curl").args(["-s", "--max-time", "1", &LB.to_string()]).output();
                 let served = out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Hostname:"));
-                if served && neighbour() == before {
+                if served && arp_probe::neighbour(LB) == before {
                     return (Some(since.elapsed()), failed);
                 }
                 failed += usize::from(!served);

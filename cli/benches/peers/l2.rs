@@ -153,12 +153,12 @@ fn first_curl_elsewhere(
         let fd = std::fs::File::open(format!("/run/netns/tw-{NAME}-h-mypc")).expect("mypc's namespace");
         nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
         while since.elapsed() < PATIENCE {
-            let before = neighbour(ip);
+            let before = arp_probe::neighbour(ip);
             if before.as_ref().is_some_and(|m| *m != old) {
                 // Spawned from this thread, curl runs in mypc's namespace.
                 let out = Command::new("curl").args(["-s", "--max-time", "1", &ip.to_string()]).output();
                 if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Hostname:"))
-                    && neighbour(ip) == before
+                    && arp_probe::neighbour(ip) == before
                 {
                     return Some(since.elapsed());
                 }
@@ -167,15 +167,6 @@ fn first_curl_elsewhere(
         }
         None
     })
-}
-
-/// The MAC the calling thread's namespace's neighbour entry for `ip` holds, if complete.
-fn neighbour(ip: std::net::Ipv4Addr) -> Option<String> {
-    // Columns: address, hardware type, flags (0x0: incomplete or failed), MAC, mask, device.
-    let table = std::fs::read_to_string("/proc/thread-self/net/arp").ok()?;
-    let ip = ip.to_string();
-    let row = table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f[0] == ip)?;
-    (row.get(2) != Some(&"0x0")).then(|| row.get(3).map(|m| m.to_string()))?
 }
 
 /// The nodes that answer ARP for `ip` over `over`.
