@@ -5,7 +5,7 @@
 //!
 //! UDP has no connection close, so an entry that was DNATed to an endpoint that has gone (or
 //! was created while the Service had no endpoints) keeps blackholing the client's flow until it
-//! times out. An endpoint still serving keeps its entries, routed to or not, as kube-proxy's. TCP entries are never touched (that would break graceful termination).
+//! times out. TCP entries are never touched (that would break graceful termination).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -35,12 +35,10 @@ pub struct Flow {
 type Endpoints = BTreeSet<(IpAddr, u16)>;
 
 /// Flows to a UDP Service frontend (ClusterIP, externalIP, LB IP, or a NodePort on a node
-/// address) whose replies do not come from one of that Service port's serving endpoints. A
-/// serving endpoint this node no longer routes to (a DNS Pod in its lameduck while a new one is
-/// ready) keeps its flows, as kube-proxy keeps them: its answers still reach the client.
+/// address) whose replies do not come from one of that Service port's endpoints.
 pub fn stale_udp_flows(ruleset: &Ruleset, flows: &[Flow]) -> Vec<Flow> {
     let frontends = Frontends::of(ruleset, Protocol::Udp, |_, plan| {
-        plan.serving_endpoints().map(|b| (b.ip, b.port)).collect::<Endpoints>()
+        plan.reachable_endpoints().iter().map(|b| (b.ip, b.port)).collect::<Endpoints>()
     });
     flows
         .iter()
@@ -156,27 +154,6 @@ mod tests {
         ];
         let stale = stale_udp_flows(&rs, &flows);
         assert_eq!(stale, vec![flows[1], flows[2], flows[3]]);
-    }
-
-    #[test]
-    fn flows_to_a_serving_endpoint_stay_though_it_is_no_longer_routed_to() {
-        let mut c = ClusterState::new();
-        c.apply(mk_service("ns", "dns").cluster_ip("10.96.0.53").port("dns", Protocol::Udp, 53).build());
-        c.apply(
-            mk_slice("ns", "dns")
-                .port("dns", Protocol::Udp, 5353)
-                .ready("10.244.2.5", "node-b")
-                .endpoint("10.244.2.6", "node-b", false, true, true) // in its lameduck
-                .endpoint("10.244.2.7", "node-b", false, false, true) // stopped serving
-                .build(),
-        );
-        let rs = compile(&c, &mk_node_context());
-        let flows = [
-            flow("10.96.0.53", 53, "10.244.2.5", 5353),
-            flow("10.96.0.53", 53, "10.244.2.6", 5353),
-            flow("10.96.0.53", 53, "10.244.2.7", 5353),
-        ];
-        assert_eq!(stale_udp_flows(&rs, &flows), vec![flows[2]]);
     }
 
     #[test]

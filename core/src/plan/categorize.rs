@@ -22,9 +22,6 @@ pub struct Categorized {
     pub local: Vec<Backend>,
     /// Some usable (ready, or serving and terminating) endpoint exists anywhere.
     pub has_any: bool,
-    /// Serving endpoints in neither set (terminating while ready ones exist, outside the
-    /// topology, or on another node under Local policy): not routed to, yet still serving.
-    pub serving_unrouted: Vec<Backend>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,29 +92,9 @@ pub fn categorize_endpoints(
         }
         out.has_any = !out.cluster.is_empty();
     }
-    if uses_local {
-        categorize_local(cands, &mut out);
+    if !uses_local {
+        return out;
     }
-    out.serving_unrouted = serving_unrouted(cands, &out);
-    out
-}
-
-/// The serving candidates in neither of `out`'s sets. Both sets hold serving candidates only,
-/// and the candidates are distinct, so when the cluster set is as long as the serving ones
-/// there are none (the usual case, checked without allocating).
-fn serving_unrouted(cands: &[Candidate<'_>], out: &Categorized) -> Vec<Backend> {
-    let serving = || cands.iter().map(|c| c.backend).filter(|b| b.serving || b.ready);
-    if serving().count() == out.cluster.len() {
-        return Vec::new();
-    }
-    let mut routed: Vec<_> = out.cluster.iter().chain(&out.local).map(|b| (b.ip, b.port)).collect();
-    routed.sort_unstable();
-    serving().filter(|b| routed.binary_search(&(b.ip, b.port)).is_err()).collect()
-}
-
-/// The local set: local ready endpoints; else local serving+terminating.
-fn categorize_local(cands: &[Candidate<'_>], out: &mut Categorized) {
-    let serving_terminating = |b: &Backend| b.serving && b.terminating;
     let mut local_ready = false;
     let mut local_serving_terminating = false;
     for b in cands.iter().map(|c| c.backend) {
@@ -134,6 +111,7 @@ fn categorize_local(cands: &[Candidate<'_>], out: &mut Categorized) {
     } else if local_serving_terminating {
         out.local = cands.iter().map(|c| c.backend).filter(|b| b.local && serving_terminating(b)).collect();
     }
+    out
 }
 
 #[cfg(test)]
@@ -165,22 +143,6 @@ mod tests {
         // The only local endpoint is terminating but serving: Local falls back to it.
         assert_eq!(ips(&r.local), vec![2]);
         assert!(r.has_any);
-    }
-
-    #[test]
-    fn serving_endpoints_not_routed_to_are_listed() {
-        let c = [
-            cand(b(1, false, true, true, false)),  // ready: routed
-            cand(b(2, false, false, true, true)),  // serving, terminating: not routed
-            cand(b(3, false, false, false, true)), // terminating, not serving
-        ];
-        let r = categorize_endpoints(&c, true, false, "node1", None);
-        assert_eq!((ips(&r.cluster), ips(&r.serving_unrouted)), (vec![1], vec![2]));
-        // Local policy alone: the remote ready endpoint is not routed to, yet serving.
-        let r = categorize_endpoints(&c[..1], false, true, "node1", None);
-        assert_eq!((ips(&r.local), ips(&r.serving_unrouted)), (vec![], vec![1]));
-        // Every serving endpoint routed: none listed.
-        assert!(categorize_endpoints(&c[..1], true, true, "node1", None).serving_unrouted.is_empty());
     }
 
     #[test]

@@ -89,7 +89,6 @@ fn plan_port(
         has_endpoints: cats.has_any,
         cluster_endpoints: cats.cluster,
         local_endpoints: cats.local,
-        serving_unrouted: cats.serving_unrouted,
         health_check_node_port: svc.health_check_node_port.filter(|_| external_local),
         shadowed: Vec::new(),
         balancing,

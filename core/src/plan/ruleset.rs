@@ -133,10 +133,6 @@ pub struct ServicePortPlan {
     pub cluster_endpoints: Vec<Backend>,
     /// Endpoints for Local policy (local ready; else local serving+terminating).
     pub local_endpoints: Vec<Backend>,
-    /// Serving endpoints this node does not route to (terminating while ready ones exist,
-    /// outside the topology, remote under Local policy): their UDP flows are kept.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub serving_unrouted: Vec<Backend>,
     /// `healthCheckNodePort`.
     pub health_check_node_port: Option<u16>,
     /// Frontends lost to another service port that claimed them first.
@@ -195,13 +191,6 @@ impl ServicePortPlan {
         all.sort();
         all.dedup_by_key(|b| (b.ip, b.port));
         all
-    }
-
-    /// Every serving endpoint of the service port, routed to here or not: the flows conntrack
-    /// keeps, as kube-proxy keeps a flow to any serving endpoint whatever the traffic policy,
-    /// topology or termination (pkg/proxy/conntrack/cleanup.go).
-    pub fn serving_endpoints(&self) -> impl Iterator<Item = &Backend> {
-        self.cluster_endpoints.iter().chain(&self.local_endpoints).chain(&self.serving_unrouted)
     }
 
     /// How many endpoints [`reachable_endpoints`](Self::reachable_endpoints) lists, counted
