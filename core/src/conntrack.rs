@@ -6,6 +6,14 @@
 //! UDP has no connection close, so an entry that was DNATed to an endpoint that has gone (or
 //! was created while the Service had no endpoints) keeps blackholing the client's flow until it
 //! times out. TCP entries are never touched (that would break graceful termination).
+//!
+//! Stricter than kube-proxy, on purpose: kube-proxy keeps the entries of every endpoint still
+//! serving, routed to or not (pkg/proxy/conntrack/cleanup.go); this keeps only those of the
+//! endpoints this node routes to. Tried the kube-proxy way, a cluster moving off CoreDNS lost
+//! lookups when its Pods exited at the end of their lameduck: a lookup whose source port an
+//! earlier one had used still followed that entry to the Pod that was gone, until its
+//! endpoint left the slices. Deleting the entries as soon as the endpoint terminates loses at
+//! most a reply already in flight.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -154,6 +162,28 @@ mod tests {
         ];
         let stale = stale_udp_flows(&rs, &flows);
         assert_eq!(stale, vec![flows[1], flows[2], flows[3]]);
+    }
+
+    #[test]
+    fn flows_to_a_terminating_endpoint_go_once_others_are_ready() {
+        let mut c = ClusterState::new();
+        c.apply(mk_service("ns", "dns").cluster_ip("10.96.0.53").port("dns", Protocol::Udp, 53).build());
+        c.apply(
+            mk_slice("ns", "dns")
+                .port("dns", Protocol::Udp, 5353)
+                .ready("10.244.2.5", "node-b")
+                .endpoint("10.244.2.6", "node-b", false, true, true) // in its lameduck
+                .endpoint("10.244.2.7", "node-b", false, false, true) // stopped serving
+                .build(),
+        );
+        let rs = compile(&c, &mk_node_context());
+        let flows = [
+            flow("10.96.0.53", 53, "10.244.2.5", 5353),
+            flow("10.96.0.53", 53, "10.244.2.6", 5353),
+            flow("10.96.0.53", 53, "10.244.2.7", 5353),
+        ];
+        // Stricter than kube-proxy, which keeps the serving one's (the module's overview).
+        assert_eq!(stale_udp_flows(&rs, &flows), vec![flows[1], flows[2]]);
     }
 
     #[test]

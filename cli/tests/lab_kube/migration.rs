@@ -275,11 +275,12 @@ pub(crate) fn the_cluster_moves_from_its_peers_to_tideway_and_back(lab: &TestLab
     let kubeconfig = lab.status()["kubeconfig"].as_str().unwrap().to_string();
     let (report, lookups) = served_while(lab, "to Tideway", || to_tideway(lab, &dir, &kubeconfig));
     assert_eq!((&report["failed"], &report["held"]), (&Value::from(0), &Value::from(true)), "{report}");
-    // At most one lookup per client waits out a timeout, when CoreDNS's Pods go: in the runs
-    // that had one, both clients' came within 0.2 s of each other, 6 s after CoreDNS's
-    // Deployment was deleted (its lameduck is 5 s). The agent keeps the UDP conntrack entries
-    // to serving endpoints as kube-proxy does (pkg/proxy/conntrack/cleanup.go); why a lookup
-    // is lost as the Pods exit is not established yet.
+    // At most one lookup per client waits out a timeout, when CoreDNS's Pods go: one in flight
+    // to a CoreDNS Pod in its lameduck loses its reply, because the agent deletes the UDP
+    // conntrack entries to endpoints it no longer routes to (a terminating one, once others are
+    // ready). kube-proxy keeps those of every serving endpoint (pkg/proxy/conntrack/cleanup.go);
+    // tried here, that lost lookups as the Pods exited instead (a slow one per client in two
+    // runs of two, a failed one in a third), so the agent keeps its rule (core's conntrack.rs).
     for (which, text) in &lookups {
         assert_eq!(count(text, "failed"), 0, "{which} to Tideway\n{text}");
         assert!(count(text, "slow") <= 1, "{which} to Tideway\n{text}");
