@@ -148,3 +148,39 @@ pub(crate) fn neighbour(ip: Ipv4Addr) -> Option<String> {
     let row = table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f[0] == ip)?;
     (row.get(2) != Some(&"0x0")).then(|| row.get(3).map(|m| m.to_string()))?
 }
+
+/// From namespace `netns` (an outside host), the first curl of `ip` that succeeds while that
+/// namespace's neighbour entry for `ip` holds a MAC other than `old` (any MAC without `old`),
+/// before and after the curl: how long after `since` it came, within `patience`. Nothing is
+/// sent while the entry points at `old`: the figure is the new announcer's gratuitous ARP's.
+/// Also counts the curls (1 s limit each) that failed on the way.
+pub(crate) fn first_curl_through_another(
+    netns: &str,
+    ip: Ipv4Addr,
+    old: Option<String>,
+    since: Instant,
+    patience: Duration,
+) -> std::thread::JoinHandle<(Option<Duration>, usize)> {
+    let path = format!("/run/netns/{netns}");
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).expect("the client's namespace");
+        nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        let mut failed = 0;
+        while since.elapsed() < patience {
+            let before = neighbour(ip);
+            if before.is_some() && before != old {
+                // Spawned from this thread, curl runs in the client's namespace.
+                let out = std::process::Command::new("curl")
+                    .args(["-s", "--max-time", "1", &ip.to_string()])
+                    .output();
+                let served = out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Hostname:"));
+                if served && neighbour(ip) == before {
+                    return (Some(since.elapsed()), failed);
+                }
+                failed += usize::from(!served);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (None, failed)
+    })
+}

@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::arp_probe::{self, Prober};
@@ -89,35 +88,6 @@ fn lab(args: &[&str]) {
     tideway(&all);
 }
 
-/// Waits, from `mypc`, for the first curl of the address that succeeds while the neighbour
-/// entry points at a MAC other than `old` (any, without `old`), before and after; how long
-/// after `since` it came.
-/// Also counts the curls that went through the new node and failed on the way (a connection
-/// sent to an endpoint on the node that is gone: its Node stays Ready, so its pods stay
-/// endpoints, as with kube-proxy).
-fn first_curl(old: Option<String>, since: Instant) -> std::thread::JoinHandle<(Option<Duration>, usize)> {
-    let path = format!("/run/netns/tw-{NAME}-h-mypc");
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).expect("mypc's namespace");
-        nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let mut failed = 0;
-        while since.elapsed() < PATIENCE {
-            let before = arp_probe::neighbour(LB);
-            if before.is_some() && before != old {
-                // Spawned from this thread, curl runs in mypc's namespace.
-                let out = Command::new("curl").args(["-s", "--max-time", "1", &LB.to_string()]).output();
-                let served = out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Hostname:"));
-                if served && arp_probe::neighbour(LB) == before {
-                    return (Some(since.elapsed()), failed);
-                }
-                failed += usize::from(!served);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        (None, failed)
-    })
-}
-
 /// Waits until every node's agent runs, is synced and on the network, and the API is up.
 fn settled() {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -153,8 +123,15 @@ fn trial(scenario: Scenario, macs: &BTreeMap<String, String>) -> Trial {
     let probe = Prober::start(&format!("tw-{NAME}-h-{}", PROBE_HOST.0), PROBE_HOST.1, LB);
     let started = Instant::now();
     lab(&scenario.fault(&old));
-    let (served, failed_curls) =
-        first_curl(scenario.moves().then(|| old_mac.clone()), started).join().expect("curl thread");
+    let (served, failed_curls) = arp_probe::first_curl_through_another(
+        &format!("tw-{NAME}-h-mypc"),
+        LB,
+        scenario.moves().then(|| old_mac.clone()),
+        started,
+        PATIENCE,
+    )
+    .join()
+    .expect("curl thread");
     if served.is_none() {
         explain_unserved(scenario, &old);
     }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use tideway_tests::netns::eventually;
+
 use crate::arp_probe::{self, Prober};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tideway");
@@ -113,15 +115,6 @@ fn kubectl(args: &[&str]) -> Result<String, String> {
     if out.status.success() { Ok(text) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
 }
 
-/// Waits until `check` holds, at most `within`.
-fn until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !check() {
-        assert!(Instant::now() < deadline, "{what}: not within {} s", within.as_secs());
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 /// The address `svc` was given.
 fn address(svc: &str) -> Option<std::net::Ipv4Addr> {
     let ip = kubectl(&["get", "svc", svc, "-o", "jsonpath={.status.loadBalancer.ingress[0].ip}"]).ok()?;
@@ -141,34 +134,6 @@ fn mac_of(ns: &str) -> String {
     out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
 }
 
-/// From `mypc`, the first curl of `ip` served while its neighbour entry for `ip` points at a
-/// MAC other than `old` (before and after the curl): how long after `since` it came. Nothing is
-/// sent while the entry points at `old`: the figure is the new announcer's gratuitous ARP's.
-fn first_curl_elsewhere(
-    ip: std::net::Ipv4Addr,
-    old: String,
-    since: Instant,
-) -> std::thread::JoinHandle<Option<Duration>> {
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(format!("/run/netns/tw-{NAME}-h-mypc")).expect("mypc's namespace");
-        nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        while since.elapsed() < PATIENCE {
-            let before = arp_probe::neighbour(ip);
-            if before.as_ref().is_some_and(|m| *m != old) {
-                // Spawned from this thread, curl runs in mypc's namespace.
-                let out = Command::new("curl").args(["-s", "--max-time", "1", &ip.to_string()]).output();
-                if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Hostname:"))
-                    && arp_probe::neighbour(ip) == before
-                {
-                    return Some(since.elapsed());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        None
-    })
-}
-
 /// The nodes that answer ARP for `ip` over `over`.
 fn answering(ip: std::net::Ipv4Addr, over: Duration) -> Vec<String> {
     let probe = Prober::start(&format!("tw-{NAME}-h-{}", PROBE.0), PROBE.1, ip);
@@ -182,23 +147,18 @@ fn answering(ip: std::net::Ipv4Addr, over: Duration) -> Vec<String> {
 
 /// Every Pod Ready, `svc`'s address answered by one node and served: the node.
 fn settled(svc: &str) -> (std::net::Ipv4Addr, String) {
-    until(Duration::from_secs(180), "every Pod Ready", || {
-        let pods = kubectl(&["get", "pods", "-A", "-o", "json"]).unwrap_or_default();
-        let pods: Value = serde_json::from_str(&pods).unwrap_or_default();
-        let items = pods["items"].as_array().cloned().unwrap_or_default();
-        !items.is_empty()
-            && items.iter().all(|p| {
-                p["status"]["conditions"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-            })
+    let ready = ["wait", "--for=condition=Ready", "pods", "--all", "-A", "--timeout=10s"];
+    eventually(Duration::from_secs(180), || kubectl(&ready)).expect("every Pod Ready");
+    let ip = eventually(Duration::from_secs(120), || {
+        let ip = address(svc).ok_or_else(|| format!("{svc} has no address"))?;
+        let nodes = answering(ip, Duration::from_millis(1500));
+        if nodes.len() == 1 && curl(ip) {
+            Ok(ip)
+        } else {
+            Err(format!("{svc} ({ip}): answered by {nodes:?}"))
+        }
     });
-    let mut ip = None;
-    until(Duration::from_secs(120), &format!("{svc} answered by one node and served"), || {
-        ip = address(svc);
-        ip.is_some_and(|ip| answering(ip, Duration::from_millis(1500)).len() == 1 && curl(ip))
-    });
-    let ip = ip.expect("an address");
+    let ip = ip.unwrap_or_else(|e| panic!("{svc} answered by one node and served: {e}"));
     let node = answering(ip, Duration::from_millis(500)).pop().expect("one node answers");
     (ip, node)
 }
@@ -224,7 +184,8 @@ pub(crate) fn up(archive: &str) {
     let pool = std::env::temp_dir().join(format!("tideway-peerl2-metallb-{}.yaml", std::process::id()));
     std::fs::write(&pool, METALLB).expect("MetalLB's objects");
     let pool = pool.display().to_string();
-    until(Duration::from_secs(120), "MetalLB's pool applied", || kubectl(&["apply", "-f", &pool]).is_ok());
+    eventually(Duration::from_secs(120), || kubectl(&["apply", "-f", &pool]))
+        .expect("MetalLB's pool applied");
 }
 
 pub(crate) fn down() {
@@ -243,7 +204,9 @@ pub(crate) fn trial(system: System, fault: Fault) -> Trial {
     let old_mac = macs().into_iter().find(|(_, n)| *n == old).map(|(m, _)| m).expect("the announcer's MAC");
     let probe = Prober::start(&format!("tw-{NAME}-h-{}", PROBE.0), PROBE.1, ip);
     let started = Instant::now();
-    let curls = (fault == Fault::NodeDown).then(|| first_curl_elsewhere(ip, old_mac.clone(), started));
+    let mypc = format!("tw-{NAME}-h-mypc");
+    let curls = (fault == Fault::NodeDown)
+        .then(|| arp_probe::first_curl_through_another(&mypc, ip, Some(old_mac.clone()), started, PATIENCE));
     match fault {
         Fault::Killed => lab(&["kill", container, &old]),
         Fault::NodeDown => lab(&["node", &old, "down"]),
@@ -254,7 +217,7 @@ pub(crate) fn trial(system: System, fault: Fault) -> Trial {
     }
     std::thread::sleep(Duration::from_secs(2));
     let rounds = probe.stop();
-    let served = curls.and_then(|c| c.join().expect("the curls"));
+    let served = curls.and_then(|c| c.join().expect("the curls").0);
     if fault == Fault::NodeDown {
         lab(&["node", &old, "up"]);
     }
