@@ -403,6 +403,10 @@ fn the_address_moves_when_the_announcing_agent_dies_or_its_node_drops_off_while_
         if row["agent"] == "running" && row["synced"] == true { Ok(()) } else { Err(row.to_string()) }
     })
     .expect("the agent runs again");
+    // MetalLB's speaker runs only in a kube lab that installs it: here a clear refusal.
+    let refused = tideway(&["lab", "kill", "speaker", &old, "--name", &lab.name]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("only in a kube lab"), "{said}");
     // The whole node off the network (Ready for the 50 s grace period): it moves all the same.
     let (old, _) = fail_over(&lab, &lb, &["node", "NODE", "down"]);
     assert_eq!(node_row(&lab, &old)["network"], "down");
