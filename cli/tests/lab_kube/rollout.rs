@@ -101,7 +101,9 @@ pub(crate) fn liveness_log(lab: &TestLab) -> String {
     let dir = PathBuf::from(lab.status()["dir"].as_str().unwrap_or_default()).join("nodes");
     let mut out = String::new();
     for node in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        for pod in std::fs::read_dir(node.path().join("pods")).into_iter().flatten().flatten() {
+        // The live pods' and the torn-down pods' (whose logs the lab keeps in `gone/`).
+        let pods = ["pods", "gone"].map(|d| std::fs::read_dir(node.path().join(d)));
+        for pod in pods.into_iter().flatten().flatten().flatten() {
             let name = pod.file_name().to_string_lossy().into_owned();
             if !name.contains("tideway-operator") {
                 continue;
@@ -121,8 +123,7 @@ pub(crate) fn liveness_log(lab: &TestLab) -> String {
             }
         }
     }
-    // The operator says why each address moved in an Event of its Service (a leader whose Pod
-    // is gone left no log here).
+    // The operator also says why each address moved in an Event of its Service.
     let events =
         kubectl_json(lab, &["get", "events", "-A", "--field-selector", "involvedObject.kind=Service"]);
     for e in events["items"].as_array().into_iter().flatten() {
@@ -169,8 +170,16 @@ pub(crate) fn a_rolling_restart_of_the_agents_moves_no_address(lab: &TestLab) {
     rolled.unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
     let pods_after = agent_pods(lab);
     assert_eq!(pods_after.len(), pods_before.len(), "{pods_after:?}");
+    let nodes = PathBuf::from(lab.status()["dir"].as_str().unwrap_or_default()).join("nodes");
     for ((node, old), (_, new)) in pods_before.iter().zip(&pods_after) {
         assert_ne!(old, new, "{node}'s agent was not replaced");
+        // The lab keeps a torn-down Pod's log, as `kubectl logs --previous` would not.
+        let uid: String = old.chars().take(8).collect();
+        let gone = std::fs::read_dir(nodes.join(node).join("gone")).into_iter().flatten().flatten();
+        let kept = gone
+            .filter(|d| d.file_name().to_string_lossy().ends_with(&format!("_{uid}")))
+            .map(|d| std::fs::read_to_string(d.path().join("containers/agent.log")).unwrap_or_default());
+        assert!(kept.into_iter().any(|log| !log.is_empty()), "{node}'s replaced agent left no log");
     }
     eprintln!("rollout of {} agents in {took:?}: {report}", pods_after.len());
     assert_eq!(

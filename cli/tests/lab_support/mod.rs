@@ -200,9 +200,6 @@ impl Drop for TestLab {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 }
 

@@ -255,7 +255,12 @@ impl Kubelet {
             crate::netns::remove(&sandbox::netns(&self.cfg, &w.namespace, &w.name));
         }
         self.ipam.release(&w.uid);
-        let _ = std::fs::remove_dir_all(volumes::pod_dir(&self.cfg.state_dir, &w.namespace, &w.name));
+        let dir = volumes::pod_dir(&self.cfg.state_dir, &w.namespace, &w.name);
+        let gone = volumes::gone_dir(&self.cfg.state_dir, &w.namespace, &w.name, &w.uid);
+        if let Err(e) = volumes::keep_logs(&dir, &gone) {
+            tracing::warn!(pod = %format!("{}/{}", w.namespace, w.name), error = %e, "logs not kept");
+        }
+        let _ = std::fs::remove_dir_all(dir);
         tracing::info!(pod = %format!("{}/{}", w.namespace, w.name), "pod torn down");
     }
 

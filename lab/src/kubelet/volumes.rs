@@ -74,6 +74,26 @@ pub fn pod_dir(state: &Path, namespace: &str, name: &str) -> PathBuf {
     state.join("pods").join(format!("{namespace}_{name}"))
 }
 
+/// Where pod `namespace/name` (uid `uid`) keeps its container logs once torn down, for
+/// reading after the pod is gone (a rolled-over leader's last words): `gone/` beside `pods/`,
+/// the uid's first part telling apart two pods of one name. Removed with the lab.
+pub fn gone_dir(state: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    let uid: String = uid.chars().take(8).collect();
+    state.join("gone").join(format!("{namespace}_{name}_{uid}"))
+}
+
+/// Moves the container logs (`containers/*.log`) of pod directory `pod_dir` to `to`.
+pub fn keep_logs(pod_dir: &Path, to: &Path) -> std::io::Result<()> {
+    let logs = to.join("containers");
+    for e in std::fs::read_dir(pod_dir.join("containers"))?.flatten() {
+        if e.path().extension().is_some_and(|x| x == "log") {
+            std::fs::create_dir_all(&logs)?;
+            std::fs::rename(e.path(), logs.join(e.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Volume `volume`'s directory in pod directory `pod_dir`.
 pub fn volume_dir(pod_dir: &Path, volume: &str) -> PathBuf {
     pod_dir.join("volumes").join(volume)
@@ -331,5 +351,21 @@ mod nested_tests {
         assert_eq!(made, ["memberlist"], "nothing for mounts that nest in no other");
         assert_eq!(std::fs::read_dir(&inner).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_torn_down_pods_logs_are_kept_apart_from_its_namesakes() {
+        let state = std::env::temp_dir().join(format!("tideway-gone-{}", std::process::id()));
+        let pod = pod_dir(&state, "ns", "op");
+        std::fs::create_dir_all(pod.join("containers")).unwrap();
+        std::fs::write(pod.join("containers/operator.log"), "last words\n").unwrap();
+        std::fs::write(pod.join("containers/operator.pid"), "1").unwrap();
+        let gone = gone_dir(&state, "ns", "op", "0123456789abcdef");
+        assert_eq!(gone, state.join("gone/ns_op_01234567"));
+        keep_logs(&pod, &gone).unwrap();
+        assert_eq!(std::fs::read_to_string(gone.join("containers/operator.log")).unwrap(), "last words\n");
+        assert!(!gone.join("containers/operator.pid").exists(), "logs only");
+        assert_ne!(gone_dir(&state, "ns", "op", "fedcba98"), gone, "a namesake keeps its own");
+        std::fs::remove_dir_all(&state).unwrap();
     }
 }
