@@ -78,7 +78,7 @@ fn audit(lab: &TestLab) -> Vec<Value> {
 
 #[test]
 fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm_alone() {
-    let archive = image_archive();
+    let archive = tideway_tests::image_archive();
     let lab =
         TestLab::up_with("khelm", DEMO, &["--kube", "--no-components", "--image", archive.to_str().unwrap()]);
     helm::the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm(&lab);
@@ -86,7 +86,7 @@ fn the_chart_installs_upgrades_rolls_back_and_uninstalls_with_helm_alone() {
 
 #[test]
 fn a_cluster_moves_from_kube_proxy_coredns_and_metallb_to_tideway_and_back() {
-    let archive = image_archive();
+    let archive = tideway_tests::image_archive();
     let peers = ["--peers", "kube-proxy,coredns,metallb"];
     let args =
         [&["--kube", "--no-components", "--image", archive.to_str().unwrap()][..], &peers[..]].concat();
@@ -96,7 +96,7 @@ fn a_cluster_moves_from_kube_proxy_coredns_and_metallb_to_tideway_and_back() {
 
 #[test]
 fn the_demo_runs_on_a_real_control_plane_with_tideway_as_the_charts_pods() {
-    let archive = image_archive();
+    let archive = tideway_tests::image_archive();
     let lab = TestLab::up_with(
         "kdemo",
         DEMO,
@@ -332,16 +332,6 @@ fn tideway_runs_from_its_image_with_the_charts_security_context(lab: &TestLab) {
     .unwrap_or_else(|e| panic!("every ProxyConfig's SysctlsSet: {e}"));
 }
 
-/// The archive `make image` writes (`TIDEWAY_IMAGE_ARCHIVE` names another).
-fn image_archive() -> PathBuf {
-    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/image")
-        .join(format!("tideway-{}.oci.tar", env!("CARGO_PKG_VERSION")));
-    let path = std::env::var_os("TIDEWAY_IMAGE_ARCHIVE").map_or(default, PathBuf::from);
-    assert!(path.exists(), "{}: no image archive; build it with `make image`", path.display());
-    path
-}
-
 /// A LoadBalancerPool the server stores and the components refuse (`api/tests/refused.yaml`'s
 /// `address-range-reversed`: no CEL function orders two addresses): its `Valid` condition says
 /// why, naming the field; deleted, it is forgotten.
@@ -419,7 +409,14 @@ fn waiting_reason(lab: &TestLab, pod: &str) -> Result<String, String> {
 /// without a registry, and runAsNonRoot refuses root as kubelet does.
 fn pods_run_from_a_loaded_image_under_their_security_context(lab: &TestLab) {
     let loaded = ok(
-        tideway(&["lab", "load", "image", image_archive().to_str().unwrap(), "--name", &lab.name]),
+        tideway(&[
+            "lab",
+            "load",
+            "image",
+            tideway_tests::image_archive().to_str().unwrap(),
+            "--name",
+            &lab.name,
+        ]),
         "lab load image",
     );
     let reference = format!("loaded ghcr.io/tideway-net/tideway:{}", env!("CARGO_PKG_VERSION"));

@@ -29,6 +29,16 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Tideway's image archive, as `make image` leaves it (`target/image/tideway-VERSION.oci.tar`)
+/// or `TIDEWAY_IMAGE_ARCHIVE` names it; panics, saying how to build it, when it is missing.
+pub fn image_archive() -> PathBuf {
+    let default =
+        root().join("../target/image").join(format!("tideway-{}.oci.tar", env!("CARGO_PKG_VERSION")));
+    let path = std::env::var_os("TIDEWAY_IMAGE_ARCHIVE").map_or(default, PathBuf::from);
+    assert!(path.exists(), "{}: no image archive; build it with `make image`", path.display());
+    path
+}
+
 /// Every fixture file, sorted.
 pub fn fixtures() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("fixtures"))

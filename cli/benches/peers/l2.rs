@@ -231,19 +231,9 @@ pub(crate) fn trial(system: System, fault: Fault) -> Trial {
     }
 }
 
-/// The archive `make image` writes (`TIDEWAY_IMAGE_ARCHIVE` names another).
-fn image_archive() -> String {
-    let default = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/image")
-        .join(format!("tideway-{}.oci.tar", env!("CARGO_PKG_VERSION")));
-    let path = std::env::var_os("TIDEWAY_IMAGE_ARCHIVE").map_or(default, std::path::PathBuf::from);
-    assert!(path.exists(), "{}: no image archive (make bench-peers builds it)", path.display());
-    path.display().to_string()
-}
-
 /// Every fault `trials` times against each system, alternating; the table.
 pub(crate) fn run(trials: usize) {
-    up(&image_archive());
+    up(&tideway_tests::image_archive().display().to_string());
     let mut all = Vec::new();
     for fault in [Fault::Killed, Fault::NodeDown] {
         let (mut metallb, mut tideway) = (Vec::new(), Vec::new());
