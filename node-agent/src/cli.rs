@@ -343,7 +343,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
                 match join_gossip(cluster.clone(), node.clone(), bind, scale, keys, refusals).await {
                     Some(members) => {
                         let within = tideway_core::liveness::HAND_OVER;
-                        tokio::spawn(crate::report::joined(joining, members.clone(), node, within));
+                        let spread = tideway_core::liveness::TIMINGS.scaled(scale).worst_detection();
+                        tokio::spawn(crate::report::joined(joining, members.clone(), node, within, spread));
                         crate::fencing::watch(cluster, members, fence).await;
                     }
                     None => joining.write().unwrap_or_else(|e| e.into_inner()).joining_since = None,

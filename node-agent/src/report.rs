@@ -185,21 +185,28 @@ pub async fn farewell(status: &RwLock<AgentStatus>, sink: &dyn NodeStateSink, wi
 
 /// Keeps the agent's report saying its predecessor's `stoppedAt` (set in `joining_since` at
 /// start) until its gossip member is seen by another node's (`members` lists one besides
-/// `node`), or `within` has passed: a restarted agent's first report would otherwise clear it
-/// before the gossip knows the agent is back, and an operator that did not see the hand-over
-/// begin (a leader that changed meanwhile, as in an upgrade) would take the node for dead and
-/// move its addresses. A first agent (no predecessor's stop) reports none: its crash still
-/// moves the addresses at once.
+/// `node`) and `spread` more has passed, or `within` has: a restarted agent's first report
+/// would otherwise clear it before the gossip knows the agent is back, and an operator that
+/// did not see the hand-over begin (a leader that changed meanwhile, as in an upgrade) would
+/// take the node for dead and move its addresses. The member that let it in knows it first;
+/// the others, the operators among them, learn it as the news spreads, so the stop stays
+/// reported for `spread` (a detection time) after that. A first agent (no predecessor's stop)
+/// reports none: its crash still moves the addresses at once.
 pub async fn joined(
     status: Arc<RwLock<AgentStatus>>,
     mut members: tokio::sync::watch::Receiver<tideway_sources::gossip::Members>,
     node: String,
     within: Duration,
+    spread: Duration,
 ) {
     let deadline = tokio::time::sleep(within);
     tokio::pin!(deadline);
     loop {
         if tideway_core::liveness::joined(&members.borrow_and_update().active, &node) {
+            tokio::select! {
+                _ = tokio::time::sleep(spread) => {},
+                _ = &mut deadline => {},
+            }
             break;
         }
         tokio::select! {
@@ -432,19 +439,26 @@ mod tests {
         assert_eq!(node_state(&status.read().unwrap()).stopped_at, Some(started));
         let alone = Members { active: ["node-a".to_string()].into(), down: Default::default() };
         let (tx, rx) = tokio::sync::watch::channel(alone);
-        let task = tokio::spawn(joined(status.clone(), rx, "node-a".into(), Duration::from_secs(30)));
+        let spread = Duration::from_millis(1350);
+        let task = tokio::spawn(joined(status.clone(), rx, "node-a".into(), Duration::from_secs(30), spread));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(node_state(&status.read().unwrap()).stopped_at, Some(started), "alone: not joined yet");
         tx.send_modify(|m| {
             m.active.insert("node-b".into());
         });
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert_eq!(node_state(&status.read().unwrap()).stopped_at, Some(started), "the others learn it yet");
         task.await.unwrap();
-        assert_eq!(node_state(&status.read().unwrap()).stopped_at, None, "seen by node-b");
+        assert_eq!(
+            node_state(&status.read().unwrap()).stopped_at,
+            None,
+            "seen by node-b, and the news spread"
+        );
 
         // Nobody else ever seen (a one-node cluster): cleared at the bound.
         status.write().unwrap().joining_since = Some(started);
         let (_tx, rx) = tokio::sync::watch::channel(Members::default());
-        let task = tokio::spawn(joined(status.clone(), rx, "node-a".into(), Duration::from_secs(30)));
+        let task = tokio::spawn(joined(status.clone(), rx, "node-a".into(), Duration::from_secs(30), spread));
         tokio::time::sleep(Duration::from_secs(29)).await;
         assert!(status.read().unwrap().joining_since.is_some());
         tokio::time::sleep(Duration::from_secs(2)).await;
