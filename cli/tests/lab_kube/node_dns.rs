@@ -57,6 +57,19 @@ fn dns_pods(lab: &TestLab, ns: &str) -> Vec<(String, bool)> {
     items.iter().map(|p| (p["status"]["podIP"].as_str().unwrap_or_default().to_string(), ready(p))).collect()
 }
 
+/// The addresses of namespace `ns`'s EndpointSlices' endpoints that terminate and no longer
+/// serve.
+fn not_serving(lab: &TestLab, ns: &str) -> Vec<String> {
+    let slices = kubectl_json(lab, &["-n", ns, "get", "endpointslices"]);
+    let endpoints = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default());
+    let draining = |e: &Value| e["conditions"]["terminating"] == true && e["conditions"]["serving"] == false;
+    endpoints.filter(draining).filter_map(|e| e["addresses"][0].as_str().map(str::to_string)).collect()
+}
+
 /// A Ready DNS Pod's address (they may still be starting: the node answers meanwhile).
 fn ready_dns_pod(lab: &TestLab, ns: &str) -> String {
     let server = eventually(patience(120.0), || {
@@ -106,12 +119,19 @@ pub(crate) fn cluster_names_resolve_on_the_node_with_the_dns_deployment_scaled_t
     }
 
     let server = ready_dns_pod(lab, ns);
+    // Each DNS Pod drains: in its lameduck /ready fails, the kubelet probes readiness while the
+    // Pod terminates (as kubelet has since v1.25), and its endpoint turns not serving before
+    // the process exits, so the proxies delete the UDP flows to it first.
+    let addresses: Vec<String> = dns_pods(lab, ns).into_iter().map(|(ip, _)| ip).collect();
     kubectl(lab, &["-n", ns, "scale", "deployment", name, "--replicas=0"]).unwrap();
+    let mut drained = std::collections::BTreeSet::new();
     eventually(patience(90.0), || {
+        drained.extend(not_serving(lab, ns).into_iter().filter(|ip| addresses.contains(ip)));
         let left = dns_pods(lab, ns);
         left.is_empty().then_some(()).ok_or(format!("DNS Pods left: {left:?}"))
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", lab.diagnose()));
+    assert!(!drained.is_empty(), "no DNS endpoint of {addresses:?} seen terminating and not serving");
     let gone = dig(lab, &["+short", &format!("@{server}"), "svc1.default.svc.cluster.local"]);
     assert!(gone.contains("no servers could be reached"), "the scaled-down DNS Pod still answers: {gone}");
     // Through the search path and the kube-dns ClusterIP the pod's resolv.conf names, and at

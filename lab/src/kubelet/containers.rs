@@ -60,7 +60,7 @@ pub struct Ctr {
     pub started: bool,
     /// It ran to completion and stays down (restartPolicy).
     pub done: bool,
-    probes: Vec<JoinHandle<()>>,
+    probes: Vec<(Kind, JoinHandle<()>)>,
     ran_since: Option<Instant>,
     /// When a refused image was first reported (ErrImagePull, then ImagePullBackOff).
     pub refused_since: Option<Instant>,
@@ -204,14 +204,31 @@ impl Ctr {
                     .is_ok()
             };
             let task = probe::worker(kind, check, probe::schedule(spec), target.clone(), flag.clone(), send);
-            self.probes.push(tokio::spawn(task));
+            self.probes.push((kind, tokio::spawn(task)));
         }
     }
 
     /// Stops its probes.
     pub fn stop_probes(&mut self) {
-        for t in self.probes.drain(..) {
+        for (_, t) in self.probes.drain(..) {
             t.abort();
+        }
+    }
+
+    /// A graceful deletion's stop: SIGTERM now, SIGKILL `within` later if it still runs (a
+    /// second call changes nothing). Its readiness probe keeps running, as kubelet's does while
+    /// a pod terminates (kubernetes#110191, v1.25): a server that fails its readiness as it
+    /// drains turns its endpoint not serving before it exits. The other probes stop.
+    pub fn terminate_within(&mut self, within: Duration) {
+        self.probes.retain(|(kind, t)| {
+            let keep = *kind == Kind::Readiness;
+            if !keep {
+                t.abort();
+            }
+            keep
+        });
+        if let Some(p) = &mut self.process {
+            p.stop(within);
         }
     }
 

@@ -25,8 +25,9 @@
 //!                probes; restartPolicy with kubelet's back-off
 //!     status     phase, podIP(s), hostIP(s), conditions, containerStatuses, as kubelet writes
 //!     deletion   SIGTERM once deletionTimestamp is set, SIGKILL at it (the grace period's
-//!                end), then deletes the Pod with grace 0; a pod that vanished is torn down
-//!                at once
+//!                end), readiness still probed and written meanwhile (kubelet v1.25+), then
+//!                deletes the Pod with grace 0, its container logs kept under gone/; a pod
+//!                that vanished is torn down at once
 //! ```
 //!
 //! Why an imitation: the real kubelet needs a CRI runtime, refuses cgroup v1, and four of them

@@ -1,8 +1,9 @@
 //! One pod on the node, from sandbox to deletion: the sandbox and resolv.conf, the volumes,
 //! the init containers one after another, then the containers; the status written when it
 //! changes; once a deletion is asked (`deletionTimestamp` set) its processes get SIGTERM at
-//! once and SIGKILL at the grace period's end, as kubelet does; once they are gone its status
-//! is written and the Pod deleted with grace 0; its sandbox removed when it leaves the node.
+//! once and SIGKILL at the grace period's end, as kubelet does, their readiness still probed
+//! and written; once they are gone its status is written and the Pod deleted with grace 0; its
+//! sandbox removed when it leaves the node.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -461,8 +462,8 @@ impl Worker {
     }
 
     /// Graceful deletion, as kubelet: SIGTERM at once, SIGKILL at `deletionTimestamp` (the
-    /// grace period's end) to what still runs; once every process is gone, the final status and
-    /// the deletion with grace 0.
+    /// grace period's end) to what still runs, readiness probed and written meanwhile; once
+    /// every process is gone, the final status and the deletion with grace 0.
     async fn terminate(&mut self, ctx: &Ctx<'_>) {
         let Some(deadline) = self.pod.metadata.deletion_timestamp.as_ref() else {
             self.write_status(ctx).await;
@@ -472,10 +473,12 @@ impl Worker {
             .unwrap_or_default();
         let (uid, stamp) = (self.uid.clone(), now());
         for c in self.init.iter_mut().chain(self.containers.iter_mut()) {
-            c.stop_within(grace_left);
+            c.terminate_within(grace_left);
             c.poll(&uid, |_| false, &stamp);
         }
         if self.init.iter().chain(&self.containers).any(|c| c.process.is_some()) {
+            // Its readiness, still probed, as it drains.
+            self.write_status(ctx).await;
             return;
         }
         self.write_status(ctx).await;
