@@ -215,16 +215,19 @@ fn listener_conflicts(
 }
 
 /// How long a stop may take: whatever the agent is doing (a long kernel write, a child
-/// process), it is gone this long after SIGTERM.
-const STOP_WITHIN: Duration = Duration::from_millis(900);
+/// process), it is gone this long after SIGTERM (well within a Pod's 30 s grace period).
+const STOP_WITHIN: Duration = Duration::from_secs(6);
 
 /// How long the HTTP servers wait for the calls in flight when the agent stops (well within
 /// [`STOP_WITHIN`]).
 const HTTP_GRACE: Duration = Duration::from_millis(500);
 
 /// How long the last NodeProxyState write may take when the agent stops (beside
-/// [`HTTP_GRACE`], within [`STOP_WITHIN`]).
-const FAREWELL_WITHIN: Duration = Duration::from_millis(500);
+/// [`HTTP_GRACE`], within [`STOP_WITHIN`]). Without it the operator takes the stop for a crash
+/// and moves the node's addresses: a busy API server can take seconds (a write given 500 ms
+/// timed out in a rolling update on a loaded machine and an address moved). It takes
+/// milliseconds otherwise, so a rollout waits no longer.
+const FAREWELL_WITHIN: Duration = Duration::from_secs(5);
 
 /// Runs the agent until SIGINT or SIGTERM. Rules stay programmed on exit, so a restart
 /// causes no gap. Without `CAP_NET_ADMIN` it stops at once, saying so.
