@@ -215,15 +215,19 @@ fn listener_conflicts(
 }
 
 /// How long a stop may take: whatever the agent is doing (a long kernel write, a child
-/// process), it is gone this long after SIGTERM (well within a Pod's 30 s grace period).
-const STOP_WITHIN: Duration = Duration::from_secs(6);
+/// process), it is gone this long after SIGTERM, unless its sync loop has returned and it is
+/// saying it stops ([`FAREWELL_WITHIN`] more).
+const STOP_WITHIN: Duration = Duration::from_millis(900);
+
+/// Set once the sync loop has returned after a stop was asked: the farewell runs.
+static LOOP_RETURNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// How long the HTTP servers wait for the calls in flight when the agent stops (well within
 /// [`STOP_WITHIN`]).
 const HTTP_GRACE: Duration = Duration::from_millis(500);
 
 /// How long the last NodeProxyState write may take when the agent stops (beside
-/// [`HTTP_GRACE`], within [`STOP_WITHIN`]). Without it the operator takes the stop for a crash
+/// [`HTTP_GRACE`], once the sync loop has returned; the stop's watchdog waits this more). Without it the operator takes the stop for a crash
 /// and moves the node's addresses: a busy API server can take seconds (a write given 500 ms
 /// timed out in a rolling update on a loaded machine and an address moved). It takes
 /// milliseconds otherwise, so a rollout waits no longer.
@@ -371,6 +375,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).with_node_dns(node_dns);
         tracing::info!(node = %args.node, "agent started");
         agent.run(stop_signal()).await;
+        LOOP_RETURNED.store(true, std::sync::atomic::Ordering::SeqCst);
         // The NodeProxyState says the agent stopped (its addresses stay for the operator's
         // hand-over: a rollout), while calls in flight (a health check, a REST read) are
         // answered before the exit.
@@ -396,7 +401,8 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
 /// Resolves on SIGINT or SIGTERM. The signal is watched by a task of its own, so it is seen
 /// even while the sync loop is inside a long kernel write; if the loop has not returned
 /// `STOP_WITHIN` later, running children are killed (their writes are transactions) and the
-/// process exits with the rules it has.
+/// process exits with the rules it has. A loop that has returned leaves the farewell its own
+/// time, bounded here too.
 fn stop_signal() -> impl std::future::Future<Output = ()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -404,6 +410,9 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
         let _ = tx.send(());
         std::thread::spawn(|| {
             std::thread::sleep(STOP_WITHIN);
+            if LOOP_RETURNED.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(FAREWELL_WITHIN);
+            }
             tracing::warn!("still busy after a stop was asked; stopping now, rules stay programmed");
             crate::exec::kill_running();
             std::process::exit(0);
