@@ -133,18 +133,17 @@ pub(crate) fn liveness_log(lab: &TestLab) -> String {
     out
 }
 
-/// The agents' Pods, by node: their UIDs.
-fn agent_pods(lab: &TestLab) -> Vec<(String, String)> {
+/// The agents' Pods, by node: their UIDs, namespaces and names.
+fn agent_pods(lab: &TestLab) -> Vec<(String, String, String, String)> {
     let pods = kubectl_json(lab, &["get", "pods", "-A", "-l", "app.kubernetes.io/component=agent"]);
-    let mut out: Vec<(String, String)> = pods["items"]
+    let field = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut out: Vec<_> = pods["items"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|p| {
-            (
-                p["spec"]["nodeName"].as_str().unwrap_or_default().into(),
-                p["metadata"]["uid"].as_str().unwrap_or_default().into(),
-            )
+            let m = &p["metadata"];
+            (field(&p["spec"]["nodeName"]), field(&m["uid"]), field(&m["namespace"]), field(&m["name"]))
         })
         .collect();
     out.sort();
@@ -171,15 +170,12 @@ pub(crate) fn a_rolling_restart_of_the_agents_moves_no_address(lab: &TestLab) {
     let pods_after = agent_pods(lab);
     assert_eq!(pods_after.len(), pods_before.len(), "{pods_after:?}");
     let nodes = PathBuf::from(lab.status()["dir"].as_str().unwrap_or_default()).join("nodes");
-    for ((node, old), (_, new)) in pods_before.iter().zip(&pods_after) {
+    for ((node, old, ns, name), (_, new, _, _)) in pods_before.iter().zip(&pods_after) {
         assert_ne!(old, new, "{node}'s agent was not replaced");
         // The lab keeps a torn-down Pod's log, as `kubectl logs --previous` would not.
-        let uid: String = old.chars().take(8).collect();
-        let gone = std::fs::read_dir(nodes.join(node).join("gone")).into_iter().flatten().flatten();
-        let kept = gone
-            .filter(|d| d.file_name().to_string_lossy().ends_with(&format!("_{uid}")))
-            .map(|d| std::fs::read_to_string(d.path().join("containers/agent.log")).unwrap_or_default());
-        assert!(kept.into_iter().any(|log| !log.is_empty()), "{node}'s replaced agent left no log");
+        let gone = tideway_lab::kubelet::volumes::gone_dir(&nodes.join(node), ns, name, old);
+        let kept = std::fs::read_to_string(gone.join("containers/agent.log")).unwrap_or_default();
+        assert!(!kept.is_empty(), "{node}'s replaced agent left no log in {}", gone.display());
     }
     eprintln!("rollout of {} agents in {took:?}: {report}", pods_after.len());
     assert_eq!(
