@@ -219,18 +219,16 @@ fn listener_conflicts(
 /// saying it stops ([`FAREWELL_WITHIN`] more).
 const STOP_WITHIN: Duration = Duration::from_millis(900);
 
-/// Set once the sync loop has returned after a stop was asked: the farewell runs.
-static LOOP_RETURNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// How long the HTTP servers wait for the calls in flight when the agent stops (well within
 /// [`STOP_WITHIN`]).
 const HTTP_GRACE: Duration = Duration::from_millis(500);
 
 /// How long the last NodeProxyState write may take when the agent stops (beside
-/// [`HTTP_GRACE`], once the sync loop has returned; the stop's watchdog waits this more). Without it the operator takes the stop for a crash
-/// and moves the node's addresses: a busy API server can take seconds (a write given 500 ms
-/// timed out in a rolling update on a loaded machine and an address moved). It takes
-/// milliseconds otherwise, so a rollout waits no longer.
+/// [`HTTP_GRACE`], once the sync loop has returned; the stop's watchdog waits this more).
+/// Without it the operator takes the stop for a crash and moves the node's addresses: a busy
+/// API server can take seconds (a write given 500 ms timed out in a rolling update on a loaded
+/// machine and an address moved). It takes milliseconds otherwise, so a rollout waits no
+/// longer.
 const FAREWELL_WITHIN: Duration = Duration::from_secs(5);
 
 /// Runs the agent until SIGINT or SIGTERM. Rules stay programmed on exit, so a restart
@@ -374,8 +372,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         let hand_over = node_dns.as_ref().map(crate::node_dns::NodeLocalDns::hand_over);
         let agent = Agent::new(opts, cluster, status, metrics, health).answering(publisher).with_node_dns(node_dns);
         tracing::info!(node = %args.node, "agent started");
-        agent.run(stop_signal()).await;
-        LOOP_RETURNED.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Set once the sync loop has returned: the farewell runs, on a time of its own.
+        let loop_returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        agent.run(stop_signal(loop_returned.clone())).await;
+        loop_returned.store(true, std::sync::atomic::Ordering::SeqCst);
         // The NodeProxyState says the agent stopped (its addresses stay for the operator's
         // hand-over: a rollout), while calls in flight (a health check, a REST read) are
         // answered before the exit.
@@ -403,14 +403,14 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
 /// `STOP_WITHIN` later, running children are killed (their writes are transactions) and the
 /// process exits with the rules it has. A loop that has returned leaves the farewell its own
 /// time, bounded here too.
-fn stop_signal() -> impl std::future::Future<Output = ()> {
+fn stop_signal(loop_returned: Arc<std::sync::atomic::AtomicBool>) -> impl std::future::Future<Output = ()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         tideway_sources::shutdown_signal().await;
         let _ = tx.send(());
-        std::thread::spawn(|| {
+        std::thread::spawn(move || {
             std::thread::sleep(STOP_WITHIN);
-            if LOOP_RETURNED.load(std::sync::atomic::Ordering::SeqCst) {
+            if loop_returned.load(std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(FAREWELL_WITHIN);
             }
             tracing::warn!("still busy after a stop was asked; stopping now, rules stay programmed");
