@@ -53,6 +53,7 @@
 
 pub mod config;
 pub mod containers;
+mod desired;
 pub mod env;
 mod error;
 pub mod from_image;
@@ -78,10 +79,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 
 pub use config::KubeletConfig;
 use containers::ProbeMsg;
+use desired::Desired;
 pub use error::KubeletError;
 use ipam::Ipam;
 pub use node::KUBELET_VERSION;
@@ -119,37 +121,23 @@ pub async fn run(cfg: KubeletConfig) -> Result<(), KubeletError> {
         client: main,
         ipam,
         workers: BTreeMap::new(),
-        desired: BTreeMap::new(),
+        desired: Desired::default(),
         synced: false,
         probes,
     };
     let api: Api<Pod> = Api::all(k.client.clone());
     let selector = format!("spec.nodeName={}", k.cfg.node_name);
     let mut stream = watcher::watcher(api, watcher::Config::default().fields(&selector)).boxed();
-    let mut buffer: Option<BTreeMap<String, Pod>> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             ev = stream.next() => match ev {
-                Some(Ok(Event::Init)) => buffer = Some(BTreeMap::new()),
-                Some(Ok(Event::InitApply(p))) => {
-                    if let Some(b) = &mut buffer {
-                        b.insert(uid(&p), p);
-                    }
-                }
-                Some(Ok(Event::InitDone)) => {
-                    k.desired = buffer.take().unwrap_or_default();
-                    if !k.synced {
+                Some(Ok(event)) => {
+                    if k.desired.on_event(event) && !k.synced {
                         k.synced = true;
                         k.clean_leftovers();
                     }
-                }
-                Some(Ok(Event::Apply(p))) => {
-                    k.desired.insert(uid(&p), p);
-                }
-                Some(Ok(Event::Delete(p))) => {
-                    k.desired.remove(&uid(&p));
                 }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "watching pods");
@@ -166,16 +154,12 @@ pub async fn run(cfg: KubeletConfig) -> Result<(), KubeletError> {
     }
 }
 
-fn uid(p: &Pod) -> String {
-    p.metadata.uid.clone().unwrap_or_default()
-}
-
 struct Kubelet {
     cfg: KubeletConfig,
     client: kube::Client,
     ipam: Ipam,
     workers: BTreeMap<String, Worker>,
-    desired: BTreeMap<String, Pod>,
+    desired: Desired,
     synced: bool,
     probes: tokio::sync::mpsc::UnboundedSender<ProbeMsg>,
 }
@@ -193,13 +177,13 @@ impl Kubelet {
 
     async fn sync(&mut self) {
         let gone: Vec<String> =
-            self.workers.keys().filter(|u| !self.desired.contains_key(*u)).cloned().collect();
+            self.workers.keys().filter(|u| !self.desired.pods.contains_key(*u)).cloned().collect();
         for uid in gone {
             if let Some(w) = self.workers.remove(&uid) {
                 self.teardown(w).await;
             }
         }
-        for (uid, pod) in &self.desired {
+        for (uid, pod) in &self.desired.pods {
             if let Some(w) = self.workers.get_mut(uid) {
                 w.pod = pod.clone();
                 continue;
@@ -241,7 +225,7 @@ impl Kubelet {
             w.step(&self.ctx()).await;
             if w.finished {
                 self.teardown(w).await;
-                self.desired.remove(&uid);
+                self.desired.deleted_here(&uid);
             } else {
                 self.workers.insert(uid, w);
             }
@@ -267,7 +251,7 @@ impl Kubelet {
 
     /// After the first list: what a previous kubelet left for pods no longer bound here.
     fn clean_leftovers(&mut self) {
-        let live: BTreeSet<String> = self.desired.keys().cloned().collect();
+        let live: BTreeSet<String> = self.desired.pods.keys().cloned().collect();
         self.ipam.retain(&live);
         let Ok(dir) = std::fs::read_dir(self.cfg.state_dir.join("pods")) else { return };
         for e in dir.flatten() {

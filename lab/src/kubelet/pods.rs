@@ -444,7 +444,7 @@ impl Worker {
 
     async fn write_status(&mut self, ctx: &Ctx<'_>) {
         let current = serde_json::to_value(&self.pod.status).unwrap_or(Value::Null);
-        let status = pod_status(&self.view(ctx.cfg), &current, &now());
+        let status = pod_status(&self.view(ctx.cfg), &current, self.last_status.as_ref(), &now());
         if self.last_status.as_ref() == Some(&status) {
             return;
         }

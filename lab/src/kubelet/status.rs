@@ -187,10 +187,15 @@ fn names(list: &[&ContainerView]) -> String {
     format!("[{}]", list.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(" "))
 }
 
-/// The status to write for `view`, given the pod's current `status` (its conditions'
-/// transition times and the conditions others own are kept) at time `now`.
-pub fn pod_status(view: &PodView, current: &Value, now: &str) -> Value {
+/// The status to write for `view` at time `now`, given the pod's `current` status as last
+/// read from the API (the conditions others own are kept) and the status this kubelet last
+/// wrote, `ours`, if any: the transition times of the conditions it owns come from `ours`, as
+/// kubelet's status manager keeps them in its own cache. Taken from a watch event that lags
+/// behind the writes, they would alternate between two versions and every tick write again.
+pub fn pod_status(view: &PodView, current: &Value, ours: Option<&Value>, now: &str) -> Value {
     let existing: Vec<Value> = current["conditions"].as_array().cloned().unwrap_or_default();
+    let owned: Vec<Value> =
+        ours.map_or_else(|| existing.clone(), |o| o["conditions"].as_array().cloned().unwrap_or_default());
     let phase = phase(view);
     let incomplete: Vec<&ContainerView> = view.init.iter().filter(|c| !init_done(c)).collect();
     let unready: Vec<&ContainerView> = view.containers.iter().filter(|c| !c.ready).collect();
@@ -204,17 +209,17 @@ pub fn pod_status(view: &PodView, current: &Value, now: &str) -> Value {
         ("ContainersNotReady", format!("containers with unready status: {}", names(&unready)))
     };
     let mut conditions = vec![
-        condition("PodReadyToStartContainers", view.sandbox_ready, "", "", &existing, now),
+        condition("PodReadyToStartContainers", view.sandbox_ready, "", "", &owned, now),
         condition(
             "Initialized",
             initialized,
             "ContainersNotInitialized",
             &format!("containers with incomplete status: {}", names(&incomplete)),
-            &existing,
+            &owned,
             now,
         ),
-        condition("Ready", ready, reason, &message, &existing, now),
-        condition("ContainersReady", ready, reason, &message, &existing, now),
+        condition("Ready", ready, reason, &message, &owned, now),
+        condition("ContainersReady", ready, reason, &message, &owned, now),
     ];
     for c in existing.iter().filter(|c| !OWNED.iter().any(|o| c["type"] == *o)) {
         conditions.push(c.clone());
@@ -314,7 +319,7 @@ mod tests {
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": "t-scheduled"},
             {"type": "Ready", "status": "True", "lastTransitionTime": "t-ready"},
         ]});
-        let s = pod_status(&view(vec![c("a", running(), true)], "Always"), &current, "now");
+        let s = pod_status(&view(vec![c("a", running(), true)], "Always"), &current, None, "now");
         assert_eq!(s["phase"], "Running");
         assert_eq!(s["podIP"], "10.10.1.2");
         assert_eq!(s["podIPs"], json!([{"ip": "10.10.1.2"}]));
@@ -328,10 +333,30 @@ mod tests {
         assert_eq!(cond(&s, "PodReadyToStartContainers")["status"], "True");
         assert_eq!(s["containerStatuses"][0]["state"]["running"]["startedAt"], "2026-01-01T00:00:01Z");
         assert_eq!(s["containerStatuses"][0]["lastState"], json!({}));
-        let s = pod_status(&view(vec![c("a", running(), false)], "Always"), &current, "now");
+        let s = pod_status(&view(vec![c("a", running(), false)], "Always"), &current, None, "now");
         assert_eq!(cond(&s, "Ready")["status"], "False");
         assert_eq!(cond(&s, "Ready")["lastTransitionTime"], "now");
         assert_eq!(cond(&s, "Ready")["message"], "containers with unready status: [a]");
         assert!(s.get("initContainerStatuses").is_none());
+    }
+
+    #[test]
+    fn a_lagging_watch_event_does_not_change_what_was_written() {
+        let v = view(vec![c("a", running(), true)], "Always");
+        let before =
+            json!({"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "t0"}]});
+        let written = pod_status(&v, &before, None, "t1");
+        // The API's copy of what was written, with the scheduler's condition beside it.
+        let mut echoed = written.clone();
+        echoed["conditions"].as_array_mut().unwrap().push(json!({"type": "PodScheduled", "status": "True"}));
+        // Whichever copy the kubelet holds when it next looks, the same status: nothing to write.
+        for current in [&before, &echoed] {
+            let again = pod_status(&v, current, Some(&written), "t2");
+            let ready = |s: &Value| {
+                s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").cloned()
+            };
+            assert_eq!(ready(&again), ready(&written), "{current}");
+        }
+        assert_eq!(pod_status(&v, &before, Some(&written), "t2"), written);
     }
 }
