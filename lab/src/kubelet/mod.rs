@@ -24,6 +24,7 @@
 //!                ErrImagePull for the rest; env with $(VAR), fieldRef and the Service links;
 //!                probes; restartPolicy with kubelet's back-off
 //!     status     phase, podIP(s), hostIP(s), conditions, containerStatuses, as kubelet writes
+//!                them (transition times from its own last write, as kubelet's status manager)
 //!     deletion   SIGTERM once deletionTimestamp is set, SIGKILL at it (the grace period's
 //!                end), readiness still probed and written meanwhile (kubelet v1.25+), then
 //!                deletes the Pod with grace 0, its container logs kept under gone/; a pod
